@@ -1,0 +1,316 @@
+//! The CPU backend: the same plan as the CUDA kernel, written as Rust loops. It is the reference
+//! the GPU is tested against, so it favours accuracy: float sums and products accumulate in f64.
+
+use crate::func::Func;
+use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
+use crate::parse::{BinOp, UnOp};
+use crate::plan::{Layout, Pass, Plan};
+use crate::ty::Elem;
+
+const OPS: &str = "::fuse_runtime::__private::ops";
+
+/// The body of the CPU function: statements over `d_<dim>` sizes, `p_<param>` slices and scalars,
+/// and `out<j>` mutable slices, all declared by [`crate::expand`].
+pub fn body(k: &Kernel, plan: &Plan) -> String {
+    let mut w = Cpu { k, layout: Layout { k }, out: String::new() };
+    match &k.launch {
+        Launch::Map { domain } => {
+            w.line(format!("let n: usize = {};", w.layout.product(domain)));
+            w.values(&plan.prologue, Scope::Row);
+            for pass in &plan.passes {
+                w.element_loop(domain, pass);
+            }
+        }
+        Launch::Rows { domain, axis } => w.rows(domain, *axis, plan),
+        Launch::Full { domain } => w.full(domain, plan),
+    }
+    w.out
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scope {
+    Element,
+    Row,
+}
+
+struct Cpu<'a> {
+    k: &'a Kernel,
+    layout: Layout<'a>,
+    out: String,
+}
+
+impl Cpu<'_> {
+    fn line(&mut self, text: impl AsRef<str>) {
+        self.out.push_str(text.as_ref());
+        self.out.push('\n');
+    }
+
+    fn shape_index(&self, shape: &[DimId]) -> usize {
+        self.layout.shapes().iter().position(|s| s == shape).expect("every tensor shape is listed")
+    }
+
+    fn element_loop(&mut self, domain: &[DimId], pass: &Pass) {
+        self.line("for i in 0..n {");
+        let shapes = self.layout.shapes();
+        if shapes.iter().any(|s| s != domain) {
+            for l in self.layout.split("i", domain, "let ", "let mut ", ";") {
+                self.line(l);
+            }
+        }
+        for (s, shape) in shapes.iter().enumerate() {
+            let offset = if shape == domain { "i".to_string() } else { self.layout.offset(shape, None) };
+            self.line(format!("let o{s}: usize = {offset};"));
+        }
+        self.values(&pass.elems, Scope::Element);
+        self.accumulate(&pass.reduces);
+        self.writes(&pass.writes, Scope::Element);
+        self.line("}");
+    }
+
+    fn rows(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
+        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+        self.line(format!("let rows: usize = {};", self.layout.product(&rows)));
+        self.line(format!("let len: usize = {};", self.layout.size(axis)));
+        self.line("for g in 0..rows {");
+        for l in self.layout.split("g", &rows, "let ", "let mut ", ";") {
+            self.line(l);
+        }
+        let shapes = self.layout.shapes();
+        for (s, shape) in shapes.iter().enumerate() {
+            self.line(format!("let b{s}: usize = {};", self.layout.offset(shape, Some(axis))));
+        }
+        self.values(&plan.prologue, Scope::Row);
+        for pass in &plan.passes {
+            self.init_accumulators(&pass.reduces);
+            self.line("for r in 0..len {");
+            for (s, shape) in shapes.iter().enumerate() {
+                let step = if shape.contains(&axis) { format!(" + r * {}", self.layout.stride(shape, axis)) } else { String::new() };
+                self.line(format!("let o{s}: usize = b{s}{step};"));
+            }
+            self.values(&pass.elems, Scope::Element);
+            self.accumulate(&pass.reduces);
+            self.writes(&pass.writes, Scope::Element);
+            self.line("}");
+            self.finish(&pass.reduces, "len");
+            self.values(&pass.after, Scope::Row);
+        }
+        self.writes(&plan.group_writes, Scope::Row);
+        self.line("}");
+    }
+
+    fn full(&mut self, domain: &[DimId], plan: &Plan) {
+        self.line(format!("let n: usize = {};", self.layout.product(domain)));
+        self.values(&plan.prologue, Scope::Row);
+        let pass = &plan.passes[0];
+        self.init_accumulators(&pass.reduces);
+        self.element_loop(domain, pass);
+        self.finish(&pass.reduces, "n");
+        self.values(&pass.after, Scope::Row);
+        self.writes(&plan.group_writes, Scope::Row);
+    }
+
+    fn reduction(&self, id: NodeId) -> (Reduce, Elem, NodeId) {
+        match self.k.nodes[id].op {
+            Op::Reduce(op, a, _) => (op, self.k.nodes[id].elem(), a),
+            _ => unreachable!("the plan lists reductions"),
+        }
+    }
+
+    fn init_accumulators(&mut self, reduces: &[NodeId]) {
+        for &r in reduces {
+            let (op, e, _) = self.reduction(r);
+            let (t, init) = match (op, e.is_float()) {
+                (Reduce::Sum | Reduce::Mean, true) => ("f64", "0.0".to_string()),
+                (Reduce::Prod, true) => ("f64", "1.0".to_string()),
+                (Reduce::Sum, false) => (e.name(), "0".to_string()),
+                (Reduce::Prod, false) => (e.name(), "1".to_string()),
+                (Reduce::Max, true) => (e.name(), format!("{}::NEG_INFINITY", e.name())),
+                (Reduce::Min, true) => (e.name(), format!("{}::INFINITY", e.name())),
+                (Reduce::Max, false) => (e.name(), format!("{}::MIN", e.name())),
+                (Reduce::Min, false) => (e.name(), format!("{}::MAX", e.name())),
+                (Reduce::Mean, false) => unreachable!("check rejects integer means"),
+            };
+            self.line(format!("let mut acc{r}: {t} = {init};"));
+        }
+    }
+
+    fn accumulate(&mut self, reduces: &[NodeId]) {
+        for &r in reduces {
+            let (op, e, a) = self.reduction(r);
+            let step = match (op, e.is_float()) {
+                (Reduce::Sum | Reduce::Mean, true) => format!("acc{r} + v{a} as f64"),
+                (Reduce::Prod, true) => format!("acc{r} * v{a} as f64"),
+                (Reduce::Sum, false) => format!("acc{r}.wrapping_add(v{a})"),
+                (Reduce::Prod, false) => format!("acc{r}.wrapping_mul(v{a})"),
+                (Reduce::Max, _) => format!("acc{r}.max(v{a})"),
+                (Reduce::Min, _) => format!("acc{r}.min(v{a})"),
+                (Reduce::Mean, false) => unreachable!("check rejects integer means"),
+            };
+            self.line(format!("acc{r} = {step};"));
+        }
+    }
+
+    fn finish(&mut self, reduces: &[NodeId], count: &str) {
+        for &r in reduces {
+            let (op, e, _) = self.reduction(r);
+            let t = e.name();
+            let value = match op {
+                Reduce::Mean => format!("(acc{r} / {count} as f64) as {t}"),
+                _ if e.is_float() && matches!(op, Reduce::Sum | Reduce::Prod) => format!("acc{r} as {t}"),
+                _ => format!("acc{r}"),
+            };
+            self.line(format!("let v{r}: {t} = {value};"));
+        }
+    }
+
+    fn writes(&mut self, outputs: &[usize], scope: Scope) {
+        for &o in outputs {
+            let out = &self.k.outputs[o];
+            let at = self.at(&out.shape.clone(), scope);
+            self.line(format!("out{o}[{at}] = v{};", out.node));
+        }
+    }
+
+    fn at(&self, shape: &[DimId], scope: Scope) -> String {
+        let s = self.shape_index(shape);
+        match (scope, &self.k.launch) {
+            (Scope::Element, _) => format!("o{s}"),
+            (Scope::Row, Launch::Rows { .. }) => format!("b{s}"),
+            (Scope::Row, _) => "0".into(),
+        }
+    }
+
+    fn values(&mut self, nodes: &[NodeId], scope: Scope) {
+        for &id in nodes {
+            let e = self.expr(id, scope);
+            let t = self.k.nodes[id].elem().name();
+            self.line(format!("let v{id}: {t} = {e};"));
+        }
+    }
+
+    fn expr(&self, id: NodeId, scope: Scope) -> String {
+        let k = self.k;
+        let node = &k.nodes[id];
+        let e = node.elem();
+        let v = |i: &NodeId| format!("v{i}");
+        match &node.op {
+            Op::Load(p) => {
+                let param = &k.params[*p];
+                let at = self.at(param.shape.as_ref().expect("a tensor"), scope);
+                format!("p_{}[{at}]", crate::expand::plain_name(&param.name))
+            }
+            Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
+            Op::Int(value) if e.is_float() => float_bits(&value.to_string(), e),
+            Op::Int(value) => format!("({value}{})", e.name()),
+            Op::Float(digits) => float_bits(digits, e),
+            Op::Bool(b) => b.to_string(),
+            Op::Unary(UnOp::Neg, a) if e.is_float() => format!("(-v{a})"),
+            Op::Unary(UnOp::Neg, a) => format!("v{a}.wrapping_neg()"),
+            Op::Unary(UnOp::Not, a) => format!("(!v{a})"),
+            Op::Binary(op, a, b) => binary(*op, k.nodes[*a].elem(), &v(a), &v(b)),
+            Op::Cast(a) => format!("(v{a} as {})", e.name()),
+            Op::Select(c, a, b) => format!("(if v{c} {{ v{a} }} else {{ v{b} }})"),
+            Op::Call(f, args) => {
+                let args: Vec<String> = args.iter().map(v).collect();
+                call(*f, k.nodes[node.op.operands()[0]].elem(), &args)
+            }
+            Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
+        }
+    }
+}
+
+/// A float literal, exactly: the bits of the value the literal denotes in its type.
+fn float_bits(digits: &str, e: Elem) -> String {
+    if e == Elem::F32 {
+        let v: f32 = digits.parse().unwrap_or(f32::NAN);
+        format!("f32::from_bits({:#x})", v.to_bits())
+    } else {
+        let v: f64 = digits.parse().unwrap_or(f64::NAN);
+        format!("f64::from_bits({:#x})", v.to_bits())
+    }
+}
+
+fn binary(op: BinOp, e: Elem, a: &str, b: &str) -> String {
+    use BinOp::*;
+    let wrapping = |name: &str| format!("{a}.wrapping_{name}({b})");
+    match op {
+        Add if e.is_int() => wrapping("add"),
+        Sub if e.is_int() => wrapping("sub"),
+        Mul if e.is_int() => wrapping("mul"),
+        Div if e.is_int() => format!("{OPS}::div({a}, {b})"),
+        Rem if e.is_int() => format!("{OPS}::rem({a}, {b})"),
+        Shl => format!("{a}.wrapping_shl({b} as u32)"),
+        Shr => format!("{a}.wrapping_shr({b} as u32)"),
+        _ => format!("({a} {} {b})", op.symbol()),
+    }
+}
+
+fn call(f: Func, e: Elem, a: &[String]) -> String {
+    use Func::*;
+    let x = &a[0];
+    let method = |name: &str| {
+        let rest = a[1..].join(", ");
+        format!("{x}.{name}({rest})")
+    };
+    let op = |name: &str| format!("{OPS}::{name}({})", a.join(", "));
+    match f {
+        Exp => method("exp"),
+        Exp2 => method("exp2"),
+        Ln => method("ln"),
+        Log2 => method("log2"),
+        Log10 => method("log10"),
+        Sqrt => method("sqrt"),
+        Cbrt => method("cbrt"),
+        Recip => method("recip"),
+        Sin => method("sin"),
+        Cos => method("cos"),
+        Tan => method("tan"),
+        Sinh => method("sinh"),
+        Cosh => method("cosh"),
+        Tanh => method("tanh"),
+        Asin => method("asin"),
+        Acos => method("acos"),
+        Atan => method("atan"),
+        Asinh => method("asinh"),
+        Acosh => method("acosh"),
+        Atanh => method("atanh"),
+        ExpM1 => method("exp_m1"),
+        Ln1p => method("ln_1p"),
+        Floor => method("floor"),
+        Ceil => method("ceil"),
+        Round => method("round"),
+        Trunc => method("trunc"),
+        Fract => method("fract"),
+        ToDegrees => method("to_degrees"),
+        ToRadians => method("to_radians"),
+        Abs if e.is_float() => method("abs"),
+        Abs => method("wrapping_abs"),
+        Signum => method("signum"),
+        Atan2 => method("atan2"),
+        Powf => method("powf"),
+        Hypot => method("hypot"),
+        Copysign => method("copysign"),
+        Max => method("max"),
+        Min => method("min"),
+        MulAdd => method("mul_add"),
+        IsNan => method("is_nan"),
+        IsFinite => method("is_finite"),
+        IsInfinite => method("is_infinite"),
+        IsSignNegative => method("is_sign_negative"),
+        IsSignPositive => method("is_sign_positive"),
+        Pow => method("wrapping_pow"),
+        CountOnes => method("count_ones"),
+        LeadingZeros => method("leading_zeros"),
+        TrailingZeros => method("trailing_zeros"),
+        Clamp => op("clamp"),
+        Powi => op("powi"),
+        Sigmoid => op("sigmoid"),
+        Relu => op("relu"),
+        Gelu => op("gelu"),
+        GeluTanh => op("gelu_tanh"),
+        Silu => op("silu"),
+        Softplus => op("softplus"),
+        Erf => op("erf"),
+        Rsqrt => op("rsqrt"),
+    }
+}

@@ -1,0 +1,111 @@
+//! The error collector and the catalogue of every message the macro can give.
+//!
+//! Every user error is written once here, in rustc's voice: lower case, no final period, code in
+//! backticks, what is wrong first and the fix after. Proc macros on stable cannot attach notes, so
+//! the fix follows in the same message.
+
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use std::fmt::Display;
+
+/// Collects errors so that one build reports every independent mistake, as rustc does.
+#[derive(Default)]
+pub struct Errors {
+    list: Vec<syn::Error>,
+}
+
+impl Errors {
+    pub fn at(&mut self, span: Span, message: impl Display) {
+        self.list.push(syn::Error::new(span, message));
+    }
+
+    pub fn spanned(&mut self, tokens: impl ToTokens, message: impl Display) {
+        self.list.push(syn::Error::new_spanned(tokens, message));
+    }
+
+    pub fn push(&mut self, error: syn::Error) {
+        self.list.push(error);
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+
+    /// Ends a stage: all collected errors as one, or nothing.
+    pub fn propagate(&mut self) -> Result<(), syn::Error> {
+        let mut list = std::mem::take(&mut self.list).into_iter();
+        let Some(mut first) = list.next() else {
+            return Ok(());
+        };
+        for e in list {
+            first.combine(e);
+        }
+        Err(first)
+    }
+}
+
+/// The closest of `candidates` to `name`, if it is close enough to be a likely misspelling.
+pub fn closest<'a>(name: &str, candidates: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    let limit = (name.chars().count() / 3).max(1);
+    candidates
+        .into_iter()
+        .map(|c| (edit_distance(name, c), c))
+        .filter(|&(d, c)| d <= limit && c != name)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != cb)).min(row[j] + 1).min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
+/// `, did you mean `x`?` or nothing.
+pub fn did_you_mean(suggestion: Option<&str>) -> String {
+    match suggestion {
+        Some(s) => format!("; did you mean `{s}`?"),
+        None => String::new(),
+    }
+}
+
+/// The tokens of a syntax node, for errors that span it.
+pub fn tokens(node: &impl ToTokens) -> TokenStream {
+    node.to_token_stream()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closest_finds_one_edit_away() {
+        assert_eq!(closest("exq", ["exp", "ln", "sqrt"]), Some("exp"));
+        assert_eq!(closest("colz", ["rows", "cols"]), Some("cols"));
+        assert_eq!(closest("zzzz", ["exp", "ln"]), None);
+    }
+
+    #[test]
+    fn errors_combine_in_order() {
+        let mut cx = Errors::default();
+        assert!(cx.propagate().is_ok());
+        cx.at(Span::call_site(), "first");
+        cx.at(Span::call_site(), "second");
+        let e = cx.propagate().unwrap_err();
+        let all: Vec<String> = e.into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(all, ["first", "second"]);
+    }
+}

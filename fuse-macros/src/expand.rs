@@ -1,0 +1,380 @@
+//! The generated Rust items. For each `fn name` of the input:
+//! - `fn name(dev, inputs..) -> Result<outputs, Error>`, which allocates its outputs;
+//! - `mod name` with `CUDA_SOURCE`, the write-into form `into(dev, inputs.., &mut outputs..)`, the
+//!   signature the runtime checks shapes against, and the CPU implementation.
+//!
+//! Generated code names only `::fuse_runtime::…` paths. On any error the items are still emitted,
+//! with the same signatures and unreachable bodies, so that one mistake gives one error.
+
+use crate::check::{check, DEVICE_ARG};
+use crate::error::Errors;
+use crate::ir::{Dim, Kernel, Launch};
+use crate::parse::{Input, KernelDef};
+use crate::ty::Elem;
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::ext::IdentExt;
+
+const RT: &str = "::fuse_runtime";
+
+pub fn fuse(input: TokenStream) -> TokenStream {
+    let input: Input = match syn::parse2(input) {
+        Ok(i) => i,
+        Err(e) => return e.to_compile_error(),
+    };
+    let mut cx = Errors::default();
+    let kernels = check(&input, &mut cx);
+    match cx.propagate() {
+        Ok(()) => kernels.iter().map(expand_kernel).collect(),
+        Err(e) => {
+            let mut out = e.to_compile_error();
+            out.extend(input.kernels.iter().map(stub));
+            out
+        }
+    }
+}
+
+/// An identifier's text without `r#`.
+pub fn plain_name(ident: &Ident) -> String {
+    ident.unraw().to_string()
+}
+
+fn rt() -> TokenStream {
+    RT.parse().expect("a path")
+}
+
+fn elem_tokens(e: Elem) -> TokenStream {
+    e.name().parse().expect("a primitive type")
+}
+
+/// The Rust-facing signature of a kernel, which a stub shares with the real items.
+struct RustSig {
+    inputs: Vec<(Ident, Elem, bool)>,
+    outputs: Vec<Elem>,
+    tuple: bool,
+}
+
+impl RustSig {
+    fn from_def(def: &KernelDef) -> RustSig {
+        let inputs = def
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), p.ty.elem.resolve().unwrap_or(Elem::F32), p.ty.dims.is_some()))
+            .collect();
+        let outputs = def.output.types().iter().map(|t| t.elem.resolve().unwrap_or(Elem::F32)).collect();
+        RustSig { inputs, outputs, tuple: matches!(def.output, crate::parse::Output::Tuple(_)) }
+    }
+
+    fn from_kernel(k: &Kernel) -> RustSig {
+        let inputs = k.params.iter().map(|p| (p.name.clone(), p.elem, p.shape.is_some())).collect();
+        RustSig { inputs, outputs: k.outputs.iter().map(|o| o.elem).collect(), tuple: k.tuple }
+    }
+
+    fn input_params(&self) -> TokenStream {
+        let rt = rt();
+        self.inputs
+            .iter()
+            .map(|(name, e, tensor)| {
+                let t = elem_tokens(*e);
+                if *tensor {
+                    quote!(#name: &#rt::Buffer<#t>,)
+                } else {
+                    quote!(#name: #t,)
+                }
+            })
+            .collect()
+    }
+
+    fn output_names(&self) -> Vec<Ident> {
+        (0..self.outputs.len())
+            .map(|j| {
+                let mut name = if self.tuple { format!("out{j}") } else { "out".to_string() };
+                while self.inputs.iter().any(|(n, _, _)| plain_name(n) == name) || name == DEVICE_ARG {
+                    name.push('_');
+                }
+                Ident::new(&name, Span::call_site())
+            })
+            .collect()
+    }
+
+    fn output_params(&self) -> TokenStream {
+        let rt = rt();
+        self.output_names()
+            .iter()
+            .zip(&self.outputs)
+            .map(|(name, e)| {
+                let t = elem_tokens(*e);
+                quote!(#name: &mut #rt::Buffer<#t>,)
+            })
+            .collect()
+    }
+
+    fn return_type(&self) -> TokenStream {
+        let rt = rt();
+        let types: Vec<TokenStream> = self.outputs.iter().map(|e| {
+            let t = elem_tokens(*e);
+            quote!(#rt::Buffer<#t>)
+        }).collect();
+        if self.tuple {
+            quote!((#(#types),*))
+        } else {
+            quote!(#(#types)*)
+        }
+    }
+
+    fn input_names(&self) -> Vec<&Ident> {
+        self.inputs.iter().map(|(n, _, _)| n).collect()
+    }
+}
+
+fn stub(def: &KernelDef) -> TokenStream {
+    let sig = RustSig::from_def(def);
+    let (vis, name, attrs) = (&def.vis, &def.name, &def.attrs);
+    let rt = rt();
+    let dev = format_ident!("{}", DEVICE_ARG);
+    let (inputs, outputs, ret) = (sig.input_params(), sig.output_params(), sig.return_type());
+    let unreachable = quote!(::core::unreachable!("this `fuse!` kernel has errors"));
+    quote! {
+        #(#attrs)*
+        #[allow(unused_variables, clippy::all)]
+        #vis fn #name(#dev: &#rt::Device, #inputs) -> ::core::result::Result<#ret, #rt::Error> { #unreachable }
+        #[allow(unused_variables, clippy::all)]
+        #vis mod #name {
+            pub const CUDA_SOURCE: &str = "";
+            pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> { #unreachable }
+        }
+    }
+}
+
+fn expand_kernel(k: &Kernel) -> TokenStream {
+    let plan = crate::plan::plan(k);
+    let source = crate::cuda::source(k, &plan);
+    let sig = RustSig::from_kernel(k);
+    let rt = rt();
+    let (vis, name, attrs) = (&k.vis, &k.name, &k.attrs);
+    let dev = format_ident!("{}", DEVICE_ARG);
+    let (inputs, ret) = (sig.input_params(), sig.return_type());
+    let input_names = sig.input_names();
+    let out_names = sig.output_names();
+    let n_inputs = k.params.iter().filter(|p| p.shape.is_some()).count();
+    let tensor_inputs: Vec<&Ident> = k.tensor_params().map(|(_, p, _)| &p.name).collect();
+    let alloc = out_names.iter().zip(&k.outputs).enumerate().map(|(j, (o, out))| {
+        let t = elem_tokens(out.elem);
+        let index = n_inputs + j;
+        quote! {
+            let mut #o = #rt::__private::alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::SIGNATURE, #index, &dims))?;
+        }
+    });
+    let result = if k.tuple { quote!((#(#out_names),*)) } else { quote!(#(#out_names)*) };
+    let doc = fn_doc(k);
+    let mod_doc = format!("Items of the fused kernel [`{}()`](fn@{}): its CUDA C text and its write-into form.", plain_name(name), plain_name(name));
+    let module = module_items(k, &plan, &sig, &source);
+    quote! {
+        #(#attrs)*
+        #[doc = #doc]
+        #vis fn #name(#dev: &#rt::Device, #inputs) -> ::core::result::Result<#ret, #rt::Error> {
+            let dims = #rt::__private::bind(&#name::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*])?;
+            #(#alloc)*
+            #name::into(#dev, #(#input_names,)* #(&mut #out_names),*)?;
+            ::core::result::Result::Ok(#result)
+        }
+        #[doc = #mod_doc]
+        #vis mod #name {
+            #module
+        }
+    }
+}
+
+fn fn_doc(k: &Kernel) -> String {
+    let params: Vec<String> = k
+        .params
+        .iter()
+        .map(|p| match &p.shape {
+            Some(s) => format!("`{}: {}`", plain_name(&p.name), type_text(k, p.elem, s)),
+            None => format!("`{}: {}`", plain_name(&p.name), p.elem),
+        })
+        .collect();
+    let outputs: Vec<String> = k.outputs.iter().map(|o| format!("`{}`", type_text(k, o.elem, &o.shape))).collect();
+    format!(
+        "\n\nFused kernel, one launch ({}). Takes {}; returns {}, allocated on `dev`. \
+         Shapes are checked against the declared dims at the call. `{}::into` writes into \
+         preallocated outputs; `{}::CUDA_SOURCE` is the generated CUDA C.",
+        launch_text(k),
+        if params.is_empty() { "nothing".to_string() } else { params.join(", ") },
+        outputs.join(", "),
+        plain_name(&k.name),
+        plain_name(&k.name),
+    )
+}
+
+fn type_text(k: &Kernel, e: Elem, shape: &[usize]) -> String {
+    if shape.is_empty() {
+        return e.to_string();
+    }
+    let dims: Vec<String> = shape.iter().map(|&d| k.dims[d].to_string()).collect();
+    format!("[{e}; {}]", dims.join(", "))
+}
+
+fn launch_text(k: &Kernel) -> String {
+    match &k.launch {
+        Launch::Map { .. } => "elementwise".into(),
+        Launch::Rows { axis, .. } => format!("reducing over `{}` row by row", k.dims[*axis]),
+        Launch::Full { .. } => "reducing over every element".into(),
+    }
+}
+
+/// The size of a dim at launch: an entry of `dims` or a fixed literal.
+fn dim_size(k: &Kernel, d: usize) -> TokenStream {
+    match (&k.dims[d], k.named_index(d)) {
+        (_, Some(i)) => quote!(dims[#i]),
+        (Dim::Fixed(v), None) => {
+            let v = *v as usize;
+            quote!(#v)
+        }
+        (Dim::Named(_), None) => unreachable!("a named dim has an index"),
+    }
+}
+
+fn product(k: &Kernel, dims: &[usize]) -> TokenStream {
+    let sizes = dims.iter().map(|&d| dim_size(k, d));
+    quote!((1u64 #(* (#sizes as u64))*))
+}
+
+fn geometry(k: &Kernel) -> TokenStream {
+    let g = quote!(::fuse_runtime::__private::Geometry);
+    match &k.launch {
+        Launch::Map { domain } => {
+            let elems = product(k, domain);
+            quote!(#g::Map { elems: #elems })
+        }
+        Launch::Rows { domain, axis } => {
+            let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
+            let (groups, len) = (product(k, &rows), product(k, &[*axis]));
+            quote!(#g::Rows { groups: #groups, row_len: #len })
+        }
+        Launch::Full { domain } => {
+            let elems = product(k, domain);
+            let slots = k.nodes.iter().filter(|n| matches!(n.op, crate::ir::Op::Reduce(..))).count() as u32;
+            quote!(#g::Full { elems: #elems, slots: #slots })
+        }
+    }
+}
+
+fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
+    let rt = rt();
+    let dims: Vec<&str> = k.named_dims().map(|(_, n)| n).collect();
+    let dim_refs = |shape: &[usize]| -> Vec<TokenStream> {
+        shape
+            .iter()
+            .map(|&d| match (&k.dims[d], k.named_index(d)) {
+                (_, Some(i)) => quote!(#rt::__private::DimRef::Named(#i)),
+                (Dim::Fixed(v), None) => {
+                    let v = *v as usize;
+                    quote!(#rt::__private::DimRef::Fixed(#v))
+                }
+                _ => unreachable!("a named dim has an index"),
+            })
+            .collect()
+    };
+    let inputs = k.tensor_params().map(|(_, p, s)| (plain_name(&p.name), s.clone(), false));
+    let outputs = sig.output_names().into_iter().zip(&k.outputs).map(|(n, o)| (plain_name(&n), o.shape.clone(), true));
+    let tensors = inputs.chain(outputs).map(|(name, shape, output)| {
+        let refs = dim_refs(&shape);
+        quote!(#rt::__private::TensorSig { name: #name, dims: &[#(#refs),*], output: #output })
+    });
+    let kernel = plain_name(&k.name);
+    quote! {
+        #[doc(hidden)]
+        pub static SIGNATURE: #rt::__private::Signature = #rt::__private::Signature {
+            kernel: #kernel,
+            dims: &[#(#dims),*],
+            tensors: &[#(#tensors),*],
+        };
+    }
+}
+
+fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &str) -> TokenStream {
+    let rt = rt();
+    let dev = format_ident!("{}", DEVICE_ARG);
+    let (inputs, outputs) = (sig.input_params(), sig.output_params());
+    let kernel = plain_name(&k.name);
+    let symbol = crate::cuda::symbol(k);
+    let signature = signature(k, sig);
+    let out_names = sig.output_names();
+    let tensor_inputs: Vec<&Ident> = k.tensor_params().map(|(_, p, _)| &p.name).collect();
+    let scalars: Vec<&Ident> = k.params.iter().filter(|p| p.shape.is_none()).map(|p| &p.name).collect();
+    let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(dims[#i])));
+    let geometry = geometry(k);
+    let cpu = cpu_items(k, plan, sig);
+    let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate.");
+    quote! {
+        /// The CUDA C text of this kernel, compiled by NVRTC on its first use on a device.
+        pub const CUDA_SOURCE: &str = #source;
+        #[doc(hidden)]
+        pub static KERNEL: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: CUDA_SOURCE };
+        #rt::__private::inventory::submit! {
+            #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: CUDA_SOURCE }
+        }
+        #signature
+        #[doc = #into_doc]
+        pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> {
+            let dims = #rt::__private::bind(
+                &SIGNATURE,
+                #dev,
+                &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer,)* #(&*#out_names as &dyn #rt::__private::AnyBuffer),*],
+            )?;
+            if #rt::__private::is_cpu(#dev) {
+                return cpu(&dims, #(#tensor_inputs,)* #(#scalars,)* #(#out_names),*);
+            }
+            #rt::__private::launch(#dev, &KERNEL, #geometry, &[
+                #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
+                #(#rt::__private::Arg::Buffer(&*#out_names),)*
+                #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
+                #(#dim_args,)*
+            ])
+        }
+        #cpu
+    }
+}
+
+fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream {
+    let rt = rt();
+    let out_names = sig.output_names();
+    let tensors: Vec<(&Ident, TokenStream)> = k.tensor_params().map(|(_, p, _)| (&p.name, elem_tokens(p.elem))).collect();
+    let scalars: Vec<(&Ident, TokenStream)> =
+        k.params.iter().filter(|p| p.shape.is_none()).map(|p| (&p.name, elem_tokens(p.elem))).collect();
+    let outs: Vec<TokenStream> = k.outputs.iter().map(|o| elem_tokens(o.elem)).collect();
+    let (t_names, t_types): (Vec<_>, Vec<_>) = tensors.iter().cloned().unzip();
+    let (s_names, s_types): (Vec<_>, Vec<_>) = scalars.iter().cloned().unzip();
+    // Host copies in `cpu`; the parameter names of `compute`, which the CPU backend's body uses.
+    let h_t: Vec<Ident> = (0..t_names.len()).map(|i| format_ident!("__t{}", i)).collect();
+    let h_o: Vec<Ident> = (0..outs.len()).map(|j| format_ident!("__o{}", j)).collect();
+    let p_t: Vec<Ident> = t_names.iter().map(|n| format_ident!("p_{}", plain_name(n))).collect();
+    let p_s: Vec<Ident> = s_names.iter().map(|n| format_ident!("p_{}", plain_name(n))).collect();
+    let out_idents: Vec<Ident> = (0..outs.len()).map(|j| format_ident!("out{}", j)).collect();
+    let dim_lets = k.named_dims().enumerate().map(|(i, (_, n))| {
+        let d = format_ident!("d_{}", n);
+        quote!(let #d: usize = dims[#i];)
+    });
+    let body: TokenStream = crate::cpu::body(k, plan).parse().expect("the CPU backend writes valid Rust");
+    quote! {
+        #[allow(clippy::too_many_arguments)]
+        fn cpu(
+            dims: &[usize],
+            #(#t_names: &#rt::Buffer<#t_types>,)*
+            #(#s_names: #s_types,)*
+            #(#out_names: &mut #rt::Buffer<#outs>,)*
+        ) -> ::core::result::Result<(), #rt::Error> {
+            #(let #h_t = #rt::__private::host_read(#t_names)?;)*
+            #(let mut #h_o = #rt::__private::host_read(&*#out_names)?;)*
+            compute(dims, #(&#h_t,)* #(#s_names,)* #(&mut #h_o),*);
+            #(#rt::__private::host_write(#out_names, #h_o)?;)*
+            ::core::result::Result::Ok(())
+        }
+        #[allow(unused, clippy::all, clippy::pedantic)]
+        fn compute(dims: &[usize], #(#p_t: &[#t_types],)* #(#p_s: #s_types,)* #(#out_idents: &mut [#outs]),*) {
+            #(#dim_lets)*
+            #body
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! Fusion legality: whether a kernel's outputs and reductions can share one launch, and if so how
+//! that launch iterates. Every rule here is a user error with the reason and the split that fixes it.
+
+use crate::error::Errors;
+use crate::ir::{DimId, Kernel, Launch, Op};
+use crate::parse::Expr;
+use crate::typing::is_subsequence;
+
+const SPLIT: &str = "split it into two `fn`s, each one launch, and pass the first one's result to the second";
+
+pub fn launch(k: &Kernel, _tail: &Expr, cx: &mut Errors) -> Option<Launch> {
+    let live = live_nodes(k);
+    let reduces: Vec<(usize, Option<DimId>)> = (0..k.nodes.len())
+        .filter(|&i| live[i])
+        .filter_map(|i| match k.nodes[i].op {
+            Op::Reduce(_, _, dim) => Some((i, dim)),
+            _ => None,
+        })
+        .collect();
+    let Some(&(first, first_dim)) = reduces.first() else {
+        return map_launch(k, cx);
+    };
+    for &(id, dim) in &reduces[1..] {
+        if dim != first_dim {
+            let message = match (first_dim, dim) {
+                (Some(a), Some(b)) => format!(
+                    "this reduces over `{}`, but this kernel already reduces over `{}`: one launch reduces over one dim (each block owns a run of that dim), so reductions over two different dims, or a reduction of a reduction over another dim, need two launches; {SPLIT}",
+                    k.dims[b], k.dims[a]
+                ),
+                _ => format!(
+                    "this kernel has both a reduction over every element and a reduction over one dim; one launch does only one of the two; {SPLIT}"
+                ),
+            };
+            cx.spanned(&k.nodes[id].tokens, message);
+            return None;
+        }
+    }
+    match first_dim {
+        None => full_launch(k, &live, first, cx),
+        Some(axis) => rows_launch(k, &reduces, axis, cx),
+    }
+}
+
+/// Which nodes the outputs depend on; the others are never computed.
+pub fn live_nodes(k: &Kernel) -> Vec<bool> {
+    let mut live = vec![false; k.nodes.len()];
+    for o in &k.outputs {
+        live[o.node] = true;
+    }
+    for i in (0..k.nodes.len()).rev() {
+        if live[i] {
+            for o in k.nodes[i].op.operands() {
+                live[o] = true;
+            }
+        }
+    }
+    live
+}
+
+fn map_launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
+    let domain = k.outputs.iter().map(|o| o.shape.clone()).max_by_key(Vec::len).unwrap_or_default();
+    for o in &k.outputs {
+        if o.shape != domain {
+            let message = format!(
+                "this output has shape `{}` but another has `{}`: an elementwise kernel writes every output at each element of one domain, so outputs of different shapes need two launches; {SPLIT}",
+                k.shape_text(&o.shape),
+                k.shape_text(&domain)
+            );
+            cx.spanned(&k.nodes[o.node].tokens, message);
+            return None;
+        }
+    }
+    Some(Launch::Map { domain })
+}
+
+fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Option<Launch> {
+    let Op::Reduce(_, operand, _) = k.nodes[first].op else { unreachable!("`first` is a reduction") };
+    let domain = k.nodes[operand].shape.clone();
+    // A value over elements that depends on a full reduction needs the whole reduction first.
+    let mut after_full = vec![false; k.nodes.len()];
+    for (i, node) in k.nodes.iter().enumerate() {
+        after_full[i] = matches!(node.op, Op::Reduce(..)) || node.op.operands().iter().any(|&o| after_full[o]);
+        if live[i] && after_full[i] && !node.shape.is_empty() {
+            let message = format!(
+                "this uses the result of a reduction over every element again elementwise, over the elements it reduced: every element would have to wait for the whole reduction, which takes a second launch; {SPLIT} (e.g. `fn total(x) -> f32 {{ sum(x) }}` and `fn scale(x, s: f32) -> [..] {{ x / s }}`)"
+            );
+            cx.spanned(&node.tokens, message);
+            return None;
+        }
+        if let Op::Reduce(_, a, None) = node.op {
+            if live[i] && k.nodes[a].shape != domain {
+                let message = format!(
+                    "this reduces a tensor of shape `{}`, but this kernel also reduces one of shape `{}`: full reductions in one launch iterate over one domain; {SPLIT}",
+                    k.shape_text(&k.nodes[a].shape),
+                    k.shape_text(&domain)
+                );
+                cx.spanned(&node.tokens, message);
+                return None;
+            }
+        }
+    }
+    for o in &k.outputs {
+        if !o.shape.is_empty() && o.shape != domain {
+            domain_error(k, o.node, &domain, "a scalar", cx);
+            return None;
+        }
+    }
+    Some(Launch::Full { domain })
+}
+
+fn rows_launch(k: &Kernel, reduces: &[(usize, Option<DimId>)], axis: DimId, cx: &mut Errors) -> Option<Launch> {
+    let mut shapes: Vec<(usize, &Vec<DimId>)> = reduces
+        .iter()
+        .map(|&(id, _)| match k.nodes[id].op {
+            Op::Reduce(_, a, _) => (id, &k.nodes[a].shape),
+            _ => unreachable!("`reduces` holds reductions"),
+        })
+        .collect();
+    shapes.extend(k.outputs.iter().map(|o| (o.node, &o.shape)));
+    let domain = shapes.iter().map(|(_, s)| (*s).clone()).max_by_key(Vec::len).unwrap_or_default();
+    for &(id, shape) in &shapes {
+        if !is_subsequence(shape, &domain) {
+            let message = format!(
+                "this is over `{}`, which does not fit in `{}`, the domain of the rest of this kernel: values that share one launch must broadcast into one domain; {SPLIT}",
+                k.shape_text(shape),
+                k.shape_text(&domain)
+            );
+            cx.spanned(&k.nodes[id].tokens, message);
+            return None;
+        }
+    }
+    let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+    for o in &k.outputs {
+        if o.shape != domain && o.shape != rows {
+            let per_row = format!("`{}` (one value per row)", k.shape_text(&rows));
+            domain_error(k, o.node, &domain, &per_row, cx);
+            return None;
+        }
+    }
+    Some(Launch::Rows { domain, axis })
+}
+
+fn domain_error(k: &Kernel, node: usize, domain: &[DimId], other: &str, cx: &mut Errors) {
+    let message = format!(
+        "this output has shape `{}`, but this kernel iterates over `{}`: each output of one launch is over `{}` or is {other}; {SPLIT}",
+        k.shape_text(&k.nodes[node].shape),
+        k.shape_text(domain),
+        k.shape_text(domain)
+    );
+    cx.spanned(&k.nodes[node].tokens, message);
+}

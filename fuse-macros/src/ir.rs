@@ -1,0 +1,170 @@
+//! The checked kernel: typed values in a `Vec`, referred to by index, in dependency order.
+
+use crate::func::Func;
+use crate::parse::{BinOp, UnOp};
+use crate::ty::{Elem, Ty};
+use proc_macro2::TokenStream;
+use syn::{Attribute, Ident, Visibility};
+
+pub type NodeId = usize;
+pub type DimId = usize;
+
+/// A dim of the kernel: a name bound at launch, or a size fixed in the source.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Dim {
+    Named(String),
+    Fixed(u64),
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            Dim::Named(n) => f.write_str(n),
+            Dim::Fixed(v) => write!(f, "{v}"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Reduce {
+    Sum,
+    Prod,
+    Max,
+    Min,
+    Mean,
+}
+
+impl Reduce {
+    pub fn from_name(name: &str) -> Option<Reduce> {
+        Some(match name {
+            "sum" => Reduce::Sum,
+            "prod" => Reduce::Prod,
+            "max" => Reduce::Max,
+            "min" => Reduce::Min,
+            "mean" => Reduce::Mean,
+            _ => return None,
+        })
+    }
+
+    pub const NAMES: [&'static str; 5] = ["sum", "prod", "max", "min", "mean"];
+}
+
+#[derive(Clone, Debug)]
+pub enum Op {
+    /// The current element of tensor parameter `i`.
+    Load(usize),
+    /// Scalar parameter `i`.
+    Scalar(usize),
+    Int(i128),
+    Float(String),
+    Bool(bool),
+    Unary(UnOp, NodeId),
+    Binary(BinOp, NodeId, NodeId),
+    /// A conversion to the node's type.
+    Cast(NodeId),
+    Select(NodeId, NodeId, NodeId),
+    Call(Func, Vec<NodeId>),
+    /// A reduction over one dim, or over every element (`None`).
+    Reduce(Reduce, NodeId, Option<DimId>),
+}
+
+impl Op {
+    pub fn operands(&self) -> Vec<NodeId> {
+        match self {
+            Op::Load(_) | Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => vec![],
+            Op::Unary(_, a) | Op::Cast(a) | Op::Reduce(_, a, _) => vec![*a],
+            Op::Binary(_, a, b) => vec![*a, *b],
+            Op::Select(c, a, b) => vec![*c, *a, *b],
+            Op::Call(_, args) => args.clone(),
+        }
+    }
+}
+
+pub struct Node {
+    pub op: Op,
+    pub ty: Ty,
+    pub shape: Vec<DimId>,
+    pub tokens: TokenStream,
+}
+
+impl Node {
+    /// The element type; past `check` every node has one.
+    pub fn elem(&self) -> Elem {
+        match self.ty {
+            Ty::Elem(e) => e,
+            _ => unreachable!("check resolves every literal type"),
+        }
+    }
+}
+
+pub struct ParamInfo {
+    pub name: Ident,
+    pub elem: Elem,
+    /// `None` for a scalar parameter.
+    pub shape: Option<Vec<DimId>>,
+}
+
+pub struct OutputInfo {
+    pub elem: Elem,
+    pub shape: Vec<DimId>,
+    pub node: NodeId,
+}
+
+pub struct Kernel {
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub name: Ident,
+    pub dims: Vec<Dim>,
+    pub params: Vec<ParamInfo>,
+    pub outputs: Vec<OutputInfo>,
+    /// Whether the signature returns a tuple.
+    pub tuple: bool,
+    pub nodes: Vec<Node>,
+    pub launch: Launch,
+}
+
+/// How the kernel's one launch iterates, decided by `check` from its reductions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Launch {
+    /// Every output over `domain`, one element per thread step; no reductions.
+    Map { domain: Vec<DimId> },
+    /// Reductions over `axis`: one block per point of `domain` without `axis` (a "row"),
+    /// outputs over `domain` or over the rows.
+    Rows { domain: Vec<DimId>, axis: DimId },
+    /// Reductions over every element of `domain`: outputs over `domain` or scalars.
+    Full { domain: Vec<DimId> },
+}
+
+impl Launch {
+    pub fn domain(&self) -> &[DimId] {
+        match self {
+            Launch::Map { domain } | Launch::Rows { domain, .. } | Launch::Full { domain } => domain,
+        }
+    }
+}
+
+impl Kernel {
+    /// The position of a named dim among the named dims (the kernel's dim arguments).
+    pub fn named_index(&self, dim: DimId) -> Option<usize> {
+        match self.dims[dim] {
+            Dim::Named(_) => Some(self.dims[..dim].iter().filter(|d| matches!(d, Dim::Named(_))).count()),
+            Dim::Fixed(_) => None,
+        }
+    }
+
+    pub fn named_dims(&self) -> impl Iterator<Item = (DimId, &str)> {
+        self.dims.iter().enumerate().filter_map(|(i, d)| match d {
+            Dim::Named(n) => Some((i, n.as_str())),
+            Dim::Fixed(_) => None,
+        })
+    }
+
+    pub fn tensor_params(&self) -> impl Iterator<Item = (usize, &ParamInfo, &Vec<DimId>)> {
+        self.params.iter().enumerate().filter_map(|(i, p)| p.shape.as_ref().map(|s| (i, p, s)))
+    }
+
+    pub fn shape_text(&self, shape: &[DimId]) -> String {
+        let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
+        format!("[{}]", dims.join(", "))
+    }
+}

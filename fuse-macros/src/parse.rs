@@ -1,0 +1,598 @@
+//! The syntax tree of a `fuse!` block. Kernel signatures use the language's own type syntax
+//! (`[f32; rows, cols]`), parsed here by hand; bodies are Rust expressions, parsed by syn and then
+//! lowered to [`Expr`], which keeps only what the language has. Every node keeps its tokens so that
+//! errors point at exactly the offending code.
+
+use crate::error::{tokens, Errors};
+use crate::ty::Elem;
+use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
+use syn::parse::{Parse, ParseStream};
+use syn::punctuated::Punctuated;
+use syn::{Attribute, Ident, LitInt, Token, Visibility};
+
+/// The whole macro input: a list of kernels.
+pub struct Input {
+    pub kernels: Vec<KernelDef>,
+}
+
+pub struct KernelDef {
+    pub attrs: Vec<Attribute>,
+    pub vis: Visibility,
+    pub name: Ident,
+    pub params: Vec<Param>,
+    pub output: Output,
+    pub output_tokens: TokenStream,
+    pub body: Vec<syn::Stmt>,
+    pub body_span: Span,
+}
+
+pub struct Param {
+    pub name: Ident,
+    pub ty: TypeDecl,
+}
+
+/// A declared type: `T` (a scalar) or `[T; d1, .., dk]` (a tensor).
+pub struct TypeDecl {
+    pub elem: ElemName,
+    pub dims: Option<Vec<DimDecl>>,
+    pub tokens: TokenStream,
+}
+
+/// An element type as written; [`crate::check`] resolves it.
+pub struct ElemName {
+    pub ty: syn::Type,
+}
+
+impl ElemName {
+    /// The element type, or `None` if it is not one of the language's.
+    pub fn resolve(&self) -> Option<Elem> {
+        match &self.ty {
+            syn::Type::Path(p) if p.qself.is_none() => {
+                p.path.get_ident().and_then(|i| Elem::from_name(&i.to_string()))
+            }
+            _ => None,
+        }
+    }
+}
+
+pub enum DimDecl {
+    Named(Ident),
+    Fixed(LitInt),
+}
+
+pub enum Output {
+    One(TypeDecl),
+    Tuple(Vec<TypeDecl>),
+}
+
+impl Output {
+    pub fn types(&self) -> Vec<&TypeDecl> {
+        match self {
+            Output::One(t) => vec![t],
+            Output::Tuple(ts) => ts.iter().collect(),
+        }
+    }
+}
+
+impl Parse for Input {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let mut kernels = Vec::new();
+        while !input.is_empty() {
+            kernels.push(input.parse()?);
+        }
+        Ok(Input { kernels })
+    }
+}
+
+impl Parse for KernelDef {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let attrs = input.call(Attribute::parse_outer)?;
+        let vis: Visibility = input.parse()?;
+        input.parse::<Token![fn]>()?;
+        let name: Ident = input.parse()?;
+        let content;
+        syn::parenthesized!(content in input);
+        let params = Punctuated::<Param, Token![,]>::parse_terminated(&content)?;
+        input.parse::<Token![->]>().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                "expected `->` and the output type: every kernel returns one or more tensors or scalars",
+            )
+        })?;
+        let output_fork = input.fork();
+        let output = parse_output(input)?;
+        let output_tokens = tokens_between(&output_fork, input);
+        let body;
+        let brace = syn::braced!(body in input);
+        let body = body.call(syn::Block::parse_within)?;
+        Ok(KernelDef {
+            attrs,
+            vis,
+            name,
+            params: params.into_iter().collect(),
+            output,
+            output_tokens,
+            body,
+            body_span: brace.span.join(),
+        })
+    }
+}
+
+fn tokens_between(start: ParseStream, end: ParseStream) -> TokenStream {
+    let mut out = TokenStream::new();
+    let mut cursor = start.cursor();
+    while cursor != end.cursor() {
+        let Some((tt, next)) = cursor.token_tree() else {
+            break;
+        };
+        out.extend([tt]);
+        cursor = next;
+    }
+    out
+}
+
+impl Parse for Param {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let name: Ident = input.parse()?;
+        input.parse::<Token![:]>()?;
+        let ty = input.parse()?;
+        Ok(Param { name, ty })
+    }
+}
+
+fn parse_output(input: ParseStream) -> syn::Result<Output> {
+    if input.peek(syn::token::Paren) {
+        let content;
+        syn::parenthesized!(content in input);
+        let items = Punctuated::<TypeDecl, Token![,]>::parse_terminated(&content)?;
+        let mut items: Vec<TypeDecl> = items.into_iter().collect();
+        if items.len() == 1 {
+            return Ok(Output::One(items.remove(0)));
+        }
+        return Ok(Output::Tuple(items));
+    }
+    Ok(Output::One(input.parse()?))
+}
+
+impl Parse for TypeDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        let fork = input.fork();
+        if !input.peek(syn::token::Bracket) {
+            let ty: syn::Type = input.parse()?;
+            let tokens = ty.to_token_stream();
+            return Ok(TypeDecl { elem: ElemName { ty }, dims: None, tokens });
+        }
+        let content;
+        syn::bracketed!(content in input);
+        let ty: syn::Type = content.parse()?;
+        content.parse::<Token![;]>().map_err(|e| {
+            syn::Error::new(e.span(), "expected `;` and the dims of the tensor, as in `[f32; rows, cols]`")
+        })?;
+        let dims = Punctuated::<DimDecl, Token![,]>::parse_terminated(&content)?;
+        let tokens = tokens_between(&fork, input);
+        Ok(TypeDecl { elem: ElemName { ty }, dims: Some(dims.into_iter().collect()), tokens })
+    }
+}
+
+impl Parse for DimDecl {
+    fn parse(input: ParseStream) -> syn::Result<Self> {
+        if input.peek(LitInt) {
+            return Ok(DimDecl::Fixed(input.parse()?));
+        }
+        if input.peek(Ident) {
+            return Ok(DimDecl::Named(input.parse()?));
+        }
+        Err(input.error("expected a dim: a name such as `rows` or an integer literal such as `4`"))
+    }
+}
+
+/// An expression of the language.
+pub struct Expr {
+    pub kind: ExprKind,
+    pub tokens: TokenStream,
+}
+
+pub enum ExprKind {
+    Int { value: i128, suffix: Option<Elem> },
+    Float { digits: String, suffix: Option<Elem> },
+    Bool(bool),
+    Var(Ident),
+    Unary(UnOp, Box<Expr>),
+    Binary(BinOp, Box<Expr>, Box<Expr>, TokenStream),
+    Cast(Box<Expr>, ElemName),
+    If(Box<Expr>, Box<Expr>, Box<Expr>),
+    Call(Ident, Vec<Expr>),
+    Method(Box<Expr>, Ident, Vec<Expr>),
+    Tuple(Vec<Expr>),
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum UnOp {
+    Neg,
+    Not,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Rem,
+    And,
+    Or,
+    BitAnd,
+    BitOr,
+    BitXor,
+    Shl,
+    Shr,
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl BinOp {
+    pub fn is_comparison(self) -> bool {
+        use BinOp::*;
+        matches!(self, Eq | Ne | Lt | Le | Gt | Ge)
+    }
+
+    pub fn symbol(self) -> &'static str {
+        use BinOp::*;
+        match self {
+            Add => "+",
+            Sub => "-",
+            Mul => "*",
+            Div => "/",
+            Rem => "%",
+            And => "&&",
+            Or => "||",
+            BitAnd => "&",
+            BitOr => "|",
+            BitXor => "^",
+            Shl => "<<",
+            Shr => ">>",
+            Eq => "==",
+            Ne => "!=",
+            Lt => "<",
+            Le => "<=",
+            Gt => ">",
+            Ge => ">=",
+        }
+    }
+}
+
+/// A kernel body: `let` bindings in order, then the tail expression.
+pub struct Body {
+    pub lets: Vec<(Ident, Expr)>,
+    pub tail: Option<Expr>,
+}
+
+/// Lowers a body's statements, reporting every construct the language does not have.
+pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
+    let mut body = Body { lets: Vec::new(), tail: None };
+    for (i, stmt) in stmts.iter().enumerate() {
+        let last = i + 1 == stmts.len();
+        match stmt {
+            syn::Stmt::Local(local) => {
+                if let Some(binding) = lower_let(local, cx) {
+                    body.lets.push(binding);
+                }
+            }
+            syn::Stmt::Expr(e, None) if last => body.tail = lower_expr(e, cx),
+            syn::Stmt::Expr(e, _) => cx.spanned(e, statement_message(e)),
+            syn::Stmt::Item(item) => cx.spanned(item, "items cannot be declared inside a kernel; declare them outside `fuse!`"),
+            syn::Stmt::Macro(m) => cx.spanned(&m.mac, UNSUPPORTED_MACRO),
+        }
+    }
+    body
+}
+
+const UNSUPPORTED_MACRO: &str =
+    "macros are not expanded inside a kernel; write the expression with the language's operators and functions";
+
+fn lower_let(local: &syn::Local, cx: &mut Errors) -> Option<(Ident, Expr)> {
+    let name = match &local.pat {
+        syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
+            if let Some(m) = &p.mutability {
+                cx.spanned(m, "`let mut` is not part of the language: values never change; bind a new name with `let`");
+            }
+            p.ident.clone()
+        }
+        syn::Pat::Type(t) => {
+            cx.spanned(&t.ty, "type annotations on `let` are not supported; write `as T` on the value to convert it");
+            return None;
+        }
+        other => {
+            cx.spanned(other, "expected a name: `let` binds one value to one name, as in `let e = x.exp();`");
+            return None;
+        }
+    };
+    let Some(init) = &local.init else {
+        cx.spanned(local, "`let` needs a value, as in `let e = x.exp();`");
+        return None;
+    };
+    if let Some((_, diverge)) = &init.diverge {
+        cx.spanned(diverge, "`let ... else` is not part of the language");
+    }
+    Some((name, lower_expr(&init.expr, cx)?))
+}
+
+/// Lowers one expression; `None` if it (or a part) is not part of the language, with the error
+/// in `cx`.
+pub fn lower_expr(e: &syn::Expr, cx: &mut Errors) -> Option<Expr> {
+    let kind = match e {
+        syn::Expr::Lit(lit) => lower_lit(&lit.lit, cx)?,
+        syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+            ExprKind::Var(p.path.get_ident()?.clone())
+        }
+        syn::Expr::Paren(p) => return lower_expr(&p.expr, cx),
+        syn::Expr::Group(g) => return lower_expr(&g.expr, cx),
+        syn::Expr::Unary(u) => lower_unary(u, cx)?,
+        syn::Expr::Binary(b) => lower_binary(b, cx)?,
+        syn::Expr::Cast(c) => {
+            let inner = lower_expr(&c.expr, cx);
+            ExprKind::Cast(Box::new(inner?), ElemName { ty: (*c.ty).clone() })
+        }
+        syn::Expr::If(i) => lower_if(i, cx)?,
+        syn::Expr::Call(c) => lower_call(c, cx)?,
+        syn::Expr::MethodCall(m) => lower_method(m, cx)?,
+        syn::Expr::Tuple(t) => ExprKind::Tuple(lower_all(t.elems.iter(), cx)?),
+        other => {
+            cx.spanned(other, unsupported(other));
+            return None;
+        }
+    };
+    Some(Expr { kind, tokens: tokens(e) })
+}
+
+fn lower_all<'a>(exprs: impl Iterator<Item = &'a syn::Expr>, cx: &mut Errors) -> Option<Vec<Expr>> {
+    let lowered: Vec<Option<Expr>> = exprs.map(|e| lower_expr(e, cx)).collect();
+    lowered.into_iter().collect()
+}
+
+fn lower_lit(lit: &syn::Lit, cx: &mut Errors) -> Option<ExprKind> {
+    match lit {
+        syn::Lit::Int(i) => {
+            let suffix = lit_suffix(i.suffix(), lit, cx)?;
+            if suffix.is_some_and(Elem::is_float) {
+                let digits = i.base10_digits().to_string();
+                return Some(ExprKind::Float { digits, suffix });
+            }
+            match i.base10_parse::<i128>() {
+                Ok(value) => Some(ExprKind::Int { value, suffix }),
+                Err(_) => {
+                    cx.spanned(i, "integer literal is too large for any element type");
+                    None
+                }
+            }
+        }
+        syn::Lit::Float(f) => {
+            let suffix = lit_suffix(f.suffix(), lit, cx)?;
+            if suffix.is_some_and(|s| !s.is_float()) {
+                cx.spanned(f, format!("a float literal cannot have the suffix `{}`", f.suffix()));
+                return None;
+            }
+            Some(ExprKind::Float { digits: f.base10_digits().to_string(), suffix })
+        }
+        syn::Lit::Bool(b) => Some(ExprKind::Bool(b.value)),
+        other => {
+            cx.spanned(other, "only number and `bool` literals are part of the language");
+            None
+        }
+    }
+}
+
+fn lit_suffix(suffix: &str, lit: &syn::Lit, cx: &mut Errors) -> Option<Option<Elem>> {
+    if suffix.is_empty() {
+        return Some(None);
+    }
+    match Elem::from_name(suffix) {
+        Some(e) if e != Elem::Bool => Some(Some(e)),
+        _ => {
+            cx.spanned(lit, format!("unsupported literal suffix `{suffix}`; the element types are f32, f64, i32, u32, i64 and u64"));
+            None
+        }
+    }
+}
+
+fn lower_unary(u: &syn::ExprUnary, cx: &mut Errors) -> Option<ExprKind> {
+    let op = match u.op {
+        syn::UnOp::Neg(_) => UnOp::Neg,
+        syn::UnOp::Not(_) => UnOp::Not,
+        _ => {
+            cx.spanned(u.op, "dereferencing is not part of the language: tensors and scalars are used by value");
+            return None;
+        }
+    };
+    let inner = lower_expr(&u.expr, cx)?;
+    // Fold `-literal` so that `-2147483648i32` is in range, as in Rust.
+    if let (UnOp::Neg, ExprKind::Int { value, suffix }) = (op, &inner.kind) {
+        return Some(ExprKind::Int { value: -value, suffix: *suffix });
+    }
+    Some(ExprKind::Unary(op, Box::new(inner)))
+}
+
+fn lower_binary(b: &syn::ExprBinary, cx: &mut Errors) -> Option<ExprKind> {
+    use syn::BinOp as S;
+    let op = match b.op {
+        S::Add(_) => BinOp::Add,
+        S::Sub(_) => BinOp::Sub,
+        S::Mul(_) => BinOp::Mul,
+        S::Div(_) => BinOp::Div,
+        S::Rem(_) => BinOp::Rem,
+        S::And(_) => BinOp::And,
+        S::Or(_) => BinOp::Or,
+        S::BitAnd(_) => BinOp::BitAnd,
+        S::BitOr(_) => BinOp::BitOr,
+        S::BitXor(_) => BinOp::BitXor,
+        S::Shl(_) => BinOp::Shl,
+        S::Shr(_) => BinOp::Shr,
+        S::Eq(_) => BinOp::Eq,
+        S::Ne(_) => BinOp::Ne,
+        S::Lt(_) => BinOp::Lt,
+        S::Le(_) => BinOp::Le,
+        S::Gt(_) => BinOp::Gt,
+        S::Ge(_) => BinOp::Ge,
+        _ => {
+            cx.spanned(b.op, ASSIGNMENT);
+            return None;
+        }
+    };
+    let lhs = lower_expr(&b.left, cx);
+    let rhs = lower_expr(&b.right, cx);
+    Some(ExprKind::Binary(op, Box::new(lhs?), Box::new(rhs?), tokens(&b.op)))
+}
+
+const ASSIGNMENT: &str =
+    "assignment is not part of the language: values never change; bind a new name with `let`";
+
+fn lower_if(i: &syn::ExprIf, cx: &mut Errors) -> Option<ExprKind> {
+    let cond = lower_expr(&i.cond, cx);
+    let then = lower_block(&i.then_branch, cx);
+    let Some((_, els)) = &i.else_branch else {
+        cx.spanned(
+            i,
+            "`if` without `else`: an `if` selects between two values, so it needs both branches, as in `if c { a } else { b }`",
+        );
+        return None;
+    };
+    let els = match &**els {
+        syn::Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() => lower_block(&b.block, cx),
+        other => lower_expr(other, cx),
+    };
+    Some(ExprKind::If(Box::new(cond?), Box::new(then?), Box::new(els?)))
+}
+
+fn lower_block(block: &syn::Block, cx: &mut Errors) -> Option<Expr> {
+    match block.stmts.as_slice() {
+        [syn::Stmt::Expr(e, None)] => lower_expr(e, cx),
+        _ => {
+            cx.spanned(block, "a branch of `if` holds one expression, as in `if c { a } else { b }`; bind values with `let` before the `if`");
+            None
+        }
+    }
+}
+
+fn lower_call(c: &syn::ExprCall, cx: &mut Errors) -> Option<ExprKind> {
+    let func = match &*c.func {
+        syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => p.path.get_ident()?.clone(),
+        other => {
+            cx.spanned(other, "expected a function name such as `exp` or `sum`; paths and closures are not part of the language");
+            return None;
+        }
+    };
+    Some(ExprKind::Call(func, lower_all(c.args.iter(), cx)?))
+}
+
+fn lower_method(m: &syn::ExprMethodCall, cx: &mut Errors) -> Option<ExprKind> {
+    if let Some(turbofish) = &m.turbofish {
+        cx.spanned(turbofish, "generic arguments are not part of the language");
+        return None;
+    }
+    let recv = lower_expr(&m.receiver, cx);
+    let args = lower_all(m.args.iter(), cx);
+    Some(ExprKind::Method(Box::new(recv?), m.method.clone(), args?))
+}
+
+/// The message for an expression used as a statement before the end of the body.
+fn statement_message(e: &syn::Expr) -> &'static str {
+    use syn::Expr as E;
+    match e {
+        E::ForLoop(_) | E::While(_) | E::Loop(_) | E::Assign(_) | E::Macro(_) | E::Return(_) => unsupported(e),
+        E::Binary(b) if is_compound_assignment(&b.op) => ASSIGNMENT,
+        _ => "an expression statement has no effect in a kernel; bind it with `let` or make it the final expression",
+    }
+}
+
+fn is_compound_assignment(op: &syn::BinOp) -> bool {
+    use syn::BinOp as S;
+    matches!(
+        op,
+        S::AddAssign(_) | S::SubAssign(_) | S::MulAssign(_) | S::DivAssign(_) | S::RemAssign(_)
+            | S::BitXorAssign(_) | S::BitAndAssign(_) | S::BitOrAssign(_) | S::ShlAssign(_) | S::ShrAssign(_)
+    )
+}
+
+/// The message for a Rust expression the language does not have, saying what to write instead.
+fn unsupported(e: &syn::Expr) -> &'static str {
+    use syn::Expr as E;
+    match e {
+        E::ForLoop(_) | E::While(_) | E::Loop(_) => {
+            "loops are not part of the language: a kernel body is already applied to every element; write it for one element, and reduce with `sum(e, dim)` and friends"
+        }
+        E::Closure(_) => "closures are not part of the language; write the expression inline or bind it with `let`",
+        E::Index(_) => {
+            "indexing is not part of the language: tensors are used whole, element by element; combine them by dim names and reduce with `sum(e, dim)` and friends"
+        }
+        E::Reference(_) => "references are not part of the language: tensors and scalars are used by value",
+        E::Assign(_) => ASSIGNMENT,
+        E::Macro(_) => UNSUPPORTED_MACRO,
+        E::Return(_) => "`return` is not part of the language: the final expression of the body is the result",
+        E::Block(_) | E::Unsafe(_) => "blocks are not part of the language; bind values with `let` in the kernel body",
+        E::Match(_) => "`match` is not part of the language; use `if c { a } else { b }`",
+        E::Field(_) => "fields are not part of the language; return several outputs as a tuple `(a, b)`",
+        E::Path(_) => "paths are not part of the language; use a parameter or `let` name",
+        E::Array(_) | E::Repeat(_) => "array literals are not part of the language; pass the values as a tensor parameter",
+        E::Range(_) => "ranges are not part of the language: a kernel body is already applied to every element",
+        _ => "this expression is not part of the language; a kernel body is built from parameters, literals, operators, `as`, `if`/`else`, and functions such as `exp` and `sum`",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn kernel(tokens: TokenStream) -> KernelDef {
+        syn::parse2(tokens).expect("parses")
+    }
+
+    #[test]
+    fn parses_tensor_and_scalar_params_and_tuple_outputs() {
+        let k = kernel(quote! {
+            /// doc
+            pub fn ln(x: [f32; rows, cols], g: [f32; 4], eps: f32) -> ([f32; rows, cols], [f32; rows]) { x }
+        });
+        assert_eq!(k.name, "ln");
+        assert_eq!(k.params.len(), 3);
+        assert_eq!(k.params[0].ty.dims.as_ref().map(Vec::len), Some(2));
+        assert!(matches!(k.params[1].ty.dims.as_deref(), Some([DimDecl::Fixed(_)])));
+        assert!(k.params[2].ty.dims.is_none());
+        assert_eq!(k.params[2].ty.elem.resolve(), Some(Elem::F32));
+        assert!(matches!(k.output, Output::Tuple(ref t) if t.len() == 2));
+        assert_eq!(k.attrs.len(), 1);
+    }
+
+    #[test]
+    fn lowers_the_language_and_rejects_the_rest() {
+        let k = kernel(quote! {
+            fn f(x: [f32; n]) -> [f32; n] {
+                let a = -(x.exp() + 1.0) as f64;
+                for i in 0..3 {}
+                let b = x[0];
+                if a > 0.0 { a } else { sum(x) }
+            }
+        });
+        let mut cx = Errors::default();
+        let body = lower_body(&k.body, &mut cx);
+        assert_eq!(body.lets.len(), 1);
+        assert!(body.tail.is_some());
+        let errors: Vec<String> = cx.propagate().unwrap_err().into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("loops"), "{errors:?}");
+        assert!(errors[1].starts_with("indexing"));
+    }
+
+    #[test]
+    fn negative_literals_fold() {
+        let e: syn::Expr = syn::parse2(quote!(-2147483648i32)).unwrap();
+        let mut cx = Errors::default();
+        let lowered = lower_expr(&e, &mut cx).unwrap();
+        assert!(matches!(lowered.kind, ExprKind::Int { value: -2147483648, suffix: Some(Elem::I32) }));
+    }
+}

@@ -1,0 +1,186 @@
+//! The launch schedule of a checked kernel, shared by both backends: which values are computed once
+//! per row (or once per launch), which inside each pass over the elements, and where each output
+//! is written. A total function: `check` has already rejected every kernel it cannot schedule.
+
+use crate::fusion::live_nodes;
+use crate::ir::{Dim, DimId, Kernel, Launch, NodeId, Op};
+
+pub struct Plan {
+    /// Values computed once per row (once per launch for `Map` and `Full`) before any pass.
+    pub prologue: Vec<NodeId>,
+    /// The passes over the elements, in order.
+    pub passes: Vec<Pass>,
+    /// Outputs written once per row (`Rows`) or once by the last block (`Full`).
+    pub group_writes: Vec<usize>,
+}
+
+/// One loop over the elements (of a row, or of the domain).
+pub struct Pass {
+    /// Element values computed at each element, in dependency order.
+    pub elems: Vec<NodeId>,
+    /// Reductions accumulated at each element and finished after the loop.
+    pub reduces: Vec<NodeId>,
+    /// Outputs written at each element.
+    pub writes: Vec<usize>,
+    /// Per-row (or per-launch) values that become computable once this pass's reductions finish.
+    pub after: Vec<NodeId>,
+}
+
+pub fn plan(k: &Kernel) -> Plan {
+    let live = live_nodes(k);
+    let is_elem = |id: NodeId| is_element(k, id);
+    let depth = depths(k);
+    let group_nodes = |d: usize| -> Vec<NodeId> {
+        (0..k.nodes.len())
+            .filter(|&i| live[i] && !is_elem(i) && depth[i] == d && !matches!(k.nodes[i].op, Op::Reduce(..)))
+            .collect()
+    };
+    let max_depth = (0..k.nodes.len()).filter(|&i| live[i]).map(|i| depth[i]).max().unwrap_or(0);
+    let (elem_outputs, group_writes): (Vec<usize>, Vec<usize>) =
+        (0..k.outputs.len()).partition(|&o| is_elem(k.outputs[o].node) || matches!(k.launch, Launch::Map { .. }));
+    let mut passes = vec![];
+    for d in 1..=max_depth {
+        let reduces: Vec<NodeId> =
+            (0..k.nodes.len()).filter(|&i| live[i] && depth[i] == d && matches!(k.nodes[i].op, Op::Reduce(..))).collect();
+        let roots: Vec<NodeId> = reduces.iter().flat_map(|&r| k.nodes[r].op.operands()).collect();
+        passes.push(Pass { elems: closure(k, &roots, &is_elem), reduces, writes: vec![], after: group_nodes(d) });
+    }
+    let output_roots: Vec<NodeId> = elem_outputs.iter().map(|&o| k.outputs[o].node).collect();
+    match (&k.launch, passes.first_mut()) {
+        // A full reduction's element outputs cannot depend on it: write them in its one pass.
+        (Launch::Full { .. }, Some(pass)) => {
+            let mut roots = output_roots;
+            roots.extend(pass.reduces.iter().flat_map(|&r| k.nodes[r].op.operands()));
+            pass.elems = closure(k, &roots, &is_elem);
+            pass.writes = elem_outputs;
+        }
+        _ if !elem_outputs.is_empty() => passes.push(Pass {
+            elems: closure(k, &output_roots, &is_elem),
+            reduces: vec![],
+            writes: elem_outputs,
+            after: vec![],
+        }),
+        _ => {}
+    }
+    Plan { prologue: group_nodes(0), passes, group_writes }
+}
+
+/// Whether a value varies along the elements one thread step visits (else it is per row, or per
+/// launch).
+pub fn is_element(k: &Kernel, id: NodeId) -> bool {
+    let shape = &k.nodes[id].shape;
+    match &k.launch {
+        Launch::Rows { axis, .. } => shape.contains(axis),
+        Launch::Map { .. } | Launch::Full { .. } => !shape.is_empty(),
+    }
+}
+
+/// How many reductions deep each value is: reductions of depth `d` finish in pass `d`.
+fn depths(k: &Kernel) -> Vec<usize> {
+    let mut depth = vec![0; k.nodes.len()];
+    for (i, node) in k.nodes.iter().enumerate() {
+        let operands = node.op.operands().into_iter().map(|o| depth[o]).max().unwrap_or(0);
+        depth[i] = operands + usize::from(matches!(node.op, Op::Reduce(..)));
+    }
+    depth
+}
+
+/// The element values that `roots` need, in dependency order; stops at per-row values and
+/// reductions, which are computed outside the loop.
+fn closure(k: &Kernel, roots: &[NodeId], is_elem: &impl Fn(NodeId) -> bool) -> Vec<NodeId> {
+    let mut need = vec![false; k.nodes.len()];
+    let mut stack: Vec<NodeId> = roots.to_vec();
+    while let Some(id) = stack.pop() {
+        if need[id] || !is_elem(id) || matches!(k.nodes[id].op, Op::Reduce(..)) {
+            continue;
+        }
+        need[id] = true;
+        stack.extend(k.nodes[id].op.operands());
+    }
+    (0..k.nodes.len()).filter(|&i| need[i]).collect()
+}
+
+/// Index arithmetic, written in the syntax that C and Rust share (`a * b + c`), over variables
+/// that both backends declare: `d_<name>` for each named dim and `c<id>` for each coordinate.
+pub struct Layout<'a> {
+    pub k: &'a Kernel,
+}
+
+impl Layout<'_> {
+    /// The size of a dim: a variable, or a literal for a fixed dim.
+    pub fn size(&self, d: DimId) -> String {
+        match &self.k.dims[d] {
+            Dim::Named(n) => format!("d_{n}"),
+            Dim::Fixed(v) => v.to_string(),
+        }
+    }
+
+    pub fn coord(&self, d: DimId) -> String {
+        format!("c{d}")
+    }
+
+    /// The product of the sizes of `dims`, `1` for none.
+    pub fn product(&self, dims: &[DimId]) -> String {
+        if dims.is_empty() {
+            return "1".into();
+        }
+        dims.iter().map(|&d| self.size(d)).collect::<Vec<_>>().join(" * ")
+    }
+
+    /// The row-major stride of `d` within a tensor of shape `shape`.
+    pub fn stride(&self, shape: &[DimId], d: DimId) -> String {
+        let at = shape.iter().position(|&x| x == d).expect("the dim is in the shape");
+        self.product(&shape[at + 1..])
+    }
+
+    /// The offset of the current coordinates in a tensor of `shape`, leaving out `skip`.
+    pub fn offset(&self, shape: &[DimId], skip: Option<DimId>) -> String {
+        let terms: Vec<String> = shape
+            .iter()
+            .filter(|&&d| Some(d) != skip)
+            .map(|&d| match self.stride(shape, d).as_str() {
+                "1" => self.coord(d),
+                s => format!("{} * {s}", self.coord(d)),
+            })
+            .collect();
+        if terms.is_empty() {
+            "0".into()
+        } else {
+            terms.join(" + ")
+        }
+    }
+
+    /// Statements (`decl` is the index type's declaration prefix, such as `const long long ` or
+    /// `let `) that split the linear index `linear` into the coordinates of `dims`.
+    pub fn split(&self, linear: &str, dims: &[DimId], decl: &str, temp_decl: &str, end: &str) -> Vec<String> {
+        let mut lines = vec![];
+        match dims {
+            [] => {}
+            [only] => lines.push(format!("{decl}{} = {linear}{end}", self.coord(*only))),
+            _ => {
+                lines.push(format!("{temp_decl}t = {linear}{end}"));
+                for (i, &d) in dims.iter().enumerate().rev() {
+                    if i == 0 {
+                        lines.push(format!("{decl}{} = t{end}", self.coord(d)));
+                    } else {
+                        lines.push(format!("{decl}{} = t % {}{end}", self.coord(d), self.size(d)));
+                        lines.push(format!("t /= {}{end}", self.size(d)));
+                    }
+                }
+            }
+        }
+        lines
+    }
+
+    /// The distinct shapes of tensors loaded or stored by `nodes` and `outputs`, for offset names.
+    pub fn shapes(&self) -> Vec<Vec<DimId>> {
+        let mut shapes: Vec<Vec<DimId>> = vec![];
+        let all = self.k.tensor_params().map(|(_, _, s)| s.clone()).chain(self.k.outputs.iter().map(|o| o.shape.clone()));
+        for s in all {
+            if !shapes.contains(&s) {
+                shapes.push(s);
+            }
+        }
+        shapes
+    }
+}

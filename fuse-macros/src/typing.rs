@@ -1,0 +1,488 @@
+//! Types and shapes of expressions: each expression becomes a node of the kernel's graph.
+
+use crate::error::{closest, did_you_mean};
+use crate::func::{self, Sig};
+use crate::ir::{DimId, Op, Reduce};
+use crate::parse::{BinOp, Expr, ExprKind, UnOp};
+use crate::ty::{Elem, Ty};
+use proc_macro2::TokenStream;
+use quote::ToTokens;
+
+use crate::check::Checker;
+
+impl Checker<'_> {
+    /// Checks an expression and adds its node; `None` after an error.
+    pub fn expr(&mut self, e: &Expr) -> Option<usize> {
+        let t = &e.tokens;
+        match &e.kind {
+            ExprKind::Int { value, suffix } => self.int_literal(*value, *suffix, t),
+            ExprKind::Float { digits, suffix } => {
+                let ty = suffix.map_or(Ty::FloatLit, Ty::Elem);
+                Some(self.push(Op::Float(digits.clone()), ty, vec![], t))
+            }
+            ExprKind::Bool(b) => Some(self.push(Op::Bool(*b), Ty::Elem(Elem::Bool), vec![], t)),
+            ExprKind::Var(name) => self.var(name),
+            ExprKind::Unary(op, a) => self.unary(*op, a, t),
+            ExprKind::Binary(op, a, b, op_tokens) => self.binary(*op, a, b, op_tokens, t),
+            ExprKind::Cast(a, ty) => self.cast(a, ty, t),
+            ExprKind::If(c, a, b) => self.select(c, a, b, t),
+            ExprKind::Call(name, args) => self.call(name, args, t),
+            ExprKind::Method(recv, name, args) => self.method(recv, name, args, t),
+            ExprKind::Tuple(_) => {
+                self.cx.spanned(t, "a tuple can only be the final expression of a kernel, returning several outputs");
+                None
+            }
+        }
+    }
+
+    fn int_literal(&mut self, value: i128, suffix: Option<Elem>, t: &TokenStream) -> Option<usize> {
+        if let Some(e) = suffix {
+            if !e.int_fits(value) {
+                self.cx.spanned(t, format!("literal out of range for `{e}`"));
+                return None;
+            }
+        }
+        let ty = suffix.map_or(Ty::IntLit, Ty::Elem);
+        Some(self.push(Op::Int(value), ty, vec![], t))
+    }
+
+    fn var(&mut self, name: &syn::Ident) -> Option<usize> {
+        let text = name.to_string();
+        if let Some(&(_, id)) = self.scope.iter().rev().find(|(n, _)| *n == text) {
+            return Some(id);
+        }
+        if self.is_named_dim(&text) {
+            self.cx.spanned(
+                name,
+                format!("`{text}` is a dim, not a value; dims appear in types and as the second argument of a reduction, as in `sum(x, {text})`"),
+            );
+            return None;
+        }
+        let names: Vec<&str> = self.scope.iter().map(|(n, _)| n.as_str()).collect();
+        let hint = did_you_mean(closest(&text, names.iter().copied()));
+        self.cx.spanned(name, format!("cannot find value `{text}` in this kernel{hint}"));
+        None
+    }
+
+    fn unary(&mut self, op: UnOp, a: &Expr, t: &TokenStream) -> Option<usize> {
+        let a = self.expr(a)?;
+        let ty = self.nodes[a].ty;
+        let bad = match op {
+            UnOp::Neg if ty.is_bool() => Some("cannot negate `bool`; use `!` for logical not".to_string()),
+            UnOp::Neg if !ty.is_float() && !ty.is_signed_int() => {
+                Some(format!("cannot negate `{ty}`: unsigned integers have no negative values; convert with `as` to a signed type first"))
+            }
+            UnOp::Not if ty.is_float() => Some(format!(
+                "cannot apply `!` to `{ty}`: `!` is logical not on `bool` and bitwise not on integers; compare instead, as in `x == 0.0`"
+            )),
+            _ => None,
+        };
+        if let Some(message) = bad {
+            self.cx.spanned(t, message);
+            return None;
+        }
+        let shape = self.nodes[a].shape.clone();
+        Some(self.push(Op::Unary(op, a), ty, shape, t))
+    }
+
+    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr, op_t: &TokenStream, t: &TokenStream) -> Option<usize> {
+        let (l, r) = (self.expr(a), self.expr(b));
+        let (l, r) = (l?, r?);
+        let shape = self.broadcast(&[l, r], t)?;
+        let ty = match op {
+            BinOp::Shl | BinOp::Shr => {
+                for (side, id) in [(a, l), (b, r)] {
+                    if !self.nodes[id].ty.is_int() {
+                        let found = self.nodes[id].ty;
+                        self.cx.spanned(&side.tokens, format!("cannot shift `{found}`: `{}` needs integers", op.symbol()));
+                        return None;
+                    }
+                }
+                self.nodes[l].ty
+            }
+            _ => self.unify(l, r, b, op_t)?,
+        };
+        let result = self.binary_result(op, ty, op_t)?;
+        Some(self.push(Op::Binary(op, l, r), result, shape, t))
+    }
+
+    /// The result type of `op` on operands of type `ty`, or an error if `ty` does not have it.
+    fn binary_result(&mut self, op: BinOp, ty: Ty, op_t: &TokenStream) -> Option<Ty> {
+        use BinOp::*;
+        let sym = op.symbol();
+        let bad = match op {
+            Add | Sub | Mul | Div | Rem if ty.is_bool() => {
+                Some(format!("cannot apply `{sym}` to `bool`; convert with `as u32` to count, or use `&&`, `||`, `^`"))
+            }
+            And | Or if !ty.is_bool() => Some(format!(
+                "`{sym}` needs `bool` operands, found `{ty}`; compare first, as in `x > 0.0`"
+            )),
+            BitAnd | BitOr | BitXor if ty.is_float() => {
+                Some(format!("cannot apply `{sym}` to `{ty}`: bit operations need integers or `bool`"))
+            }
+            _ => None,
+        };
+        if let Some(message) = bad {
+            self.cx.spanned(op_t, message);
+            return None;
+        }
+        Some(if op.is_comparison() { Ty::Elem(Elem::Bool) } else { ty })
+    }
+
+    /// The common type of two operands; a literal takes the other side's type.
+    pub fn unify(&mut self, l: usize, r: usize, r_expr: &Expr, at: &TokenStream) -> Option<Ty> {
+        let (lt, rt) = (self.nodes[l].ty, self.nodes[r].ty);
+        match (lt, rt) {
+            (Ty::Elem(a), Ty::Elem(b)) if a == b => Some(lt),
+            (Ty::Elem(a), Ty::Elem(b)) => {
+                let fix = format!("({} as {a})", r_expr.tokens);
+                self.cx.spanned(at, format!("mismatched types: `{a}` and `{b}`; nothing converts implicitly: write `{fix}`"));
+                None
+            }
+            (Ty::Elem(a), _) => self.coerce_or_report(r, a).then_some(lt),
+            (_, Ty::Elem(b)) => self.coerce_or_report(l, b).then_some(rt),
+            (Ty::FloatLit, _) | (_, Ty::FloatLit) => Some(Ty::FloatLit),
+            _ => Some(Ty::IntLit),
+        }
+    }
+
+    pub fn coerce_or_report(&mut self, id: usize, to: Elem) -> bool {
+        match self.coerce(id, to) {
+            Ok(()) => true,
+            Err(message) => {
+                let t = self.nodes[id].tokens.clone();
+                self.cx.spanned(t, message);
+                false
+            }
+        }
+    }
+
+    /// Gives a literal-typed node (and its literal-typed operands) the type `to`.
+    pub fn coerce(&mut self, id: usize, to: Elem) -> Result<(), String> {
+        let node = &self.nodes[id];
+        match node.ty {
+            Ty::Elem(e) if e == to => return Ok(()),
+            Ty::Elem(e) => return Err(format!("mismatched types: expected `{to}`, found `{e}`; convert with `as {to}`")),
+            Ty::IntLit if !to.is_numeric() => return Err(format!("mismatched types: expected `{to}`, found an integer")),
+            Ty::FloatLit if !to.is_float() => {
+                return Err(format!("mismatched types: expected `{to}`, found a float literal; write an integer literal or convert with `as {to}`"))
+            }
+            _ => {}
+        }
+        if let Op::Int(v) = node.op {
+            if to.is_int() && !to.int_fits(v) {
+                return Err(format!("literal out of range for `{to}`"));
+            }
+        }
+        let operands = match &node.op {
+            Op::Select(_, a, b) => vec![*a, *b],
+            op => op.operands(),
+        };
+        self.nodes[id].ty = Ty::Elem(to);
+        for o in operands {
+            if self.nodes[o].ty.is_literal() {
+                self.coerce(o, to)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn cast(&mut self, a: &Expr, ty: &crate::parse::ElemName, t: &TokenStream) -> Option<usize> {
+        let a = self.expr(a)?;
+        let Some(to) = ty.resolve() else {
+            self.unsupported_type(&ty.ty);
+            return None;
+        };
+        let from = self.nodes[a].ty;
+        if from.is_literal() {
+            self.coerce(a, from.defaulted()).ok()?;
+        }
+        let from = self.nodes[a].ty.defaulted();
+        let bad = if from == Elem::Bool && to.is_float() {
+            Some(format!("cannot cast `bool` as `{to}`; cast to an integer first: `(b as u32) as {to}`"))
+        } else if from != Elem::Bool && to == Elem::Bool {
+            Some(format!("cannot cast `{from}` as `bool`; compare instead, as in `x != 0`"))
+        } else {
+            None
+        };
+        if let Some(message) = bad {
+            self.cx.spanned(t, message);
+            return None;
+        }
+        let shape = self.nodes[a].shape.clone();
+        Some(self.push(Op::Cast(a), Ty::Elem(to), shape, t))
+    }
+
+    fn select(&mut self, c: &Expr, a: &Expr, b: &Expr, t: &TokenStream) -> Option<usize> {
+        let (c_id, a_id, b_id) = (self.expr(c), self.expr(a), self.expr(b));
+        let (c_id, a_id, b_id) = (c_id?, a_id?, b_id?);
+        if !self.nodes[c_id].ty.is_bool() {
+            let found = self.nodes[c_id].ty;
+            self.cx.spanned(&c.tokens, format!("expected a `bool` condition, found `{found}`; compare to get one, as in `x > 0.0`"));
+            return None;
+        }
+        let ty = self.unify(a_id, b_id, b, t)?;
+        let shape = self.broadcast(&[c_id, a_id, b_id], t)?;
+        Some(self.push(Op::Select(c_id, a_id, b_id), ty, shape, t))
+    }
+
+    fn call(&mut self, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let text = name.to_string();
+        if let Some(op) = Reduce::from_name(&text) {
+            return self.reduce(op, name, args, t);
+        }
+        match func::lookup(&text) {
+            Some(info) if info.free => {
+                let ids = self.exprs(args)?;
+                self.apply(info, name, &ids, args.len(), t)
+            }
+            Some(info) => {
+                let n = info.sig.arity() - 1;
+                let others = (1..=n).map(|i| format!("b{i}")).collect::<Vec<_>>().join(", ");
+                self.cx.spanned(name, format!("`{text}` is a method, not a function: write `a.{text}({others})`"));
+                None
+            }
+            None => {
+                let candidates = func::FUNCS.iter().filter(|f| f.free).map(|f| f.name).chain(Reduce::NAMES);
+                let hint = did_you_mean(closest(&text, candidates));
+                self.cx.spanned(name, format!("cannot find function `{text}` in the language{hint}"));
+                None
+            }
+        }
+    }
+
+    fn method(&mut self, recv: &Expr, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let text = name.to_string();
+        let mut all = vec![self.expr(recv)];
+        all.extend(args.iter().map(|a| self.expr(a)));
+        let ids: Vec<usize> = all.into_iter().collect::<Option<_>>()?;
+        match func::lookup(&text) {
+            Some(info) if info.method => self.apply(info, name, &ids, args.len(), t),
+            Some(_) => {
+                self.cx.spanned(name, format!("`{text}` is a function, not a method: write `{text}({})`", recv.tokens));
+                None
+            }
+            None => {
+                let ty = self.nodes[ids[0]].ty;
+                let candidates = func::FUNCS.iter().filter(|f| f.method).map(|f| f.name);
+                let hint = did_you_mean(closest(&text, candidates));
+                self.cx.spanned(name, format!("no method named `{text}` for `{ty}` in the language{hint}"));
+                None
+            }
+        }
+    }
+
+    fn exprs(&mut self, args: &[Expr]) -> Option<Vec<usize>> {
+        let ids: Vec<Option<usize>> = args.iter().map(|a| self.expr(a)).collect();
+        ids.into_iter().collect()
+    }
+
+    /// Types a call of `info` on `ids` (the receiver first, for a method).
+    fn apply(&mut self, info: &func::FuncInfo, name: &syn::Ident, ids: &[usize], given: usize, t: &TokenStream) -> Option<usize> {
+        let receiver = usize::from(info.method && ids.len() > given);
+        let expected = info.sig.arity() - receiver;
+        if given != expected {
+            let s = if expected == 1 { "" } else { "s" };
+            let were = if given == 1 { "was" } else { "were" };
+            self.cx.spanned(t, format!("`{}` takes {expected} argument{s} but {given} {were} given", info.name));
+            return None;
+        }
+        let ty = self.func_type(info, name, ids, t)?;
+        let shape = self.broadcast(ids, t)?;
+        Some(self.push(Op::Call(info.func, ids.to_vec()), ty, shape, t))
+    }
+
+    fn func_type(&mut self, info: &func::FuncInfo, name: &syn::Ident, ids: &[usize], t: &TokenStream) -> Option<Ty> {
+        let n = info.name;
+        let mut ty = self.nodes[ids[0]].ty;
+        for &other in &ids[1..] {
+            if matches!(info.sig, Sig::Powi | Sig::Pow) {
+                break;
+            }
+            let other_expr = Expr { kind: ExprKind::Bool(false), tokens: self.nodes[other].tokens.clone() };
+            ty = self.unify(ids[0], other, &other_expr, t)?;
+        }
+        let want = match info.sig {
+            Sig::Float | Sig::Float2 | Sig::Float3 | Sig::Powi | Sig::FloatTest if !ty.is_float() => "a float",
+            Sig::Signed if !ty.is_float() && !ty.is_signed_int() => "a float or a signed integer",
+            Sig::Num2 | Sig::Num3 if ty.is_bool() => "numbers",
+            Sig::Pow | Sig::Bits if !ty.is_int() => "an integer",
+            _ => "",
+        };
+        if !want.is_empty() {
+            let fix = if ty.is_int() && want.contains("float") { "; write a float literal or convert with `as f32`" } else { "" };
+            self.cx.spanned(name, format!("`{n}` needs {want}, found `{ty}`{fix}"));
+            return None;
+        }
+        let exponent = match info.sig {
+            Sig::Powi => Some(Elem::I32),
+            Sig::Pow => Some(Elem::U32),
+            _ => None,
+        };
+        if let Some(e) = exponent {
+            if !self.coerce_or_report(ids[1], e) {
+                return None;
+            }
+        }
+        Some(match info.sig {
+            Sig::FloatTest => Ty::Elem(Elem::Bool),
+            Sig::Bits => Ty::Elem(Elem::U32),
+            _ => ty,
+        })
+    }
+
+    fn reduce(&mut self, op: Reduce, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let text = name.to_string();
+        if args.is_empty() || args.len() > 2 {
+            self.cx.spanned(t, format!("`{text}` takes a tensor and optionally a dim: `{text}(e)` over every element or `{text}(e, dim)` over one dim"));
+            return None;
+        }
+        let operand = self.expr(&args[0]);
+        let dim = match args.get(1) {
+            Some(d) => Some(self.reduce_dim(op, &text, &args[0], d)?),
+            None => None,
+        };
+        let operand = operand?;
+        let shape = self.nodes[operand].shape.clone();
+        if shape.is_empty() {
+            self.cx.spanned(&args[0].tokens, format!("`{text}` reduces a tensor, but `{}` is a scalar here", args[0].tokens));
+            return None;
+        }
+        let result_shape = match dim {
+            None => vec![],
+            Some(d) if shape.contains(&d) => shape.iter().copied().filter(|&s| s != d).collect(),
+            Some(d) => {
+                let (dim, has) = (self.dims[d].to_string(), self.shape_text(&shape));
+                self.cx.spanned(&args[1].tokens, format!("cannot reduce over `{dim}`: the operand has shape `{has}`, which has no dim `{dim}`"));
+                return None;
+            }
+        };
+        let ty = self.reduce_type(op, &text, operand, &args[0])?;
+        Some(self.push(Op::Reduce(op, operand, dim), ty, result_shape, t))
+    }
+
+    fn reduce_dim(&mut self, op: Reduce, text: &str, a: &Expr, d: &Expr) -> Option<DimId> {
+        let elementwise = matches!(op, Reduce::Max | Reduce::Min);
+        let hint = format!("for the elementwise {text}imum of two values write `{}.{text}({})`", a.tokens, d.tokens);
+        let ExprKind::Var(ident) = &d.kind else {
+            let message = if elementwise {
+                format!("`{text}(a, b)` reduces `a` over the dim `b`, and `{}` is not a dim name; {hint}", d.tokens)
+            } else {
+                format!("the second argument of `{text}` is a dim name, such as `cols`")
+            };
+            self.cx.spanned(&d.tokens, message);
+            return None;
+        };
+        let name = ident.to_string();
+        if let Some(id) = self.dims.iter().position(|x| *x == crate::ir::Dim::Named(name.clone())) {
+            return Some(id);
+        }
+        let is_value = self.scope.iter().any(|(n, _)| *n == name);
+        let message = if elementwise && is_value {
+            format!("`{text}(a, b)` reduces `a` over the dim `b`, but `{name}` is a value, not a dim; {hint}")
+        } else {
+            let names: Vec<String> = self.named_dim_names();
+            let hint = did_you_mean(closest(&name, names.iter().map(String::as_str)));
+            let list = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+            format!("cannot find dim `{name}` in this kernel{hint} (its dims are {list})")
+        };
+        self.cx.spanned(ident, message);
+        None
+    }
+
+    fn reduce_type(&mut self, op: Reduce, text: &str, operand: usize, a: &Expr) -> Option<Ty> {
+        let ty = self.nodes[operand].ty;
+        if ty.is_literal() && !self.coerce_or_report(operand, ty.defaulted()) {
+            return None;
+        }
+        let ty = self.nodes[operand].ty;
+        let bad = if ty.is_bool() {
+            Some(format!("cannot `{text}` `bool` values; convert with `as u32` first, as in `sum({} as u32)`", a.tokens))
+        } else if op == Reduce::Mean && !ty.is_float() {
+            Some(format!("`mean` needs a float operand, found `{ty}`; convert with `as f32` or `as f64`"))
+        } else {
+            None
+        };
+        if let Some(message) = bad {
+            self.cx.spanned(&a.tokens, message);
+            return None;
+        }
+        Some(ty)
+    }
+
+    /// The shape of several operands broadcast together by dim name.
+    pub fn broadcast(&mut self, ids: &[usize], t: &TokenStream) -> Option<Vec<DimId>> {
+        let mut shape: Vec<DimId> = vec![];
+        for &id in ids {
+            let other = self.nodes[id].shape.clone();
+            shape = match broadcast2(&shape, &other) {
+                Ok(s) => s,
+                Err(why) => {
+                    let (a, b) = (self.shape_text(&shape), self.shape_text(&other));
+                    let why = self.broadcast_reason(why, &shape, &other);
+                    self.cx.spanned(t, format!("shapes `{a}` and `{b}` cannot broadcast: {why}"));
+                    return None;
+                }
+            };
+        }
+        Some(shape)
+    }
+
+    fn broadcast_reason(&self, why: Conflict, a: &[DimId], b: &[DimId]) -> String {
+        let fixed = |s: &[DimId], o: &[DimId]| {
+            s.iter().copied().find(|d| !o.contains(d) && matches!(self.dims[*d], crate::ir::Dim::Fixed(_)))
+        };
+        let why = match (why, fixed(a, b), fixed(b, a)) {
+            (Conflict::Disjoint, Some(x), Some(y)) => Conflict::Fixed(x, y),
+            (why, _, _) => why,
+        };
+        match why {
+            Conflict::Order(a, b) => format!(
+                "they have the dims `{}` and `{}` in different orders; a tensor repeats along the dims it lacks, so shared dims must come in the same order",
+                self.dims[a], self.dims[b]
+            ),
+            Conflict::Fixed(a, b) => format!("the fixed sizes {} and {} differ", self.dims[a], self.dims[b]),
+            Conflict::Disjoint => "each has a dim the other lacks; a tensor repeats only along the dims it lacks, so one shape must be the other's dims with some left out, in the same order".to_string(),
+        }
+    }
+
+    pub fn unsupported_type(&mut self, ty: &syn::Type) {
+        self.cx.spanned(
+            ty,
+            format!(
+                "unsupported element type `{}`; the element types are f32, f64, i32, u32, i64, u64 and bool",
+                ty.to_token_stream()
+            ),
+        );
+    }
+}
+
+pub enum Conflict {
+    Order(DimId, DimId),
+    Fixed(DimId, DimId),
+    Disjoint,
+}
+
+/// Broadcasts two shapes: the result is the longer one if the shorter is a subsequence of it.
+pub fn broadcast2(a: &[DimId], b: &[DimId]) -> Result<Vec<DimId>, Conflict> {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    if is_subsequence(short, long) {
+        return Ok(long.to_vec());
+    }
+    let shared: Vec<DimId> = short.iter().copied().filter(|d| long.contains(d)).collect();
+    for (i, &x) in shared.iter().enumerate() {
+        for &y in &shared[i + 1..] {
+            let px = long.iter().position(|&d| d == x);
+            let py = long.iter().position(|&d| d == y);
+            if px > py {
+                return Err(Conflict::Order(x, y));
+            }
+        }
+    }
+    Err(Conflict::Disjoint)
+}
+
+pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {
+    let mut it = long.iter();
+    short.iter().all(|d| it.any(|x| x == d))
+}
