@@ -15,10 +15,20 @@ pub fn check(input: &Input, cx: &mut Errors) -> Vec<Kernel> {
     let mut seen = HashSet::new();
     for k in &input.kernels {
         if !seen.insert(k.name.to_string()) {
-            cx.spanned(&k.name, format!("the kernel `{}` is defined more than once in this `fuse!`; rename one", k.name));
+            cx.spanned(
+                &k.name,
+                format!(
+                    "the kernel `{}` is defined more than once in this `fuse!`; rename one",
+                    k.name
+                ),
+            );
         }
     }
-    input.kernels.iter().filter_map(|k| Checker::new(cx).kernel(k)).collect()
+    input
+        .kernels
+        .iter()
+        .filter_map(|k| Checker::new(cx).kernel(k))
+        .collect()
 }
 
 /// The state of checking one kernel.
@@ -33,20 +43,42 @@ pub struct Checker<'a> {
 
 impl<'a> Checker<'a> {
     fn new(cx: &'a mut Errors) -> Self {
-        Checker { cx, dims: vec![], params: vec![], nodes: vec![], scope: vec![] }
+        Checker {
+            cx,
+            dims: vec![],
+            params: vec![],
+            nodes: vec![],
+            scope: vec![],
+        }
     }
 
     pub fn push(&mut self, op: Op, ty: Ty, shape: Vec<DimId>, tokens: &TokenStream) -> usize {
-        self.nodes.push(Node { op, ty, shape, tokens: tokens.clone() });
+        self.nodes.push(Node {
+            op,
+            ty,
+            shape,
+            tokens: tokens.clone(),
+        });
         self.nodes.len() - 1
     }
 
     pub fn is_named_dim(&self, name: &str) -> bool {
-        self.dims.iter().any(|d| matches!(d, Dim::Named(n) if n == name))
+        self.dims
+            .iter()
+            .any(|d| matches!(d, Dim::Named(n) if n == name))
     }
 
     pub fn named_dim_names(&self) -> Vec<String> {
-        self.dims.iter().filter_map(|d| if let Dim::Named(n) = d { Some(n.clone()) } else { None }).collect()
+        self.dims
+            .iter()
+            .filter_map(|d| {
+                if let Dim::Named(n) = d {
+                    Some(n.clone())
+                } else {
+                    None
+                }
+            })
+            .collect()
     }
 
     pub fn shape_text(&self, shape: &[DimId]) -> String {
@@ -57,7 +89,11 @@ impl<'a> Checker<'a> {
     fn kernel(mut self, def: &KernelDef) -> Option<Kernel> {
         let errors_before = self.cx_len();
         self.signature(def);
-        let outputs = self.output_types(def);
+        let before_outputs = self.cx_len();
+        // An output type with an error is not matched against the body: that would only repeat it.
+        let outputs = self
+            .output_types(def)
+            .filter(|_| self.cx_len() == before_outputs);
         let body = lower_body(&def.body, self.cx);
         for (name, e) in &body.lets {
             if let Some(id) = self.expr(e) {
@@ -67,11 +103,18 @@ impl<'a> Checker<'a> {
         let tail = match &body.tail {
             Some(t) => t,
             None => {
-                self.cx.at(def.body_span, "the kernel body must end with the expression it returns, with no `;` after it");
+                self.cx.at(
+                    def.body_span,
+                    "the kernel body must end with the expression it returns, with no `;` after it",
+                );
                 return None;
             }
         };
-        let outputs = self.outputs(def, outputs?, tail)?;
+        let Some(outputs) = outputs else {
+            self.tail_items(tail);
+            return None;
+        };
+        let outputs = self.outputs(def, outputs, tail)?;
         if self.cx_len() != errors_before {
             return None;
         }
@@ -82,11 +125,11 @@ impl<'a> Checker<'a> {
             dims: self.dims,
             params: self.params,
             outputs,
-            tuple: matches!(def.output, crate::parse::Output::Tuple(_)),
+            tuple: def.output.tuple,
             nodes: self.nodes,
             launch: crate::ir::Launch::Map { domain: vec![] },
         };
-        kernel.launch = crate::fusion::launch(&kernel, tail, self.cx)?;
+        kernel.launch = crate::fusion::launch(&kernel, self.cx)?;
         Some(kernel)
     }
 
@@ -101,15 +144,31 @@ impl<'a> Checker<'a> {
             if name == DEVICE_ARG {
                 self.cx.spanned(&p.name, format!("the parameter name `{DEVICE_ARG}` is reserved for the device argument of the generated function; rename it"));
             } else if !names.insert(name.clone()) {
-                self.cx.spanned(&p.name, format!("the parameter `{name}` is declared more than once; rename one"));
+                self.cx.spanned(
+                    &p.name,
+                    format!("the parameter `{name}` is declared more than once; rename one"),
+                );
             }
             let elem = self.elem(&p.ty);
             let shape = p.ty.dims.as_ref().map(|dims| self.declare_dims(dims, true));
             let id = self.params.len();
-            self.params.push(ParamInfo { name: p.name.clone(), elem: elem.unwrap_or(Elem::F32), shape: shape.clone() });
-            let op = if shape.is_some() { Op::Load(id) } else { Op::Scalar(id) };
+            self.params.push(ParamInfo {
+                name: p.name.clone(),
+                elem: elem.unwrap_or(Elem::F32),
+                shape: shape.clone(),
+            });
+            let op = if shape.is_some() {
+                Op::Load(id)
+            } else {
+                Op::Scalar(id)
+            };
             let tokens = quote::ToTokens::to_token_stream(&p.name);
-            let node = self.push(op, Ty::Elem(elem.unwrap_or(Elem::F32)), shape.unwrap_or_default(), &tokens);
+            let node = self.push(
+                op,
+                Ty::Elem(elem.unwrap_or(Elem::F32)),
+                shape.unwrap_or_default(),
+                &tokens,
+            );
             self.scope.push((name, node));
         }
     }
@@ -131,7 +190,8 @@ impl<'a> Checker<'a> {
                 DimDecl::Fixed(lit) => match lit.base10_parse::<u64>() {
                     Ok(v) if lit.suffix().is_empty() || lit.suffix() == "usize" => Dim::Fixed(v),
                     _ => {
-                        self.cx.spanned(lit, "a fixed dim is a plain integer literal, such as `4`");
+                        self.cx
+                            .spanned(lit, "a fixed dim is a plain integer literal, such as `4`");
                         continue;
                     }
                 },
@@ -159,19 +219,40 @@ impl<'a> Checker<'a> {
     fn output_types(&mut self, def: &KernelDef) -> Option<Vec<(Elem, Vec<DimId>)>> {
         let types: Vec<Option<(Elem, Vec<DimId>)>> = def
             .output
-            .types()
-            .into_iter()
+            .types
+            .iter()
             .map(|t| {
                 let elem = self.elem(t);
-                let shape = t.dims.as_ref().map(|d| self.declare_dims(d, false)).unwrap_or_default();
+                let shape = t
+                    .dims
+                    .as_ref()
+                    .map(|d| self.declare_dims(d, false))
+                    .unwrap_or_default();
                 Some((elem?, shape))
             })
             .collect();
         types.into_iter().collect()
     }
 
+    /// Checks the tail expression's items, for their own errors.
+    fn tail_items(&mut self, tail: &Expr) {
+        match &tail.kind {
+            ExprKind::Tuple(items) => items.iter().for_each(|e| {
+                self.expr(e);
+            }),
+            _ => {
+                self.expr(tail);
+            }
+        }
+    }
+
     /// Matches the tail expression against the declared outputs.
-    fn outputs(&mut self, def: &KernelDef, declared: Vec<(Elem, Vec<DimId>)>, tail: &Expr) -> Option<Vec<OutputInfo>> {
+    fn outputs(
+        &mut self,
+        def: &KernelDef,
+        declared: Vec<(Elem, Vec<DimId>)>,
+        tail: &Expr,
+    ) -> Option<Vec<OutputInfo>> {
         let items: Vec<&Expr> = match &tail.kind {
             ExprKind::Tuple(items) => items.iter().collect(),
             _ => vec![tail],
@@ -185,7 +266,8 @@ impl<'a> Checker<'a> {
                 items.len()
             );
             self.cx.spanned(&tail.tokens, message);
-            self.cx.spanned(&def.output_tokens, "the declared outputs are here");
+            self.cx
+                .spanned(&def.output_tokens, "the declared outputs are here");
             return None;
         }
         let ids: Vec<usize> = ids.into_iter().collect::<Option<_>>()?;
@@ -194,12 +276,19 @@ impl<'a> Checker<'a> {
         for ((&id, (elem, shape)), e) in ids.iter().zip(declared).zip(items) {
             let node = &self.nodes[id];
             if node.elem() != elem || node.shape != shape {
-                let (want, got) = (self.type_text(elem, &shape), self.type_text(node.elem(), &node.shape.clone()));
+                let (want, got) = (
+                    self.type_text(elem, &shape),
+                    self.type_text(node.elem(), &node.shape.clone()),
+                );
                 let message = format!("mismatched output type: the signature declares `{want}` but this computes `{got}`");
                 self.cx.spanned(&e.tokens, message);
                 continue;
             }
-            outputs.push(OutputInfo { elem, shape, node: id });
+            outputs.push(OutputInfo {
+                elem,
+                shape,
+                node: id,
+            });
         }
         Some(outputs)
     }
@@ -234,5 +323,147 @@ impl DimDecl {
             DimDecl::Named(n) => quote::ToTokens::to_token_stream(n),
             DimDecl::Fixed(l) => quote::ToTokens::to_token_stream(l),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::{Launch, Op};
+    use crate::testing::{assert_error, errors, kernel};
+    use crate::ty::{Elem, Ty};
+    use quote::quote;
+
+    #[test]
+    fn literals_take_the_other_operands_type() {
+        let k = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2 + 0.5 } });
+        for node in &k.nodes {
+            assert_eq!(node.ty, Ty::Elem(Elem::F32), "{:?}", node.op);
+        }
+    }
+
+    #[test]
+    fn unconstrained_literals_default_as_in_rust() {
+        let k = kernel(quote! { fn f(x: [f64; n]) -> [f64; n] { x + (2 as f64) + 1.5 } });
+        let two = k.nodes.iter().find(|n| matches!(n.op, Op::Int(2))).unwrap();
+        assert_eq!(two.ty, Ty::Elem(Elem::I32));
+        assert!(k.nodes.iter().all(|n| !n.ty.is_literal()));
+    }
+
+    #[test]
+    fn broadcasting_goes_by_dim_name() {
+        let k = kernel(
+            quote! { fn f(x: [f32; r, c], a: [f32; r], b: [f32; c]) -> [f32; r, c] { x * a + b } },
+        );
+        assert_eq!(k.outputs[0].shape, vec![0, 1]);
+        assert_error(
+            quote! { fn f(x: [f32; r, c], y: [f32; c, r]) -> [f32; r, c] { x + y } },
+            "shapes `[r, c]` and `[c, r]` cannot broadcast: they have the dims",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; 3], y: [f32; 4]) -> [f32; 3] { x + y } },
+            "shapes `[3]` and `[4]` cannot broadcast: the fixed sizes 3 and 4 differ",
+        );
+    }
+
+    #[test]
+    fn mismatched_types_suggest_the_cast() {
+        assert_error(
+            quote! { fn f(x: [f32; n], y: [f64; n]) -> [f32; n] { x + y } },
+            "mismatched types: `f32` and `f64`; nothing converts implicitly: write `(y as f32)`",
+        );
+        assert_error(
+            quote! { fn f(i: [i32; n]) -> [i32; n] { i + 1.5 } },
+            "mismatched types: expected `i32`, found a float literal",
+        );
+    }
+
+    #[test]
+    fn unknown_names_suggest_the_closest() {
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x.exq() } },
+            "no method named `exq` for `f32` in the language; did you mean `exp`?",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { exq(x) } },
+            "cannot find function `exq` in the language; did you mean `exp`?",
+        );
+        assert_error(
+            quote! { fn f(xs: [f32; n]) -> [f32; n] { x } },
+            "cannot find value `x` in this kernel; did you mean `xs`?",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, cc) } },
+            "cannot find dim `cc` in this kernel; did you mean `c`?",
+        );
+    }
+
+    #[test]
+    fn operations_the_type_lacks() {
+        assert_error(
+            quote! { fn f(i: [i32; n]) -> [i32; n] { i.exp() } },
+            "`exp` needs a float, found `i32`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x & x } },
+            "cannot apply `&` to `f32`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { !x } },
+            "cannot apply `!` to `f32`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { if x { x } else { x } } },
+            "expected a `bool` condition, found `f32`",
+        );
+        assert_error(
+            quote! { fn f(x: [u32; n]) -> [u32; n] { -x } },
+            "cannot negate `u32`",
+        );
+        assert_error(
+            quote! { fn f(x: [i32; n]) -> f32 { mean(x) } },
+            "`mean` needs a float operand",
+        );
+    }
+
+    #[test]
+    fn outputs_must_match_the_signature() {
+        assert_error(quote! { fn f(x: [f32; r, c]) -> [f32; r] { x } }, "mismatched output type: the signature declares `[f32; r]` but this computes `[f32; r, c]`");
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; m] { x } },
+            "the output dim `m` is not bound by any input",
+        );
+        let e = errors(quote! { fn f(x: [f32; n]) -> ([f32; n], [f32; n]) { x } });
+        assert!(
+            e[0].starts_with("the signature declares 2 outputs but the body returns 1"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn independent_errors_are_all_reported() {
+        let e = errors(quote! {
+            fn f(x: [f32; n], x: [f32; n]) -> [f32; n] { x.exq() }
+            fn g(y: [String; n]) -> [f32; n] { y }
+            fn f(z: f32) -> f32 { z }
+        });
+        assert_eq!(e.len(), 4, "{e:#?}");
+    }
+
+    #[test]
+    fn launch_kinds() {
+        let k = kernel(
+            quote! { fn f(x: [f32; r, c]) -> ([f32; r, c], [f32; r]) { let m = max(x, c); (x - m, m) } },
+        );
+        assert_eq!(
+            k.launch,
+            Launch::Rows {
+                domain: vec![0, 1],
+                axis: 1
+            }
+        );
+        let k = kernel(quote! { fn f(x: [f32; n]) -> (f32, [f32; n]) { (sum(x) / 2.0, x * 2.0) } });
+        assert_eq!(k.launch, Launch::Full { domain: vec![0] });
+        let k = kernel(quote! { fn f(a: f32) -> f32 { a + 1.0 } });
+        assert_eq!(k.launch, Launch::Map { domain: vec![] });
     }
 }

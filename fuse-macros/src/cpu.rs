@@ -12,7 +12,11 @@ const OPS: &str = "::fuse_runtime::__private::ops";
 /// The body of the CPU function: statements over `d_<dim>` sizes, `p_<param>` slices and scalars,
 /// and `out<j>` mutable slices, all declared by [`crate::expand`].
 pub fn body(k: &Kernel, plan: &Plan) -> String {
-    let mut w = Cpu { k, layout: Layout { k }, out: String::new() };
+    let mut w = Cpu {
+        k,
+        layout: Layout { k },
+        out: String::new(),
+    };
     match &k.launch {
         Launch::Map { domain } => {
             w.line(format!("let n: usize = {};", w.layout.product(domain)));
@@ -46,7 +50,11 @@ impl Cpu<'_> {
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
-        self.layout.shapes().iter().position(|s| s == shape).expect("every tensor shape is listed")
+        self.layout
+            .shapes()
+            .iter()
+            .position(|s| s == shape)
+            .expect("every tensor shape is listed")
     }
 
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass) {
@@ -58,7 +66,11 @@ impl Cpu<'_> {
             }
         }
         for (s, shape) in shapes.iter().enumerate() {
-            let offset = if shape == domain { "i".to_string() } else { self.layout.offset(shape, None) };
+            let offset = if shape == domain {
+                "i".to_string()
+            } else {
+                self.layout.offset(shape, None)
+            };
             self.line(format!("let o{s}: usize = {offset};"));
         }
         self.values(&pass.elems, Scope::Element);
@@ -69,22 +81,35 @@ impl Cpu<'_> {
 
     fn rows(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-        self.line(format!("let rows: usize = {};", self.layout.product(&rows)));
+        self.line(format!(
+            "let groups: usize = {};",
+            self.layout.product(&rows)
+        ));
         self.line(format!("let len: usize = {};", self.layout.size(axis)));
-        self.line("for g in 0..rows {");
+        self.line("for g in 0..groups {");
         for l in self.layout.split("g", &rows, "let ", "let mut ", ";") {
             self.line(l);
         }
         let shapes = self.layout.shapes();
         for (s, shape) in shapes.iter().enumerate() {
-            self.line(format!("let b{s}: usize = {};", self.layout.offset(shape, Some(axis))));
+            self.line(format!(
+                "let b{s}: usize = {};",
+                self.layout.offset(shape, Some(axis))
+            ));
         }
         self.values(&plan.prologue, Scope::Row);
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
             self.line("for r in 0..len {");
             for (s, shape) in shapes.iter().enumerate() {
-                let step = if shape.contains(&axis) { format!(" + r * {}", self.layout.stride(shape, axis)) } else { String::new() };
+                let step = match shape
+                    .contains(&axis)
+                    .then(|| self.layout.stride(shape, axis))
+                {
+                    Some(s) if s == "1" => " + r".to_string(),
+                    Some(s) => format!(" + r * {s}"),
+                    None => String::new(),
+                };
                 self.line(format!("let o{s}: usize = b{s}{step};"));
             }
             self.values(&pass.elems, Scope::Element);
@@ -156,7 +181,9 @@ impl Cpu<'_> {
             let t = e.name();
             let value = match op {
                 Reduce::Mean => format!("(acc{r} / {count} as f64) as {t}"),
-                _ if e.is_float() && matches!(op, Reduce::Sum | Reduce::Prod) => format!("acc{r} as {t}"),
+                _ if e.is_float() && matches!(op, Reduce::Sum | Reduce::Prod) => {
+                    format!("acc{r} as {t}")
+                }
                 _ => format!("acc{r}"),
             };
             self.line(format!("let v{r}: {t} = {value};"));

@@ -17,7 +17,13 @@ pub fn symbol(k: &Kernel) -> String {
 }
 
 pub fn source(k: &Kernel, plan: &Plan) -> String {
-    let mut w = Cuda { k, layout: Layout { k }, out: String::new(), indent: 1, helpers: BTreeSet::new() };
+    let mut w = Cuda {
+        k,
+        layout: Layout { k },
+        out: String::new(),
+        indent: 1,
+        helpers: BTreeSet::new(),
+    };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
         Launch::Rows { domain, axis } => w.rows_body(domain, *axis, plan),
@@ -32,18 +38,27 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
     for h in &w.helpers {
         text.push_str(helper(h));
     }
-    let _ = write!(text, "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}(\n{}) {{\n{body}}}\n", symbol(k), w.params());
+    let _ = write!(
+        text,
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}(\n{}) {{\n{body}}}\n",
+        symbol(k),
+        w.params()
+    );
     text
 }
 
 fn launch_comment(k: &Kernel) -> String {
     match &k.launch {
         Launch::Map { domain } => format!("One thread per element of {}, grid-stride.", k.shape_text(domain)),
-        Launch::Rows { domain, axis } => format!(
-            "One block per row of {} along `{}`, grid-stride over rows; block reductions by warp shuffle.",
-            k.shape_text(domain),
-            k.dims[*axis]
-        ),
+        Launch::Rows { domain, axis } => {
+            let rows: Vec<DimId> = domain.iter().copied().filter(|d| d != axis).collect();
+            format!(
+                "Reduces {} over `{}`: one block per point of {} (grid-stride), block reductions by warp shuffle.",
+                k.shape_text(domain),
+                k.dims[*axis],
+                k.shape_text(&rows)
+            )
+        }
         Launch::Full { domain } => format!(
             "Grid-stride over {}; per-block partials, the last block finishes them in a fixed order (deterministic).",
             k.shape_text(domain)
@@ -89,13 +104,21 @@ impl Cuda<'_> {
         let k = self.k;
         let mut ps = vec![];
         for (_, p, _) in k.tensor_params() {
-            ps.push(format!("const {}* __restrict__ p_{}", p.elem.c_name(), crate::expand::plain_name(&p.name)));
+            ps.push(format!(
+                "const {}* __restrict__ p_{}",
+                p.elem.c_name(),
+                crate::expand::plain_name(&p.name)
+            ));
         }
         for (j, o) in k.outputs.iter().enumerate() {
             ps.push(format!("{}* __restrict__ out{j}", o.elem.c_name()));
         }
         for p in k.params.iter().filter(|p| p.shape.is_none()) {
-            ps.push(format!("const {} p_{}", p.elem.c_name(), crate::expand::plain_name(&p.name)));
+            ps.push(format!(
+                "const {} p_{}",
+                p.elem.c_name(),
+                crate::expand::plain_name(&p.name)
+            ));
         }
         for (_, name) in k.named_dims() {
             ps.push(format!("const long long d_{name}"));
@@ -104,11 +127,19 @@ impl Cuda<'_> {
             ps.push("unsigned long long* __restrict__ fz_scratch".into());
             ps.push("unsigned int* __restrict__ fz_counter".into());
         }
-        ps.iter().map(|p| format!("    {p}")).collect::<Vec<_>>().join(",\n") + "\n"
+        ps.iter()
+            .map(|p| format!("    {p}"))
+            .collect::<Vec<_>>()
+            .join(",\n")
+            + "\n"
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
-        self.layout.shapes().iter().position(|s| s == shape).expect("every tensor shape is listed")
+        self.layout
+            .shapes()
+            .iter()
+            .position(|s| s == shape)
+            .expect("every tensor shape is listed")
     }
 
     /// The shapes whose offsets the loads in `nodes` and the stores of `writes` use.
@@ -126,10 +157,18 @@ impl Cuda<'_> {
     }
 
     fn map_body(&mut self, domain: &[DimId], plan: &Plan) {
-        self.line(format!("const long long n = {};", self.layout.product(domain)));
+        self.line(format!(
+            "const long long n = {};",
+            self.layout.product(domain)
+        ));
         self.values(&plan.prologue, Scope::Row);
         for pass in &plan.passes {
-            self.element_loop(domain, pass, "(long long)blockIdx.x * blockDim.x + threadIdx.x", "(long long)gridDim.x * blockDim.x");
+            self.element_loop(
+                domain,
+                pass,
+                "(long long)blockIdx.x * blockDim.x + threadIdx.x",
+                "(long long)gridDim.x * blockDim.x",
+            );
         }
     }
 
@@ -139,12 +178,19 @@ impl Cuda<'_> {
         let used = self.used_shapes(&pass.elems, &pass.writes);
         let shapes = self.layout.shapes();
         if used.iter().any(|&s| shapes[s] != domain) {
-            for l in self.layout.split("i", domain, "const long long ", "long long ", ";") {
+            for l in self
+                .layout
+                .split("i", domain, "const long long ", "long long ", ";")
+            {
                 self.line(l);
             }
         }
         for s in used {
-            let offset = if shapes[s] == domain { "i".to_string() } else { self.layout.offset(&shapes[s], None) };
+            let offset = if shapes[s] == domain {
+                "i".to_string()
+            } else {
+                self.layout.offset(&shapes[s], None)
+            };
             self.line(format!("const long long o{s} = {offset};"));
         }
         self.values(&pass.elems, Scope::Element);
@@ -155,16 +201,25 @@ impl Cuda<'_> {
 
     fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-        self.line(format!("const long long rows = {};", self.layout.product(&rows)));
+        self.line(format!(
+            "const long long groups = {};",
+            self.layout.product(&rows)
+        ));
         self.line(format!("const long long len = {};", self.layout.size(axis)));
         self.shared_reduction_buffers(plan);
-        self.open("for (long long g = blockIdx.x; g < rows; g += gridDim.x)");
-        for l in self.layout.split("g", &rows, "const long long ", "long long ", ";") {
+        self.open("for (long long g = blockIdx.x; g < groups; g += gridDim.x)");
+        for l in self
+            .layout
+            .split("g", &rows, "const long long ", "long long ", ";")
+        {
             self.line(l);
         }
         let shapes = self.layout.shapes();
         for (s, shape) in shapes.iter().enumerate() {
-            self.line(format!("const long long b{s} = {};", self.layout.offset(shape, Some(axis))));
+            self.line(format!(
+                "const long long b{s} = {};",
+                self.layout.offset(shape, Some(axis))
+            ));
         }
         self.values(&plan.prologue, Scope::Row);
         for pass in &plan.passes {
@@ -172,7 +227,14 @@ impl Cuda<'_> {
             self.open("for (long long r = threadIdx.x; r < len; r += blockDim.x)");
             for s in self.used_shapes(&pass.elems, &pass.writes) {
                 let shape = &shapes[s];
-                let step = if shape.contains(&axis) { format!(" + r * {}", self.layout.stride(shape, axis)) } else { String::new() };
+                let step = match shape
+                    .contains(&axis)
+                    .then(|| self.layout.stride(shape, axis))
+                {
+                    Some(s) if s == "1" => " + r".to_string(),
+                    Some(s) => format!(" + r * {s}"),
+                    None => String::new(),
+                };
                 self.line(format!("const long long o{s} = b{s}{step};"));
             }
             self.values(&pass.elems, Scope::Element);
@@ -192,17 +254,27 @@ impl Cuda<'_> {
     }
 
     fn full_body(&mut self, domain: &[DimId], plan: &Plan) {
-        self.line(format!("const long long n = {};", self.layout.product(domain)));
+        self.line(format!(
+            "const long long n = {};",
+            self.layout.product(domain)
+        ));
         self.shared_reduction_buffers(plan);
         self.values(&plan.prologue, Scope::Row);
         let pass = &plan.passes[0];
         self.init_accumulators(&pass.reduces);
-        self.element_loop(domain, pass, "(long long)blockIdx.x * blockDim.x + threadIdx.x", "(long long)gridDim.x * blockDim.x");
+        self.element_loop(
+            domain,
+            pass,
+            "(long long)blockIdx.x * blockDim.x + threadIdx.x",
+            "(long long)gridDim.x * blockDim.x",
+        );
         self.block_reduce(&pass.reduces);
         self.open("if (threadIdx.x == 0)");
         for (slot, &r) in pass.reduces.iter().enumerate() {
             let t = self.k.nodes[r].elem().c_name();
-            self.line(format!("(({t}*)(fz_scratch + {slot} * (long long)gridDim.x))[blockIdx.x] = acc{r};"));
+            self.line(format!(
+                "(({t}*)(fz_scratch + {slot} * (long long)gridDim.x))[blockIdx.x] = acc{r};"
+            ));
         }
         self.line("__threadfence();");
         self.line("fz_last = atomicAdd(fz_counter, 1u) == gridDim.x - 1;");
@@ -216,7 +288,10 @@ impl Cuda<'_> {
             self.line(format!("acc{r} = {};", identity(op, e)));
             self.open("for (unsigned int b = threadIdx.x; b < gridDim.x; b += blockDim.x)");
             self.line(format!("const {t} part = ((volatile {t}*)(fz_scratch + {slot} * (long long)gridDim.x))[b];"));
-            self.line(format!("acc{r} = {};", combine(op, e, &format!("acc{r}"), "part")));
+            self.line(format!(
+                "acc{r} = {};",
+                combine(op, e, &format!("acc{r}"), "part")
+            ));
             self.close();
         }
         self.block_reduce(&pass.reduces);
@@ -258,8 +333,13 @@ impl Cuda<'_> {
     fn accumulate(&mut self, reduces: &[NodeId]) {
         for &r in reduces {
             let (op, e) = self.reduction(r);
-            let Op::Reduce(_, operand, _) = self.k.nodes[r].op else { unreachable!() };
-            self.line(format!("acc{r} = {};", combine(op, e, &format!("acc{r}"), &format!("v{operand}"))));
+            let Op::Reduce(_, operand, _) = self.k.nodes[r].op else {
+                unreachable!()
+            };
+            self.line(format!(
+                "acc{r} = {};",
+                combine(op, e, &format!("acc{r}"), &format!("v{operand}"))
+            ));
         }
     }
 
@@ -273,8 +353,13 @@ impl Cuda<'_> {
             let (op, e) = self.reduction(r);
             let t = e.c_name();
             self.open("for (int off = 16; off > 0; off >>= 1)");
-            self.line(format!("const {t} other = __shfl_xor_sync(0xffffffffu, acc{r}, off);"));
-            self.line(format!("acc{r} = {};", combine(op, e, &format!("acc{r}"), "other")));
+            self.line(format!(
+                "const {t} other = __shfl_xor_sync(0xffffffffu, acc{r}, off);"
+            ));
+            self.line(format!(
+                "acc{r} = {};",
+                combine(op, e, &format!("acc{r}"), "other")
+            ));
             self.close();
         }
         self.line("__syncthreads();");
@@ -288,7 +373,10 @@ impl Cuda<'_> {
             let (op, e) = self.reduction(r);
             self.line(format!("acc{r} = red{r}[0];"));
             self.open("for (int w = 1; w < (int)(blockDim.x >> 5); ++w)");
-            self.line(format!("acc{r} = {};", combine(op, e, &format!("acc{r}"), &format!("red{r}[w]"))));
+            self.line(format!(
+                "acc{r} = {};",
+                combine(op, e, &format!("acc{r}"), &format!("red{r}[w]"))
+            ));
             self.close();
         }
     }
@@ -375,7 +463,9 @@ impl Cuda<'_> {
         use BinOp::*;
         let (t, u) = (e.c_name(), e.c_unsigned());
         match op {
-            Add | Sub | Mul if e.is_signed_int() => format!("(({t})(({u}){a} {} ({u}){b}))", op.symbol()),
+            Add | Sub | Mul if e.is_signed_int() => {
+                format!("(({t})(({u}){a} {} ({u}){b}))", op.symbol())
+            }
             Add | Sub | Mul if e.is_int() => format!("(({t})({a} {} {b}))", op.symbol()),
             Rem if e.is_float() => format!("{}({a}, {b})", suffixed("fmod", e)),
             Div | Rem if e.is_int() => {
@@ -383,9 +473,14 @@ impl Cuda<'_> {
                 self.helpers.insert(name);
                 format!("{name}({a}, {b})")
             }
-            Shl => format!("(({t})(({u}){a} << ((unsigned int){b} & {}u)))", e.bits() - 1),
+            Shl => format!(
+                "(({t})(({u}){a} << ((unsigned int){b} & {}u)))",
+                e.bits() - 1
+            ),
             Shr => format!("(({t})({a} >> ((unsigned int){b} & {}u)))", e.bits() - 1),
-            BitAnd | BitOr | BitXor if e == Elem::Bool => format!("((bool)({a} {} {b}))", op.symbol()),
+            BitAnd | BitOr | BitXor if e == Elem::Bool => {
+                format!("((bool)({a} {} {b}))", op.symbol())
+            }
             _ => format!("({a} {} {b})", op.symbol()),
         }
     }
@@ -400,24 +495,38 @@ impl Cuda<'_> {
             format!("{name}({})", a.join(", "))
         };
         match f {
-            Exp | Exp2 | Log2 | Log10 | Sqrt | Cbrt | Sin | Cos | Tan | Sinh | Cosh | Tanh | Asin | Acos | Atan | Asinh
-            | Acosh | Atanh | Floor | Ceil | Round | Trunc | Erf => format!("{}({x})", s(c_math_name(f))),
+            Exp | Exp2 | Log2 | Log10 | Sqrt | Cbrt | Sin | Cos | Tan | Sinh | Cosh | Tanh
+            | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | Trunc | Erf => {
+                format!("{}({x})", s(c_math_name(f)))
+            }
             Ln => format!("{}({x})", s("log")),
             ExpM1 => format!("{}({x})", s("expm1")),
             Ln1p => format!("{}({x})", s("log1p")),
             Recip => format!("({one} / {x})"),
             Rsqrt => format!("({one} / {}({x}))", s("sqrt")),
             Fract => format!("({x} - {}({x}))", s("trunc")),
-            ToDegrees if e == Elem::F32 => format!("({x} * 57.2957795130823208767981548141051703f)"),
+            ToDegrees if e == Elem::F32 => {
+                format!("({x} * 57.2957795130823208767981548141051703f)")
+            }
             ToDegrees => format!("({x} * (180.0 / 3.14159265358979323846264338327950288))"),
-            ToRadians if e == Elem::F32 => format!("({x} * (3.14159265358979323846264338327950288f / 180.0f))"),
+            ToRadians if e == Elem::F32 => {
+                format!("({x} * (3.14159265358979323846264338327950288f / 180.0f))")
+            }
             ToRadians => format!("({x} * (3.14159265358979323846264338327950288 / 180.0))"),
             Abs if e.is_float() => format!("{}({x})", s("fabs")),
             Atan2 | Powf | Hypot | Copysign => format!("{}({x}, {})", s(c_math_name(f)), a[1]),
-            Max | Min if e.is_float() => format!("{}({x}, {})", s(if f == Max { "fmax" } else { "fmin" }), a[1]),
+            Max | Min if e.is_float() => format!(
+                "{}({x}, {})",
+                s(if f == Max { "fmax" } else { "fmin" }),
+                a[1]
+            ),
             Max => format!("({x} > {b} ? {x} : {b})", b = a[1]),
             Min => format!("({x} < {b} ? {x} : {b})", b = a[1]),
-            Clamp => format!("({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))", lo = a[1], hi = a[2]),
+            Clamp => format!(
+                "({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))",
+                lo = a[1],
+                hi = a[2]
+            ),
             MulAdd => format!("{}({x}, {}, {})", s("fma"), a[1], a[2]),
             IsNan => format!("((bool)isnan({x}))"),
             IsFinite => format!("((bool)isfinite({x}))"),
@@ -429,8 +538,12 @@ impl Cuda<'_> {
             CountOnes => format!("((unsigned int)__popcll((unsigned long long){x}))"),
             LeadingZeros if e.bits() == 32 => format!("((unsigned int)__clz((int){x}))"),
             LeadingZeros => format!("((unsigned int)__clzll((long long){x}))"),
-            TrailingZeros if e.bits() == 32 => format!("({x} == 0 ? 32u : (unsigned int)(__ffs((int){x}) - 1))"),
-            TrailingZeros => format!("({x} == 0 ? 64u : (unsigned int)(__ffsll((long long){x}) - 1))"),
+            TrailingZeros if e.bits() == 32 => {
+                format!("({x} == 0 ? 32u : (unsigned int)(__ffs((int){x}) - 1))")
+            }
+            TrailingZeros => {
+                format!("({x} == 0 ? 64u : (unsigned int)(__ffsll((long long){x}) - 1))")
+            }
             Abs => helper(self, "fz_abs"),
             Signum => helper(self, "fz_signum"),
             Powi => helper(self, "fz_powi"),
@@ -505,10 +618,18 @@ fn int_literal(value: i128, e: Elem) -> String {
 fn float_literal(digits: &str, e: Elem) -> String {
     let text = if e == Elem::F32 {
         let v: f32 = digits.parse().unwrap_or(f32::NAN);
-        if v.is_infinite() { "__int_as_float(0x7f800000)".to_string() } else { format!("{v:?}f") }
+        if v.is_infinite() {
+            "__int_as_float(0x7f800000)".to_string()
+        } else {
+            format!("{v:?}f")
+        }
     } else {
         let v: f64 = digits.parse().unwrap_or(f64::NAN);
-        if v.is_infinite() { "__longlong_as_double(0x7ff0000000000000ll)".to_string() } else { format!("{v:?}") }
+        if v.is_infinite() {
+            "__longlong_as_double(0x7ff0000000000000ll)".to_string()
+        } else {
+            format!("{v:?}")
+        }
     };
     text
 }
@@ -532,7 +653,11 @@ fn cast(from: Elem, to: Elem, a: &str) -> String {
 }
 
 fn identity(op: Reduce, e: Elem) -> String {
-    let inf = if e == Elem::F32 { "__int_as_float(0x7f800000)" } else { "__longlong_as_double(0x7ff0000000000000ll)" };
+    let inf = if e == Elem::F32 {
+        "__int_as_float(0x7f800000)"
+    } else {
+        "__longlong_as_double(0x7ff0000000000000ll)"
+    };
     match (op, e) {
         (Reduce::Sum | Reduce::Mean, _) => format!("({})0", e.c_name()),
         (Reduce::Prod, _) => format!("({})1", e.c_name()),
@@ -623,5 +748,111 @@ fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ double fz_softplus(double x) { return fmax(x, 0.0) + log1p(exp(-fabs(x))); }\n",
         ),
         _ => unreachable!("unknown helper {name}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::kernel;
+    use quote::quote;
+    use std::path::PathBuf;
+
+    fn source(tokens: proc_macro2::TokenStream) -> String {
+        let k = kernel(tokens);
+        super::source(&k, &crate::plan::plan(&k))
+    }
+
+    /// The CUDA text of the language reference's kernels, reviewed as diffs when codegen changes.
+    /// `FUSE_BLESS=1 cargo test -p fuse-macros golden` rewrites the files.
+    #[test]
+    fn golden_sources() {
+        let kernels = [
+            (
+                "softplus",
+                quote! { pub fn softplus(x: [f32; n]) -> [f32; n] { (x.exp() + 1.0).ln() } },
+            ),
+            (
+                "sum_exp",
+                quote! { pub fn sum_exp(x: [f32; n]) -> f32 { sum(x.exp()) } },
+            ),
+            (
+                "softmax",
+                quote! { pub fn softmax(x: [f32; rows, cols]) -> [f32; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) } },
+            ),
+            (
+                "layernorm",
+                quote! {
+                    pub fn layernorm(x: [f32; rows, cols], gamma: [f32; cols], beta: [f32; cols], eps: f32) -> ([f32; rows, cols], [f32; rows]) {
+                        let mu = mean(x, cols);
+                        let d = x - mu;
+                        let rstd = rsqrt(mean(d * d, cols) + eps);
+                        (d * rstd * gamma + beta, rstd)
+                    }
+                },
+            ),
+            (
+                "bias_grad",
+                quote! { pub fn bias_grad(g: [f32; rows, cols]) -> [f32; cols] { sum(g, rows) } },
+            ),
+        ];
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");
+        let bless = std::env::var_os("FUSE_BLESS").is_some();
+        for (name, tokens) in kernels {
+            let text = source(tokens);
+            let path = dir.join(format!("{name}.cu"));
+            if bless {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &text).unwrap();
+            }
+            let want = std::fs::read_to_string(&path).unwrap_or_default();
+            assert!(want == text, "{} differs from the generated source; review the diff and rerun with FUSE_BLESS=1:\n{text}", path.display());
+        }
+    }
+
+    #[test]
+    fn integers_wrap_and_divide_totally() {
+        let text = source(
+            quote! { fn f(a: [i32; n], b: [i32; n]) -> [i32; n] { a * b + a / b - (a % b) } },
+        );
+        assert!(
+            text.contains("((int)((unsigned int)v0 * (unsigned int)v1))"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fz_div(v0, v1)") && text.contains("fz_rem(v0, v1)"),
+            "{text}"
+        );
+        assert!(text.contains("static __device__ __forceinline__ int fz_div(int a, int b)"));
+        assert!(
+            !text.contains("fz_sigmoid"),
+            "only the helpers used are emitted"
+        );
+    }
+
+    #[test]
+    fn casts_follow_rust() {
+        let text = source(
+            quote! { fn f(x: [f32; n]) -> ([i32; n], [u64; n], [f64; n]) { (x as i32, x as u64, x as f64) } },
+        );
+        assert!(
+            text.contains("__float2int_rz(v0)")
+                && text.contains("__float2ull_rz(v0)")
+                && text.contains("((double)v0)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn full_reductions_finish_in_the_last_block() {
+        let text = source(quote! { fn f(x: [f64; n]) -> (f64, f64) { (sum(x), max(x)) } });
+        assert!(
+            text.contains("atomicAdd(fz_counter, 1u) == gridDim.x - 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("*fz_counter = 0u;"),
+            "the last block resets the counter for the next launch"
+        );
+        assert!(text.contains("fmax(acc"), "{text}");
     }
 }

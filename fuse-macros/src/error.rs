@@ -23,16 +23,8 @@ impl Errors {
         self.list.push(syn::Error::new_spanned(tokens, message));
     }
 
-    pub fn push(&mut self, error: syn::Error) {
-        self.list.push(error);
-    }
-
     pub fn len(&self) -> usize {
         self.list.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
     }
 
     /// Ends a stage: all collected errors as one, or nothing.

@@ -59,15 +59,38 @@ impl RustSig {
         let inputs = def
             .params
             .iter()
-            .map(|p| (p.name.clone(), p.ty.elem.resolve().unwrap_or(Elem::F32), p.ty.dims.is_some()))
+            .map(|p| {
+                (
+                    p.name.clone(),
+                    p.ty.elem.resolve().unwrap_or(Elem::F32),
+                    p.ty.dims.is_some(),
+                )
+            })
             .collect();
-        let outputs = def.output.types().iter().map(|t| t.elem.resolve().unwrap_or(Elem::F32)).collect();
-        RustSig { inputs, outputs, tuple: matches!(def.output, crate::parse::Output::Tuple(_)) }
+        let outputs = def
+            .output
+            .types
+            .iter()
+            .map(|t| t.elem.resolve().unwrap_or(Elem::F32))
+            .collect();
+        RustSig {
+            inputs,
+            outputs,
+            tuple: def.output.tuple,
+        }
     }
 
     fn from_kernel(k: &Kernel) -> RustSig {
-        let inputs = k.params.iter().map(|p| (p.name.clone(), p.elem, p.shape.is_some())).collect();
-        RustSig { inputs, outputs: k.outputs.iter().map(|o| o.elem).collect(), tuple: k.tuple }
+        let inputs = k
+            .params
+            .iter()
+            .map(|p| (p.name.clone(), p.elem, p.shape.is_some()))
+            .collect();
+        RustSig {
+            inputs,
+            outputs: k.outputs.iter().map(|o| o.elem).collect(),
+            tuple: k.tuple,
+        }
     }
 
     fn input_params(&self) -> TokenStream {
@@ -88,8 +111,14 @@ impl RustSig {
     fn output_names(&self) -> Vec<Ident> {
         (0..self.outputs.len())
             .map(|j| {
-                let mut name = if self.tuple { format!("out{j}") } else { "out".to_string() };
-                while self.inputs.iter().any(|(n, _, _)| plain_name(n) == name) || name == DEVICE_ARG {
+                let mut name = if self.tuple {
+                    format!("out{j}")
+                } else {
+                    "out".to_string()
+                };
+                while self.inputs.iter().any(|(n, _, _)| plain_name(n) == name)
+                    || name == DEVICE_ARG
+                {
                     name.push('_');
                 }
                 Ident::new(&name, Span::call_site())
@@ -111,10 +140,14 @@ impl RustSig {
 
     fn return_type(&self) -> TokenStream {
         let rt = rt();
-        let types: Vec<TokenStream> = self.outputs.iter().map(|e| {
-            let t = elem_tokens(*e);
-            quote!(#rt::Buffer<#t>)
-        }).collect();
+        let types: Vec<TokenStream> = self
+            .outputs
+            .iter()
+            .map(|e| {
+                let t = elem_tokens(*e);
+                quote!(#rt::Buffer<#t>)
+            })
+            .collect();
         if self.tuple {
             quote!((#(#types),*))
         } else {
@@ -165,9 +198,17 @@ fn expand_kernel(k: &Kernel) -> TokenStream {
             let mut #o = #rt::__private::alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::SIGNATURE, #index, &dims))?;
         }
     });
-    let result = if k.tuple { quote!((#(#out_names),*)) } else { quote!(#(#out_names)*) };
+    let result = if k.tuple {
+        quote!((#(#out_names),*))
+    } else {
+        quote!(#(#out_names)*)
+    };
     let doc = fn_doc(k);
-    let mod_doc = format!("Items of the fused kernel [`{}()`](fn@{}): its CUDA C text and its write-into form.", plain_name(name), plain_name(name));
+    let mod_doc = format!(
+        "Items of the fused kernel [`{}()`](fn@{}): its CUDA C text and its write-into form.",
+        plain_name(name),
+        plain_name(name)
+    );
     let module = module_items(k, &plan, &sig, &source);
     quote! {
         #(#attrs)*
@@ -194,13 +235,21 @@ fn fn_doc(k: &Kernel) -> String {
             None => format!("`{}: {}`", plain_name(&p.name), p.elem),
         })
         .collect();
-    let outputs: Vec<String> = k.outputs.iter().map(|o| format!("`{}`", type_text(k, o.elem, &o.shape))).collect();
+    let outputs: Vec<String> = k
+        .outputs
+        .iter()
+        .map(|o| format!("`{}`", type_text(k, o.elem, &o.shape)))
+        .collect();
     format!(
         "\n\nFused kernel, one launch ({}). Takes {}; returns {}, allocated on `dev`. \
          Shapes are checked against the declared dims at the call. `{}::into` writes into \
          preallocated outputs; `{}::CUDA_SOURCE` is the generated CUDA C.",
         launch_text(k),
-        if params.is_empty() { "nothing".to_string() } else { params.join(", ") },
+        if params.is_empty() {
+            "nothing".to_string()
+        } else {
+            params.join(", ")
+        },
         outputs.join(", "),
         plain_name(&k.name),
         plain_name(&k.name),
@@ -254,7 +303,11 @@ fn geometry(k: &Kernel) -> TokenStream {
         }
         Launch::Full { domain } => {
             let elems = product(k, domain);
-            let slots = k.nodes.iter().filter(|n| matches!(n.op, crate::ir::Op::Reduce(..))).count() as u32;
+            let slots = k
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.op, crate::ir::Op::Reduce(..)))
+                .count() as u32;
             quote!(#g::Full { elems: #elems, slots: #slots })
         }
     }
@@ -276,8 +329,14 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
             })
             .collect()
     };
-    let inputs = k.tensor_params().map(|(_, p, s)| (plain_name(&p.name), s.clone(), false));
-    let outputs = sig.output_names().into_iter().zip(&k.outputs).map(|(n, o)| (plain_name(&n), o.shape.clone(), true));
+    let inputs = k
+        .tensor_params()
+        .map(|(_, p, s)| (plain_name(&p.name), s.clone(), false));
+    let outputs = sig
+        .output_names()
+        .into_iter()
+        .zip(&k.outputs)
+        .map(|(n, o)| (plain_name(&n), o.shape.clone(), true));
     let tensors = inputs.chain(outputs).map(|(name, shape, output)| {
         let refs = dim_refs(&shape);
         quote!(#rt::__private::TensorSig { name: #name, dims: &[#(#refs),*], output: #output })
@@ -302,7 +361,12 @@ fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &st
     let signature = signature(k, sig);
     let out_names = sig.output_names();
     let tensor_inputs: Vec<&Ident> = k.tensor_params().map(|(_, p, _)| &p.name).collect();
-    let scalars: Vec<&Ident> = k.params.iter().filter(|p| p.shape.is_none()).map(|p| &p.name).collect();
+    let scalars: Vec<&Ident> = k
+        .params
+        .iter()
+        .filter(|p| p.shape.is_none())
+        .map(|p| &p.name)
+        .collect();
     let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(dims[#i])));
     let geometry = geometry(k);
     let cpu = cpu_items(k, plan, sig);
@@ -340,23 +404,40 @@ fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &st
 fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream {
     let rt = rt();
     let out_names = sig.output_names();
-    let tensors: Vec<(&Ident, TokenStream)> = k.tensor_params().map(|(_, p, _)| (&p.name, elem_tokens(p.elem))).collect();
-    let scalars: Vec<(&Ident, TokenStream)> =
-        k.params.iter().filter(|p| p.shape.is_none()).map(|p| (&p.name, elem_tokens(p.elem))).collect();
+    let tensors: Vec<(&Ident, TokenStream)> = k
+        .tensor_params()
+        .map(|(_, p, _)| (&p.name, elem_tokens(p.elem)))
+        .collect();
+    let scalars: Vec<(&Ident, TokenStream)> = k
+        .params
+        .iter()
+        .filter(|p| p.shape.is_none())
+        .map(|p| (&p.name, elem_tokens(p.elem)))
+        .collect();
     let outs: Vec<TokenStream> = k.outputs.iter().map(|o| elem_tokens(o.elem)).collect();
     let (t_names, t_types): (Vec<_>, Vec<_>) = tensors.iter().cloned().unzip();
     let (s_names, s_types): (Vec<_>, Vec<_>) = scalars.iter().cloned().unzip();
     // Host copies in `cpu`; the parameter names of `compute`, which the CPU backend's body uses.
-    let h_t: Vec<Ident> = (0..t_names.len()).map(|i| format_ident!("__t{}", i)).collect();
+    let h_t: Vec<Ident> = (0..t_names.len())
+        .map(|i| format_ident!("__t{}", i))
+        .collect();
     let h_o: Vec<Ident> = (0..outs.len()).map(|j| format_ident!("__o{}", j)).collect();
-    let p_t: Vec<Ident> = t_names.iter().map(|n| format_ident!("p_{}", plain_name(n))).collect();
-    let p_s: Vec<Ident> = s_names.iter().map(|n| format_ident!("p_{}", plain_name(n))).collect();
+    let p_t: Vec<Ident> = t_names
+        .iter()
+        .map(|n| format_ident!("p_{}", plain_name(n)))
+        .collect();
+    let p_s: Vec<Ident> = s_names
+        .iter()
+        .map(|n| format_ident!("p_{}", plain_name(n)))
+        .collect();
     let out_idents: Vec<Ident> = (0..outs.len()).map(|j| format_ident!("out{}", j)).collect();
     let dim_lets = k.named_dims().enumerate().map(|(i, (_, n))| {
         let d = format_ident!("d_{}", n);
         quote!(let #d: usize = dims[#i];)
     });
-    let body: TokenStream = crate::cpu::body(k, plan).parse().expect("the CPU backend writes valid Rust");
+    let body: TokenStream = crate::cpu::body(k, plan)
+        .parse()
+        .expect("the CPU backend writes valid Rust");
     quote! {
         #[allow(clippy::too_many_arguments)]
         fn cpu(

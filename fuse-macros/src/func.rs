@@ -109,15 +109,33 @@ pub struct FuncInfo {
 }
 
 const fn both(func: Func, name: &'static str, sig: Sig) -> FuncInfo {
-    FuncInfo { func, name, sig, method: true, free: true }
+    FuncInfo {
+        func,
+        name,
+        sig,
+        method: true,
+        free: true,
+    }
 }
 
 const fn method(func: Func, name: &'static str, sig: Sig) -> FuncInfo {
-    FuncInfo { func, name, sig, method: true, free: false }
+    FuncInfo {
+        func,
+        name,
+        sig,
+        method: true,
+        free: false,
+    }
 }
 
 const fn free(func: Func, name: &'static str) -> FuncInfo {
-    FuncInfo { func, name, sig: Sig::Float, method: false, free: true }
+    FuncInfo {
+        func,
+        name,
+        sig: Sig::Float,
+        method: false,
+        free: true,
+    }
 }
 
 /// Every function. One-argument std methods are also free functions; the ML vocabulary is free

@@ -3,12 +3,12 @@
 
 use crate::error::Errors;
 use crate::ir::{DimId, Kernel, Launch, Op};
-use crate::parse::Expr;
 use crate::typing::is_subsequence;
 
-const SPLIT: &str = "split it into two `fn`s, each one launch, and pass the first one's result to the second";
+const SPLIT: &str =
+    "split it into two `fn`s, each one launch, and pass the first one's result to the second";
 
-pub fn launch(k: &Kernel, _tail: &Expr, cx: &mut Errors) -> Option<Launch> {
+pub fn launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
     let live = live_nodes(k);
     let reduces: Vec<(usize, Option<DimId>)> = (0..k.nodes.len())
         .filter(|&i| live[i])
@@ -58,7 +58,12 @@ pub fn live_nodes(k: &Kernel) -> Vec<bool> {
 }
 
 fn map_launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
-    let domain = k.outputs.iter().map(|o| o.shape.clone()).max_by_key(Vec::len).unwrap_or_default();
+    let domain = k
+        .outputs
+        .iter()
+        .map(|o| o.shape.clone())
+        .max_by_key(Vec::len)
+        .unwrap_or_default();
     for o in &k.outputs {
         if o.shape != domain {
             let message = format!(
@@ -74,12 +79,15 @@ fn map_launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
 }
 
 fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Option<Launch> {
-    let Op::Reduce(_, operand, _) = k.nodes[first].op else { unreachable!("`first` is a reduction") };
+    let Op::Reduce(_, operand, _) = k.nodes[first].op else {
+        unreachable!("`first` is a reduction")
+    };
     let domain = k.nodes[operand].shape.clone();
     // A value over elements that depends on a full reduction needs the whole reduction first.
     let mut after_full = vec![false; k.nodes.len()];
     for (i, node) in k.nodes.iter().enumerate() {
-        after_full[i] = matches!(node.op, Op::Reduce(..)) || node.op.operands().iter().any(|&o| after_full[o]);
+        after_full[i] =
+            matches!(node.op, Op::Reduce(..)) || node.op.operands().iter().any(|&o| after_full[o]);
         if live[i] && after_full[i] && !node.shape.is_empty() {
             let message = format!(
                 "this uses the result of a reduction over every element again elementwise, over the elements it reduced: every element would have to wait for the whole reduction, which takes a second launch; {SPLIT} (e.g. `fn total(x) -> f32 {{ sum(x) }}` and `fn scale(x, s: f32) -> [..] {{ x / s }}`)"
@@ -108,7 +116,12 @@ fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Opti
     Some(Launch::Full { domain })
 }
 
-fn rows_launch(k: &Kernel, reduces: &[(usize, Option<DimId>)], axis: DimId, cx: &mut Errors) -> Option<Launch> {
+fn rows_launch(
+    k: &Kernel,
+    reduces: &[(usize, Option<DimId>)],
+    axis: DimId,
+    cx: &mut Errors,
+) -> Option<Launch> {
     let mut shapes: Vec<(usize, &Vec<DimId>)> = reduces
         .iter()
         .map(|&(id, _)| match k.nodes[id].op {
@@ -117,7 +130,11 @@ fn rows_launch(k: &Kernel, reduces: &[(usize, Option<DimId>)], axis: DimId, cx: 
         })
         .collect();
     shapes.extend(k.outputs.iter().map(|o| (o.node, &o.shape)));
-    let domain = shapes.iter().map(|(_, s)| (*s).clone()).max_by_key(Vec::len).unwrap_or_default();
+    let domain = shapes
+        .iter()
+        .map(|(_, s)| (*s).clone())
+        .max_by_key(Vec::len)
+        .unwrap_or_default();
     for &(id, shape) in &shapes {
         if !is_subsequence(shape, &domain) {
             let message = format!(
@@ -148,4 +165,53 @@ fn domain_error(k: &Kernel, node: usize, domain: &[DimId], other: &str, cx: &mut
         k.shape_text(domain)
     );
     cx.spanned(&k.nodes[node].tokens, message);
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{assert_error, kernel};
+    use quote::quote;
+
+    #[test]
+    fn row_patterns_are_one_launch() {
+        kernel(
+            quote! { fn softmax(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } },
+        );
+        kernel(quote! { fn colsum(g: [f32; r, c]) -> [f32; c] { sum(g, r) } });
+        kernel(quote! {
+            fn ln(x: [f32; r, c], g: [f32; c], eps: f32) -> ([f32; r, c], [f32; r]) {
+                let d = x - mean(x, c);
+                let s = rsqrt(mean(d * d, c) + eps);
+                (d * s * g, s)
+            }
+        });
+    }
+
+    #[test]
+    fn illegal_fusions_say_why_and_how_to_split() {
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x / sum(x) } },
+            "this uses the result of a reduction over every element again elementwise",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) + max(max(x, r), c) } },
+            "this reduces over `r`, but this kernel already reduces over `c`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; r, c]) -> f32 { sum(max(x, c)) } },
+            "this kernel has both a reduction over every element and a reduction over one dim",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; r, c], y: [f32; r]) -> ([f32; r, c], [f32; r]) { (x, y) } },
+            "this output has shape `[r]` but another has `[r, c]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; r, c], g: [f32; c]) -> ([f32; r, c], [f32; c]) { (x - max(x, c), g) } },
+            "this output has shape `[c]`, but this kernel iterates over `[r, c]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], y: [f32; m]) -> f32 { sum(x) + sum(y) } },
+            "this reduces a tensor of shape `[m]`, but this kernel also reduces one of shape `[n]`",
+        );
+    }
 }

@@ -135,19 +135,16 @@ pub enum Launch {
     Full { domain: Vec<DimId> },
 }
 
-impl Launch {
-    pub fn domain(&self) -> &[DimId] {
-        match self {
-            Launch::Map { domain } | Launch::Rows { domain, .. } | Launch::Full { domain } => domain,
-        }
-    }
-}
-
 impl Kernel {
     /// The position of a named dim among the named dims (the kernel's dim arguments).
     pub fn named_index(&self, dim: DimId) -> Option<usize> {
         match self.dims[dim] {
-            Dim::Named(_) => Some(self.dims[..dim].iter().filter(|d| matches!(d, Dim::Named(_))).count()),
+            Dim::Named(_) => Some(
+                self.dims[..dim]
+                    .iter()
+                    .filter(|d| matches!(d, Dim::Named(_)))
+                    .count(),
+            ),
             Dim::Fixed(_) => None,
         }
     }
@@ -160,7 +157,10 @@ impl Kernel {
     }
 
     pub fn tensor_params(&self) -> impl Iterator<Item = (usize, &ParamInfo, &Vec<DimId>)> {
-        self.params.iter().enumerate().filter_map(|(i, p)| p.shape.as_ref().map(|s| (i, p, s)))
+        self.params
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| p.shape.as_ref().map(|s| (i, p, s)))
     }
 
     pub fn shape_text(&self, shape: &[DimId]) -> String {

@@ -16,6 +16,8 @@ mod fusion;
 mod ir;
 mod parse;
 mod plan;
+#[cfg(test)]
+mod testing;
 mod ty;
 mod typing;
 

@@ -6,7 +6,6 @@
 use crate::error::{tokens, Errors};
 use crate::ty::Elem;
 use proc_macro2::{Span, TokenStream};
-use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Ident, LitInt, Token, Visibility};
@@ -36,7 +35,6 @@ pub struct Param {
 pub struct TypeDecl {
     pub elem: ElemName,
     pub dims: Option<Vec<DimDecl>>,
-    pub tokens: TokenStream,
 }
 
 /// An element type as written; [`crate::check`] resolves it.
@@ -48,9 +46,10 @@ impl ElemName {
     /// The element type, or `None` if it is not one of the language's.
     pub fn resolve(&self) -> Option<Elem> {
         match &self.ty {
-            syn::Type::Path(p) if p.qself.is_none() => {
-                p.path.get_ident().and_then(|i| Elem::from_name(&i.to_string()))
-            }
+            syn::Type::Path(p) if p.qself.is_none() => p
+                .path
+                .get_ident()
+                .and_then(|i| Elem::from_name(&i.to_string())),
             _ => None,
         }
     }
@@ -61,18 +60,10 @@ pub enum DimDecl {
     Fixed(LitInt),
 }
 
-pub enum Output {
-    One(TypeDecl),
-    Tuple(Vec<TypeDecl>),
-}
-
-impl Output {
-    pub fn types(&self) -> Vec<&TypeDecl> {
-        match self {
-            Output::One(t) => vec![t],
-            Output::Tuple(ts) => ts.iter().collect(),
-        }
-    }
+/// The declared outputs: one type, or a tuple of them.
+pub struct Output {
+    pub types: Vec<TypeDecl>,
+    pub tuple: bool,
 }
 
 impl Parse for Input {
@@ -146,32 +137,39 @@ fn parse_output(input: ParseStream) -> syn::Result<Output> {
         let content;
         syn::parenthesized!(content in input);
         let items = Punctuated::<TypeDecl, Token![,]>::parse_terminated(&content)?;
-        let mut items: Vec<TypeDecl> = items.into_iter().collect();
-        if items.len() == 1 {
-            return Ok(Output::One(items.remove(0)));
-        }
-        return Ok(Output::Tuple(items));
+        let types: Vec<TypeDecl> = items.into_iter().collect();
+        let tuple = types.len() != 1;
+        return Ok(Output { types, tuple });
     }
-    Ok(Output::One(input.parse()?))
+    Ok(Output {
+        types: vec![input.parse()?],
+        tuple: false,
+    })
 }
 
 impl Parse for TypeDecl {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let fork = input.fork();
         if !input.peek(syn::token::Bracket) {
             let ty: syn::Type = input.parse()?;
-            let tokens = ty.to_token_stream();
-            return Ok(TypeDecl { elem: ElemName { ty }, dims: None, tokens });
+            return Ok(TypeDecl {
+                elem: ElemName { ty },
+                dims: None,
+            });
         }
         let content;
         syn::bracketed!(content in input);
         let ty: syn::Type = content.parse()?;
         content.parse::<Token![;]>().map_err(|e| {
-            syn::Error::new(e.span(), "expected `;` and the dims of the tensor, as in `[f32; rows, cols]`")
+            syn::Error::new(
+                e.span(),
+                "expected `;` and the dims of the tensor, as in `[f32; rows, cols]`",
+            )
         })?;
         let dims = Punctuated::<DimDecl, Token![,]>::parse_terminated(&content)?;
-        let tokens = tokens_between(&fork, input);
-        Ok(TypeDecl { elem: ElemName { ty }, dims: Some(dims.into_iter().collect()), tokens })
+        Ok(TypeDecl {
+            elem: ElemName { ty },
+            dims: Some(dims.into_iter().collect()),
+        })
     }
 }
 
@@ -194,8 +192,14 @@ pub struct Expr {
 }
 
 pub enum ExprKind {
-    Int { value: i128, suffix: Option<Elem> },
-    Float { digits: String, suffix: Option<Elem> },
+    Int {
+        value: i128,
+        suffix: Option<Elem>,
+    },
+    Float {
+        digits: String,
+        suffix: Option<Elem>,
+    },
     Bool(bool),
     Var(Ident),
     Unary(UnOp, Box<Expr>),
@@ -274,7 +278,10 @@ pub struct Body {
 
 /// Lowers a body's statements, reporting every construct the language does not have.
 pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
-    let mut body = Body { lets: Vec::new(), tail: None };
+    let mut body = Body {
+        lets: Vec::new(),
+        tail: None,
+    };
     for (i, stmt) in stmts.iter().enumerate() {
         let last = i + 1 == stmts.len();
         match stmt {
@@ -285,7 +292,10 @@ pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
             }
             syn::Stmt::Expr(e, None) if last => body.tail = lower_expr(e, cx),
             syn::Stmt::Expr(e, _) => cx.spanned(e, statement_message(e)),
-            syn::Stmt::Item(item) => cx.spanned(item, "items cannot be declared inside a kernel; declare them outside `fuse!`"),
+            syn::Stmt::Item(item) => cx.spanned(
+                item,
+                "items cannot be declared inside a kernel; declare them outside `fuse!`",
+            ),
             syn::Stmt::Macro(m) => cx.spanned(&m.mac, UNSUPPORTED_MACRO),
         }
     }
@@ -308,7 +318,10 @@ fn lower_let(local: &syn::Local, cx: &mut Errors) -> Option<(Ident, Expr)> {
             return None;
         }
         other => {
-            cx.spanned(other, "expected a name: `let` binds one value to one name, as in `let e = x.exp();`");
+            cx.spanned(
+                other,
+                "expected a name: `let` binds one value to one name, as in `let e = x.exp();`",
+            );
             return None;
         }
     };
@@ -336,7 +349,12 @@ pub fn lower_expr(e: &syn::Expr, cx: &mut Errors) -> Option<Expr> {
         syn::Expr::Binary(b) => lower_binary(b, cx)?,
         syn::Expr::Cast(c) => {
             let inner = lower_expr(&c.expr, cx);
-            ExprKind::Cast(Box::new(inner?), ElemName { ty: (*c.ty).clone() })
+            ExprKind::Cast(
+                Box::new(inner?),
+                ElemName {
+                    ty: (*c.ty).clone(),
+                },
+            )
         }
         syn::Expr::If(i) => lower_if(i, cx)?,
         syn::Expr::Call(c) => lower_call(c, cx)?,
@@ -347,7 +365,10 @@ pub fn lower_expr(e: &syn::Expr, cx: &mut Errors) -> Option<Expr> {
             return None;
         }
     };
-    Some(Expr { kind, tokens: tokens(e) })
+    Some(Expr {
+        kind,
+        tokens: tokens(e),
+    })
 }
 
 fn lower_all<'a>(exprs: impl Iterator<Item = &'a syn::Expr>, cx: &mut Errors) -> Option<Vec<Expr>> {
@@ -374,14 +395,23 @@ fn lower_lit(lit: &syn::Lit, cx: &mut Errors) -> Option<ExprKind> {
         syn::Lit::Float(f) => {
             let suffix = lit_suffix(f.suffix(), lit, cx)?;
             if suffix.is_some_and(|s| !s.is_float()) {
-                cx.spanned(f, format!("a float literal cannot have the suffix `{}`", f.suffix()));
+                cx.spanned(
+                    f,
+                    format!("a float literal cannot have the suffix `{}`", f.suffix()),
+                );
                 return None;
             }
-            Some(ExprKind::Float { digits: f.base10_digits().to_string(), suffix })
+            Some(ExprKind::Float {
+                digits: f.base10_digits().to_string(),
+                suffix,
+            })
         }
         syn::Lit::Bool(b) => Some(ExprKind::Bool(b.value)),
         other => {
-            cx.spanned(other, "only number and `bool` literals are part of the language");
+            cx.spanned(
+                other,
+                "only number and `bool` literals are part of the language",
+            );
             None
         }
     }
@@ -405,14 +435,20 @@ fn lower_unary(u: &syn::ExprUnary, cx: &mut Errors) -> Option<ExprKind> {
         syn::UnOp::Neg(_) => UnOp::Neg,
         syn::UnOp::Not(_) => UnOp::Not,
         _ => {
-            cx.spanned(u.op, "dereferencing is not part of the language: tensors and scalars are used by value");
+            cx.spanned(
+                u.op,
+                "dereferencing is not part of the language: tensors and scalars are used by value",
+            );
             return None;
         }
     };
     let inner = lower_expr(&u.expr, cx)?;
     // Fold `-literal` so that `-2147483648i32` is in range, as in Rust.
     if let (UnOp::Neg, ExprKind::Int { value, suffix }) = (op, &inner.kind) {
-        return Some(ExprKind::Int { value: -value, suffix: *suffix });
+        return Some(ExprKind::Int {
+            value: -value,
+            suffix: *suffix,
+        });
     }
     Some(ExprKind::Unary(op, Box::new(inner)))
 }
@@ -445,7 +481,12 @@ fn lower_binary(b: &syn::ExprBinary, cx: &mut Errors) -> Option<ExprKind> {
     };
     let lhs = lower_expr(&b.left, cx);
     let rhs = lower_expr(&b.right, cx);
-    Some(ExprKind::Binary(op, Box::new(lhs?), Box::new(rhs?), tokens(&b.op)))
+    Some(ExprKind::Binary(
+        op,
+        Box::new(lhs?),
+        Box::new(rhs?),
+        tokens(&b.op),
+    ))
 }
 
 const ASSIGNMENT: &str =
@@ -465,7 +506,11 @@ fn lower_if(i: &syn::ExprIf, cx: &mut Errors) -> Option<ExprKind> {
         syn::Expr::Block(b) if b.attrs.is_empty() && b.label.is_none() => lower_block(&b.block, cx),
         other => lower_expr(other, cx),
     };
-    Some(ExprKind::If(Box::new(cond?), Box::new(then?), Box::new(els?)))
+    Some(ExprKind::If(
+        Box::new(cond?),
+        Box::new(then?),
+        Box::new(els?),
+    ))
 }
 
 fn lower_block(block: &syn::Block, cx: &mut Errors) -> Option<Expr> {
@@ -480,7 +525,9 @@ fn lower_block(block: &syn::Block, cx: &mut Errors) -> Option<Expr> {
 
 fn lower_call(c: &syn::ExprCall, cx: &mut Errors) -> Option<ExprKind> {
     let func = match &*c.func {
-        syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => p.path.get_ident()?.clone(),
+        syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
+            p.path.get_ident()?.clone()
+        }
         other => {
             cx.spanned(other, "expected a function name such as `exp` or `sum`; paths and closures are not part of the language");
             return None;
@@ -513,8 +560,16 @@ fn is_compound_assignment(op: &syn::BinOp) -> bool {
     use syn::BinOp as S;
     matches!(
         op,
-        S::AddAssign(_) | S::SubAssign(_) | S::MulAssign(_) | S::DivAssign(_) | S::RemAssign(_)
-            | S::BitXorAssign(_) | S::BitAndAssign(_) | S::BitOrAssign(_) | S::ShlAssign(_) | S::ShrAssign(_)
+        S::AddAssign(_)
+            | S::SubAssign(_)
+            | S::MulAssign(_)
+            | S::DivAssign(_)
+            | S::RemAssign(_)
+            | S::BitXorAssign(_)
+            | S::BitAndAssign(_)
+            | S::BitOrAssign(_)
+            | S::ShlAssign(_)
+            | S::ShrAssign(_)
     )
 }
 
@@ -561,10 +616,13 @@ mod tests {
         assert_eq!(k.name, "ln");
         assert_eq!(k.params.len(), 3);
         assert_eq!(k.params[0].ty.dims.as_ref().map(Vec::len), Some(2));
-        assert!(matches!(k.params[1].ty.dims.as_deref(), Some([DimDecl::Fixed(_)])));
+        assert!(matches!(
+            k.params[1].ty.dims.as_deref(),
+            Some([DimDecl::Fixed(_)])
+        ));
         assert!(k.params[2].ty.dims.is_none());
         assert_eq!(k.params[2].ty.elem.resolve(), Some(Elem::F32));
-        assert!(matches!(k.output, Output::Tuple(ref t) if t.len() == 2));
+        assert!(k.output.tuple && k.output.types.len() == 2);
         assert_eq!(k.attrs.len(), 1);
     }
 
@@ -582,7 +640,12 @@ mod tests {
         let body = lower_body(&k.body, &mut cx);
         assert_eq!(body.lets.len(), 1);
         assert!(body.tail.is_some());
-        let errors: Vec<String> = cx.propagate().unwrap_err().into_iter().map(|e| e.to_string()).collect();
+        let errors: Vec<String> = cx
+            .propagate()
+            .unwrap_err()
+            .into_iter()
+            .map(|e| e.to_string())
+            .collect();
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(errors[0].starts_with("loops"), "{errors:?}");
         assert!(errors[1].starts_with("indexing"));
@@ -593,6 +656,12 @@ mod tests {
         let e: syn::Expr = syn::parse2(quote!(-2147483648i32)).unwrap();
         let mut cx = Errors::default();
         let lowered = lower_expr(&e, &mut cx).unwrap();
-        assert!(matches!(lowered.kind, ExprKind::Int { value: -2147483648, suffix: Some(Elem::I32) }));
+        assert!(matches!(
+            lowered.kind,
+            ExprKind::Int {
+                value: -2147483648,
+                suffix: Some(Elem::I32)
+            }
+        ));
     }
 }

@@ -32,18 +32,33 @@ pub fn plan(k: &Kernel) -> Plan {
     let depth = depths(k);
     let group_nodes = |d: usize| -> Vec<NodeId> {
         (0..k.nodes.len())
-            .filter(|&i| live[i] && !is_elem(i) && depth[i] == d && !matches!(k.nodes[i].op, Op::Reduce(..)))
+            .filter(|&i| {
+                live[i] && !is_elem(i) && depth[i] == d && !matches!(k.nodes[i].op, Op::Reduce(..))
+            })
             .collect()
     };
-    let max_depth = (0..k.nodes.len()).filter(|&i| live[i]).map(|i| depth[i]).max().unwrap_or(0);
-    let (elem_outputs, group_writes): (Vec<usize>, Vec<usize>) =
-        (0..k.outputs.len()).partition(|&o| is_elem(k.outputs[o].node) || matches!(k.launch, Launch::Map { .. }));
+    let max_depth = (0..k.nodes.len())
+        .filter(|&i| live[i])
+        .map(|i| depth[i])
+        .max()
+        .unwrap_or(0);
+    let (elem_outputs, group_writes): (Vec<usize>, Vec<usize>) = (0..k.outputs.len())
+        .partition(|&o| is_elem(k.outputs[o].node) || matches!(k.launch, Launch::Map { .. }));
     let mut passes = vec![];
     for d in 1..=max_depth {
-        let reduces: Vec<NodeId> =
-            (0..k.nodes.len()).filter(|&i| live[i] && depth[i] == d && matches!(k.nodes[i].op, Op::Reduce(..))).collect();
-        let roots: Vec<NodeId> = reduces.iter().flat_map(|&r| k.nodes[r].op.operands()).collect();
-        passes.push(Pass { elems: closure(k, &roots, &is_elem), reduces, writes: vec![], after: group_nodes(d) });
+        let reduces: Vec<NodeId> = (0..k.nodes.len())
+            .filter(|&i| live[i] && depth[i] == d && matches!(k.nodes[i].op, Op::Reduce(..)))
+            .collect();
+        let roots: Vec<NodeId> = reduces
+            .iter()
+            .flat_map(|&r| k.nodes[r].op.operands())
+            .collect();
+        passes.push(Pass {
+            elems: closure(k, &roots, &is_elem),
+            reduces,
+            writes: vec![],
+            after: group_nodes(d),
+        });
     }
     let output_roots: Vec<NodeId> = elem_outputs.iter().map(|&o| k.outputs[o].node).collect();
     match (&k.launch, passes.first_mut()) {
@@ -62,7 +77,11 @@ pub fn plan(k: &Kernel) -> Plan {
         }),
         _ => {}
     }
-    Plan { prologue: group_nodes(0), passes, group_writes }
+    Plan {
+        prologue: group_nodes(0),
+        passes,
+        group_writes,
+    }
 }
 
 /// Whether a value varies along the elements one thread step visits (else it is per row, or per
@@ -79,7 +98,13 @@ pub fn is_element(k: &Kernel, id: NodeId) -> bool {
 fn depths(k: &Kernel) -> Vec<usize> {
     let mut depth = vec![0; k.nodes.len()];
     for (i, node) in k.nodes.iter().enumerate() {
-        let operands = node.op.operands().into_iter().map(|o| depth[o]).max().unwrap_or(0);
+        let operands = node
+            .op
+            .operands()
+            .into_iter()
+            .map(|o| depth[o])
+            .max()
+            .unwrap_or(0);
         depth[i] = operands + usize::from(matches!(node.op, Op::Reduce(..)));
     }
     depth
@@ -124,12 +149,18 @@ impl Layout<'_> {
         if dims.is_empty() {
             return "1".into();
         }
-        dims.iter().map(|&d| self.size(d)).collect::<Vec<_>>().join(" * ")
+        dims.iter()
+            .map(|&d| self.size(d))
+            .collect::<Vec<_>>()
+            .join(" * ")
     }
 
     /// The row-major stride of `d` within a tensor of shape `shape`.
     pub fn stride(&self, shape: &[DimId], d: DimId) -> String {
-        let at = shape.iter().position(|&x| x == d).expect("the dim is in the shape");
+        let at = shape
+            .iter()
+            .position(|&x| x == d)
+            .expect("the dim is in the shape");
         self.product(&shape[at + 1..])
     }
 
@@ -152,7 +183,14 @@ impl Layout<'_> {
 
     /// Statements (`decl` is the index type's declaration prefix, such as `const long long ` or
     /// `let `) that split the linear index `linear` into the coordinates of `dims`.
-    pub fn split(&self, linear: &str, dims: &[DimId], decl: &str, temp_decl: &str, end: &str) -> Vec<String> {
+    pub fn split(
+        &self,
+        linear: &str,
+        dims: &[DimId],
+        decl: &str,
+        temp_decl: &str,
+        end: &str,
+    ) -> Vec<String> {
         let mut lines = vec![];
         match dims {
             [] => {}
@@ -163,7 +201,11 @@ impl Layout<'_> {
                     if i == 0 {
                         lines.push(format!("{decl}{} = t{end}", self.coord(d)));
                     } else {
-                        lines.push(format!("{decl}{} = t % {}{end}", self.coord(d), self.size(d)));
+                        lines.push(format!(
+                            "{decl}{} = t % {}{end}",
+                            self.coord(d),
+                            self.size(d)
+                        ));
                         lines.push(format!("t /= {}{end}", self.size(d)));
                     }
                 }
@@ -175,12 +217,83 @@ impl Layout<'_> {
     /// The distinct shapes of tensors loaded or stored by `nodes` and `outputs`, for offset names.
     pub fn shapes(&self) -> Vec<Vec<DimId>> {
         let mut shapes: Vec<Vec<DimId>> = vec![];
-        let all = self.k.tensor_params().map(|(_, _, s)| s.clone()).chain(self.k.outputs.iter().map(|o| o.shape.clone()));
+        let all = self
+            .k
+            .tensor_params()
+            .map(|(_, _, s)| s.clone())
+            .chain(self.k.outputs.iter().map(|o| o.shape.clone()));
         for s in all {
             if !shapes.contains(&s) {
                 shapes.push(s);
             }
         }
         shapes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plan;
+    use crate::testing::kernel;
+    use quote::quote;
+
+    #[test]
+    fn softmax_takes_three_passes_over_each_row() {
+        let k = kernel(
+            quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } },
+        );
+        let p = plan(&k);
+        assert_eq!(p.passes.len(), 3);
+        assert_eq!(p.passes[0].reduces.len(), 1);
+        assert_eq!(p.passes[1].reduces.len(), 1);
+        assert_eq!(p.passes[2].writes, vec![0]);
+        assert!(p.group_writes.is_empty());
+    }
+
+    #[test]
+    fn independent_reductions_share_a_pass() {
+        let k = kernel(
+            quote! { fn f(x: [f32; r, c]) -> ([f32; r], [f32; r]) { (sum(x, c), max(x * 2.0, c)) } },
+        );
+        let p = plan(&k);
+        assert_eq!(p.passes.len(), 1);
+        assert_eq!(p.passes[0].reduces.len(), 2);
+        assert_eq!(p.group_writes, vec![0, 1]);
+    }
+
+    #[test]
+    fn full_reduction_writes_element_outputs_in_its_pass() {
+        let k = kernel(
+            quote! { fn f(x: [f32; n]) -> ([f32; n], f32) { let e = x.exp(); (e, sum(e) * 2.0) } },
+        );
+        let p = plan(&k);
+        assert_eq!(p.passes.len(), 1);
+        assert_eq!(p.passes[0].writes, vec![0]);
+        assert_eq!(p.group_writes, vec![1]);
+        assert_eq!(
+            p.passes[0].after.len(),
+            1,
+            "the product is computed once, after the reduction"
+        );
+        assert_eq!(
+            p.prologue.len(),
+            1,
+            "the literal is computed once, before the pass"
+        );
+    }
+
+    #[test]
+    fn dead_values_are_not_computed() {
+        let k = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { let unused = x.sin(); x + 1.0 } });
+        let p = plan(&k);
+        let all: Vec<usize> = p
+            .prologue
+            .iter()
+            .chain(&p.passes[0].elems)
+            .copied()
+            .collect();
+        assert!(all
+            .iter()
+            .all(|&i| !matches!(k.nodes[i].op, crate::ir::Op::Call(..))));
     }
 }

@@ -38,7 +38,8 @@ impl Checker<'_> {
     fn int_literal(&mut self, value: i128, suffix: Option<Elem>, t: &TokenStream) -> Option<usize> {
         if let Some(e) = suffix {
             if !e.int_fits(value) {
-                self.cx.spanned(t, format!("literal out of range for `{e}`"));
+                self.cx
+                    .spanned(t, format!("literal out of range for `{e}`"));
                 return None;
             }
         }
@@ -60,7 +61,10 @@ impl Checker<'_> {
         }
         let names: Vec<&str> = self.scope.iter().map(|(n, _)| n.as_str()).collect();
         let hint = did_you_mean(closest(&text, names.iter().copied()));
-        self.cx.spanned(name, format!("cannot find value `{text}` in this kernel{hint}"));
+        self.cx.spanned(
+            name,
+            format!("cannot find value `{text}` in this kernel{hint}"),
+        );
         None
     }
 
@@ -85,7 +89,14 @@ impl Checker<'_> {
         Some(self.push(Op::Unary(op, a), ty, shape, t))
     }
 
-    fn binary(&mut self, op: BinOp, a: &Expr, b: &Expr, op_t: &TokenStream, t: &TokenStream) -> Option<usize> {
+    fn binary(
+        &mut self,
+        op: BinOp,
+        a: &Expr,
+        b: &Expr,
+        op_t: &TokenStream,
+        t: &TokenStream,
+    ) -> Option<usize> {
         let (l, r) = (self.expr(a), self.expr(b));
         let (l, r) = (l?, r?);
         let shape = self.broadcast(&[l, r], t)?;
@@ -94,7 +105,10 @@ impl Checker<'_> {
                 for (side, id) in [(a, l), (b, r)] {
                     if !self.nodes[id].ty.is_int() {
                         let found = self.nodes[id].ty;
-                        self.cx.spanned(&side.tokens, format!("cannot shift `{found}`: `{}` needs integers", op.symbol()));
+                        self.cx.spanned(
+                            &side.tokens,
+                            format!("cannot shift `{found}`: `{}` needs integers", op.symbol()),
+                        );
                         return None;
                     }
                 }
@@ -126,7 +140,11 @@ impl Checker<'_> {
             self.cx.spanned(op_t, message);
             return None;
         }
-        Some(if op.is_comparison() { Ty::Elem(Elem::Bool) } else { ty })
+        Some(if op.is_comparison() {
+            Ty::Elem(Elem::Bool)
+        } else {
+            ty
+        })
     }
 
     /// The common type of two operands; a literal takes the other side's type.
@@ -199,9 +217,13 @@ impl Checker<'_> {
         }
         let from = self.nodes[a].ty.defaulted();
         let bad = if from == Elem::Bool && to.is_float() {
-            Some(format!("cannot cast `bool` as `{to}`; cast to an integer first: `(b as u32) as {to}`"))
+            Some(format!(
+                "cannot cast `bool` as `{to}`; cast to an integer first: `(b as u32) as {to}`"
+            ))
         } else if from != Elem::Bool && to == Elem::Bool {
-            Some(format!("cannot cast `{from}` as `bool`; compare instead, as in `x != 0`"))
+            Some(format!(
+                "cannot cast `{from}` as `bool`; compare instead, as in `x != 0`"
+            ))
         } else {
             None
         };
@@ -238,20 +260,39 @@ impl Checker<'_> {
             }
             Some(info) => {
                 let n = info.sig.arity() - 1;
-                let others = (1..=n).map(|i| format!("b{i}")).collect::<Vec<_>>().join(", ");
-                self.cx.spanned(name, format!("`{text}` is a method, not a function: write `a.{text}({others})`"));
+                let others = (1..=n)
+                    .map(|i| format!("b{i}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.cx.spanned(
+                    name,
+                    format!("`{text}` is a method, not a function: write `a.{text}({others})`"),
+                );
                 None
             }
             None => {
-                let candidates = func::FUNCS.iter().filter(|f| f.free).map(|f| f.name).chain(Reduce::NAMES);
+                let candidates = func::FUNCS
+                    .iter()
+                    .filter(|f| f.free)
+                    .map(|f| f.name)
+                    .chain(Reduce::NAMES);
                 let hint = did_you_mean(closest(&text, candidates));
-                self.cx.spanned(name, format!("cannot find function `{text}` in the language{hint}"));
+                self.cx.spanned(
+                    name,
+                    format!("cannot find function `{text}` in the language{hint}"),
+                );
                 None
             }
         }
     }
 
-    fn method(&mut self, recv: &Expr, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
+    fn method(
+        &mut self,
+        recv: &Expr,
+        name: &syn::Ident,
+        args: &[Expr],
+        t: &TokenStream,
+    ) -> Option<usize> {
         let text = name.to_string();
         let mut all = vec![self.expr(recv)];
         all.extend(args.iter().map(|a| self.expr(a)));
@@ -259,14 +300,23 @@ impl Checker<'_> {
         match func::lookup(&text) {
             Some(info) if info.method => self.apply(info, name, &ids, args.len(), t),
             Some(_) => {
-                self.cx.spanned(name, format!("`{text}` is a function, not a method: write `{text}({})`", recv.tokens));
+                self.cx.spanned(
+                    name,
+                    format!(
+                        "`{text}` is a function, not a method: write `{text}({})`",
+                        recv.tokens
+                    ),
+                );
                 None
             }
             None => {
                 let ty = self.nodes[ids[0]].ty;
                 let candidates = func::FUNCS.iter().filter(|f| f.method).map(|f| f.name);
                 let hint = did_you_mean(closest(&text, candidates));
-                self.cx.spanned(name, format!("no method named `{text}` for `{ty}` in the language{hint}"));
+                self.cx.spanned(
+                    name,
+                    format!("no method named `{text}` for `{ty}` in the language{hint}"),
+                );
                 None
             }
         }
@@ -278,13 +328,26 @@ impl Checker<'_> {
     }
 
     /// Types a call of `info` on `ids` (the receiver first, for a method).
-    fn apply(&mut self, info: &func::FuncInfo, name: &syn::Ident, ids: &[usize], given: usize, t: &TokenStream) -> Option<usize> {
+    fn apply(
+        &mut self,
+        info: &func::FuncInfo,
+        name: &syn::Ident,
+        ids: &[usize],
+        given: usize,
+        t: &TokenStream,
+    ) -> Option<usize> {
         let receiver = usize::from(info.method && ids.len() > given);
         let expected = info.sig.arity() - receiver;
         if given != expected {
             let s = if expected == 1 { "" } else { "s" };
             let were = if given == 1 { "was" } else { "were" };
-            self.cx.spanned(t, format!("`{}` takes {expected} argument{s} but {given} {were} given", info.name));
+            self.cx.spanned(
+                t,
+                format!(
+                    "`{}` takes {expected} argument{s} but {given} {were} given",
+                    info.name
+                ),
+            );
             return None;
         }
         let ty = self.func_type(info, name, ids, t)?;
@@ -292,26 +355,44 @@ impl Checker<'_> {
         Some(self.push(Op::Call(info.func, ids.to_vec()), ty, shape, t))
     }
 
-    fn func_type(&mut self, info: &func::FuncInfo, name: &syn::Ident, ids: &[usize], t: &TokenStream) -> Option<Ty> {
+    fn func_type(
+        &mut self,
+        info: &func::FuncInfo,
+        name: &syn::Ident,
+        ids: &[usize],
+        t: &TokenStream,
+    ) -> Option<Ty> {
         let n = info.name;
         let mut ty = self.nodes[ids[0]].ty;
         for &other in &ids[1..] {
             if matches!(info.sig, Sig::Powi | Sig::Pow) {
                 break;
             }
-            let other_expr = Expr { kind: ExprKind::Bool(false), tokens: self.nodes[other].tokens.clone() };
+            let other_expr = Expr {
+                kind: ExprKind::Bool(false),
+                tokens: self.nodes[other].tokens.clone(),
+            };
             ty = self.unify(ids[0], other, &other_expr, t)?;
         }
         let want = match info.sig {
-            Sig::Float | Sig::Float2 | Sig::Float3 | Sig::Powi | Sig::FloatTest if !ty.is_float() => "a float",
+            Sig::Float | Sig::Float2 | Sig::Float3 | Sig::Powi | Sig::FloatTest
+                if !ty.is_float() =>
+            {
+                "a float"
+            }
             Sig::Signed if !ty.is_float() && !ty.is_signed_int() => "a float or a signed integer",
             Sig::Num2 | Sig::Num3 if ty.is_bool() => "numbers",
             Sig::Pow | Sig::Bits if !ty.is_int() => "an integer",
             _ => "",
         };
         if !want.is_empty() {
-            let fix = if ty.is_int() && want.contains("float") { "; write a float literal or convert with `as f32`" } else { "" };
-            self.cx.spanned(name, format!("`{n}` needs {want}, found `{ty}`{fix}"));
+            let fix = if ty.is_int() && want.contains("float") {
+                "; write a float literal or convert with `as f32`"
+            } else {
+                ""
+            };
+            self.cx
+                .spanned(name, format!("`{n}` needs {want}, found `{ty}`{fix}"));
             return None;
         }
         let exponent = match info.sig {
@@ -331,7 +412,13 @@ impl Checker<'_> {
         })
     }
 
-    fn reduce(&mut self, op: Reduce, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
+    fn reduce(
+        &mut self,
+        op: Reduce,
+        name: &syn::Ident,
+        args: &[Expr],
+        t: &TokenStream,
+    ) -> Option<usize> {
         let text = name.to_string();
         if args.is_empty() || args.len() > 2 {
             self.cx.spanned(t, format!("`{text}` takes a tensor and optionally a dim: `{text}(e)` over every element or `{text}(e, dim)` over one dim"));
@@ -345,7 +432,13 @@ impl Checker<'_> {
         let operand = operand?;
         let shape = self.nodes[operand].shape.clone();
         if shape.is_empty() {
-            self.cx.spanned(&args[0].tokens, format!("`{text}` reduces a tensor, but `{}` is a scalar here", args[0].tokens));
+            self.cx.spanned(
+                &args[0].tokens,
+                format!(
+                    "`{text}` reduces a tensor, but `{}` is a scalar here",
+                    args[0].tokens
+                ),
+            );
             return None;
         }
         let result_shape = match dim {
@@ -363,7 +456,10 @@ impl Checker<'_> {
 
     fn reduce_dim(&mut self, op: Reduce, text: &str, a: &Expr, d: &Expr) -> Option<DimId> {
         let elementwise = matches!(op, Reduce::Max | Reduce::Min);
-        let hint = format!("for the elementwise {text}imum of two values write `{}.{text}({})`", a.tokens, d.tokens);
+        let hint = format!(
+            "for the elementwise {text}imum of two values write `{}.{text}({})`",
+            a.tokens, d.tokens
+        );
         let ExprKind::Var(ident) = &d.kind else {
             let message = if elementwise {
                 format!("`{text}(a, b)` reduces `a` over the dim `b`, and `{}` is not a dim name; {hint}", d.tokens)
@@ -374,7 +470,11 @@ impl Checker<'_> {
             return None;
         };
         let name = ident.to_string();
-        if let Some(id) = self.dims.iter().position(|x| *x == crate::ir::Dim::Named(name.clone())) {
+        if let Some(id) = self
+            .dims
+            .iter()
+            .position(|x| *x == crate::ir::Dim::Named(name.clone()))
+        {
             return Some(id);
         }
         let is_value = self.scope.iter().any(|(n, _)| *n == name);
@@ -383,7 +483,11 @@ impl Checker<'_> {
         } else {
             let names: Vec<String> = self.named_dim_names();
             let hint = did_you_mean(closest(&name, names.iter().map(String::as_str)));
-            let list = names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+            let list = names
+                .iter()
+                .map(|n| format!("`{n}`"))
+                .collect::<Vec<_>>()
+                .join(", ");
             format!("cannot find dim `{name}` in this kernel{hint} (its dims are {list})")
         };
         self.cx.spanned(ident, message);
@@ -399,7 +503,9 @@ impl Checker<'_> {
         let bad = if ty.is_bool() {
             Some(format!("cannot `{text}` `bool` values; convert with `as u32` first, as in `sum({} as u32)`", a.tokens))
         } else if op == Reduce::Mean && !ty.is_float() {
-            Some(format!("`mean` needs a float operand, found `{ty}`; convert with `as f32` or `as f64`"))
+            Some(format!(
+                "`mean` needs a float operand, found `{ty}`; convert with `as f32` or `as f64`"
+            ))
         } else {
             None
         };
@@ -420,7 +526,8 @@ impl Checker<'_> {
                 Err(why) => {
                     let (a, b) = (self.shape_text(&shape), self.shape_text(&other));
                     let why = self.broadcast_reason(why, &shape, &other);
-                    self.cx.spanned(t, format!("shapes `{a}` and `{b}` cannot broadcast: {why}"));
+                    self.cx
+                        .spanned(t, format!("shapes `{a}` and `{b}` cannot broadcast: {why}"));
                     return None;
                 }
             };
@@ -430,7 +537,9 @@ impl Checker<'_> {
 
     fn broadcast_reason(&self, why: Conflict, a: &[DimId], b: &[DimId]) -> String {
         let fixed = |s: &[DimId], o: &[DimId]| {
-            s.iter().copied().find(|d| !o.contains(d) && matches!(self.dims[*d], crate::ir::Dim::Fixed(_)))
+            s.iter()
+                .copied()
+                .find(|d| !o.contains(d) && matches!(self.dims[*d], crate::ir::Dim::Fixed(_)))
         };
         let why = match (why, fixed(a, b), fixed(b, a)) {
             (Conflict::Disjoint, Some(x), Some(y)) => Conflict::Fixed(x, y),
