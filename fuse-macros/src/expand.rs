@@ -213,6 +213,7 @@ fn expand_kernel(k: &Kernel) -> TokenStream {
     quote! {
         #(#attrs)*
         #[doc = #doc]
+        #[allow(clippy::too_many_arguments)]
         #vis fn #name(#dev: &#rt::Device, #inputs) -> ::core::result::Result<#ret, #rt::Error> {
             let dims = #rt::__private::bind(&#name::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*])?;
             #(#alloc)*
@@ -381,6 +382,7 @@ fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &st
         }
         #signature
         #[doc = #into_doc]
+        #[allow(clippy::too_many_arguments)]
         pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> {
             let dims = #rt::__private::bind(
                 &SIGNATURE,

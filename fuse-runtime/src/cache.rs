@@ -1,0 +1,354 @@
+//! The on-disk CUBIN cache, so a kernel is compiled once per machine rather than once per run.
+//!
+//! Each entry is one file per (source, GPU architecture, NVRTC version, crate version). The file
+//! starts with a header holding that whole key, the full source text included, so two keys that
+//! hash alike can never be mistaken for each other; then comes the CUBIN and a checksum. Files
+//! are written to a temporary name and renamed into place, so readers never see half a file.
+//!
+//! The cache is an optimisation only: a missing, unreadable, corrupt or stale file means
+//! "compile again and overwrite", and a cache directory that cannot be written is ignored.
+//!
+//! The directory is, in order: the one given to [`set_cache_dir`]; the `FUSE_CACHE_DIR`
+//! environment variable (`off`, `0` or an empty value turn the cache off);
+//! `$XDG_CACHE_HOME/fuse`; `$HOME/.cache/fuse`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use crate::cuda::lock;
+use crate::error::Error;
+use crate::nvrtc;
+
+/// What [`set_cache_dir`] chose: `None` while it has not been called.
+static SETTING: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
+
+/// The first bytes of every cache file.
+const MAGIC: &[u8; 11] = b"FUSE-CUBIN\n";
+
+/// A CUBIN and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cubin {
+    /// The ELF image NVRTC produced.
+    pub bytes: Vec<u8>,
+    /// Whether it was read from the disk cache rather than compiled now.
+    pub from_disk: bool,
+}
+
+/// Moves the cache to `dir`, or turns it off with `None`, for the rest of the process. This
+/// overrides the `FUSE_CACHE_DIR` environment variable.
+///
+/// ```
+/// fuse_runtime::set_cache_dir(None); // never read or write cache files
+/// assert_eq!(fuse_runtime::cache_dir(), None);
+/// ```
+pub fn set_cache_dir(dir: Option<PathBuf>) {
+    *lock(&SETTING) = Some(dir);
+}
+
+/// The directory cache files go to, or `None` when the cache is off.
+pub fn cache_dir() -> Option<PathBuf> {
+    if let Some(setting) = lock(&SETTING).clone() {
+        return setting;
+    }
+    dir_from_env(|name| std::env::var_os(name))
+}
+
+/// The cache directory the environment asks for, reading variables through `var`.
+fn dir_from_env(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let non_empty = |name| var(name).filter(|v| !v.is_empty());
+    match var("FUSE_CACHE_DIR") {
+        Some(v) if v.is_empty() || v == "off" || v == "0" => None,
+        Some(v) => Some(PathBuf::from(v)),
+        None => non_empty("XDG_CACHE_HOME")
+            .map(|d| PathBuf::from(d).join("fuse"))
+            .or_else(|| non_empty("HOME").map(|d| PathBuf::from(d).join(".cache").join("fuse"))),
+    }
+}
+
+/// The CUBIN of `source` for `sm_{arch}`: from the cache when a valid entry is there, else
+/// compiled by NVRTC (the log naming `program`) and stored.
+pub fn cubin(source: &str, program: &str, arch: u32) -> Result<Cubin, Error> {
+    let key = Key::new(source, arch)?;
+    let dir = cache_dir();
+    if let Some(bytes) = dir.as_deref().and_then(|d| read_entry(d, &key)) {
+        return Ok(Cubin {
+            bytes,
+            from_disk: true,
+        });
+    }
+    compile_and_store(&key, program, dir.as_deref())
+}
+
+/// Compiles `source` for `sm_{arch}` even if the cache has it, and overwrites the entry. The
+/// runtime calls this when the driver rejects a cached CUBIN.
+pub fn recompile(source: &str, program: &str, arch: u32) -> Result<Cubin, Error> {
+    let key = Key::new(source, arch)?;
+    compile_and_store(&key, program, cache_dir().as_deref())
+}
+
+/// The file that holds (or would hold) the entry of `source` for `sm_{arch}`, or `None` when
+/// the cache is off.
+pub fn entry_path(source: &str, arch: u32) -> Result<Option<PathBuf>, Error> {
+    let key = Key::new(source, arch)?;
+    Ok(cache_dir().map(|d| d.join(key.file_name())))
+}
+
+fn compile_and_store(key: &Key, program: &str, dir: Option<&Path>) -> Result<Cubin, Error> {
+    let compiled = nvrtc::compile(key.source, program, key.arch, &[])?;
+    if let Some(dir) = dir {
+        write_entry(dir, key, &compiled.cubin);
+    }
+    Ok(Cubin {
+        bytes: compiled.cubin,
+        from_disk: false,
+    })
+}
+
+/// Everything a CUBIN depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Key<'a> {
+    source: &'a str,
+    arch: u32,
+    nvrtc: (i32, i32),
+}
+
+impl<'a> Key<'a> {
+    fn new(source: &'a str, arch: u32) -> Result<Key<'a>, Error> {
+        Ok(Key {
+            source,
+            arch,
+            nvrtc: nvrtc::version()?,
+        })
+    }
+
+    /// The header text: every part of the key, the source last.
+    fn header(&self) -> String {
+        let (major, minor) = self.nvrtc;
+        format!(
+            "fuse-runtime {}\nnvrtc {major}.{minor}\noptions {}\nsource {}\n{}",
+            env!("CARGO_PKG_VERSION"),
+            nvrtc::options(self.arch, &[]).join(" "),
+            self.source.len(),
+            self.source
+        )
+    }
+
+    /// The file name: a hash of the header, and the architecture for people reading the
+    /// directory.
+    fn file_name(&self) -> String {
+        format!(
+            "{:016x}-sm_{}.cubin",
+            fnv1a(self.header().as_bytes()),
+            self.arch
+        )
+    }
+}
+
+/// FNV-1a, 64 bits: stable across Rust versions (unlike `DefaultHasher`), and collisions only
+/// cost a recompile because the header holds the full key.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+/// The bytes of a cache file: magic, header length and header, CUBIN length and CUBIN, and a
+/// checksum of everything before it.
+fn encode(key: &Key, cubin: &[u8]) -> Vec<u8> {
+    let header = key.header();
+    let mut out = Vec::with_capacity(MAGIC.len() + header.len() + cubin.len() + 24);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+    out.extend_from_slice(header.as_bytes());
+    out.extend_from_slice(&(cubin.len() as u64).to_le_bytes());
+    out.extend_from_slice(cubin);
+    let checksum = fnv1a(&out);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    out
+}
+
+/// The CUBIN of a cache file, if the file is whole and was written for exactly `key`.
+///
+/// The checksum matters beyond tidiness: `cuModuleLoadData` takes no length and trusts the
+/// ELF headers it finds, so a truncated or damaged image must never reach the driver.
+fn decode(key: &Key, bytes: &[u8]) -> Option<Vec<u8>> {
+    let (body, checksum) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
+    if fnv1a(body).to_le_bytes() != checksum {
+        return None;
+    }
+    let rest = body.strip_prefix(MAGIC.as_slice())?;
+    let (header, rest) = take_block(rest)?;
+    let (cubin, rest) = take_block(rest)?;
+    let valid =
+        rest.is_empty() && header == key.header().as_bytes() && cubin.starts_with(b"\x7fELF");
+    valid.then(|| cubin.to_vec())
+}
+
+/// Splits a little-endian `u64` length and that many bytes off the front of `bytes`.
+fn take_block(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
+    let (len, rest) = bytes.split_at_checked(8)?;
+    let len = usize::try_from(u64::from_le_bytes(len.try_into().ok()?)).ok()?;
+    rest.split_at_checked(len)
+}
+
+/// Reads the entry of `key` from `dir`; any failure reads as "not cached".
+fn read_entry(dir: &Path, key: &Key) -> Option<Vec<u8>> {
+    let bytes = std::fs::read(dir.join(key.file_name())).ok()?;
+    decode(key, &bytes)
+}
+
+/// Writes the entry of `key` to `dir` through a temporary file and a rename, so a reader sees
+/// either the old file or the whole new one. Failures are ignored: the cache is optional.
+fn write_entry(dir: &Path, key: &Key, cubin: &[u8]) {
+    static UNIQUE: AtomicU64 = AtomicU64::new(0);
+    let name = key.file_name();
+    let unique = UNIQUE.fetch_add(1, Ordering::Relaxed);
+    let temp = dir.join(format!(".{name}.{}.{unique}.tmp", std::process::id()));
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| std::fs::write(&temp, encode(key, cubin)))
+        .and_then(|()| std::fs::rename(&temp, dir.join(&name)));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(source: &str) -> Key<'_> {
+        Key {
+            source,
+            arch: 90,
+            nvrtc: (13, 0),
+        }
+    }
+
+    fn fake_cubin() -> Vec<u8> {
+        let mut cubin = b"\x7fELF".to_vec();
+        cubin.extend((0u8..=200).map(|b| b.wrapping_mul(37)));
+        cubin
+    }
+
+    /// A fresh, empty directory under the system temp directory.
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("fuse-cache-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn round_trip_through_a_file() {
+        let dir = temp_dir("round-trip");
+        let k = key("extern \"C\" __global__ void k() {}");
+        assert_eq!(read_entry(&dir, &k), None);
+        write_entry(&dir, &k, &fake_cubin());
+        assert_eq!(read_entry(&dir, &k), Some(fake_cubin()));
+        let leftovers: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().collect();
+        assert_eq!(leftovers.len(), 1, "the temporary file was renamed away");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn any_corruption_reads_as_missing() {
+        let k = key("source text");
+        let good = encode(&k, &fake_cubin());
+        assert_eq!(decode(&k, &good), Some(fake_cubin()));
+        for cut in [0, 1, 7, 11, 20, good.len() - 9, good.len() - 1] {
+            assert_eq!(decode(&k, &good[..cut]), None, "truncated to {cut} bytes");
+        }
+        for flip in [0, 12, 30, good.len() / 2, good.len() - 12, good.len() - 1] {
+            let mut bad = good.clone();
+            bad[flip] ^= 0x40;
+            assert_eq!(decode(&k, &bad), None, "byte {flip} flipped");
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert_eq!(decode(&k, &longer), None);
+    }
+
+    #[test]
+    fn a_different_key_never_matches() {
+        let k = key("source text");
+        let good = encode(&k, &fake_cubin());
+        let others = [
+            key("source text "),
+            Key {
+                arch: 80,
+                ..k.clone()
+            },
+            Key {
+                nvrtc: (12, 8),
+                ..k.clone()
+            },
+        ];
+        for other in &others {
+            assert_eq!(decode(other, &good), None, "{other:?}");
+        }
+        assert_ne!(key("a").file_name(), key("b").file_name());
+    }
+
+    #[test]
+    fn corrupt_file_falls_back_and_is_overwritten() {
+        let dir = temp_dir("corrupt");
+        let k = key("corrupt me");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(k.file_name()), b"FUSE-CUBIN\n garbage").unwrap();
+        assert_eq!(read_entry(&dir, &k), None);
+        write_entry(&dir, &k, &fake_cubin());
+        assert_eq!(read_entry(&dir, &k), Some(fake_cubin()));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn unwritable_directory_is_ignored() {
+        let dir = temp_dir("not-a-dir");
+        std::fs::write(&dir, b"a file where the directory should be").unwrap();
+        write_entry(&dir, &key("x"), &fake_cubin());
+        assert_eq!(read_entry(&dir, &key("x")), None);
+        std::fs::remove_file(&dir).unwrap();
+    }
+
+    /// An environment holding exactly `pairs`.
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| OsString::from(v))
+        }
+    }
+
+    #[test]
+    fn directory_from_environment() {
+        let dir = |pairs: &[(&str, &str)]| dir_from_env(env(pairs));
+        let home = PathBuf::from("/home/u/.cache/fuse");
+        assert_eq!(dir(&[("HOME", "/home/u")]), Some(home));
+        assert_eq!(
+            dir(&[("HOME", "/h"), ("XDG_CACHE_HOME", "/x")]),
+            Some("/x/fuse".into())
+        );
+        assert_eq!(
+            dir(&[("XDG_CACHE_HOME", "/x"), ("FUSE_CACHE_DIR", "/c")]),
+            Some("/c".into())
+        );
+        for off in ["off", "0", ""] {
+            assert_eq!(
+                dir(&[("HOME", "/h"), ("FUSE_CACHE_DIR", off)]),
+                None,
+                "{off:?}"
+            );
+        }
+        assert_eq!(dir(&[("XDG_CACHE_HOME", "")]), None);
+        assert_eq!(dir(&[]), None);
+    }
+
+    #[test]
+    fn non_elf_payload_is_rejected() {
+        let k = key("source");
+        assert_eq!(decode(&k, &encode(&k, b"not an elf")), None);
+    }
+}

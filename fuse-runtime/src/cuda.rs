@@ -1,0 +1,328 @@
+//! One CUDA device: its context and stream, memory, and its loaded kernels.
+//!
+//! This is the only module that talks to the CUDA driver (through cudarc's safe layer, plus one
+//! raw copy); [`crate::launch`] adds the kernel launch.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use cudarc::driver::{
+    result::DriverError, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
+    DevicePtr, DeviceRepr, ValidAsZeroBits,
+};
+
+use crate::cache::{self, Cubin};
+use crate::error::Error;
+use crate::launch::ReduceScratch;
+use crate::private::KernelInfo;
+
+/// An open CUDA device, shared by every [`Device`](crate::Device) handle of its ordinal.
+pub(crate) struct CudaDevice {
+    pub(crate) ordinal: usize,
+    /// The device's marketing name, such as `NVIDIA H100 80GB HBM3`.
+    pub(crate) gpu_name: String,
+    /// The compute capability as (major, minor).
+    pub(crate) capability: (u32, u32),
+    /// The number of streaming multiprocessors, which sizes launch grids.
+    pub(crate) sm_count: u32,
+    ctx: Arc<CudaContext>,
+    pub(crate) stream: Arc<CudaStream>,
+    kernels: Mutex<Kernels>,
+    /// The scratch and counter of full reductions; see [`crate::launch`].
+    pub(crate) reduce: Mutex<ReduceScratch>,
+}
+
+/// The loaded kernels of one device.
+#[derive(Default)]
+struct Kernels {
+    /// Keyed by the addresses and lengths of a kernel's `source` and `symbol`: both are
+    /// `&'static str`, so an address is never reused, and a hit costs no string hashing.
+    functions: HashMap<[usize; 4], CudaFunction>,
+    /// Keyed by source text, so that two kernels of one source share one module.
+    modules: HashMap<&'static str, Arc<CudaModule>>,
+}
+
+/// Whether the CUDA driver library can be loaded, asked once per process.
+pub(crate) fn driver_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: `is_culib_present` only tries to `dlopen` each candidate name and closes it again;
+    // loading the NVIDIA driver library runs no initialisation that could break this process.
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+}
+
+/// The library names cudarc searches for the driver.
+pub(crate) fn driver_candidates() -> Vec<String> {
+    let mut names = cudarc::get_lib_name_candidates("cuda");
+    names.extend(cudarc::get_lib_name_candidates("nvcuda"));
+    crate::nvrtc::unique(names)
+}
+
+/// Turns a driver error into an [`Error::Cuda`] naming the failed operation.
+pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+    let detail = match (name, text) {
+        (Ok(name), Ok(text)) => format!("{name}: {text}"),
+        _ => format!("driver error code {}", e.0 as u32),
+    };
+    Error::Cuda { op, detail }
+}
+
+/// The number of CUDA devices; `Ok(0)` when the driver loads but finds no device.
+pub(crate) fn device_count() -> Result<usize, Error> {
+    if !driver_present() {
+        return Err(Error::NoDriver {
+            searched: driver_candidates(),
+        });
+    }
+    match CudaContext::device_count() {
+        Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
+        Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
+        Err(e) => Err(driver_error("cuInit", e)),
+    }
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal`: retains its primary context and reads its properties.
+    pub(crate) fn open(ordinal: usize) -> Result<CudaDevice, Error> {
+        let count = device_count()?;
+        if ordinal >= count {
+            return Err(Error::NoDevice { ordinal, count });
+        }
+        let ctx =
+            CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
+        // SAFETY: event tracking only orders work between streams. We submit everything to the
+        // context's one default stream, where the driver already runs copies, kernels and frees
+        // in submission order, so the per-allocation events would only add launch overhead.
+        // It is turned off before this context allocates anything.
+        unsafe { ctx.disable_event_tracking() };
+        let attribute = |a| {
+            ctx.attribute(a)
+                .map_err(|e| driver_error("cuDeviceGetAttribute", e))
+        };
+        let major =
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor =
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let sm_count =
+            attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let gpu_name = ctx.name().map_err(|e| driver_error("cuDeviceGetName", e))?;
+        Ok(CudaDevice {
+            ordinal,
+            gpu_name,
+            capability: (non_negative(major), non_negative(minor)),
+            sm_count: non_negative(sm_count).max(1),
+            stream: ctx.default_stream(),
+            ctx,
+            kernels: Mutex::default(),
+            reduce: Mutex::default(),
+        })
+    }
+
+    /// The name [`Device::name`](crate::Device::name) shows.
+    pub(crate) fn describe(&self) -> String {
+        let (major, minor) = self.capability;
+        format!(
+            "CUDA device {}: {} (sm_{major}{minor})",
+            self.ordinal, self.gpu_name
+        )
+    }
+
+    /// The architecture number NVRTC compiles for, such as 90 for sm_90.
+    pub(crate) fn arch(&self) -> u32 {
+        self.capability.0 * 10 + self.capability.1
+    }
+
+    /// Waits for all work submitted to this device.
+    pub(crate) fn synchronize(&self) -> Result<(), Error> {
+        self.stream
+            .synchronize()
+            .map_err(|e| driver_error("cuStreamSynchronize", e))
+    }
+
+    /// Allocates `len` zeroed elements (at least one, since the driver rejects empty
+    /// allocations; callers keep the logical length).
+    pub(crate) fn zeros<R: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<R>, Error> {
+        let len = len.max(1);
+        self.stream
+            .alloc_zeros::<R>(len)
+            .map_err(|e| self.alloc_error::<R>(len, e))
+    }
+
+    /// Allocates `len` elements whose contents are unspecified (at least one element).
+    pub(crate) fn uninit<R: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        len: usize,
+    ) -> Result<CudaSlice<R>, Error> {
+        let len = len.max(1);
+        // SAFETY: the memory is device memory, never read as Rust values in place. Reads copy
+        // it to the host as `R`, which is an element's `Repr` or a scratch integer: plain
+        // numbers (and `u8` for `bool`) for which every bit pattern is a valid value. Kernels
+        // write their outputs before anything reads them.
+        let slice = unsafe { self.stream.alloc::<R>(len) };
+        slice.map_err(|e| self.alloc_error::<R>(len, e))
+    }
+
+    /// Copies `data` into a new allocation.
+    pub(crate) fn upload<R: DeviceRepr + ValidAsZeroBits>(
+        &self,
+        data: &[R],
+    ) -> Result<CudaSlice<R>, Error> {
+        let slice = self.uninit::<R>(data.len())?;
+        self.write(&slice, data)?;
+        Ok(slice)
+    }
+
+    /// Overwrites the first `data.len()` elements of `dst`, which must be on this device.
+    pub(crate) fn write<R: DeviceRepr>(&self, dst: &CudaSlice<R>, data: &[R]) -> Result<(), Error> {
+        if data.len() > dst.len() {
+            return Err(Error::Internal {
+                detail: format!(
+                    "a copy of {} elements into {} elements",
+                    data.len(),
+                    dst.len()
+                ),
+            });
+        }
+        if data.is_empty() {
+            return Ok(());
+        }
+        self.bind()?;
+        let (address, _record) = dst.device_ptr(&self.stream);
+        // SAFETY: `address` is the start of `dst`, a live allocation of this context holding at
+        // least `data.len()` elements of `R` (checked above), so the copy stays in bounds. The
+        // copy is ordered on the device's one stream after every kernel that used `dst`, and we
+        // synchronize before returning, so `data` outlives the copy even if it is pinned memory.
+        let copy = unsafe {
+            cudarc::driver::result::memcpy_htod_async(address, data, self.stream.cu_stream())
+        };
+        copy.map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
+        self.synchronize()
+    }
+
+    /// Copies the first `len` elements of `src` to the host, after all queued work.
+    pub(crate) fn read<R: DeviceRepr>(
+        &self,
+        src: &CudaSlice<R>,
+        len: usize,
+    ) -> Result<Vec<R>, Error> {
+        if len == 0 {
+            return self.synchronize().map(|()| Vec::new());
+        }
+        let view = src.try_slice(0..len).ok_or_else(|| Error::Internal {
+            detail: format!("a read of {len} elements from {} elements", src.len()),
+        })?;
+        let data = self
+            .stream
+            .clone_dtoh(&view)
+            .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
+        // The copy to pageable memory has already waited; this surfaces any kernel error now.
+        self.synchronize()?;
+        Ok(data)
+    }
+
+    /// Binds this device's context to the calling thread, as raw driver calls need.
+    pub(crate) fn bind(&self) -> Result<(), Error> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))
+    }
+
+    fn alloc_error<R>(&self, len: usize, e: DriverError) -> Error {
+        match e.0 {
+            sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
+                bytes: len.saturating_mul(std::mem::size_of::<R>()),
+                device: self.describe(),
+            },
+            _ => driver_error("cuMemAlloc", e),
+        }
+    }
+
+    /// The loaded function of `kernel`, compiling and loading its module on first use.
+    pub(crate) fn function(&self, kernel: &'static KernelInfo) -> Result<CudaFunction, Error> {
+        let key = [
+            kernel.source.as_ptr() as usize,
+            kernel.source.len(),
+            kernel.symbol.as_ptr() as usize,
+            kernel.symbol.len(),
+        ];
+        let mut kernels = lock(&self.kernels);
+        if let Some(function) = kernels.functions.get(&key) {
+            return Ok(function.clone());
+        }
+        if kernel.symbol.contains('\0') {
+            return Err(Error::Internal {
+                detail: format!("kernel symbol {:?} contains a NUL byte", kernel.symbol),
+            });
+        }
+        let function = self
+            .module(&mut kernels, kernel)?
+            .load_function(kernel.symbol)
+            .map_err(|e| driver_error("cuModuleGetFunction", e))?;
+        kernels.functions.insert(key, function.clone());
+        Ok(function)
+    }
+
+    /// The module of `kernel`'s source, loaded once per source.
+    fn module(
+        &self,
+        kernels: &mut Kernels,
+        kernel: &'static KernelInfo,
+    ) -> Result<Arc<CudaModule>, Error> {
+        if let Some(module) = kernels.modules.get(kernel.source) {
+            return Ok(module.clone());
+        }
+        let module = self.load_module(kernel)?;
+        kernels.modules.insert(kernel.source, module.clone());
+        Ok(module)
+    }
+
+    /// Loads the module of `kernel`, from the disk cache when a usable CUBIN is there.
+    fn load_module(&self, kernel: &KernelInfo) -> Result<Arc<CudaModule>, Error> {
+        let program = format!("{}.cu", kernel.name);
+        let cubin =
+            cache::cubin(kernel.source, &program, self.arch()).map_err(|e| named(e, kernel))?;
+        let loaded = self
+            .ctx
+            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes));
+        match (loaded, cubin.from_disk) {
+            (Ok(module), _) => Ok(module),
+            (Err(_), true) => {
+                // A cached CUBIN the driver rejects is as good as missing: compile it afresh.
+                let Cubin { bytes, .. } = cache::recompile(kernel.source, &program, self.arch())
+                    .map_err(|e| named(e, kernel))?;
+                self.ctx
+                    .load_module(cudarc::nvrtc::Ptx::from_binary(bytes))
+                    .map_err(|e| driver_error("cuModuleLoadData", e))
+            }
+            (Err(e), false) => Err(driver_error("cuModuleLoadData", e)),
+        }
+    }
+}
+
+/// Locks `mutex`, recovering the data if another thread panicked while holding it: every
+/// structure behind our locks is valid between statements, so poisoning carries no meaning.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A compile error names the kernel, not the NVRTC program.
+fn named(error: Error, kernel: &KernelInfo) -> Error {
+    match error {
+        Error::Compile { log, line, .. } => Error::Compile {
+            kernel: kernel.name.to_string(),
+            log,
+            line,
+        },
+        other => other,
+    }
+}
+
+fn non_negative(value: i32) -> u32 {
+    u32::try_from(value).unwrap_or(0)
+}

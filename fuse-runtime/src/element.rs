@@ -1,0 +1,148 @@
+//! The element types a [`Buffer`](crate::Buffer) can hold.
+
+use std::borrow::Cow;
+use std::fmt::Debug;
+
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+
+pub(crate) mod sealed {
+    use super::*;
+
+    /// The device side of an element type; only this crate can implement it.
+    ///
+    /// Device memory holds `Repr`, a type for which every bit pattern is valid, so reading
+    /// memory a kernel wrote can never produce an invalid Rust value. For most types `Repr` is
+    /// the type itself; `bool` is stored as `u8` and read back as `byte != 0`.
+    pub trait Sealed: Sized {
+        /// The type stored in device memory.
+        type Repr: DeviceRepr + ValidAsZeroBits + Copy + Default + Send + Sync + Unpin + 'static;
+
+        /// Host values as device representations, borrowed when they are the same type.
+        fn to_repr(data: &[Self]) -> Cow<'_, [Self::Repr]>;
+
+        /// Device representations read back as host values.
+        fn from_repr(data: Vec<Self::Repr>) -> Vec<Self>;
+    }
+}
+
+/// A type that can be an element of a [`Buffer`](crate::Buffer): `f32`, `f64`, `i32`, `u32`,
+/// `i64`, `u64` and `bool`.
+///
+/// The trait is sealed; the list can grow (`i8`, `u8`, `i16`, `u16`, `f16`, `bf16`) without
+/// breaking code that uses it.
+///
+/// ```
+/// use fuse_runtime::Element;
+/// assert_eq!(<f32 as Element>::NAME, "f32");
+/// assert_eq!(Element::to_bits(1.5f32), 0x3fc0_0000u64);
+/// assert_eq!(Element::to_bits(-1i32), 0xffff_ffffu64);
+/// assert_eq!(Element::to_bits(true), 1u64);
+/// ```
+pub trait Element:
+    sealed::Sealed + Copy + Default + Debug + PartialEq + PartialOrd + Send + Sync + 'static
+{
+    /// The type's Rust name, such as `"f32"`.
+    const NAME: &'static str;
+
+    /// The value's bytes in the low bytes of a `u64` (little-endian), zero-extended: the form
+    /// a scalar kernel argument takes (see `__private::Arg::Scalar`).
+    ///
+    /// Call it as `Element::to_bits(x)`: for `f32` and `f64`, `x.to_bits()` is the inherent
+    /// method, which returns the float's own bit type.
+    fn to_bits(self) -> u64;
+}
+
+/// Implements [`Element`] for a plain number type that is its own device representation.
+macro_rules! number {
+    ($t:ty, $to_bits:expr) => {
+        impl sealed::Sealed for $t {
+            type Repr = $t;
+
+            fn to_repr(data: &[Self]) -> Cow<'_, [Self::Repr]> {
+                Cow::Borrowed(data)
+            }
+
+            fn from_repr(data: Vec<Self::Repr>) -> Vec<Self> {
+                data
+            }
+        }
+
+        impl Element for $t {
+            const NAME: &'static str = stringify!($t);
+
+            fn to_bits(self) -> u64 {
+                let to_bits: fn($t) -> u64 = $to_bits;
+                to_bits(self)
+            }
+        }
+    };
+}
+
+number!(f32, |v| u64::from(v.to_bits()));
+number!(f64, |v| v.to_bits());
+number!(i32, |v| u64::from(v as u32));
+number!(u32, u64::from);
+number!(i64, |v| v as u64);
+number!(u64, |v| v);
+
+impl sealed::Sealed for bool {
+    type Repr = u8;
+
+    fn to_repr(data: &[Self]) -> Cow<'_, [u8]> {
+        Cow::Owned(data.iter().map(|&b| u8::from(b)).collect())
+    }
+
+    fn from_repr(data: Vec<u8>) -> Vec<Self> {
+        data.into_iter().map(|byte| byte != 0).collect()
+    }
+}
+
+impl Element for bool {
+    const NAME: &'static str = "bool";
+
+    fn to_bits(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sealed::Sealed;
+    use super::*;
+
+    #[test]
+    fn bits_are_low_bytes() {
+        assert_eq!(Element::to_bits(1.0f32), 0x3f80_0000);
+        assert_eq!(Element::to_bits(-0.0f32), 0x8000_0000, "no sign extension");
+        assert_eq!(Element::to_bits(-2.5f64), 0xc004_0000_0000_0000);
+        assert_eq!(Element::to_bits(-1i32), 0xffff_ffff);
+        assert_eq!(Element::to_bits(-1i64), u64::MAX);
+        assert_eq!(Element::to_bits(7u32), 7);
+        assert_eq!(Element::to_bits(u64::MAX - 1), u64::MAX - 1);
+        assert_eq!(Element::to_bits(true), 1);
+        assert_eq!(Element::to_bits(false), 0);
+    }
+
+    #[test]
+    fn bool_reads_any_nonzero_byte_as_true() {
+        assert_eq!(
+            bool::from_repr(vec![0, 1, 2, 255]),
+            [false, true, true, true]
+        );
+        assert_eq!(&*bool::to_repr(&[true, false]), &[1u8, 0]);
+    }
+
+    #[test]
+    fn names() {
+        let names = [
+            f32::NAME,
+            f64::NAME,
+            i32::NAME,
+            u32::NAME,
+            i64::NAME,
+            u64::NAME,
+            bool::NAME,
+        ];
+        assert_eq!(names, ["f32", "f64", "i32", "u32", "i64", "u64", "bool"]);
+    }
+}

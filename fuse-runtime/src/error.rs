@@ -1,0 +1,339 @@
+//! The one error type of the runtime, with messages written as full sentences.
+
+use std::fmt;
+
+/// Everything that can go wrong when binding, compiling or launching a kernel, or when moving
+/// data between the host and a device.
+///
+/// Every variant carries the facts needed to explain itself; `Display` writes a full sentence
+/// that names the kernel, parameter, dimension and sizes involved.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// A tensor argument has a different number of axes than the kernel signature declares.
+    Rank {
+        /// The kernel's Rust name.
+        kernel: String,
+        /// The parameter's name.
+        param: String,
+        /// The rank the signature declares.
+        expected: usize,
+        /// The rank of the buffer that was passed.
+        found: usize,
+    },
+    /// A tensor argument disagrees with the size a dimension already has.
+    Shape {
+        /// The kernel's Rust name.
+        kernel: String,
+        /// The parameter whose size is wrong.
+        param: String,
+        /// The dimension: a named dim such as `cols`, or `axis 1 (fixed size 4)` for a
+        /// literal size in the signature.
+        dim: String,
+        /// The size the dimension must have.
+        expected: usize,
+        /// The size the parameter has.
+        found: usize,
+        /// The parameter that fixed the size of a named dim, or `None` for a literal size.
+        bound_by: Option<String>,
+    },
+    /// [`Buffer::reshape`](crate::Buffer::reshape) was asked for a shape with a different
+    /// number of elements.
+    Reshape {
+        /// The buffer's shape.
+        from: Vec<usize>,
+        /// The requested shape.
+        to: Vec<usize>,
+    },
+    /// Host data given to a buffer has a different length than the buffer.
+    Length {
+        /// The operation, such as `Buffer::copy_from`.
+        op: &'static str,
+        /// The buffer's number of elements.
+        expected: usize,
+        /// The length of the data that was given.
+        found: usize,
+    },
+    /// A shape whose number of elements, or number of bytes, does not fit in `usize`.
+    TooLarge {
+        /// The requested shape.
+        shape: Vec<usize>,
+        /// The element type's Rust name.
+        element: &'static str,
+    },
+    /// A buffer lives on another device than the one the kernel runs on.
+    DeviceMismatch {
+        /// The kernel's Rust name.
+        kernel: String,
+        /// The parameter (or argument position) holding the buffer.
+        param: String,
+        /// The device the kernel runs on.
+        expected: String,
+        /// The device the buffer lives on.
+        found: String,
+    },
+    /// A kernel launch was requested on the CPU device; the generated code runs CPU kernels
+    /// itself, so this means the runtime was called directly with the wrong device.
+    NotCuda {
+        /// The kernel's Rust name.
+        kernel: String,
+    },
+    /// The CUDA driver library (`libcuda`) could not be loaded.
+    NoDriver {
+        /// The library names that were tried.
+        searched: Vec<String>,
+    },
+    /// There is no CUDA device with this ordinal.
+    NoDevice {
+        /// The requested ordinal.
+        ordinal: usize,
+        /// How many CUDA devices the driver reports.
+        count: usize,
+    },
+    /// The NVRTC library (`libnvrtc`) could not be loaded.
+    NoNvrtc {
+        /// The library names that were tried.
+        searched: Vec<String>,
+    },
+    /// NVRTC rejected a kernel's source.
+    Compile {
+        /// The kernel (or program) name.
+        kernel: String,
+        /// NVRTC's full log.
+        log: String,
+        /// The source lines the log reports errors on, as (1-based line number, text).
+        line: Vec<(usize, String)>,
+    },
+    /// A device allocation failed for lack of memory.
+    OutOfMemory {
+        /// The size of the allocation that failed.
+        bytes: usize,
+        /// The device, as its [`Device::name`](crate::Device::name) writes it.
+        device: String,
+    },
+    /// Any other error reported by the CUDA driver or NVRTC.
+    Cuda {
+        /// The operation that failed, such as `cuModuleLoadData`.
+        op: &'static str,
+        /// The driver's name and description of the error.
+        detail: String,
+    },
+    /// A broken invariant between generated code and the runtime: a bug in fuse.
+    Internal {
+        /// What was wrong.
+        detail: String,
+    },
+}
+
+impl std::error::Error for Error {}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Rank {
+                kernel,
+                param,
+                expected,
+                found,
+            } => write!(
+                f,
+                "kernel `{kernel}`: parameter `{param}` has rank {found}, but the signature \
+                 declares rank {expected}"
+            ),
+            Error::Shape {
+                kernel,
+                param,
+                dim,
+                expected,
+                found,
+                bound_by,
+            } => write_shape(
+                f,
+                kernel,
+                param,
+                dim,
+                *expected,
+                *found,
+                bound_by.as_deref(),
+            ),
+            Error::Reshape { from, to } => write!(
+                f,
+                "cannot reshape a buffer of shape {from:?} ({} elements) to {to:?} ({} elements)",
+                count(from),
+                count(to)
+            ),
+            Error::Length {
+                op,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{op}: the buffer holds {expected} elements, but the data has {found}"
+            ),
+            Error::TooLarge { shape, element } => write!(
+                f,
+                "a buffer of shape {shape:?} of `{element}` has more bytes than this machine \
+                 can address"
+            ),
+            Error::DeviceMismatch {
+                kernel,
+                param,
+                expected,
+                found,
+            } => write!(
+                f,
+                "kernel `{kernel}`: parameter `{param}` lives on {found}, but the kernel runs \
+                 on {expected}; move it with `device.upload(&buffer.to_vec()?)` first"
+            ),
+            Error::NotCuda { kernel } => write!(
+                f,
+                "kernel `{kernel}` was launched on the CPU device, but only CUDA devices run \
+                 compiled kernels"
+            ),
+            Error::NoDriver { searched } => write!(
+                f,
+                "no CUDA driver: could not load the `cuda` library (searched for {}); install \
+                 the NVIDIA driver, or use `Device::cpu()`",
+                searched.join(", ")
+            ),
+            Error::NoDevice { ordinal, count } => write_no_device(f, *ordinal, *count),
+            Error::NoNvrtc { searched } => write_no_nvrtc(f, searched),
+            Error::Compile { kernel, log, line } => write_compile(f, kernel, log, line),
+            Error::OutOfMemory { bytes, device } => write!(
+                f,
+                "out of memory on {device}: could not allocate {bytes} bytes"
+            ),
+            Error::Cuda { op, detail } => write!(f, "CUDA error in `{op}`: {detail}"),
+            Error::Internal { detail } => {
+                write!(f, "internal error in fuse (please report it): {detail}")
+            }
+        }
+    }
+}
+
+/// The number of elements of a shape, saturating instead of overflowing.
+fn count(shape: &[usize]) -> usize {
+    shape.iter().fold(1usize, |n, &d| n.saturating_mul(d))
+}
+
+fn write_shape(
+    f: &mut fmt::Formatter<'_>,
+    kernel: &str,
+    param: &str,
+    dim: &str,
+    expected: usize,
+    found: usize,
+    bound_by: Option<&str>,
+) -> fmt::Result {
+    match bound_by {
+        Some(by) => write!(
+            f,
+            "kernel `{kernel}`: parameter `{param}` has `{dim}` = {found}, but `{by}` bound \
+             `{dim}` = {expected}"
+        ),
+        None => write!(
+            f,
+            "kernel `{kernel}`: parameter `{param}` has size {found} on {dim}, but the \
+             signature requires {expected}"
+        ),
+    }
+}
+
+fn write_no_device(f: &mut fmt::Formatter<'_>, ordinal: usize, count: usize) -> fmt::Result {
+    match count {
+        0 => write!(
+            f,
+            "no CUDA device {ordinal}: the driver is loaded but reports no CUDA devices"
+        ),
+        1 => write!(
+            f,
+            "no CUDA device {ordinal}: the driver reports 1 device (ordinal 0)"
+        ),
+        n => write!(
+            f,
+            "no CUDA device {ordinal}: the driver reports {n} devices (ordinals 0 to {})",
+            n - 1
+        ),
+    }
+}
+
+fn write_no_nvrtc(f: &mut fmt::Formatter<'_>, searched: &[String]) -> fmt::Result {
+    write!(
+        f,
+        "no NVRTC: could not load the `nvrtc` library (searched for {}). Put its directory on \
+         LD_LIBRARY_PATH. A CUDA 13 NVRTC, such as the one in the `nvidia-cuda-nvrtc` wheel, \
+         ships only `libnvrtc.so.13`: link `libnvrtc.so` to it in the same directory",
+        searched.join(", ")
+    )
+}
+
+fn write_compile(
+    f: &mut fmt::Formatter<'_>,
+    kernel: &str,
+    log: &str,
+    lines: &[(usize, String)],
+) -> fmt::Result {
+    write!(f, "NVRTC could not compile kernel `{kernel}`")?;
+    if !lines.is_empty() {
+        let width = lines
+            .iter()
+            .map(|(n, _)| n.to_string().len())
+            .max()
+            .unwrap_or(1);
+        f.write_str("; the offending source:")?;
+        for (number, text) in lines {
+            write!(f, "\n{number:>width$} | {text}")?;
+        }
+    }
+    let log = log.trim_end();
+    if !log.is_empty() {
+        write!(f, "\nNVRTC log:\n{log}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_message_names_everything() {
+        let e = Error::Shape {
+            kernel: "layernorm".into(),
+            param: "gamma".into(),
+            dim: "cols".into(),
+            expected: 32,
+            found: 31,
+            bound_by: Some("x".into()),
+        };
+        assert_eq!(
+            e.to_string(),
+            "kernel `layernorm`: parameter `gamma` has `cols` = 31, but `x` bound `cols` = 32"
+        );
+    }
+
+    #[test]
+    fn compile_message_shows_source_lines_and_log() {
+        let e = Error::Compile {
+            kernel: "add".into(),
+            log: "add.cu(9): error: identifier \"q\" is undefined\n".into(),
+            line: vec![(9, "  out[i] = q;".into()), (12, "}".into())],
+        };
+        let text = e.to_string();
+        assert!(text.contains(" 9 |   out[i] = q;"), "{text}");
+        assert!(text.contains("12 | }"), "{text}");
+        assert!(text.contains("identifier \"q\" is undefined"), "{text}");
+    }
+
+    #[test]
+    fn no_device_counts() {
+        let e = Error::NoDevice {
+            ordinal: 3,
+            count: 2,
+        };
+        assert_eq!(
+            e.to_string(),
+            "no CUDA device 3: the driver reports 2 devices (ordinals 0 to 1)"
+        );
+    }
+}

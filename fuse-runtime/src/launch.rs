@@ -1,0 +1,235 @@
+//! Kernel launches: the grid, the argument slots, and the scratch memory of full reductions.
+
+use std::fmt;
+
+use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+
+use crate::cuda::{driver_error, lock, CudaDevice};
+use crate::device::Device;
+use crate::error::Error;
+use crate::private::{AnyBuffer, KernelInfo};
+
+/// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C).
+pub const BLOCK: u32 = 256;
+
+/// How a kernel spreads its work over the GPU; the runtime picks the grid from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Geometry {
+    /// One thread per element, grid-striding over `elems`; no launch when `elems` is 0.
+    Map {
+        /// The number of elements.
+        elems: u64,
+    },
+    /// One block per group, grid-striding over `groups`; no launch when `groups` is 0.
+    Rows {
+        /// The number of groups (rows).
+        groups: u64,
+        /// The length of each group.
+        row_len: u64,
+    },
+    /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
+    /// slots per block. Always launches, so an empty reduction still writes its result.
+    Full {
+        /// The number of elements.
+        elems: u64,
+        /// The scratch slots each block uses.
+        slots: u32,
+    },
+}
+
+/// One kernel argument, each passed in an 8-byte slot.
+#[derive(Clone, Copy)]
+pub enum Arg<'a> {
+    /// A buffer, passed as its device address.
+    Buffer(&'a dyn AnyBuffer),
+    /// A scalar: its bytes in the low bytes of the `u64` ([`Element::to_bits`](crate::Element)).
+    Scalar(u64),
+    /// The size of a named dim.
+    Dim(usize),
+}
+
+impl fmt::Debug for Arg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arg::Buffer(b) => write!(f, "Buffer({:?} on {})", b.shape(), b.device()),
+            Arg::Scalar(bits) => write!(f, "Scalar({bits:#x})"),
+            Arg::Dim(n) => write!(f, "Dim({n})"),
+        }
+    }
+}
+
+/// The number of blocks for `geometry` on a GPU with `sm_count` multiprocessors, or `None`
+/// when there is nothing to launch. A pure function, so full reductions are deterministic.
+pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
+    let sm = u64::from(sm_count.max(1));
+    let blocks = |elems: u64| elems.div_ceil(u64::from(BLOCK));
+    let blocks = match geometry {
+        Geometry::Map { elems: 0 } | Geometry::Rows { groups: 0, .. } => return None,
+        Geometry::Map { elems } => blocks(elems).min(sm * 8),
+        Geometry::Rows { groups, .. } => groups.min(sm * 16),
+        Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
+    };
+    // At most 16 * u32::MAX, and in practice a few thousand; saturate rather than wrap.
+    Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
+}
+
+/// Compiles `kernel` on first use (in-process and on-disk caches) and launches it on `dev`'s
+/// stream with `args`, in order. For [`Geometry::Full`] two more arguments follow: the scratch
+/// (`unsigned long long*`, at least `slots * gridDim.x` slots) and the counter
+/// (`unsigned int*`, zero before the launch; the kernel's last block resets it).
+pub fn launch(
+    dev: &Device,
+    kernel: &'static KernelInfo,
+    geometry: Geometry,
+    args: &[Arg],
+) -> Result<(), Error> {
+    let cuda = dev.cuda_for(kernel.name)?;
+    let mut slots = arg_slots(dev, kernel, args)?;
+    let Some(grid) = grid(geometry, cuda.sm_count) else {
+        return Ok(());
+    };
+    let function = cuda.function(kernel)?;
+    let config = LaunchConfig {
+        grid_dim: (grid, 1, 1),
+        block_dim: (BLOCK, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    match geometry {
+        Geometry::Full {
+            slots: per_block, ..
+        } => {
+            // Hold the lock until the launch is queued, so no other thread can replace the
+            // scratch between reading its address and queueing the kernel that uses it.
+            let mut scratch = lock(&cuda.reduce);
+            let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
+            let (scratch_address, counter_address) = scratch.addresses(cuda, needed)?;
+            slots.extend([scratch_address, counter_address]);
+            enqueue(cuda, &function, &slots, config)
+        }
+        Geometry::Map { .. } | Geometry::Rows { .. } => enqueue(cuda, &function, &slots, config),
+    }
+}
+
+/// The 8-byte slot of each argument, checking that buffers live on `dev`.
+fn arg_slots(dev: &Device, kernel: &KernelInfo, args: &[Arg]) -> Result<Vec<u64>, Error> {
+    let mut slots = Vec::with_capacity(args.len() + 2);
+    for (position, arg) in args.iter().enumerate() {
+        let slot = match *arg {
+            Arg::Buffer(buffer) => match buffer.device_address() {
+                Some(address) if buffer.device() == dev => address,
+                _ => {
+                    return Err(Error::DeviceMismatch {
+                        kernel: kernel.name.to_string(),
+                        param: format!("argument {position}"),
+                        expected: dev.name(),
+                        found: buffer.device().name(),
+                    })
+                }
+            },
+            Arg::Scalar(bits) => bits,
+            Arg::Dim(size) => size as u64,
+        };
+        slots.push(slot);
+    }
+    Ok(slots)
+}
+
+fn enqueue(
+    cuda: &CudaDevice,
+    function: &CudaFunction,
+    slots: &[u64],
+    config: LaunchConfig,
+) -> Result<(), Error> {
+    let mut builder = cuda.stream.launch_builder(function);
+    for slot in slots {
+        builder.arg(slot);
+    }
+    // SAFETY: the `fuse!` macro generated both the kernel's CUDA signature and this argument
+    // list from one parsed signature: every parameter is an 8-byte pointer, or a scalar of at
+    // most 8 bytes that the driver reads from the low (little-endian) bytes of its slot, and the
+    // reduction scratch and counter come last exactly when the geometry is `Full`. Pointers are
+    // the addresses of live allocations on this device (checked in `arg_slots`), kept alive by
+    // the caller's borrows until the launch is queued and, after that, freed only in stream
+    // order. Outputs were sized by `bind` and `shape_of`, the sizes the kernel is given.
+    let launched = unsafe { builder.launch(config) };
+    launched
+        .map(|_| ())
+        .map_err(|e| driver_error("cuLaunchKernel", e))
+}
+
+/// The scratch and counter of full reductions on one device.
+#[derive(Default)]
+pub(crate) struct ReduceScratch {
+    slots: Option<cudarc::driver::CudaSlice<u64>>,
+    counter: Option<cudarc::driver::CudaSlice<u32>>,
+}
+
+impl ReduceScratch {
+    /// The device addresses of at least `needed` scratch slots and of the zeroed counter,
+    /// allocating them on first use and growing the scratch when it is too small.
+    fn addresses(&mut self, cuda: &CudaDevice, needed: usize) -> Result<(u64, u64), Error> {
+        let slots = match self.slots.take() {
+            Some(slots) if slots.len() >= needed => slots,
+            // A smaller old scratch is dropped here and freed in stream order, after the
+            // kernels already queued with it.
+            _ => cuda.uninit::<u64>(needed.next_power_of_two())?,
+        };
+        let slots_address = slots.device_ptr(&cuda.stream).0;
+        self.slots = Some(slots);
+        let counter = match self.counter.take() {
+            Some(counter) => counter,
+            None => cuda.zeros::<u32>(1)?,
+        };
+        let counter_address = counter.device_ptr(&cuda.stream).0;
+        self.counter = Some(counter);
+        Ok((slots_address, counter_address))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_grid() {
+        assert_eq!(grid(Geometry::Map { elems: 0 }, 132), None);
+        assert_eq!(grid(Geometry::Map { elems: 1 }, 132), Some(1));
+        assert_eq!(grid(Geometry::Map { elems: 256 }, 132), Some(1));
+        assert_eq!(grid(Geometry::Map { elems: 257 }, 132), Some(2));
+        assert_eq!(grid(Geometry::Map { elems: 4097 }, 132), Some(17));
+        assert_eq!(grid(Geometry::Map { elems: u64::MAX }, 132), Some(132 * 8));
+    }
+
+    #[test]
+    fn rows_grid() {
+        let rows = |groups| Geometry::Rows {
+            groups,
+            row_len: 1000,
+        };
+        assert_eq!(grid(rows(0), 132), None);
+        assert_eq!(grid(rows(7), 132), Some(7));
+        assert_eq!(grid(rows(1_000_000), 132), Some(132 * 16));
+    }
+
+    #[test]
+    fn full_grid_always_launches() {
+        let full = |elems| Geometry::Full { elems, slots: 2 };
+        assert_eq!(grid(full(0), 132), Some(1));
+        assert_eq!(grid(full(1000), 132), Some(4));
+        assert_eq!(grid(full(1 << 40), 132), Some(132 * 4));
+        assert_eq!(
+            grid(full(1 << 40), 0),
+            Some(4),
+            "a zero SM count still launches"
+        );
+    }
+
+    #[test]
+    fn arg_debug() {
+        assert_eq!(
+            format!("{:?}", Arg::Scalar(0x3f80_0000)),
+            "Scalar(0x3f800000)"
+        );
+        assert_eq!(format!("{:?}", Arg::Dim(7)), "Dim(7)");
+    }
+}

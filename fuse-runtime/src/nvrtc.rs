@@ -1,0 +1,335 @@
+//! NVRTC: compiles CUDA C straight to CUBIN, so the driver has nothing left to JIT.
+//!
+//! Kernels are compiled with `--gpu-architecture=sm_XY --std=c++17` and NVRTC's IEEE defaults
+//! (no fast math). This module is public so tests can compile every kernel for several
+//! architectures and read the `ptxas` report:
+//!
+//! ```no_run
+//! # fn main() -> Result<(), fuse_runtime::Error> {
+//! use fuse_runtime::nvrtc;
+//! let source = r#"extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }"#;
+//! let compiled = nvrtc::compile(source, "k.cu", 90, &["--ptxas-options=-v"])?;
+//! assert!(compiled.cubin.starts_with(b"\x7fELF"));
+//! assert_eq!(nvrtc::spills(&compiled.log), None);
+//! # Ok(())
+//! # }
+//! ```
+
+use std::ffi::{c_char, CString};
+use std::sync::OnceLock;
+
+use cudarc::nvrtc::result::{self, NvrtcError};
+use cudarc::nvrtc::sys;
+
+use crate::error::Error;
+
+/// The output of a successful [`compile`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Compiled {
+    /// The CUBIN: an ELF image the driver loads without further compilation.
+    pub cubin: Vec<u8>,
+    /// NVRTC's log: warnings, and the `ptxas` report when `--ptxas-options=-v` was given.
+    pub log: String,
+}
+
+/// Whether the NVRTC library can be loaded, asked once per process.
+pub fn is_available() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
+    // SAFETY: `is_culib_present` only tries to `dlopen` each candidate name and closes it
+    // again; loading NVRTC runs no initialisation that could break this process.
+    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+}
+
+/// The library names searched for NVRTC, in order.
+pub fn candidates() -> Vec<String> {
+    unique(cudarc::get_lib_name_candidates("nvrtc"))
+}
+
+/// `names` without repeats, in first-seen order.
+pub(crate) fn unique(names: Vec<String>) -> Vec<String> {
+    let mut seen = Vec::with_capacity(names.len());
+    for name in names {
+        if !seen.contains(&name) {
+            seen.push(name);
+        }
+    }
+    seen
+}
+
+/// NVRTC's version as (major, minor), such as `(13, 0)`.
+pub fn version() -> Result<(i32, i32), Error> {
+    static VERSION: OnceLock<(i32, i32)> = OnceLock::new();
+    if let Some(version) = VERSION.get() {
+        return Ok(*version);
+    }
+    ensure_available()?;
+    let (mut major, mut minor) = (0, 0);
+    // SAFETY: NVRTC is loaded (checked above), and both pointers are to live local integers.
+    let status = unsafe { sys::nvrtcVersion(&mut major, &mut minor) };
+    status
+        .result()
+        .map_err(|e| nvrtc_error("nvrtcVersion", e))?;
+    Ok(*VERSION.get_or_init(|| (major, minor)))
+}
+
+/// The options every kernel is compiled with, then `extra`.
+pub(crate) fn options(arch: u32, extra: &[&str]) -> Vec<String> {
+    let base = [
+        format!("--gpu-architecture=sm_{arch}"),
+        "--std=c++17".to_string(),
+    ];
+    base.into_iter()
+        .chain(extra.iter().map(|o| o.to_string()))
+        .collect()
+}
+
+/// Compiles `source` (its log naming it `program_name`) to a CUBIN for `sm_{arch}`, with
+/// `extra_options` after the standard ones.
+///
+/// On failure the error carries NVRTC's log and the source lines it complains about.
+pub fn compile(
+    source: &str,
+    program_name: &str,
+    arch: u32,
+    extra_options: &[&str],
+) -> Result<Compiled, Error> {
+    ensure_available()?;
+    let options = options(arch, extra_options);
+    let c_options = options
+        .iter()
+        .map(|o| c_string(o, program_name, "a compiler option"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let program = Program::create(source, program_name)?;
+    let compiled = program.compile(&c_options);
+    let log = program.log();
+    match compiled {
+        Ok(()) => Ok(Compiled {
+            cubin: program.cubin()?,
+            log,
+        }),
+        Err(_) => Err(Error::Compile {
+            kernel: program_name.to_string(),
+            line: error_lines(&log, source),
+            log,
+        }),
+    }
+}
+
+/// The first `ptxas` report line with a non-zero spill, as in `8 bytes spill stores`, if any.
+/// Give it the log of a compile with `--ptxas-options=-v`.
+pub fn spills(log: &str) -> Option<String> {
+    let spills_bytes = |part: &str| {
+        let part = part.trim();
+        let count = part
+            .strip_suffix("bytes spill stores")
+            .or_else(|| part.strip_suffix("bytes spill loads"))?;
+        count.trim().parse::<u64>().ok()
+    };
+    log.lines()
+        .find(|line| line.split(',').filter_map(spills_bytes).any(|n| n > 0))
+        .map(|line| line.trim().to_string())
+}
+
+/// The source lines that NVRTC's `name(LINE): error ...` log lines point at, in log order,
+/// each once, as (line number, text).
+pub(crate) fn error_lines(log: &str, source: &str) -> Vec<(usize, String)> {
+    let source: Vec<&str> = source.lines().collect();
+    let mut lines: Vec<(usize, String)> = Vec::new();
+    for number in log.lines().filter_map(error_line_number) {
+        let text = number.checked_sub(1).and_then(|i| source.get(i));
+        if let Some(text) = text {
+            if !lines.iter().any(|(n, _)| *n == number) {
+                lines.push((number, text.to_string()));
+            }
+        }
+    }
+    lines
+}
+
+/// The line number of a log line such as `add.cu(12): error: ...`.
+fn error_line_number(log_line: &str) -> Option<usize> {
+    let (head, tail) = log_line.split_once("): ")?;
+    if !(tail.starts_with("error") || tail.starts_with("catastrophic error")) {
+        return None;
+    }
+    let open = head.rfind('(')?;
+    head[open + 1..].parse().ok()
+}
+
+fn ensure_available() -> Result<(), Error> {
+    if is_available() {
+        Ok(())
+    } else {
+        Err(Error::NoNvrtc {
+            searched: candidates(),
+        })
+    }
+}
+
+fn nvrtc_error(op: &'static str, e: NvrtcError) -> Error {
+    Error::Cuda {
+        op,
+        detail: format!("{:?}", e.0),
+    }
+}
+
+/// `text` as a C string; NVRTC cannot take text with a NUL byte in it.
+fn c_string(text: &str, program_name: &str, what: &str) -> Result<CString, Error> {
+    CString::new(text).map_err(|e| Error::Compile {
+        kernel: program_name.to_string(),
+        log: format!("{what} contains a NUL byte at offset {}", e.nul_position()),
+        line: Vec::new(),
+    })
+}
+
+/// An NVRTC program, destroyed on drop. It owns the C strings NVRTC may point into.
+struct Program {
+    raw: sys::nvrtcProgram,
+    _source: CString,
+    _name: CString,
+}
+
+impl Program {
+    fn create(source: &str, name: &str) -> Result<Program, Error> {
+        let c_source = c_string(source, name, "the source")?;
+        let c_name = c_string(name, name, "the program name")?;
+        let raw = result::create_program(&c_source, Some(&c_name))
+            .map_err(|e| nvrtc_error("nvrtcCreateProgram", e))?;
+        Ok(Program {
+            raw,
+            _source: c_source,
+            _name: c_name,
+        })
+    }
+
+    fn compile(&self, options: &[CString]) -> Result<(), NvrtcError> {
+        // SAFETY: `self.raw` was created by `create_program` and is destroyed only on drop.
+        unsafe { result::compile_program(self.raw, options) }
+    }
+
+    /// The program log, empty if NVRTC cannot give it.
+    fn log(&self) -> String {
+        // SAFETY: as in `compile`.
+        let raw = unsafe { result::get_program_log(self.raw) }.unwrap_or_default();
+        let bytes: Vec<u8> = raw
+            .into_iter()
+            .take_while(|&c| c != 0)
+            .map(|c| c as u8)
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    fn cubin(&self) -> Result<Vec<u8>, Error> {
+        let mut size = 0usize;
+        // SAFETY: `self.raw` is a live, successfully compiled program; `size` is a live local.
+        let status = unsafe { sys::nvrtcGetCUBINSize(self.raw, &mut size) };
+        status
+            .result()
+            .map_err(|e| nvrtc_error("nvrtcGetCUBINSize", e))?;
+        let mut cubin = vec![0u8; size];
+        // SAFETY: `cubin` holds exactly the `size` bytes NVRTC just asked for.
+        let status = unsafe { sys::nvrtcGetCUBIN(self.raw, cubin.as_mut_ptr().cast::<c_char>()) };
+        status
+            .result()
+            .map_err(|e| nvrtc_error("nvrtcGetCUBIN", e))?;
+        Ok(cubin)
+    }
+}
+
+impl Drop for Program {
+    fn drop(&mut self) {
+        // SAFETY: `self.raw` was created by `create_program` and this is its only destroy.
+        // A failure here would leak the program, which is all we could do about it anyway.
+        let _ = unsafe { result::destroy_program(self.raw) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_nonzero_spills() {
+        let log = "ptxas info    : Compiling entry function 'k' for 'sm_90'\n\
+                   ptxas info    : Function properties for k\n    \
+                   0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n\
+                   ptxas info    : Used 12 registers\n\
+                   ptxas info    : Function properties for big\n    \
+                   40 bytes stack frame, 0 bytes spill stores, 36 bytes spill loads\n";
+        assert_eq!(
+            spills(log).as_deref(),
+            Some("40 bytes stack frame, 0 bytes spill stores, 36 bytes spill loads")
+        );
+        let clean = "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
+        assert_eq!(spills(clean), None);
+        assert_eq!(
+            spills("    8 bytes spill stores, 0 bytes spill loads").as_deref(),
+            Some("8 bytes spill stores, 0 bytes spill loads")
+        );
+        assert_eq!(spills(""), None);
+    }
+
+    #[test]
+    fn extracts_error_lines() {
+        let source = "line one\nline two\n  out[i] = q;\nline four\n";
+        let log = "add.cu(3): error: identifier \"q\" is undefined\n\
+                   add.cu(1): warning: something harmless\n\
+                   add.cu(3): error: again\n\
+                   add.cu(4): catastrophic error: cannot go on\n\
+                   add.cu(99): error: past the end\n\
+                   2 errors detected in the compilation of \"add.cu\".\n";
+        assert_eq!(
+            error_lines(log, source),
+            [
+                (3, "  out[i] = q;".to_string()),
+                (4, "line four".to_string())
+            ]
+        );
+        assert_eq!(error_lines("add.cu(0): error: x", source), []);
+    }
+
+    #[test]
+    fn options_keep_ieee_defaults() {
+        let options = options(80, &["--ptxas-options=-v"]);
+        assert_eq!(
+            options,
+            [
+                "--gpu-architecture=sm_80",
+                "--std=c++17",
+                "--ptxas-options=-v"
+            ]
+        );
+        assert!(!options.iter().any(|o| o.contains("fast-math")));
+    }
+
+    #[test]
+    fn nul_in_source_is_a_compile_error() {
+        if !is_available() {
+            return;
+        }
+        let error = compile("int x;\0", "nul.cu", 90, &[]).unwrap_err();
+        assert!(matches!(error, Error::Compile { .. }), "{error}");
+        assert!(
+            error.to_string().contains("NUL byte at offset 6"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn compile_error_shows_the_line() {
+        if !is_available() {
+            return;
+        }
+        let source = "extern \"C\" __global__ void k(float* x) {\n  x[0] = undefined_name;\n}\n";
+        let error = compile(source, "broken.cu", 90, &[]).unwrap_err();
+        let Error::Compile { kernel, line, .. } = &error else {
+            panic!("expected a compile error, got {error}");
+        };
+        assert_eq!(kernel, "broken.cu");
+        assert_eq!(line, &[(2, "  x[0] = undefined_name;".to_string())]);
+        assert!(
+            error.to_string().contains("2 |   x[0] = undefined_name;"),
+            "{error}"
+        );
+    }
+}

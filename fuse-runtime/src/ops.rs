@@ -1,0 +1,198 @@
+//! CPU helper functions called by generated code: the language's functions that std does not have
+//! with the same meaning (the ML vocabulary, `erf`, a panic-free `clamp`, integer division that
+//! does not trap). Each matches the CUDA helper of the same name in the generated source.
+
+/// Float operations of the CPU backend, for `f32` and `f64`.
+pub trait Real: Copy + PartialOrd + core::ops::Neg<Output = Self> {
+    fn erf(self) -> Self;
+    fn sigmoid(self) -> Self;
+    fn silu(self) -> Self;
+    fn gelu(self) -> Self;
+    fn gelu_tanh(self) -> Self;
+    fn softplus(self) -> Self;
+    fn rsqrt(self) -> Self;
+    fn zero() -> Self;
+    fn powi(self, n: i32) -> Self;
+}
+
+macro_rules! real {
+    ($t:ident, $erf:path, $sqrt_half:expr, $sqrt_2_over_pi:expr) => {
+        impl Real for $t {
+            fn erf(self) -> Self {
+                $erf(self)
+            }
+            fn sigmoid(self) -> Self {
+                1.0 / (1.0 + (-self).exp())
+            }
+            fn silu(self) -> Self {
+                self / (1.0 + (-self).exp())
+            }
+            fn gelu(self) -> Self {
+                0.5 * self * (1.0 + $erf(self * $sqrt_half))
+            }
+            fn gelu_tanh(self) -> Self {
+                0.5 * self
+                    * (1.0 + ($sqrt_2_over_pi * (self + 0.044715 * self * self * self)).tanh())
+            }
+            fn softplus(self) -> Self {
+                self.max(0.0) + (-self.abs()).exp().ln_1p()
+            }
+            fn rsqrt(self) -> Self {
+                1.0 / self.sqrt()
+            }
+            fn zero() -> Self {
+                0.0
+            }
+            /// Exponentiation by squaring in compiler-rt's order (`__powisf2`), as the CUDA helper.
+            fn powi(self, n: i32) -> Self {
+                let (mut a, mut b, mut r) = (self, n, 1.0 as $t);
+                loop {
+                    if b & 1 != 0 {
+                        r *= a;
+                    }
+                    b /= 2;
+                    if b == 0 {
+                        break;
+                    }
+                    a *= a;
+                }
+                if n < 0 {
+                    1.0 / r
+                } else {
+                    r
+                }
+            }
+        }
+    };
+}
+
+// The same decimal constants as the CUDA helpers, so both round them to the same value.
+#[allow(clippy::excessive_precision)]
+mod constants {
+    pub const SQRT_HALF_F32: f32 = core::f32::consts::FRAC_1_SQRT_2;
+    pub const SQRT_HALF_F64: f64 = core::f64::consts::FRAC_1_SQRT_2;
+    pub const SQRT_2_OVER_PI_F32: f32 = 0.797884560802865356;
+    pub const SQRT_2_OVER_PI_F64: f64 = 0.797884560802865356;
+}
+
+real!(
+    f32,
+    libm::erff,
+    constants::SQRT_HALF_F32,
+    constants::SQRT_2_OVER_PI_F32
+);
+real!(
+    f64,
+    libm::erf,
+    constants::SQRT_HALF_F64,
+    constants::SQRT_2_OVER_PI_F64
+);
+
+pub fn erf<T: Real>(x: T) -> T {
+    x.erf()
+}
+pub fn sigmoid<T: Real>(x: T) -> T {
+    x.sigmoid()
+}
+pub fn silu<T: Real>(x: T) -> T {
+    x.silu()
+}
+pub fn gelu<T: Real>(x: T) -> T {
+    x.gelu()
+}
+pub fn gelu_tanh<T: Real>(x: T) -> T {
+    x.gelu_tanh()
+}
+pub fn softplus<T: Real>(x: T) -> T {
+    x.softplus()
+}
+pub fn rsqrt<T: Real>(x: T) -> T {
+    x.rsqrt()
+}
+pub fn powi<T: Real>(x: T, n: i32) -> T {
+    x.powi(n)
+}
+
+/// `max(x, 0)` that keeps NaN, as `torch.relu`.
+pub fn relu<T: Real>(x: T) -> T {
+    if x < T::zero() {
+        T::zero()
+    } else {
+        x
+    }
+}
+
+/// Rust's `clamp` without its panic on `lo > hi` or NaN bounds: NaN `x` stays NaN.
+pub fn clamp<T: PartialOrd>(x: T, lo: T, hi: T) -> T {
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
+    }
+}
+
+/// Integer division and remainder of the language: wrapping, and defined at zero (`x / 0 == 0`,
+/// `x % 0 == x`) where Rust panics, identically on every backend.
+pub trait Int: Copy {
+    fn div(self, b: Self) -> Self;
+    fn rem(self, b: Self) -> Self;
+}
+
+macro_rules! int {
+    ($($t:ty),*) => {$(
+        impl Int for $t {
+            fn div(self, b: Self) -> Self {
+                if b == 0 { 0 } else { self.wrapping_div(b) }
+            }
+            fn rem(self, b: Self) -> Self {
+                if b == 0 { self } else { self.wrapping_rem(b) }
+            }
+        }
+    )*};
+}
+
+int!(i32, u32, i64, u64);
+
+pub fn div<T: Int>(a: T, b: T) -> T {
+    a.div(b)
+}
+pub fn rem<T: Int>(a: T, b: T) -> T {
+    a.rem(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_division_is_total() {
+        assert_eq!(div(7i32, 0), 0);
+        assert_eq!(rem(7i32, 0), 7);
+        assert_eq!(div(i32::MIN, -1), i32::MIN);
+        assert_eq!(rem(i32::MIN, -1), 0);
+        assert_eq!(div(-7i64, 2), -3);
+        assert_eq!(rem(-7i64, 2), -1);
+    }
+
+    #[test]
+    fn powi_matches_repeated_multiplication() {
+        assert_eq!(powi(1.5f64, 3), 1.5 * 1.5 * 1.5);
+        assert_eq!(powi(2.0f32, -2), 0.25);
+        assert_eq!(powi(3.0f32, 0), 1.0);
+    }
+
+    #[test]
+    fn ml_functions_match_their_definitions() {
+        let x = 0.7311f64;
+        assert!((gelu(x) - 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt()))).abs() < 1e-15);
+        assert!((softplus(x) - (x.exp() + 1.0).ln()).abs() < 1e-15);
+        assert!((softplus(-40.0f64) - (-40.0f64).exp()).abs() < 1e-25);
+        assert!((sigmoid(x) * (1.0 + (-x).exp()) - 1.0).abs() < 1e-15);
+        assert!(relu(f32::NAN).is_nan());
+        assert_eq!(relu(-2.0f32), 0.0);
+        assert!(clamp(f32::NAN, 0.0, 1.0).is_nan());
+        assert_eq!(clamp(5, 0, 3), 3);
+    }
+}

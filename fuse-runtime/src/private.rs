@@ -1,0 +1,240 @@
+//! The interface generated code calls (`::fuse_runtime::__private`); see `doc/PRIVATE_API.md`.
+//!
+//! Nothing here is meant for hand-written code, and it may change with the macro.
+
+use crate::buffer::Buffer;
+use crate::device::Device;
+use crate::element::Element;
+use crate::error::Error;
+
+/// One kernel defined by `fuse!`: generated code submits one per `fn` to [`inventory`].
+#[derive(Debug)]
+pub struct KernelInfo {
+    /// The Rust fn name, such as `"softmax"`.
+    pub name: &'static str,
+    /// The CUDA entry point, such as `"fuse_softmax"`.
+    pub symbol: &'static str,
+    /// The CUDA C text of the kernel's module.
+    pub source: &'static str,
+}
+
+inventory::collect!(KernelInfo);
+
+/// Every kernel defined with `fuse!` in the program, in no particular order.
+///
+/// ```
+/// for kernel in fuse_runtime::kernels() {
+///     println!("{} ({} bytes of CUDA C)", kernel.name, kernel.source.len());
+/// }
+/// ```
+pub fn kernels() -> impl Iterator<Item = &'static KernelInfo> {
+    inventory::iter::<KernelInfo>.into_iter()
+}
+
+/// One axis of a tensor in a signature.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DimRef {
+    /// A named dim: an index into [`Signature::dims`].
+    Named(usize),
+    /// A literal size.
+    Fixed(usize),
+}
+
+/// One tensor parameter (input or output) of a kernel.
+#[derive(Debug, Clone, Copy)]
+pub struct TensorSig {
+    /// The parameter's name.
+    pub name: &'static str,
+    /// Its axes, outermost first.
+    pub dims: &'static [DimRef],
+    /// Whether the kernel writes it (outputs come after inputs).
+    pub output: bool,
+}
+
+/// The tensor parameters of a kernel and the named dims they share.
+#[derive(Debug, Clone, Copy)]
+pub struct Signature {
+    /// The kernel's Rust name.
+    pub kernel: &'static str,
+    /// The named dims, such as `["rows", "cols"]`.
+    pub dims: &'static [&'static str],
+    /// Inputs, then outputs.
+    pub tensors: &'static [TensorSig],
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl<T: crate::Element> Sealed for crate::Buffer<T> {}
+}
+
+/// A buffer of any element type, as [`bind`] and [`launch`](crate::__private::launch) see it.
+/// Sealed: only [`Buffer`] implements it.
+pub trait AnyBuffer: sealed::Sealed + Sync {
+    /// The buffer's shape.
+    fn shape(&self) -> &[usize];
+    /// The device it lives on.
+    fn device(&self) -> &Device;
+    /// The device address of its first element, or `None` on the CPU.
+    fn device_address(&self) -> Option<u64>;
+}
+
+impl<T: Element> AnyBuffer for Buffer<T> {
+    fn shape(&self) -> &[usize] {
+        Buffer::shape(self)
+    }
+
+    fn device(&self) -> &Device {
+        Buffer::device(self)
+    }
+
+    fn device_address(&self) -> Option<u64> {
+        Buffer::device_address(self)
+    }
+}
+
+/// Checks that every tensor (inputs then outputs, in [`Signature::tensors`] order) is on `dev`
+/// and has the declared rank, and binds each named dim from the first tensor that has it;
+/// later tensors must agree. Returns the size of each named dim, in [`Signature::dims`] order.
+/// `tensors` may also hold the inputs alone, to bind the dims before the outputs are allocated.
+pub fn bind(
+    sig: &Signature,
+    dev: &Device,
+    tensors: &[&dyn AnyBuffer],
+) -> Result<Vec<usize>, Error> {
+    let inputs = sig.tensors.iter().filter(|t| !t.output).count();
+    if tensors.len() != sig.tensors.len() && tensors.len() != inputs {
+        return Err(Error::Internal {
+            detail: format!(
+                "kernel `{}` takes {} tensors, but bind was given {}",
+                sig.kernel,
+                sig.tensors.len(),
+                tensors.len()
+            ),
+        });
+    }
+    let mut bound: Vec<Option<(usize, &'static str)>> = vec![None; sig.dims.len()];
+    // Inputs first, then outputs, so that a size always comes from an input when one has it.
+    for want_output in [false, true] {
+        for (param, &tensor) in sig.tensors.iter().zip(tensors) {
+            if param.output == want_output {
+                check_tensor(sig, param, tensor, dev, &mut bound)?;
+            }
+        }
+    }
+    let dims = bound.iter().zip(sig.dims).map(|(size, name)| {
+        size.map(|(n, _)| n).ok_or_else(|| Error::Internal {
+            detail: format!("kernel `{}`: no tensor has the dim `{name}`", sig.kernel),
+        })
+    });
+    dims.collect()
+}
+
+/// Checks one tensor's device, rank and sizes, binding the named dims it is first to have.
+fn check_tensor(
+    sig: &Signature,
+    param: &TensorSig,
+    tensor: &dyn AnyBuffer,
+    dev: &Device,
+    bound: &mut [Option<(usize, &'static str)>],
+) -> Result<(), Error> {
+    if tensor.device() != dev {
+        return Err(Error::DeviceMismatch {
+            kernel: sig.kernel.to_string(),
+            param: param.name.to_string(),
+            expected: dev.name(),
+            found: tensor.device().name(),
+        });
+    }
+    let shape = tensor.shape();
+    if shape.len() != param.dims.len() {
+        return Err(Error::Rank {
+            kernel: sig.kernel.to_string(),
+            param: param.name.to_string(),
+            expected: param.dims.len(),
+            found: shape.len(),
+        });
+    }
+    for (axis, (&dim, &found)) in param.dims.iter().zip(shape).enumerate() {
+        check_axis(sig, param, axis, dim, found, bound)?;
+    }
+    Ok(())
+}
+
+fn check_axis(
+    sig: &Signature,
+    param: &TensorSig,
+    axis: usize,
+    dim: DimRef,
+    found: usize,
+    bound: &mut [Option<(usize, &'static str)>],
+) -> Result<(), Error> {
+    let mismatch = |dim: String, expected, bound_by: Option<&str>| Error::Shape {
+        kernel: sig.kernel.to_string(),
+        param: param.name.to_string(),
+        dim,
+        expected,
+        found,
+        bound_by: bound_by.map(str::to_string),
+    };
+    match dim {
+        DimRef::Fixed(size) if size != found => Err(mismatch(
+            format!("axis {axis} (fixed size {size})"),
+            size,
+            None,
+        )),
+        DimRef::Fixed(_) => Ok(()),
+        DimRef::Named(index) => {
+            let (Some(slot), Some(&name)) = (bound.get_mut(index), sig.dims.get(index)) else {
+                return Err(Error::Internal {
+                    detail: format!("kernel `{}`: dim index {index} out of range", sig.kernel),
+                });
+            };
+            match *slot {
+                None => {
+                    *slot = Some((found, param.name));
+                    Ok(())
+                }
+                Some((size, _)) if size == found => Ok(()),
+                Some((size, by)) => Err(mismatch(name.to_string(), size, Some(by))),
+            }
+        }
+    }
+}
+
+/// The shape of tensor `index` of `sig` when the named dims have the sizes `dims` (as [`bind`]
+/// returns them). An index out of range gives an empty shape.
+pub fn shape_of(sig: &Signature, index: usize, dims: &[usize]) -> Vec<usize> {
+    let Some(tensor) = sig.tensors.get(index) else {
+        return Vec::new();
+    };
+    let size = |dim: &DimRef| match *dim {
+        DimRef::Named(i) => dims.get(i).copied().unwrap_or(0),
+        DimRef::Fixed(n) => n,
+    };
+    tensor.dims.iter().map(size).collect()
+}
+
+/// Allocates an output of `shape` on `dev`. Its contents are unspecified (zeros on the CPU):
+/// the kernel writes every element.
+pub fn alloc<T: Element>(dev: &Device, shape: &[usize]) -> Result<Buffer<T>, Error> {
+    Buffer::uninit(dev, shape)
+}
+
+/// A copy of a buffer's elements, in row-major order (for the CPU backend).
+pub fn host_read<T: Element>(b: &Buffer<T>) -> Result<Vec<T>, Error> {
+    b.to_vec()
+}
+
+/// Replaces all of a buffer's elements with `data`, which must have `b.len()` elements (for the
+/// CPU backend; on the CPU the vector is moved in, not copied).
+pub fn host_write<T: Element>(b: &mut Buffer<T>, data: Vec<T>) -> Result<(), Error> {
+    b.replace(data)
+}
+
+/// Whether `dev` is the CPU, so generated code runs its CPU version.
+pub fn is_cpu(dev: &Device) -> bool {
+    dev.is_cpu()
+}
+
+#[cfg(test)]
+mod tests;

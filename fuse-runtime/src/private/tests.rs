@@ -1,0 +1,267 @@
+//! Tests of `bind`, `shape_of`, `alloc` and the host access functions.
+
+use super::*;
+use DimRef::{Fixed, Named};
+
+/// `layernorm(x: [rows, cols], gamma: [cols], beta: [cols]) -> y: [rows, cols]`.
+const LAYERNORM: Signature = Signature {
+    kernel: "layernorm",
+    dims: &["rows", "cols"],
+    tensors: &[
+        TensorSig {
+            name: "x",
+            dims: &[Named(0), Named(1)],
+            output: false,
+        },
+        TensorSig {
+            name: "gamma",
+            dims: &[Named(1)],
+            output: false,
+        },
+        TensorSig {
+            name: "beta",
+            dims: &[Named(1)],
+            output: false,
+        },
+        TensorSig {
+            name: "y",
+            dims: &[Named(0), Named(1)],
+            output: true,
+        },
+    ],
+};
+
+/// `rotate(q: [n, 4]) -> (out: [n, 4], total: [])`.
+const ROTATE: Signature = Signature {
+    kernel: "rotate",
+    dims: &["n"],
+    tensors: &[
+        TensorSig {
+            name: "q",
+            dims: &[Named(0), Fixed(4)],
+            output: false,
+        },
+        TensorSig {
+            name: "out",
+            dims: &[Named(0), Fixed(4)],
+            output: true,
+        },
+        TensorSig {
+            name: "total",
+            dims: &[],
+            output: true,
+        },
+    ],
+};
+
+fn cpu() -> Device {
+    Device::cpu()
+}
+
+fn zeros(shape: &[usize]) -> Buffer<f32> {
+    cpu().zeros(shape).unwrap()
+}
+
+#[test]
+fn binds_shared_dims() {
+    let (x, g, b, y) = (zeros(&[7, 33]), zeros(&[33]), zeros(&[33]), zeros(&[7, 33]));
+    let dims = bind(&LAYERNORM, &cpu(), &[&x, &g, &b, &y]).unwrap();
+    assert_eq!(dims, [7, 33]);
+    assert_eq!(shape_of(&LAYERNORM, 3, &dims), [7, 33]);
+    assert_eq!(shape_of(&LAYERNORM, 1, &dims), [33]);
+    assert_eq!(shape_of(&LAYERNORM, 9, &dims), Vec::<usize>::new());
+}
+
+#[test]
+fn binds_from_the_inputs_alone() {
+    // Generated code binds the inputs first, to size the outputs it then allocates.
+    let (x, g, b) = (zeros(&[3, 17]), zeros(&[17]), zeros(&[17]));
+    let dims = bind(&LAYERNORM, &cpu(), &[&x, &g, &b]).unwrap();
+    assert_eq!(dims, [3, 17]);
+    let y = alloc::<f32>(&cpu(), &shape_of(&LAYERNORM, 3, &dims)).unwrap();
+    assert_eq!(bind(&LAYERNORM, &cpu(), &[&x, &g, &b, &y]).unwrap(), dims);
+    let short = zeros(&[16]);
+    let err = bind(&LAYERNORM, &cpu(), &[&x, &short, &b]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Shape {
+                found: 16,
+                expected: 17,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn shared_dim_mismatch_names_both_parameters() {
+    let (x, g, b, y) = (zeros(&[5, 32]), zeros(&[31]), zeros(&[32]), zeros(&[5, 32]));
+    let err = bind(&LAYERNORM, &cpu(), &[&x, &g, &b, &y]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Shape {
+            kernel: "layernorm".into(),
+            param: "gamma".into(),
+            dim: "cols".into(),
+            expected: 32,
+            found: 31,
+            bound_by: Some("x".into()),
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "kernel `layernorm`: parameter `gamma` has `cols` = 31, but `x` bound `cols` = 32"
+    );
+}
+
+#[test]
+fn rank_mismatch() {
+    let (x, g, b, y) = (
+        zeros(&[5 * 32]),
+        zeros(&[32]),
+        zeros(&[32]),
+        zeros(&[5, 32]),
+    );
+    let err = bind(&LAYERNORM, &cpu(), &[&x, &g, &b, &y]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Rank {
+            kernel: "layernorm".into(),
+            param: "x".into(),
+            expected: 2,
+            found: 1
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "kernel `layernorm`: parameter `x` has rank 1, but the signature declares rank 2"
+    );
+}
+
+#[test]
+fn outputs_must_agree_with_inputs() {
+    let (x, g, b, y) = (zeros(&[5, 32]), zeros(&[32]), zeros(&[32]), zeros(&[6, 32]));
+    let err = bind(&LAYERNORM, &cpu(), &[&x, &g, &b, &y]).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, Error::Shape { ref param, .. } if param == "y"),
+        "{text}"
+    );
+    assert_eq!(
+        text,
+        "kernel `layernorm`: parameter `y` has `rows` = 6, but `x` bound `rows` = 5"
+    );
+}
+
+#[test]
+fn fixed_dims() {
+    let (q, out, total) = (zeros(&[9, 4]), zeros(&[9, 4]), zeros(&[]));
+    assert_eq!(bind(&ROTATE, &cpu(), &[&q, &out, &total]).unwrap(), [9]);
+    assert_eq!(shape_of(&ROTATE, 1, &[9]), [9, 4]);
+    assert_eq!(shape_of(&ROTATE, 2, &[9]), Vec::<usize>::new());
+
+    let bad = zeros(&[9, 3]);
+    let err = bind(&ROTATE, &cpu(), &[&bad, &out, &total]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Shape {
+            kernel: "rotate".into(),
+            param: "q".into(),
+            dim: "axis 1 (fixed size 4)".into(),
+            expected: 4,
+            found: 3,
+            bound_by: None,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "kernel `rotate`: parameter `q` has size 3 on axis 1 (fixed size 4), but the signature \
+         requires 4"
+    );
+}
+
+#[test]
+fn scalar_output_rank() {
+    let (q, out, not_scalar) = (zeros(&[9, 4]), zeros(&[9, 4]), zeros(&[1]));
+    let err = bind(&ROTATE, &cpu(), &[&q, &out, &not_scalar]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Rank {
+            kernel: "rotate".into(),
+            param: "total".into(),
+            expected: 0,
+            found: 1
+        }
+    );
+}
+
+#[test]
+fn empty_dims_bind_to_zero() {
+    let (x, g, b, y) = (zeros(&[0, 3]), zeros(&[3]), zeros(&[3]), zeros(&[0, 3]));
+    assert_eq!(bind(&LAYERNORM, &cpu(), &[&x, &g, &b, &y]).unwrap(), [0, 3]);
+}
+
+#[test]
+fn wrong_tensor_count_is_an_internal_error() {
+    let x = zeros(&[2, 2]);
+    let err = bind(&LAYERNORM, &cpu(), &[&x]).unwrap_err();
+    assert!(matches!(err, Error::Internal { .. }), "{err}");
+}
+
+#[test]
+fn unbound_dim_is_an_internal_error() {
+    const ODD: Signature = Signature {
+        kernel: "odd",
+        dims: &["n", "never"],
+        tensors: &[TensorSig {
+            name: "a",
+            dims: &[Named(0)],
+            output: false,
+        }],
+    };
+    let a = zeros(&[3]);
+    let err = bind(&ODD, &cpu(), &[&a]).unwrap_err();
+    assert!(err.to_string().contains("`never`"), "{err}");
+}
+
+#[test]
+fn alloc_and_host_access() {
+    let dev = cpu();
+    let mut out = alloc::<i64>(&dev, &[3, 5]).unwrap();
+    assert_eq!((out.shape(), out.len()), (&[3, 5][..], 15));
+    let data: Vec<i64> = (0..15).map(|i| i * 7919 - 50_000).collect();
+    host_write(&mut out, data.clone()).unwrap();
+    assert_eq!(host_read(&out).unwrap(), data);
+    let err = host_write(&mut out, vec![1; 14]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Length {
+            op: "host_write",
+            expected: 15,
+            found: 14
+        }
+    );
+    assert!(is_cpu(&dev));
+    assert_eq!(alloc::<bool>(&dev, &[]).unwrap().to_vec().unwrap(), [false]);
+}
+
+#[test]
+fn launch_on_cpu_is_an_error_not_a_panic() {
+    static KERNEL: KernelInfo = KernelInfo {
+        name: "k",
+        symbol: "fuse_k",
+        source: "",
+    };
+    let x = zeros(&[3]);
+    let args = [crate::launch::Arg::Buffer(&x), crate::launch::Arg::Dim(3)];
+    let err = crate::launch::launch(
+        &cpu(),
+        &KERNEL,
+        crate::launch::Geometry::Map { elems: 3 },
+        &args,
+    )
+    .unwrap_err();
+    assert_eq!(err, Error::NotCuda { kernel: "k".into() });
+}
