@@ -8,32 +8,44 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_grad(
 ) {
     const long long groups = d_cols;
     const long long len = d_rows;
+    int width = 256;
+    if (len <= 32) {
+        width = 1;
+        while (width < len) width <<= 1;
+    }
+    const int per_block = 256 / width;
+    const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
-    for (long long g = blockIdx.x; g < groups; g += gridDim.x) {
+    for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
+        const long long gl = g0 + threadIdx.x / width;
+        const bool live = gl < groups;
+        const long long g = live ? gl : groups - 1;
         const long long c1 = g;
         const long long b0 = c1;
         const long long b1 = c1;
         float acc1 = (float)0;
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
+        for (long long r = lane; r < len; r += width) {
             const long long o0 = b0 + r * d_cols;
             const float v0 = p_g[o0];
             acc1 = acc1 + v0;
         }
-        for (int off = 16; off > 0; off >>= 1) {
+        for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
             const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
             acc1 = acc1 + other;
         }
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) {
-            red1[threadIdx.x >> 5] = acc1;
-        }
-        __syncthreads();
-        acc1 = red1[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
-            acc1 = acc1 + red1[w];
+        if (width > 32) {
+            __syncthreads();
+            if ((threadIdx.x & 31) == 0) {
+                red1[threadIdx.x >> 5] = acc1;
+            }
+            __syncthreads();
+            acc1 = red1[0];
+            for (int w = 1; w < 8; ++w) {
+                acc1 = acc1 + red1[w];
+            }
         }
         const float v1 = acc1;
-        if (threadIdx.x == 0) {
+        if (live && lane == 0) {
             out0[b1] = v1;
         }
     }

@@ -12,72 +12,170 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
 ) {
     const long long groups = d_rows;
     const long long len = d_cols;
+    const float inv_len_f32 = 1.0f / (float)len;
+    int width = 256;
+    if (len <= 32) {
+        width = 1;
+        while (width < len) width <<= 1;
+    }
+    const int per_block = 256 / width;
+    const int lane = threadIdx.x & (width - 1);
     __shared__ float red4[8];
     __shared__ float red7[8];
-    for (long long g = blockIdx.x; g < groups; g += gridDim.x) {
+    for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
+        const long long gl = g0 + threadIdx.x / width;
+        const bool live = gl < groups;
+        const long long g = live ? gl : groups - 1;
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
         const long long b1 = 0;
         const long long b2 = c0;
         const float v3 = p_eps;
-        float acc4 = (float)0;
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
-            acc4 = acc4 + v0;
+        if (len <= 16 * width) {
+            float rc_x[16];
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (r < len) rc_x[k] = p_x[b0 + r];
+            }
+            float acc4 = (float)0;
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (r < len) {
+                    const float v0 = rc_x[k];
+                    acc4 = acc4 + v0;
+                }
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                acc4 = acc4 + other;
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[w];
+                }
+            }
+            const float v4 = acc4 * inv_len_f32;
+            float acc7 = (float)0;
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (r < len) {
+                    const float v0 = rc_x[k];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
+                    acc7 = acc7 + v6;
+                }
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                acc7 = acc7 + other;
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red7[threadIdx.x >> 5] = acc7;
+                }
+                __syncthreads();
+                acc7 = red7[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc7 = acc7 + red7[w];
+                }
+            }
+            const float v7 = acc7 * inv_len_f32;
+            const float v8 = (v7 + v3);
+            const float v9 = (1.0f / sqrtf(v8));
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (live && r < len) {
+                    const long long o0 = b0 + r;
+                    const long long o1 = b1 + r;
+                    const float v0 = rc_x[k];
+                    const float v1 = p_gamma[o1];
+                    const float v2 = p_beta[o1];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    out0[o0] = v12;
+                }
+            }
+            if (live && lane == 0) {
+                out1[b2] = v9;
+            }
         }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-            acc4 = acc4 + other;
-        }
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) {
-            red4[threadIdx.x >> 5] = acc4;
-        }
-        __syncthreads();
-        acc4 = red4[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
-            acc4 = acc4 + red4[w];
-        }
-        const float v4 = acc4 / (float)len;
-        float acc7 = (float)0;
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
-            const float v5 = (v0 - v4);
-            const float v6 = (v5 * v5);
-            acc7 = acc7 + v6;
-        }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
-            acc7 = acc7 + other;
-        }
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) {
-            red7[threadIdx.x >> 5] = acc7;
-        }
-        __syncthreads();
-        acc7 = red7[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
-            acc7 = acc7 + red7[w];
-        }
-        const float v7 = acc7 / (float)len;
-        const float v8 = (v7 + v3);
-        const float v9 = (1.0f / sqrtf(v8));
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
-            const long long o0 = b0 + r;
-            const long long o1 = b1 + r;
-            const float v0 = p_x[o0];
-            const float v1 = p_gamma[o1];
-            const float v2 = p_beta[o1];
-            const float v5 = (v0 - v4);
-            const float v10 = (v5 * v9);
-            const float v11 = (v10 * v1);
-            const float v12 = (v11 + v2);
-            out0[o0] = v12;
-        }
-        if (threadIdx.x == 0) {
-            out1[b2] = v9;
+        else {
+            float acc4 = (float)0;
+            for (long long r = lane; r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                acc4 = acc4 + v0;
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                acc4 = acc4 + other;
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[w];
+                }
+            }
+            const float v4 = acc4 * inv_len_f32;
+            float acc7 = (float)0;
+            for (long long r = lane; r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v5 = (v0 - v4);
+                const float v6 = (v5 * v5);
+                acc7 = acc7 + v6;
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                acc7 = acc7 + other;
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red7[threadIdx.x >> 5] = acc7;
+                }
+                __syncthreads();
+                acc7 = red7[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc7 = acc7 + red7[w];
+                }
+            }
+            const float v7 = acc7 * inv_len_f32;
+            const float v8 = (v7 + v3);
+            const float v9 = (1.0f / sqrtf(v8));
+            for (long long r = lane; live && r < len; r += width) {
+                const long long o0 = b0 + r;
+                const long long o1 = b1 + r;
+                const float v0 = p_x[o0];
+                const float v1 = p_gamma[o1];
+                const float v2 = p_beta[o1];
+                const float v5 = (v0 - v4);
+                const float v10 = (v5 * v9);
+                const float v11 = (v10 * v1);
+                const float v12 = (v11 + v2);
+                out0[o0] = v12;
+            }
+            if (live && lane == 0) {
+                out1[b2] = v9;
+            }
         }
     }
 }

@@ -8,60 +8,148 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
 ) {
     const long long groups = d_rows;
     const long long len = d_cols;
+    int width = 256;
+    if (len <= 32) {
+        width = 1;
+        while (width < len) width <<= 1;
+    }
+    const int per_block = 256 / width;
+    const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
     __shared__ float red4[8];
-    for (long long g = blockIdx.x; g < groups; g += gridDim.x) {
+    for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
+        const long long gl = g0 + threadIdx.x / width;
+        const bool live = gl < groups;
+        const long long g = live ? gl : groups - 1;
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
-        float acc1 = (-__int_as_float(0x7f800000));
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
-            acc1 = fmaxf(acc1, v0);
+        if (len <= 16 * width) {
+            float rc_x[16];
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (r < len) rc_x[k] = p_x[b0 + r];
+            }
+            float acc1 = (-__int_as_float(0x7f800000));
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (r < len) {
+                    const float v0 = rc_x[k];
+                    acc1 = fmaxf(acc1, v0);
+                }
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                acc1 = fmaxf(acc1, other);
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[w]);
+                }
+            }
+            const float v1 = acc1;
+            float acc4 = (float)0;
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (r < len) {
+                    const float v0 = rc_x[k];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                acc4 = acc4 + other;
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[w];
+                }
+            }
+            const float v4 = acc4;
+            #pragma unroll
+            for (int k = 0; k < 16; ++k) {
+                const long long r = lane + (long long)k * width;
+                if (live && r < len) {
+                    const long long o0 = b0 + r;
+                    const float v0 = rc_x[k];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = (v3 / v4);
+                    out0[o0] = v5;
+                }
+            }
         }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-            acc1 = fmaxf(acc1, other);
-        }
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) {
-            red1[threadIdx.x >> 5] = acc1;
-        }
-        __syncthreads();
-        acc1 = red1[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
-            acc1 = fmaxf(acc1, red1[w]);
-        }
-        const float v1 = acc1;
-        float acc4 = (float)0;
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
-            const float v2 = (v0 - v1);
-            const float v3 = expf(v2);
-            acc4 = acc4 + v3;
-        }
-        for (int off = 16; off > 0; off >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-            acc4 = acc4 + other;
-        }
-        __syncthreads();
-        if ((threadIdx.x & 31) == 0) {
-            red4[threadIdx.x >> 5] = acc4;
-        }
-        __syncthreads();
-        acc4 = red4[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w) {
-            acc4 = acc4 + red4[w];
-        }
-        const float v4 = acc4;
-        for (long long r = threadIdx.x; r < len; r += blockDim.x) {
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
-            const float v2 = (v0 - v1);
-            const float v3 = expf(v2);
-            const float v5 = (v3 / v4);
-            out0[o0] = v5;
+        else {
+            float acc1 = (-__int_as_float(0x7f800000));
+            for (long long r = lane; r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                acc1 = fmaxf(acc1, v0);
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                acc1 = fmaxf(acc1, other);
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[w]);
+                }
+            }
+            const float v1 = acc1;
+            float acc4 = (float)0;
+            for (long long r = lane; r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                acc4 = acc4 + other;
+            }
+            if (width > 32) {
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[w];
+                }
+            }
+            const float v4 = acc4;
+            for (long long r = lane; live && r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                const float v5 = (v3 / v4);
+                out0[o0] = v5;
+            }
         }
     }
 }

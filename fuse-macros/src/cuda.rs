@@ -12,6 +12,12 @@ use std::fmt::Write;
 /// Threads per block; the runtime launches every kernel with this many.
 pub const BLOCK: u32 = 256;
 
+/// Elements per vector load in elementwise loops.
+const LANES: u32 = 4;
+
+/// Elements of a row each thread keeps in registers, when the row fits.
+const CACHE: u32 = 16;
+
 pub fn symbol(k: &Kernel) -> String {
     format!("fuse_{}", crate::expand::plain_name(&k.name))
 }
@@ -23,6 +29,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         out: String::new(),
         indent: 1,
         helpers: BTreeSet::new(),
+        cached: vec![],
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -71,6 +78,8 @@ fn launch_comment(k: &Kernel) -> String {
 enum Scope {
     Element,
     Row,
+    /// Lane `l` of the vectors loaded for the current step (see `vector_loop`).
+    Lane,
 }
 
 struct Cuda<'a> {
@@ -79,6 +88,8 @@ struct Cuda<'a> {
     out: String,
     indent: usize,
     helpers: BTreeSet<&'static str>,
+    /// Tensor parameters whose current element is in registers (`rc_<name>[k]`).
+    cached: Vec<usize>,
 }
 
 impl Cuda<'_> {
@@ -174,7 +185,17 @@ impl Cuda<'_> {
 
     /// A grid-stride (or block-stride) loop over the linear index `i` of `domain`.
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass, start: &str, step: &str) {
-        self.open(format!("for (long long i = {start}; i < n; i += {step})"));
+        let used = self.used_shapes(&pass.elems, &pass.writes);
+        let shapes = self.layout.shapes();
+        let vector = !used.is_empty() && used.iter().all(|&s| shapes[s] == domain);
+        if vector {
+            self.vector_loop(pass, start, step);
+            self.open(format!(
+                "for (long long i = nv * {LANES} + {start}; i < n; i += {step})"
+            ));
+        } else {
+            self.open(format!("for (long long i = {start}; i < n; i += {step})"));
+        }
         let used = self.used_shapes(&pass.elems, &pass.writes);
         let shapes = self.layout.shapes();
         if used.iter().any(|&s| shapes[s] != domain) {
@@ -199,6 +220,56 @@ impl Cuda<'_> {
         self.close();
     }
 
+    /// The main part of an elementwise loop whose tensors all have the domain's shape: each step
+    /// loads and stores `LANES` consecutive elements of every tensor as one aligned vector (16 bytes
+    /// for 4-byte types), then computes the lanes in order. Buffers come from `cudaMalloc`, and a
+    /// reshape never offsets them, so every tensor is aligned; the caller's loop does the tail.
+    fn vector_loop(&mut self, pass: &Pass, start: &str, step: &str) {
+        self.helpers.insert("fz_vec");
+        self.line(format!("const long long nv = n / {LANES};"));
+        self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
+        let k = self.k;
+        let loaded: BTreeSet<usize> = pass
+            .elems
+            .iter()
+            .filter_map(|&id| {
+                if let Op::Load(p) = k.nodes[id].op {
+                    Some(p)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for &p in &loaded {
+            let (t, name) = (
+                k.params[p].elem.c_name(),
+                crate::expand::plain_name(&k.params[p].name),
+            );
+            self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[j];"));
+        }
+        for &o in &pass.writes {
+            self.line(format!(
+                "fz_vec<{}, {LANES}> s{o};",
+                k.outputs[o].elem.c_name()
+            ));
+        }
+        self.line("#pragma unroll");
+        self.open(format!("for (int l = 0; l < {LANES}; ++l)"));
+        self.values(&pass.elems, Scope::Lane);
+        self.accumulate(&pass.reduces);
+        for &o in &pass.writes {
+            self.line(format!("s{o}.v[l] = v{};", k.outputs[o].node));
+        }
+        self.close();
+        for &o in &pass.writes {
+            let t = k.outputs[o].elem.c_name();
+            self.line(format!(
+                "reinterpret_cast<fz_vec<{t}, {LANES}>*>(out{o})[j] = s{o};"
+            ));
+        }
+        self.close();
+    }
+
     fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
         self.line(format!(
@@ -206,8 +277,22 @@ impl Cuda<'_> {
             self.layout.product(&rows)
         ));
         self.line(format!("const long long len = {};", self.layout.size(axis)));
+        self.reciprocals(plan, "len");
+        // Threads per row: a power of two up to a warp for short rows (several rows per block,
+        // reduced by shuffles within each segment), else the whole block.
+        self.line(format!("int width = {BLOCK};"));
+        self.open("if (len <= 32)");
+        self.line("width = 1;");
+        self.line("while (width < len) width <<= 1;");
+        self.close();
+        self.line(format!("const int per_block = {BLOCK} / width;"));
+        self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
-        self.open("for (long long g = blockIdx.x; g < groups; g += gridDim.x)");
+        self.open("for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block)");
+        // A segment past the last row computes on the last row (valid memory) and writes nothing.
+        self.line("const long long gl = g0 + threadIdx.x / width;");
+        self.line("const bool live = gl < groups;");
+        self.line("const long long g = live ? gl : groups - 1;");
         for l in self
             .layout
             .split("g", &rows, "const long long ", "long long ", ";")
@@ -222,10 +307,79 @@ impl Cuda<'_> {
             ));
         }
         self.values(&plan.prologue, Scope::Row);
+        let cached = self.cached_params(domain);
+        if cached.is_empty() {
+            self.row_passes(plan, axis, &[]);
+        } else {
+            // Rows that fit in registers are read from memory once, whatever the number of passes.
+            self.open(format!("if (len <= {CACHE} * width)"));
+            for &p in &cached {
+                let (t, name) = (
+                    self.k.params[p].elem.c_name(),
+                    crate::expand::plain_name(&self.k.params[p].name),
+                );
+                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+                self.line(format!("{t} rc_{name}[{CACHE}];"));
+                self.line("#pragma unroll");
+                self.open(format!("for (int k = 0; k < {CACHE}; ++k)"));
+                self.line("const long long r = lane + (long long)k * width;");
+                self.line(format!("if (r < len) rc_{name}[k] = p_{name}[b{s} + r];"));
+                self.close();
+            }
+            self.row_passes(plan, axis, &cached);
+            self.close();
+            self.open("else");
+            self.row_passes(plan, axis, &[]);
+            self.close();
+        }
+        self.close();
+    }
+
+    /// The tensors worth keeping in registers across a row's passes: those over the whole domain
+    /// (the row's own elements, contiguous along the reduced dim).
+    fn cached_params(&self, domain: &[DimId]) -> Vec<usize> {
+        let Launch::Rows { axis, .. } = self.k.launch else {
+            return vec![];
+        };
+        let passes = crate::plan::plan(self.k).passes.len();
+        if passes < 2 || domain.last() != Some(&axis) {
+            return vec![];
+        }
+        self.k
+            .tensor_params()
+            .filter(|(_, _, s)| s.as_slice() == domain)
+            .map(|(i, _, _)| i)
+            .collect()
+    }
+
+    /// The passes over a row: streaming (`cached` empty: `r` strides through the row), or over
+    /// the registers holding the `cached` tensors (`r = lane + k * width` for `k < CACHE`).
+    fn row_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
+        let shapes = self.layout.shapes();
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
-            self.open("for (long long r = threadIdx.x; r < len; r += blockDim.x)");
-            for s in self.used_shapes(&pass.elems, &pass.writes) {
+            let guard = if pass.writes.is_empty() {
+                ""
+            } else {
+                "live && "
+            };
+            if cached.is_empty() {
+                self.open(format!(
+                    "for (long long r = lane; {guard}r < len; r += width)"
+                ));
+            } else {
+                self.line("#pragma unroll");
+                self.open(format!("for (int k = 0; k < {CACHE}; ++k)"));
+                self.line("const long long r = lane + (long long)k * width;");
+                self.open(format!("if ({guard}r < len)"));
+            }
+            let loads: Vec<NodeId> = pass
+                .elems
+                .iter()
+                .copied()
+                .filter(|&id| !matches!(self.k.nodes[id].op, Op::Load(p) if cached.contains(&p)))
+                .collect();
+            for s in self.used_shapes(&loads, &pass.writes) {
                 let shape = &shapes[s];
                 let step = match shape
                     .contains(&axis)
@@ -237,20 +391,24 @@ impl Cuda<'_> {
                 };
                 self.line(format!("const long long o{s} = b{s}{step};"));
             }
+            self.cached = cached.to_vec();
             self.values(&pass.elems, Scope::Element);
+            self.cached.clear();
             self.accumulate(&pass.reduces);
             self.writes(&pass.writes, Scope::Element);
+            if !cached.is_empty() {
+                self.close();
+            }
             self.close();
-            self.block_reduce(&pass.reduces);
+            self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);
         }
         if !plan.group_writes.is_empty() {
-            self.open("if (threadIdx.x == 0)");
+            self.open("if (live && lane == 0)");
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
         }
-        self.close();
     }
 
     fn full_body(&mut self, domain: &[DimId], plan: &Plan) {
@@ -258,6 +416,7 @@ impl Cuda<'_> {
             "const long long n = {};",
             self.layout.product(domain)
         ));
+        self.reciprocals(plan, "n");
         self.shared_reduction_buffers(plan);
         self.values(&plan.prologue, Scope::Row);
         let pass = &plan.passes[0];
@@ -268,7 +427,7 @@ impl Cuda<'_> {
             "(long long)blockIdx.x * blockDim.x + threadIdx.x",
             "(long long)gridDim.x * blockDim.x",
         );
-        self.block_reduce(&pass.reduces);
+        self.block_reduce(&pass.reduces, false);
         self.open("if (threadIdx.x == 0)");
         for (slot, &r) in pass.reduces.iter().enumerate() {
             let t = self.k.nodes[r].elem().c_name();
@@ -294,7 +453,7 @@ impl Cuda<'_> {
             ));
             self.close();
         }
-        self.block_reduce(&pass.reduces);
+        self.block_reduce(&pass.reduces, false);
         self.finish_reductions(&pass.reduces, "n");
         self.values(&pass.after, Scope::Row);
         self.open("if (threadIdx.x == 0)");
@@ -308,6 +467,22 @@ impl Cuda<'_> {
         match self.k.nodes[id].op {
             Op::Reduce(op, _, _) => (op, self.k.nodes[id].elem()),
             _ => unreachable!("the plan lists reductions"),
+        }
+    }
+
+    /// Declares `inv_<count>_<type>` for the means of `plan`: `1 / count` in each mean's type.
+    fn reciprocals(&mut self, plan: &Plan, count: &str) {
+        let mut types: Vec<Elem> = vec![];
+        for &r in plan.passes.iter().flat_map(|p| &p.reduces) {
+            let (op, e) = self.reduction(r);
+            if op == Reduce::Mean && !types.contains(&e) {
+                types.push(e);
+                let one = if e == Elem::F32 { "1.0f" } else { "1.0" };
+                self.line(format!(
+                    "const {t} inv_{count}_{e} = {one} / ({t}){count};",
+                    t = e.c_name()
+                ));
+            }
         }
     }
 
@@ -343,16 +518,21 @@ impl Cuda<'_> {
         }
     }
 
-    /// Reduces each accumulator across the block; every thread ends with the same result, combined
-    /// in a fixed order.
-    fn block_reduce(&mut self, reduces: &[NodeId]) {
+    /// Reduces each accumulator across the block, or with `segmented` across each row's segment of
+    /// `width` threads; every thread ends with its row's result, combined in a fixed order.
+    fn block_reduce(&mut self, reduces: &[NodeId], segmented: bool) {
         if reduces.is_empty() {
             return;
         }
+        let first = if segmented {
+            "(width < 32 ? width : 32) >> 1"
+        } else {
+            "16"
+        };
         for &r in reduces {
             let (op, e) = self.reduction(r);
             let t = e.c_name();
-            self.open("for (int off = 16; off > 0; off >>= 1)");
+            self.open(format!("for (int off = {first}; off > 0; off >>= 1)"));
             self.line(format!(
                 "const {t} other = __shfl_xor_sync(0xffffffffu, acc{r}, off);"
             ));
@@ -361,6 +541,10 @@ impl Cuda<'_> {
                 combine(op, e, &format!("acc{r}"), "other")
             ));
             self.close();
+        }
+        if segmented {
+            // Uniform across the block: `width` depends only on the row length.
+            self.open("if (width > 32)");
         }
         self.line("__syncthreads();");
         self.open("if ((threadIdx.x & 31) == 0)");
@@ -372,11 +556,14 @@ impl Cuda<'_> {
         for &r in reduces {
             let (op, e) = self.reduction(r);
             self.line(format!("acc{r} = red{r}[0];"));
-            self.open("for (int w = 1; w < (int)(blockDim.x >> 5); ++w)");
+            self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
             self.line(format!(
                 "acc{r} = {};",
                 combine(op, e, &format!("acc{r}"), &format!("red{r}[w]"))
             ));
+            self.close();
+        }
+        if segmented {
             self.close();
         }
     }
@@ -384,8 +571,10 @@ impl Cuda<'_> {
     fn finish_reductions(&mut self, reduces: &[NodeId], count: &str) {
         for &r in reduces {
             let (op, e) = self.reduction(r);
+            // `inv_<count>` is computed once per kernel: a division here, while a cached row is
+            // live, would spill around the IEEE division's slow-path call.
             let value = match op {
-                Reduce::Mean => format!("acc{r} / ({}){count}", e.c_name()),
+                Reduce::Mean => format!("acc{r} * inv_{count}_{}", e.name()),
                 _ => format!("acc{r}"),
             };
             self.line(format!("const {} v{r} = {value};", e.c_name()));
@@ -398,7 +587,7 @@ impl Cuda<'_> {
             let out = &self.k.outputs[o];
             let s = self.shape_index(&out.shape);
             let at = match (scope, &self.k.launch) {
-                (Scope::Element, _) => format!("o{s}"),
+                (Scope::Element | Scope::Lane, _) => format!("o{s}"),
                 (Scope::Row, Launch::Rows { .. }) => format!("b{s}"),
                 (Scope::Row, _) => {
                     debug_assert!(shapes[s].is_empty());
@@ -426,12 +615,17 @@ impl Cuda<'_> {
             Op::Load(p) => {
                 let param = &k.params[*p];
                 let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
+                let name = crate::expand::plain_name(&param.name);
                 let at = match (scope, &k.launch) {
+                    (Scope::Lane, _) => return format!("l_{name}.v[l]"),
+                    (Scope::Element, _) if self.cached.contains(p) => {
+                        return format!("rc_{name}[k]")
+                    }
                     (Scope::Element, _) => format!("o{s}"),
                     (Scope::Row, Launch::Rows { .. }) => format!("b{s}"),
                     (Scope::Row, _) => "0".into(),
                 };
-                format!("p_{}[{at}]", crate::expand::plain_name(&param.name))
+                format!("p_{name}[{at}]")
             }
             Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
             Op::Int(value) => int_literal(*value, e),
@@ -690,6 +884,7 @@ fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
 /// The text of a helper function, overloaded for every type it applies to.
 fn helper(name: &str) -> &'static str {
     match name {
+        "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
         "fz_div" => concat!(
             "static __device__ __forceinline__ int fz_div(int a, int b) { return b == 0 ? 0 : b == -1 ? (int)(0u - (unsigned int)a) : a / b; }\n",
             "static __device__ __forceinline__ long long fz_div(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b; }\n",

@@ -201,12 +201,12 @@ impl Layout<'_> {
                     if i == 0 {
                         lines.push(format!("{decl}{} = t{end}", self.coord(d)));
                     } else {
-                        lines.push(format!(
-                            "{decl}{} = t % {}{end}",
-                            self.coord(d),
-                            self.size(d)
-                        ));
-                        lines.push(format!("t /= {}{end}", self.size(d)));
+                        // One division per dim, the remainder from the quotient: a second
+                        // 64-bit division would cost a subroutine call on the GPU.
+                        let (c, size) = (self.coord(d), self.size(d));
+                        lines.push(format!("{decl}q{d} = t / {size}{end}"));
+                        lines.push(format!("{decl}{c} = t - q{d} * {size}{end}"));
+                        lines.push(format!("t = q{d}{end}"));
                     }
                 }
             }
