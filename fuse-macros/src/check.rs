@@ -8,6 +8,9 @@ use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
 use std::collections::HashSet;
 
+/// The scope entry of a name whose value had an error.
+pub const POISONED: usize = usize::MAX;
+
 /// The name of the device argument of every generated function.
 pub const DEVICE_ARG: &str = "dev";
 
@@ -24,10 +27,11 @@ pub fn check(input: &Input, cx: &mut Errors) -> Vec<Kernel> {
             );
         }
     }
+    let names: Vec<String> = input.kernels.iter().map(|k| k.name.to_string()).collect();
     input
         .kernels
         .iter()
-        .filter_map(|k| Checker::new(cx).kernel(k))
+        .filter_map(|k| Checker::new(cx, names.clone()).kernel(k))
         .collect()
 }
 
@@ -39,16 +43,19 @@ pub struct Checker<'a> {
     pub nodes: Vec<Node>,
     /// Names in scope, innermost last: parameters, then `let`s.
     pub scope: Vec<(String, usize)>,
+    /// The kernels of this `fuse!`, which a body cannot call.
+    pub kernel_names: Vec<String>,
 }
 
 impl<'a> Checker<'a> {
-    fn new(cx: &'a mut Errors) -> Self {
+    fn new(cx: &'a mut Errors, kernel_names: Vec<String>) -> Self {
         Checker {
             cx,
             dims: vec![],
             params: vec![],
             nodes: vec![],
             scope: vec![],
+            kernel_names,
         }
     }
 
@@ -95,13 +102,21 @@ impl<'a> Checker<'a> {
             .output_types(def)
             .filter(|_| self.cx_len() == before_outputs);
         let body = lower_body(&def.body, self.cx);
-        for (name, e) in &body.lets {
-            if let Some(id) = self.expr(e) {
-                self.scope.push((name.to_string(), id));
+        let mut poisoned = body.poisoned.iter().peekable();
+        for (i, (name, e)) in body.lets.iter().enumerate() {
+            while let Some((_, p)) = poisoned.next_if(|(at, _)| *at == i) {
+                self.scope.push((p.to_string(), POISONED));
             }
+            // A value with an error still binds its name, so its uses are not errors again.
+            let id = self.expr(e).unwrap_or(POISONED);
+            self.scope.push((name.to_string(), id));
+        }
+        for (_, p) in poisoned {
+            self.scope.push((p.to_string(), POISONED));
         }
         let tail = match &body.tail {
             Some(t) => t,
+            None if body.has_tail => return None,
             None => {
                 self.cx.at(
                     def.body_span,
@@ -114,7 +129,7 @@ impl<'a> Checker<'a> {
             self.tail_items(tail);
             return None;
         };
-        let outputs = self.outputs(def, outputs, tail)?;
+        let outputs = self.outputs(outputs, tail)?;
         if self.cx_len() != errors_before {
             return None;
         }
@@ -143,7 +158,9 @@ impl<'a> Checker<'a> {
             let name = p.name.to_string();
             if name == DEVICE_ARG {
                 self.cx.spanned(&p.name, format!("the parameter name `{DEVICE_ARG}` is reserved for the device argument of the generated function; rename it"));
-            } else if !names.insert(name.clone()) {
+            }
+            let duplicate = !names.insert(name.clone());
+            if duplicate {
                 self.cx.spanned(
                     &p.name,
                     format!("the parameter `{name}` is declared more than once; rename one"),
@@ -169,7 +186,12 @@ impl<'a> Checker<'a> {
                 shape.unwrap_or_default(),
                 &tokens,
             );
-            self.scope.push((name, node));
+            // The body sees the first of duplicate names; a parameter of an unsupported type is
+            // poisoned so its uses are not type errors too.
+            if !duplicate {
+                self.scope
+                    .push((name, if elem.is_some() { node } else { POISONED }));
+            }
         }
     }
 
@@ -189,10 +211,19 @@ impl<'a> Checker<'a> {
                 DimDecl::Named(n) => Dim::Named(n.to_string()),
                 DimDecl::Fixed(lit) => match lit.base10_parse::<u64>() {
                     Ok(v) if lit.suffix().is_empty() || lit.suffix() == "usize" => Dim::Fixed(v),
-                    _ => {
-                        self.cx
-                            .spanned(lit, "a fixed dim is a plain integer literal, such as `4`");
-                        continue;
+                    Ok(_) => {
+                        self.cx.spanned(
+                            lit,
+                            "a fixed dim is a plain integer literal, such as `4`, with no suffix",
+                        );
+                        Dim::Fixed(u64::MAX)
+                    }
+                    Err(_) => {
+                        self.cx.spanned(
+                            lit,
+                            format!("the fixed dim `{lit}` is too large: sizes are `u64`"),
+                        );
+                        Dim::Fixed(u64::MAX)
                     }
                 },
             };
@@ -217,6 +248,10 @@ impl<'a> Checker<'a> {
     }
 
     fn output_types(&mut self, def: &KernelDef) -> Option<Vec<(Elem, Vec<DimId>)>> {
+        if def.output.types.is_empty() {
+            self.cx.spanned(&def.output_tokens, "a kernel returns at least one output: declare its type, as in `-> [f32; n]` or `-> (f32, [f32; n])`");
+            return None;
+        }
         let types: Vec<Option<(Elem, Vec<DimId>)>> = def
             .output
             .types
@@ -249,7 +284,6 @@ impl<'a> Checker<'a> {
     /// Matches the tail expression against the declared outputs.
     fn outputs(
         &mut self,
-        def: &KernelDef,
         declared: Vec<(Elem, Vec<DimId>)>,
         tail: &Expr,
     ) -> Option<Vec<OutputInfo>> {
@@ -259,15 +293,25 @@ impl<'a> Checker<'a> {
         };
         let ids: Vec<Option<usize>> = items.iter().map(|e| self.expr(e)).collect();
         if items.len() != declared.len() {
+            let (n, m) = (declared.len(), items.len());
+            let names: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+            let types: Vec<String> = declared
+                .iter()
+                .map(|(e, s)| self.type_text(*e, s))
+                .collect();
+            let types = if n == 1 {
+                types.join("")
+            } else {
+                format!("({})", types.join(", "))
+            };
             let message = format!(
-                "the signature declares {} output{} but the body returns {}; return a tuple with one value per output",
-                declared.len(),
-                if declared.len() == 1 { "" } else { "s" },
-                items.len()
+                "the signature declares {n} output{} `{}` but the body returns {m} value{}; return one value per output, as in `({})`",
+                if n == 1 { "" } else { "s" },
+                types,
+                if m == 1 { "" } else { "s" },
+                names.join(", ")
             );
             self.cx.spanned(&tail.tokens, message);
-            self.cx
-                .spanned(&def.output_tokens, "the declared outputs are here");
             return None;
         }
         let ids: Vec<usize> = ids.into_iter().collect::<Option<_>>()?;
@@ -280,7 +324,9 @@ impl<'a> Checker<'a> {
                     self.type_text(elem, &shape),
                     self.type_text(node.elem(), &node.shape.clone()),
                 );
-                let message = format!("mismatched output type: the signature declares `{want}` but this computes `{got}`");
+                let node_shape = self.nodes[id].shape.clone();
+                let fix = self.output_fix(elem, &shape, &node_shape, &got);
+                let message = format!("mismatched output type: the signature declares `{want}` but this computes `{got}`; {fix}");
                 self.cx.spanned(&e.tokens, message);
                 continue;
             }
@@ -288,9 +334,31 @@ impl<'a> Checker<'a> {
                 elem,
                 shape,
                 node: id,
+                tokens: e.tokens.clone(),
             });
         }
         Some(outputs)
+    }
+
+    /// How to make an output's computed type match its declaration.
+    fn output_fix(&self, elem: Elem, declared: &[DimId], computed: &[DimId], got: &str) -> String {
+        let extra: Vec<String> = computed
+            .iter()
+            .filter(|d| !declared.contains(d))
+            .map(|&d| self.dims[d].to_string())
+            .collect();
+        if declared == computed {
+            format!("convert it with `as {elem}`, or declare `{got}`")
+        } else if declared.is_empty() {
+            format!("reduce it, as in `sum(e)`, or declare `{got}`")
+        } else if let (true, Some(d)) = (
+            crate::typing::is_subsequence(declared, computed),
+            extra.first(),
+        ) {
+            format!("reduce over `{d}`, as in `sum(e, {d})`, or declare `{got}`")
+        } else {
+            format!("declare `{got}`; an output is not broadcast to a larger shape")
+        }
     }
 
     /// Outputs give their literals the declared type; every other literal takes Rust's default.
@@ -433,10 +501,8 @@ mod tests {
             "the output dim `m` is not bound by any input",
         );
         let e = errors(quote! { fn f(x: [f32; n]) -> ([f32; n], [f32; n]) { x } });
-        assert!(
-            e[0].starts_with("the signature declares 2 outputs but the body returns 1"),
-            "{e:?}"
-        );
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].starts_with("the signature declares 2 outputs `([f32; n], [f32; n])` but the body returns 1 value"), "{e:?}");
     }
 
     #[test]

@@ -840,7 +840,11 @@ fn cast(from: Elem, to: Elem, a: &str) -> String {
             Elem::I64 => "ll",
             _ => "ull",
         };
-        // Round toward zero and saturate, NaN to 0: Rust's `as`.
+        // Round toward zero and saturate, NaN to 0: Rust's `as`. The 64-bit conversions give
+        // NaN the bits 0x8000000000000000, so NaN is tested first there.
+        if to.bits() == 64 {
+            return format!("(isnan({a}) ? ({})0 : __{src}2{dst}_rz({a}))", to.c_name());
+        }
         return format!("__{src}2{dst}_rz({a})");
     }
     format!("(({}){a})", to.c_name())
@@ -1031,6 +1035,7 @@ mod tests {
         );
         assert!(
             text.contains("__float2int_rz(v0)")
+                && text.contains("isnan(v0) ? (unsigned long long)0")
                 && text.contains("__float2ull_rz(v0)")
                 && text.contains("((double)v0)"),
             "{text}"

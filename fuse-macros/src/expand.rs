@@ -28,10 +28,23 @@ pub fn fuse(input: TokenStream) -> TokenStream {
         Ok(()) => kernels.iter().map(expand_kernel).collect(),
         Err(e) => {
             let mut out = e.to_compile_error();
-            out.extend(input.kernels.iter().map(stub));
+            // One stub per name: rustc would report a duplicate a second time.
+            let mut seen = std::collections::HashSet::new();
+            out.extend(
+                input
+                    .kernels
+                    .iter()
+                    .filter(|k| seen.insert(k.name.to_string()))
+                    .map(stub),
+            );
             out
         }
     }
+}
+
+/// A generated local name, hygienic to the macro, so that no parameter name can capture it.
+fn local(name: &str) -> Ident {
+    Ident::new(name, Span::mixed_site())
 }
 
 /// An identifier's text without `r#`.
@@ -55,13 +68,22 @@ struct RustSig {
 }
 
 impl RustSig {
+    /// The signature of a kernel that did not check, for its stub: parameter names are made
+    /// distinct (and clear of the device argument) so rustc adds no error of its own.
     fn from_def(def: &KernelDef) -> RustSig {
+        let mut seen = std::collections::HashSet::new();
+        seen.insert(DEVICE_ARG.to_string());
         let inputs = def
             .params
             .iter()
             .map(|p| {
+                let mut name = plain_name(&p.name);
+                while !seen.insert(name.clone()) {
+                    name.push('_');
+                }
+                let ident = Ident::new(&name, p.name.span());
                 (
-                    p.name.clone(),
+                    ident,
                     p.ty.elem.resolve().unwrap_or(Elem::F32),
                     p.ty.dims.is_some(),
                 )
@@ -186,6 +208,7 @@ fn expand_kernel(k: &Kernel) -> TokenStream {
     let rt = rt();
     let (vis, name, attrs) = (&k.vis, &k.name, &k.attrs);
     let dev = format_ident!("{}", DEVICE_ARG);
+    let dims = local("dims");
     let (inputs, ret) = (sig.input_params(), sig.return_type());
     let input_names = sig.input_names();
     let out_names = sig.output_names();
@@ -195,7 +218,7 @@ fn expand_kernel(k: &Kernel) -> TokenStream {
         let t = elem_tokens(out.elem);
         let index = n_inputs + j;
         quote! {
-            let mut #o = #rt::__private::alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::SIGNATURE, #index, &dims))?;
+            let mut #o = #rt::__private::alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::__fuse::SIGNATURE, #index, &#dims))?;
         }
     });
     let result = if k.tuple {
@@ -215,7 +238,7 @@ fn expand_kernel(k: &Kernel) -> TokenStream {
         #[doc = #doc]
         #[allow(clippy::too_many_arguments)]
         #vis fn #name(#dev: &#rt::Device, #inputs) -> ::core::result::Result<#ret, #rt::Error> {
-            let dims = #rt::__private::bind(&#name::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*])?;
+            let #dims = #rt::__private::bind(&#name::__fuse::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*])?;
             #(#alloc)*
             #name::into(#dev, #(#input_names,)* #(&mut #out_names),*)?;
             ::core::result::Result::Ok(#result)
@@ -276,7 +299,10 @@ fn launch_text(k: &Kernel) -> String {
 /// The size of a dim at launch: an entry of `dims` or a fixed literal.
 fn dim_size(k: &Kernel, d: usize) -> TokenStream {
     match (&k.dims[d], k.named_index(d)) {
-        (_, Some(i)) => quote!(dims[#i]),
+        (_, Some(i)) => {
+            let dims = local("dims");
+            quote!(#dims[#i])
+        }
         (Dim::Fixed(v), None) => {
             let v = *v as usize;
             quote!(#v)
@@ -368,31 +394,36 @@ fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &st
         .filter(|p| p.shape.is_none())
         .map(|p| &p.name)
         .collect();
-    let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(dims[#i])));
+    let dims = local("dims");
+    let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(#dims[#i])));
     let geometry = geometry(k);
     let cpu = cpu_items(k, plan, sig);
     let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate.");
     quote! {
         /// The CUDA C text of this kernel, compiled by NVRTC on its first use on a device.
         pub const CUDA_SOURCE: &str = #source;
+        /// What the runtime needs of this kernel; in a module of its own so that no parameter
+        /// name can shadow it.
         #[doc(hidden)]
-        pub static KERNEL: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: CUDA_SOURCE };
-        #rt::__private::inventory::submit! {
-            #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: CUDA_SOURCE }
+        pub mod __fuse {
+            pub static KERNEL: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE };
+            #rt::__private::inventory::submit! {
+                #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE }
+            }
+            #signature
         }
-        #signature
         #[doc = #into_doc]
         #[allow(clippy::too_many_arguments)]
         pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> {
-            let dims = #rt::__private::bind(
-                &SIGNATURE,
+            let #dims = #rt::__private::bind(
+                &self::__fuse::SIGNATURE,
                 #dev,
                 &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer,)* #(&*#out_names as &dyn #rt::__private::AnyBuffer),*],
             )?;
             if #rt::__private::is_cpu(#dev) {
-                return cpu(&dims, #(#tensor_inputs,)* #(#scalars,)* #(#out_names),*);
+                return self::cpu(&#dims, #(#tensor_inputs,)* #(#scalars,)* #(#out_names),*);
             }
-            #rt::__private::launch(#dev, &KERNEL, #geometry, &[
+            #rt::__private::launch(#dev, &self::__fuse::KERNEL, #geometry, &[
                 #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
                 #(#rt::__private::Arg::Buffer(&*#out_names),)*
                 #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
@@ -421,9 +452,10 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
     let (s_names, s_types): (Vec<_>, Vec<_>) = scalars.iter().cloned().unzip();
     // Host copies in `cpu`; the parameter names of `compute`, which the CPU backend's body uses.
     let h_t: Vec<Ident> = (0..t_names.len())
-        .map(|i| format_ident!("__t{}", i))
+        .map(|i| local(&format!("__t{i}")))
         .collect();
-    let h_o: Vec<Ident> = (0..outs.len()).map(|j| format_ident!("__o{}", j)).collect();
+    let h_o: Vec<Ident> = (0..outs.len()).map(|j| local(&format!("__o{j}"))).collect();
+    let dims = local("dims");
     let p_t: Vec<Ident> = t_names
         .iter()
         .map(|n| format_ident!("p_{}", plain_name(n)))
@@ -435,7 +467,8 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
     let out_idents: Vec<Ident> = (0..outs.len()).map(|j| format_ident!("out{}", j)).collect();
     let dim_lets = k.named_dims().enumerate().map(|(i, (_, n))| {
         let d = format_ident!("d_{}", n);
-        quote!(let #d: usize = dims[#i];)
+        let dims = local("dims");
+        quote!(let #d: usize = #dims[#i];)
     });
     let body: TokenStream = crate::cpu::body(k, plan)
         .parse()
@@ -443,19 +476,19 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
     quote! {
         #[allow(clippy::too_many_arguments)]
         fn cpu(
-            dims: &[usize],
+            #dims: &[usize],
             #(#t_names: &#rt::Buffer<#t_types>,)*
             #(#s_names: #s_types,)*
             #(#out_names: &mut #rt::Buffer<#outs>,)*
         ) -> ::core::result::Result<(), #rt::Error> {
             #(let #h_t = #rt::__private::host_read(#t_names)?;)*
             #(let mut #h_o = #rt::__private::host_read(&*#out_names)?;)*
-            compute(dims, #(&#h_t,)* #(#s_names,)* #(&mut #h_o),*);
+            self::compute(#dims, #(&#h_t,)* #(#s_names,)* #(&mut #h_o),*);
             #(#rt::__private::host_write(#out_names, #h_o)?;)*
             ::core::result::Result::Ok(())
         }
         #[allow(unused, clippy::all, clippy::pedantic)]
-        fn compute(dims: &[usize], #(#p_t: &[#t_types],)* #(#p_s: #s_types,)* #(#out_idents: &mut [#outs]),*) {
+        fn compute(#dims: &[usize], #(#p_t: &[#t_types],)* #(#p_s: #s_types,)* #(#out_idents: &mut [#outs]),*) {
             #(#dim_lets)*
             #body
         }

@@ -71,7 +71,7 @@ fn map_launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
                 k.shape_text(&o.shape),
                 k.shape_text(&domain)
             );
-            cx.spanned(&k.nodes[o.node].tokens, message);
+            cx.spanned(&o.tokens, message);
             return None;
         }
     }
@@ -89,8 +89,10 @@ fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Opti
         after_full[i] =
             matches!(node.op, Op::Reduce(..)) || node.op.operands().iter().any(|&o| after_full[o]);
         if live[i] && after_full[i] && !node.shape.is_empty() {
+            let (t, dims) = (k.nodes[first].elem(), k.shape_text(&domain));
+            let dims = dims.trim_start_matches('[').trim_end_matches(']');
             let message = format!(
-                "this uses the result of a reduction over every element again elementwise, over the elements it reduced: every element would have to wait for the whole reduction, which takes a second launch; {SPLIT} (e.g. `fn total(x) -> f32 {{ sum(x) }}` and `fn scale(x, s: f32) -> [..] {{ x / s }}`)"
+                "this uses the result of a reduction over every element again elementwise, over the elements it reduced: every element would have to wait for the whole reduction, which takes a second launch; {SPLIT}, as in `fn total(x: [{t}; {dims}]) -> {t} {{ sum(x) }}` and `fn scale(x: [{t}; {dims}], s: [{t};]) -> [{t}; {dims}] {{ x / s }}` (a `[{t};]` parameter takes the first one's one-element output without leaving the device)"
             );
             cx.spanned(&node.tokens, message);
             return None;
@@ -109,7 +111,7 @@ fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Opti
     }
     for o in &k.outputs {
         if !o.shape.is_empty() && o.shape != domain {
-            domain_error(k, o.node, &domain, "a scalar", cx);
+            domain_error(k, o, &domain, "a scalar", cx);
             return None;
         }
     }
@@ -150,21 +152,27 @@ fn rows_launch(
     for o in &k.outputs {
         if o.shape != domain && o.shape != rows {
             let per_row = format!("`{}` (one value per row)", k.shape_text(&rows));
-            domain_error(k, o.node, &domain, &per_row, cx);
+            domain_error(k, o, &domain, &per_row, cx);
             return None;
         }
     }
     Some(Launch::Rows { domain, axis })
 }
 
-fn domain_error(k: &Kernel, node: usize, domain: &[DimId], other: &str, cx: &mut Errors) {
+fn domain_error(
+    k: &Kernel,
+    o: &crate::ir::OutputInfo,
+    domain: &[DimId],
+    other: &str,
+    cx: &mut Errors,
+) {
     let message = format!(
         "this output has shape `{}`, but this kernel iterates over `{}`: each output of one launch is over `{}` or is {other}; {SPLIT}",
-        k.shape_text(&k.nodes[node].shape),
+        k.shape_text(&o.shape),
         k.shape_text(domain),
         k.shape_text(domain)
     );
-    cx.spanned(&k.nodes[node].tokens, message);
+    cx.spanned(&o.tokens, message);
 }
 
 #[cfg(test)]

@@ -108,6 +108,8 @@ pub struct OutputInfo {
     pub elem: Elem,
     pub shape: Vec<DimId>,
     pub node: NodeId,
+    /// The output's expression in the body, where errors about this output point.
+    pub tokens: TokenStream,
 }
 
 pub struct Kernel {

@@ -137,8 +137,8 @@ fn parse_output(input: ParseStream) -> syn::Result<Output> {
         let content;
         syn::parenthesized!(content in input);
         let items = Punctuated::<TypeDecl, Token![,]>::parse_terminated(&content)?;
+        let tuple = items.len() != 1 || items.trailing_punct();
         let types: Vec<TypeDecl> = items.into_iter().collect();
-        let tuple = types.len() != 1;
         return Ok(Output { types, tuple });
     }
     Ok(Output {
@@ -274,6 +274,11 @@ impl BinOp {
 pub struct Body {
     pub lets: Vec<(Ident, Expr)>,
     pub tail: Option<Expr>,
+    /// Names whose `let` had an error, with the number of `let`s before each: later uses of them
+    /// are not errors again.
+    pub poisoned: Vec<(usize, Ident)>,
+    /// Whether the body ends in an expression, even one that did not lower (its error is in `cx`).
+    pub has_tail: bool,
 }
 
 /// Lowers a body's statements, reporting every construct the language does not have.
@@ -281,16 +286,21 @@ pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
     let mut body = Body {
         lets: Vec::new(),
         tail: None,
+        has_tail: false,
+        poisoned: Vec::new(),
     };
     for (i, stmt) in stmts.iter().enumerate() {
         let last = i + 1 == stmts.len();
         match stmt {
-            syn::Stmt::Local(local) => {
-                if let Some(binding) = lower_let(local, cx) {
-                    body.lets.push(binding);
-                }
+            syn::Stmt::Local(local) => match lower_let(local, cx) {
+                Ok(binding) => body.lets.push(binding),
+                Err(Some(name)) => body.poisoned.push((body.lets.len(), name)),
+                Err(None) => {}
+            },
+            syn::Stmt::Expr(e, None) if last => {
+                body.has_tail = true;
+                body.tail = lower_expr(e, cx);
             }
-            syn::Stmt::Expr(e, None) if last => body.tail = lower_expr(e, cx),
             syn::Stmt::Expr(e, _) => cx.spanned(e, statement_message(e)),
             syn::Stmt::Item(item) => cx.spanned(
                 item,
@@ -305,7 +315,8 @@ pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
 const UNSUPPORTED_MACRO: &str =
     "macros are not expanded inside a kernel; write the expression with the language's operators and functions";
 
-fn lower_let(local: &syn::Local, cx: &mut Errors) -> Option<(Ident, Expr)> {
+/// A `let`'s name and value; on an error, the name if there is one.
+fn lower_let(local: &syn::Local, cx: &mut Errors) -> Result<(Ident, Expr), Option<Ident>> {
     let name = match &local.pat {
         syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
             if let Some(m) = &p.mutability {
@@ -315,24 +326,30 @@ fn lower_let(local: &syn::Local, cx: &mut Errors) -> Option<(Ident, Expr)> {
         }
         syn::Pat::Type(t) => {
             cx.spanned(&t.ty, "type annotations on `let` are not supported; write `as T` on the value to convert it");
-            return None;
+            return Err(match &*t.pat {
+                syn::Pat::Ident(p) => Some(p.ident.clone()),
+                _ => None,
+            });
         }
         other => {
             cx.spanned(
                 other,
                 "expected a name: `let` binds one value to one name, as in `let e = x.exp();`",
             );
-            return None;
+            return Err(None);
         }
     };
     let Some(init) = &local.init else {
         cx.spanned(local, "`let` needs a value, as in `let e = x.exp();`");
-        return None;
+        return Err(Some(name));
     };
     if let Some((_, diverge)) = &init.diverge {
         cx.spanned(diverge, "`let ... else` is not part of the language");
     }
-    Some((name, lower_expr(&init.expr, cx)?))
+    match lower_expr(&init.expr, cx) {
+        Some(e) => Ok((name, e)),
+        None => Err(Some(name)),
+    }
 }
 
 /// Lowers one expression; `None` if it (or a part) is not part of the language, with the error
@@ -587,7 +604,7 @@ fn unsupported(e: &syn::Expr) -> &'static str {
         E::Reference(_) => "references are not part of the language: tensors and scalars are used by value",
         E::Assign(_) => ASSIGNMENT,
         E::Macro(_) => UNSUPPORTED_MACRO,
-        E::Return(_) => "`return` is not part of the language: the final expression of the body is the result",
+        E::Return(_) => "`return` is not part of the language: write the value as the final expression of the body, without `return` and `;`",
         E::Block(_) | E::Unsafe(_) => "blocks are not part of the language; bind values with `let` in the kernel body",
         E::Match(_) => "`match` is not part of the language; use `if c { a } else { b }`",
         E::Field(_) => "fields are not part of the language; return several outputs as a tuple `(a, b)`",

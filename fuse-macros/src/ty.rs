@@ -87,6 +87,17 @@ impl Elem {
         }
     }
 
+    /// The values of an integer type, as a Rust range.
+    pub fn range_text(self) -> String {
+        match self {
+            Elem::I32 => format!("{}..={}", i32::MIN, i32::MAX),
+            Elem::U32 => format!("0..={}", u32::MAX),
+            Elem::I64 => format!("{}..={}", i64::MIN, i64::MAX),
+            Elem::U64 => format!("0..={}", u64::MAX),
+            _ => String::new(),
+        }
+    }
+
     /// Whether `value` (an integer literal) fits this integer type.
     pub fn int_fits(self, value: i128) -> bool {
         match self {

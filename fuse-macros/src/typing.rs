@@ -17,6 +17,10 @@ impl Checker<'_> {
         match &e.kind {
             ExprKind::Int { value, suffix } => self.int_literal(*value, *suffix, t),
             ExprKind::Float { digits, suffix } => {
+                if *suffix == Some(Elem::F32) && digits.parse::<f32>().is_ok_and(f32::is_infinite) {
+                    self.cx.spanned(t, format!("literal out of range for `f32`: `{digits}` is larger than `f32::MAX`; use `f64`"));
+                    return None;
+                }
                 let ty = suffix.map_or(Ty::FloatLit, Ty::Elem);
                 Some(self.push(Op::Float(digits.clone()), ty, vec![], t))
             }
@@ -38,8 +42,7 @@ impl Checker<'_> {
     fn int_literal(&mut self, value: i128, suffix: Option<Elem>, t: &TokenStream) -> Option<usize> {
         if let Some(e) = suffix {
             if !e.int_fits(value) {
-                self.cx
-                    .spanned(t, format!("literal out of range for `{e}`"));
+                self.cx.spanned(t, format!("literal out of range for `{e}`: `{value}` does not fit in `{}`; use a wider type such as `i64`", e.range_text()));
                 return None;
             }
         }
@@ -50,7 +53,7 @@ impl Checker<'_> {
     fn var(&mut self, name: &syn::Ident) -> Option<usize> {
         let text = name.to_string();
         if let Some(&(_, id)) = self.scope.iter().rev().find(|(n, _)| *n == text) {
-            return Some(id);
+            return (id != crate::check::POISONED).then_some(id);
         }
         if self.is_named_dim(&text) {
             self.cx.spanned(
@@ -153,7 +156,7 @@ impl Checker<'_> {
         match (lt, rt) {
             (Ty::Elem(a), Ty::Elem(b)) if a == b => Some(lt),
             (Ty::Elem(a), Ty::Elem(b)) => {
-                let fix = format!("({} as {a})", r_expr.tokens);
+                let fix = format!("({} as {a})", operand(&r_expr.tokens));
                 self.cx.spanned(at, format!("mismatched types: `{a}` and `{b}`; nothing converts implicitly: write `{fix}`"));
                 None
             }
@@ -187,9 +190,14 @@ impl Checker<'_> {
             }
             _ => {}
         }
+        if let Op::Float(digits) = &node.op {
+            if to == Elem::F32 && digits.parse::<f32>().is_ok_and(f32::is_infinite) {
+                return Err(format!("literal out of range for `f32`: `{digits}` is larger than `f32::MAX`; use `f64`"));
+            }
+        }
         if let Op::Int(v) = node.op {
             if to.is_int() && !to.int_fits(v) {
-                return Err(format!("literal out of range for `{to}`"));
+                return Err(format!("literal out of range for `{to}`: `{v}` does not fit in `{}`; use a wider type such as `i64`, with `as`", to.range_text()));
             }
         }
         let operands = match &node.op {
@@ -243,6 +251,13 @@ impl Checker<'_> {
             self.cx.spanned(&c.tokens, format!("expected a `bool` condition, found `{found}`; compare to get one, as in `x > 0.0`"));
             return None;
         }
+        if let (Ty::Elem(x), Ty::Elem(y)) = (self.nodes[a_id].ty, self.nodes[b_id].ty) {
+            if x != y {
+                let fix = format!("({} as {x})", operand(&b.tokens));
+                self.cx.spanned(&b.tokens, format!("`if` and `else` have incompatible types: `{x}` and `{y}`; nothing converts implicitly: write `{fix}`"));
+                return None;
+            }
+        }
         let ty = self.unify(a_id, b_id, b, t)?;
         let shape = self.broadcast(&[c_id, a_id, b_id], t)?;
         Some(self.push(Op::Select(c_id, a_id, b_id), ty, shape, t))
@@ -256,18 +271,24 @@ impl Checker<'_> {
         match func::lookup(&text) {
             Some(info) if info.free => {
                 let ids = self.exprs(args)?;
-                self.apply(info, name, &ids, args.len(), t)
+                self.apply(info, name, &ids, args, t)
             }
-            Some(info) => {
-                let n = info.sig.arity() - 1;
-                let others = (1..=n)
-                    .map(|i| format!("b{i}"))
-                    .collect::<Vec<_>>()
-                    .join(", ");
+            Some(_) => {
+                let example = match args.split_first() {
+                    Some((recv, rest)) => {
+                        let rest: Vec<String> = rest.iter().map(|a| a.tokens.to_string()).collect();
+                        format!("{}.{text}({})", operand(&recv.tokens), rest.join(", "))
+                    }
+                    None => format!("a.{text}(..)"),
+                };
                 self.cx.spanned(
                     name,
-                    format!("`{text}` is a method, not a function: write `a.{text}({others})`"),
+                    format!("`{text}` is a method, not a function: write `{example}`"),
                 );
+                None
+            }
+            None if self.kernel_names.contains(&text) => {
+                self.cx.spanned(name, format!("`{text}` is a kernel of this `fuse!`, and a kernel cannot call another: each `fn` is one launch; write the expression inline, or call both kernels from Rust"));
                 None
             }
             None => {
@@ -298,7 +319,7 @@ impl Checker<'_> {
         all.extend(args.iter().map(|a| self.expr(a)));
         let ids: Vec<usize> = all.into_iter().collect::<Option<_>>()?;
         match func::lookup(&text) {
-            Some(info) if info.method => self.apply(info, name, &ids, args.len(), t),
+            Some(info) if info.method => self.apply(info, name, &ids, args, t),
             Some(_) => {
                 self.cx.spanned(
                     name,
@@ -327,30 +348,47 @@ impl Checker<'_> {
         ids.into_iter().collect()
     }
 
-    /// Types a call of `info` on `ids` (the receiver first, for a method).
+    /// Types a call of `info` on `ids` (the receiver first, for a method); `args` are the
+    /// arguments as written, without the receiver.
     fn apply(
         &mut self,
         info: &func::FuncInfo,
         name: &syn::Ident,
         ids: &[usize],
-        given: usize,
+        args: &[Expr],
         t: &TokenStream,
     ) -> Option<usize> {
-        let receiver = usize::from(info.method && ids.len() > given);
+        let receiver = usize::from(ids.len() > args.len());
         let expected = info.sig.arity() - receiver;
+        let given = args.len();
         if given != expected {
             let s = if expected == 1 { "" } else { "s" };
             let were = if given == 1 { "was" } else { "were" };
-            self.cx.spanned(
-                t,
-                format!(
-                    "`{}` takes {expected} argument{s} but {given} {were} given",
-                    info.name
-                ),
+            let head = format!(
+                "`{}` takes {expected} argument{s} but {given} {were} given",
+                info.name
             );
+            if given > expected {
+                let extra: TokenStream =
+                    args[expected..].iter().map(|a| a.tokens.clone()).collect();
+                let many = if given - expected == 1 {
+                    "the extra argument"
+                } else {
+                    "the extra arguments"
+                };
+                self.cx.spanned(extra, format!("{head}; remove {many}"));
+            } else {
+                let slots: Vec<&str> = (0..info.sig.arity() - 1).map(|_| "_").collect();
+                let form = if receiver == 1 {
+                    format!("x.{}({})", info.name, slots.join(", "))
+                } else {
+                    format!("{}(x)", info.name)
+                };
+                self.cx.spanned(t, format!("{head}; write `{form}`"));
+            }
             return None;
         }
-        let ty = self.func_type(info, name, ids, t)?;
+        let ty = self.func_type(info, name, ids, receiver == 1, t)?;
         let shape = self.broadcast(ids, t)?;
         Some(self.push(Op::Call(info.func, ids.to_vec()), ty, shape, t))
     }
@@ -360,6 +398,7 @@ impl Checker<'_> {
         info: &func::FuncInfo,
         name: &syn::Ident,
         ids: &[usize],
+        method: bool,
         t: &TokenStream,
     ) -> Option<Ty> {
         let n = info.name;
@@ -386,10 +425,14 @@ impl Checker<'_> {
             _ => "",
         };
         if !want.is_empty() {
-            let fix = if ty.is_int() && want.contains("float") {
-                "; write a float literal or convert with `as f32`"
-            } else {
-                ""
+            let recv = operand(&self.nodes[ids[0]].tokens);
+            let fix = match info.sig {
+                Sig::Signed if ty.is_int() => "; an unsigned value is its own absolute value and sign; convert with `as i64` for a signed one".to_string(),
+                _ if ty == Ty::IntLit && want.contains("float") => "; write a float literal, such as `2.0`".to_string(),
+                _ if ty.is_int() && want.contains("float") && method => format!("; convert with `as`, as in `({recv} as f32).{n}({})`", if info.sig.arity() == 1 { "" } else { ".." }),
+                _ if ty.is_int() && want.contains("float") => format!("; convert with `as`, as in `{n}({recv} as f32)`"),
+                Sig::Pow | Sig::Bits => "; these are integer methods; for floats see `powf` and `powi`".to_string(),
+                _ => String::new(),
             };
             self.cx
                 .spanned(name, format!("`{n}` needs {want}, found `{ty}`{fix}"));
@@ -458,7 +501,8 @@ impl Checker<'_> {
         let elementwise = matches!(op, Reduce::Max | Reduce::Min);
         let hint = format!(
             "for the elementwise {text}imum of two values write `{}.{text}({})`",
-            a.tokens, d.tokens
+            operand(&a.tokens),
+            d.tokens
         );
         let ExprKind::Var(ident) = &d.kind else {
             let message = if elementwise {
@@ -501,7 +545,7 @@ impl Checker<'_> {
         }
         let ty = self.nodes[operand].ty;
         let bad = if ty.is_bool() {
-            Some(format!("cannot `{text}` `bool` values; convert with `as u32` first, as in `sum({} as u32)`", a.tokens))
+            Some(format!("cannot `{text}` `bool` values; convert with `as u32` first, as in `{text}({} as u32)`", self::operand(&a.tokens)))
         } else if op == Reduce::Mean && !ty.is_float() {
             Some(format!(
                 "`mean` needs a float operand, found `{ty}`; convert with `as f32` or `as f64`"
@@ -594,4 +638,22 @@ pub fn broadcast2(a: &[DimId], b: &[DimId]) -> Result<Vec<DimId>, Conflict> {
 pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {
     let mut it = long.iter();
     short.iter().all(|d| it.any(|x| x == d))
+}
+
+/// An expression's text as an operand of a suggested fix: wrapped in parentheses unless it is a
+/// single name, literal or call, so that `as` or a method applies to all of it.
+pub fn operand(tokens: &TokenStream) -> String {
+    let trees: Vec<proc_macro2::TokenTree> = tokens.clone().into_iter().collect();
+    let simple = match trees.as_slice() {
+        [_] => true,
+        [proc_macro2::TokenTree::Ident(_), proc_macro2::TokenTree::Group(g)] => {
+            g.delimiter() == proc_macro2::Delimiter::Parenthesis
+        }
+        _ => false,
+    };
+    if simple {
+        tokens.to_string()
+    } else {
+        format!("({tokens})")
+    }
 }

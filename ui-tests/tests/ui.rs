@@ -1,0 +1,12 @@
+//! Compile-fail tests of `fuse!`: every illegal kernel must be one precise error at the offending
+//! tokens. One folder a checking stage; trybuild's glob does not recurse, so one call a folder.
+//! Regenerate the expected output with `TRYBUILD=overwrite cargo test -p ui-tests` and read every
+//! changed `.stderr` before keeping it.
+
+#[test]
+fn ui() {
+    let t = trybuild::TestCases::new();
+    for stage in ["parse", "names", "types", "shapes", "outputs", "fusion"] {
+        t.compile_fail(format!("tests/ui/{stage}/*.rs"));
+    }
+}

@@ -1,0 +1,9 @@
+use fuse_runtime::fuse;
+
+fuse! {
+    fn f(x: [f32; rows, cols]) -> ([f32; rows], f32) {
+        (sum(x, cols), sum(x))
+    }
+}
+
+fn main() {}

@@ -1,0 +1,10 @@
+use fuse_runtime::fuse;
+
+fuse! {
+    fn f(x: [f32; n]) -> [f32; n] {
+        let t = (x, x);
+        x
+    }
+}
+
+fn main() {}

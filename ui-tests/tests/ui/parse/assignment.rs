@@ -1,0 +1,11 @@
+use fuse_runtime::fuse;
+
+fuse! {
+    fn f(x: [f32; n]) -> [f32; n] {
+        let y = x;
+        y = y * 2.0;
+        y
+    }
+}
+
+fn main() {}

@@ -1,0 +1,9 @@
+use fuse_runtime::fuse;
+
+fuse! {
+    fn f(x: [i32; n]) -> [i32; n] {
+        x + 1u8
+    }
+}
+
+fn main() {}
