@@ -29,9 +29,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_grad(
             const float v0 = p_g[o0];
             acc1 = acc1 + v0;
         }
-        for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-            const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-            acc1 = acc1 + other;
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            if (off < width) {
+                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                acc1 = acc1 + other;
+            }
         }
         if (width > 32) {
             __syncthreads();
@@ -40,6 +43,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_grad(
             }
             __syncthreads();
             acc1 = red1[0];
+            #pragma unroll
             for (int w = 1; w < 8; ++w) {
                 acc1 = acc1 + red1[w];
             }

@@ -47,9 +47,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                     acc4 = acc4 + v0;
                 }
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -58,6 +61,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                 }
                 __syncthreads();
                 acc4 = red4[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc4 = acc4 + red4[w];
                 }
@@ -74,9 +78,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                     acc7 = acc7 + v6;
                 }
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
-                acc7 = acc7 + other;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                    acc7 = acc7 + other;
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -85,13 +92,14 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                 }
                 __syncthreads();
                 acc7 = red7[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc7 = acc7 + red7[w];
                 }
             }
             const float v7 = acc7 * inv_len_f32;
             const float v8 = (v7 + v3);
-            const float v9 = (1.0f / sqrtf(v8));
+            const float v9 = rsqrtf(v8);
             #pragma unroll
             for (int k = 0; k < 16; ++k) {
                 const long long r = lane + (long long)k * width;
@@ -119,9 +127,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                 const float v0 = p_x[o0];
                 acc4 = acc4 + v0;
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -130,6 +141,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                 }
                 __syncthreads();
                 acc4 = red4[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc4 = acc4 + red4[w];
                 }
@@ -143,9 +155,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                 const float v6 = (v5 * v5);
                 acc7 = acc7 + v6;
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
-                acc7 = acc7 + other;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                    acc7 = acc7 + other;
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -154,13 +169,14 @@ extern "C" __global__ void __launch_bounds__(256) fuse_layernorm(
                 }
                 __syncthreads();
                 acc7 = red7[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc7 = acc7 + red7[w];
                 }
             }
             const float v7 = acc7 * inv_len_f32;
             const float v8 = (v7 + v3);
-            const float v9 = (1.0f / sqrtf(v8));
+            const float v9 = rsqrtf(v8);
             for (long long r = lane; live && r < len; r += width) {
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;

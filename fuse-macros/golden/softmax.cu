@@ -39,9 +39,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                     acc1 = fmaxf(acc1, v0);
                 }
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                acc1 = fmaxf(acc1, other);
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -50,6 +53,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                 }
                 __syncthreads();
                 acc1 = red1[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc1 = fmaxf(acc1, red1[w]);
                 }
@@ -66,9 +70,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                     acc4 = acc4 + v3;
                 }
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -77,6 +84,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                 }
                 __syncthreads();
                 acc4 = red4[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc4 = acc4 + red4[w];
                 }
@@ -102,9 +110,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                 const float v0 = p_x[o0];
                 acc1 = fmaxf(acc1, v0);
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                acc1 = fmaxf(acc1, other);
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -113,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                 }
                 __syncthreads();
                 acc1 = red1[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc1 = fmaxf(acc1, red1[w]);
                 }
@@ -126,9 +138,12 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                 const float v3 = expf(v2);
                 acc4 = acc4 + v3;
             }
-            for (int off = (width < 32 ? width : 32) >> 1; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
             }
             if (width > 32) {
                 __syncthreads();
@@ -137,6 +152,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softmax(
                 }
                 __syncthreads();
                 acc4 = red4[0];
+                #pragma unroll
                 for (int w = 1; w < 8; ++w) {
                     acc4 = acc4 + red4[w];
                 }

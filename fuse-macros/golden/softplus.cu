@@ -12,8 +12,32 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
     for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
         const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
         fz_vec<float, 4> s0;
-        #pragma unroll
-        for (int l = 0; l < 4; ++l) {
+        {
+            const int l = 0;
+            const float v0 = l_x.v[l];
+            const float v1 = expf(v0);
+            const float v3 = (v1 + v2);
+            const float v4 = logf(v3);
+            s0.v[l] = v4;
+        }
+        {
+            const int l = 1;
+            const float v0 = l_x.v[l];
+            const float v1 = expf(v0);
+            const float v3 = (v1 + v2);
+            const float v4 = logf(v3);
+            s0.v[l] = v4;
+        }
+        {
+            const int l = 2;
+            const float v0 = l_x.v[l];
+            const float v1 = expf(v0);
+            const float v3 = (v1 + v2);
+            const float v4 = logf(v3);
+            s0.v[l] = v4;
+        }
+        {
+            const int l = 3;
             const float v0 = l_x.v[l];
             const float v1 = expf(v0);
             const float v3 = (v1 + v2);

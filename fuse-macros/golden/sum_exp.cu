@@ -15,8 +15,26 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
     const long long nv = n / 4;
     for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
         const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
-        #pragma unroll
-        for (int l = 0; l < 4; ++l) {
+        {
+            const int l = 0;
+            const float v0 = l_x.v[l];
+            const float v1 = expf(v0);
+            acc2 = acc2 + v1;
+        }
+        {
+            const int l = 1;
+            const float v0 = l_x.v[l];
+            const float v1 = expf(v0);
+            acc2 = acc2 + v1;
+        }
+        {
+            const int l = 2;
+            const float v0 = l_x.v[l];
+            const float v1 = expf(v0);
+            acc2 = acc2 + v1;
+        }
+        {
+            const int l = 3;
             const float v0 = l_x.v[l];
             const float v1 = expf(v0);
             acc2 = acc2 + v1;
@@ -28,6 +46,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
         const float v1 = expf(v0);
         acc2 = acc2 + v1;
     }
+    #pragma unroll
     for (int off = 16; off > 0; off >>= 1) {
         const float other = __shfl_xor_sync(0xffffffffu, acc2, off);
         acc2 = acc2 + other;
@@ -38,6 +57,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
     }
     __syncthreads();
     acc2 = red2[0];
+    #pragma unroll
     for (int w = 1; w < 8; ++w) {
         acc2 = acc2 + red2[w];
     }
@@ -54,6 +74,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
             const float part = ((volatile float*)(fz_scratch + 0 * (long long)gridDim.x))[b];
             acc2 = acc2 + part;
         }
+        #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
             const float other = __shfl_xor_sync(0xffffffffu, acc2, off);
             acc2 = acc2 + other;
@@ -64,6 +85,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
         }
         __syncthreads();
         acc2 = red2[0];
+        #pragma unroll
         for (int w = 1; w < 8; ++w) {
             acc2 = acc2 + red2[w];
         }

@@ -4,10 +4,17 @@
 use crate::func::Func;
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::parse::{BinOp, UnOp};
-use crate::plan::{Layout, Pass, Plan};
+use crate::plan::{Layout, Pass, Plan, Syntax};
 use crate::ty::Elem;
 
 const OPS: &str = "::fuse_runtime::__private::ops";
+
+const SYNTAX: Syntax = Syntax {
+    decl: "let ",
+    temp: "let mut ",
+    end: ";",
+    quot: |l, t, d| format!("{t} / {}", l.size(d)),
+};
 
 /// The body of the CPU function: statements over `d_<dim>` sizes, `p_<param>` slices and scalars,
 /// and `out<j>` mutable slices, all declared by [`crate::expand`].
@@ -61,7 +68,7 @@ impl Cpu<'_> {
         self.line("for i in 0..n {");
         let shapes = self.layout.shapes();
         if shapes.iter().any(|s| s != domain) {
-            for l in self.layout.split("i", domain, "let ", "let mut ", ";") {
+            for l in self.layout.split("i", domain, &SYNTAX) {
                 self.line(l);
             }
         }
@@ -87,7 +94,7 @@ impl Cpu<'_> {
         ));
         self.line(format!("let len: usize = {};", self.layout.size(axis)));
         self.line("for g in 0..groups {");
-        for l in self.layout.split("g", &rows, "let ", "let mut ", ";") {
+        for l in self.layout.split("g", &rows, &SYNTAX) {
             self.line(l);
         }
         let shapes = self.layout.shapes();

@@ -4,13 +4,22 @@
 use crate::func::Func;
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::parse::{BinOp, UnOp};
-use crate::plan::{Layout, Pass, Plan};
+use crate::plan::{Layout, Pass, Plan, Syntax};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
 /// Threads per block; the runtime launches every kernel with this many.
 pub const BLOCK: u32 = 256;
+
+/// Coordinates in 64 bits, divided by reciprocals that `divisors` computes once per launch: a
+/// 64-bit division is a subroutine call (slow, and live registers spill around it).
+const SYNTAX: Syntax = Syntax {
+    decl: "const long long ",
+    temp: "long long ",
+    end: ";",
+    quot: |_, t, d| format!("(long long)fz_quot((unsigned long long){t}, dv{d})"),
+};
 
 /// Elements per vector load in elementwise loops.
 const LANES: u32 = 4;
@@ -102,7 +111,12 @@ impl Cuda<'_> {
     }
 
     fn open(&mut self, text: impl AsRef<str>) {
-        self.line(format!("{} {{", text.as_ref()));
+        let text = text.as_ref();
+        self.line(if text.is_empty() {
+            "{".to_string()
+        } else {
+            format!("{text} {{")
+        });
         self.indent += 1;
     }
 
@@ -194,15 +208,11 @@ impl Cuda<'_> {
                 "for (long long i = nv * {LANES} + {start}; i < n; i += {step})"
             ));
         } else {
+            self.divisors(domain);
             self.open(format!("for (long long i = {start}; i < n; i += {step})"));
         }
-        let used = self.used_shapes(&pass.elems, &pass.writes);
-        let shapes = self.layout.shapes();
-        if used.iter().any(|&s| shapes[s] != domain) {
-            for l in self
-                .layout
-                .split("i", domain, "const long long ", "long long ", ";")
-            {
+        if !vector {
+            for l in self.layout.split("i", domain, &SYNTAX) {
                 self.line(l);
             }
         }
@@ -253,14 +263,17 @@ impl Cuda<'_> {
                 k.outputs[o].elem.c_name()
             ));
         }
-        self.line("#pragma unroll");
-        self.open(format!("for (int l = 0; l < {LANES}; ++l)"));
-        self.values(&pass.elems, Scope::Lane);
-        self.accumulate(&pass.reduces);
-        for &o in &pass.writes {
-            self.line(format!("s{o}.v[l] = v{};", k.outputs[o].node));
+        // The lanes written out rather than `#pragma unroll`ed: the loop form made ptxas spill.
+        for lane in 0..LANES {
+            self.open("");
+            self.line(format!("const int l = {lane};"));
+            self.values(&pass.elems, Scope::Lane);
+            self.accumulate(&pass.reduces);
+            for &o in &pass.writes {
+                self.line(format!("s{o}.v[l] = v{};", k.outputs[o].node));
+            }
+            self.close();
         }
-        self.close();
         for &o in &pass.writes {
             let t = k.outputs[o].elem.c_name();
             self.line(format!(
@@ -277,6 +290,7 @@ impl Cuda<'_> {
             self.layout.product(&rows)
         ));
         self.line(format!("const long long len = {};", self.layout.size(axis)));
+        self.divisors(&rows);
         self.reciprocals(plan, "len");
         // Threads per row: a power of two up to a warp for short rows (several rows per block,
         // reduced by shuffles within each segment), else the whole block.
@@ -293,10 +307,7 @@ impl Cuda<'_> {
         self.line("const long long gl = g0 + threadIdx.x / width;");
         self.line("const bool live = gl < groups;");
         self.line("const long long g = live ? gl : groups - 1;");
-        for l in self
-            .layout
-            .split("g", &rows, "const long long ", "long long ", ";")
-        {
+        for l in self.layout.split("g", &rows, &SYNTAX) {
             self.line(l);
         }
         let shapes = self.layout.shapes();
@@ -470,6 +481,17 @@ impl Cuda<'_> {
         }
     }
 
+    /// Declares the reciprocal `dv<d>` of each dim `split` will divide `dims` by.
+    fn divisors(&mut self, dims: &[DimId]) {
+        for &d in Layout::divisors(dims) {
+            self.helpers.insert("fz_quot");
+            self.line(format!(
+                "const fz_divisor dv{d} = fz_divisor_of((unsigned long long){});",
+                self.layout.size(d)
+            ));
+        }
+    }
+
     /// Declares `inv_<count>_<type>` for the means of `plan`: `1 / count` in each mean's type.
     fn reciprocals(&mut self, plan: &Plan, count: &str) {
         let mut types: Vec<Elem> = vec![];
@@ -524,15 +546,16 @@ impl Cuda<'_> {
         if reduces.is_empty() {
             return;
         }
-        let first = if segmented {
-            "(width < 32 ? width : 32) >> 1"
-        } else {
-            "16"
-        };
+        // Constant trip counts, so the loops unroll: a loop bounded by `width` made ptxas spill.
         for &r in reduces {
             let (op, e) = self.reduction(r);
             let t = e.c_name();
-            self.open(format!("for (int off = {first}; off > 0; off >>= 1)"));
+            self.line("#pragma unroll");
+            self.open("for (int off = 16; off > 0; off >>= 1)");
+            if segmented {
+                // `width` is uniform across the block, so every lane of a warp takes the branch.
+                self.open("if (off < width)");
+            }
             self.line(format!(
                 "const {t} other = __shfl_xor_sync(0xffffffffu, acc{r}, off);"
             ));
@@ -540,6 +563,9 @@ impl Cuda<'_> {
                 "acc{r} = {};",
                 combine(op, e, &format!("acc{r}"), "other")
             ));
+            if segmented {
+                self.close();
+            }
             self.close();
         }
         if segmented {
@@ -556,6 +582,7 @@ impl Cuda<'_> {
         for &r in reduces {
             let (op, e) = self.reduction(r);
             self.line(format!("acc{r} = red{r}[0];"));
+            self.line("#pragma unroll");
             self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
             self.line(format!(
                 "acc{r} = {};",
@@ -697,6 +724,9 @@ impl Cuda<'_> {
             ExpM1 => format!("{}({x})", s("expm1")),
             Ln1p => format!("{}({x})", s("log1p")),
             Recip => format!("({one} / {x})"),
+            // CUDA's rsqrtf (at most 2 ulp, as torch.rsqrt on CUDA): unlike 1/sqrt or
+            // __frsqrt_rn it has no slow-path call, around which a cached row's registers spill.
+            Rsqrt if e == Elem::F32 => format!("rsqrtf({x})"),
             Rsqrt => format!("({one} / {}({x}))", s("sqrt")),
             Fract => format!("({x} - {}({x}))", s("trunc")),
             ToDegrees if e == Elem::F32 => {
@@ -889,6 +919,16 @@ fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
 fn helper(name: &str) -> &'static str {
     match name {
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
+        // Division by a reciprocal taken once per launch: q = hi64(t * m) is t / d or one less
+        // (m = floor((2^64 - 1) / d)), and one comparison corrects it; exact for every 64-bit t.
+        "fz_quot" => concat!(
+            "struct fz_divisor { unsigned long long d, m; };\n",
+            "static __device__ __forceinline__ fz_divisor fz_divisor_of(unsigned long long d) { return {d, d ? 0xffffffffffffffffull / d : 0ull}; }\n",
+            "static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long t, fz_divisor v) {\n",
+            "    unsigned long long q = __umul64hi(t, v.m);\n",
+            "    return t - q * v.d >= v.d ? q + 1 : q;\n",
+            "}\n",
+        ),
         "fz_div" => concat!(
             "static __device__ __forceinline__ int fz_div(int a, int b) { return b == 0 ? 0 : b == -1 ? (int)(0u - (unsigned int)a) : a / b; }\n",
             "static __device__ __forceinline__ long long fz_div(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b; }\n",

@@ -125,6 +125,18 @@ fn closure(k: &Kernel, roots: &[NodeId], is_elem: &impl Fn(NodeId) -> bool) -> V
     (0..k.nodes.len()).filter(|&i| need[i]).collect()
 }
 
+/// How a backend declares index variables and divides, for [`Layout::split`].
+pub struct Syntax {
+    /// Declares a coordinate, as in `const long long ` or `let `.
+    pub decl: &'static str,
+    /// Declares the mutable temporary `t`.
+    pub temp: &'static str,
+    /// Ends a statement.
+    pub end: &'static str,
+    /// The quotient of a variable by the size of a dim.
+    pub quot: fn(&Layout, &str, DimId) -> String,
+}
+
 /// Index arithmetic, written in the syntax that C and Rust share (`a * b + c`), over variables
 /// that both backends declare: `d_<name>` for each named dim and `c<id>` for each coordinate.
 pub struct Layout<'a> {
@@ -181,30 +193,28 @@ impl Layout<'_> {
         }
     }
 
-    /// Statements (`decl` is the index type's declaration prefix, such as `const long long ` or
-    /// `let `) that split the linear index `linear` into the coordinates of `dims`.
-    pub fn split(
-        &self,
-        linear: &str,
-        dims: &[DimId],
-        decl: &str,
-        temp_decl: &str,
-        end: &str,
-    ) -> Vec<String> {
+    /// Statements, in a backend's `syntax`, that split the linear index `linear` into the
+    /// coordinates of `dims`.
+    pub fn split(&self, linear: &str, dims: &[DimId], syntax: &Syntax) -> Vec<String> {
+        let Syntax {
+            decl,
+            temp,
+            end,
+            quot,
+        } = syntax;
         let mut lines = vec![];
         match dims {
             [] => {}
             [only] => lines.push(format!("{decl}{} = {linear}{end}", self.coord(*only))),
             _ => {
-                lines.push(format!("{temp_decl}t = {linear}{end}"));
+                lines.push(format!("{temp}t = {linear}{end}"));
                 for (i, &d) in dims.iter().enumerate().rev() {
                     if i == 0 {
                         lines.push(format!("{decl}{} = t{end}", self.coord(d)));
                     } else {
-                        // One division per dim, the remainder from the quotient: a second
-                        // 64-bit division would cost a subroutine call on the GPU.
+                        // One division per dim, the remainder from the quotient.
                         let (c, size) = (self.coord(d), self.size(d));
-                        lines.push(format!("{decl}q{d} = t / {size}{end}"));
+                        lines.push(format!("{decl}q{d} = {}{end}", quot(self, "t", d)));
                         lines.push(format!("{decl}{c} = t - q{d} * {size}{end}"));
                         lines.push(format!("t = q{d}{end}"));
                     }
@@ -212,6 +222,11 @@ impl Layout<'_> {
             }
         }
         lines
+    }
+
+    /// The dims whose sizes `split` divides by, for `dims`.
+    pub fn divisors(dims: &[DimId]) -> &[DimId] {
+        dims.get(1..).unwrap_or(&[])
     }
 
     /// The distinct shapes of tensors loaded or stored by `nodes` and `outputs`, for offset names.

@@ -37,8 +37,10 @@ macro_rules! real {
             fn softplus(self) -> Self {
                 self.max(0.0) + (-self.abs()).exp().ln_1p()
             }
+            /// Computed in f64 and rounded once: the correctly rounded value the GPU's
+            /// `__frsqrt_rn` gives for f32.
             fn rsqrt(self) -> Self {
-                1.0 / self.sqrt()
+                (1.0 / (self as f64).sqrt()) as $t
             }
             fn zero() -> Self {
                 0.0
