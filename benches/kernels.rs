@@ -1,0 +1,136 @@
+//! The kernels the benchmark times: each workload as one fused `fn`, and the single operations
+//! its unfused version chains (one `fn`, so one launch, per operation of the definition in
+//! `shared/WORKLOADS.md`; a library-level op such as `gelu` counts as one).
+
+use fuse_runtime::fuse;
+
+fuse! {
+    /// W1: softplus written as a chain, `ln(exp(x) + 1)`.
+    pub fn w1_softplus(x: [f32; n]) -> [f32; n] {
+        (x.exp() + 1.0).ln()
+    }
+
+    /// W2: add, then GELU in its tanh form.
+    pub fn w2_add_gelu(a: [f32; n], b: [f32; n]) -> [f32; n] {
+        gelu_tanh(a + b)
+    }
+
+    /// W4: a full reduction of an elementwise expression.
+    pub fn w4_sum_exp(x: [f32; n]) -> f32 {
+        sum(x.exp())
+    }
+
+    /// W5: softmax over each row.
+    pub fn w5_softmax(x: [f32; rows, cols]) -> [f32; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+
+    /// W6: layernorm (two nested row means), then GELU in its erf form.
+    pub fn w6_layernorm_gelu(x: [f32; rows, cols], gamma: [f32; cols], beta: [f32; cols])
+        -> [f32; rows, cols]
+    {
+        let mu = mean(x, cols);
+        let d = x - mu;
+        let rstd = rsqrt(mean(d * d, cols) + 1e-5);
+        gelu(d * rstd * gamma + beta)
+    }
+
+    /// W8: RMSNorm.
+    pub fn w8_rmsnorm(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + 1e-6) * w
+    }
+
+    /// W10: a product and its forward-mode tangent, two outputs.
+    pub fn w10_tangent(x: [f32; n], y: [f32; n], dx: [f32; n], dy: [f32; n])
+        -> ([f32; n], [f32; n])
+    {
+        (x * y, dx * y + x * dy)
+    }
+
+    /// The copy row's fuse! variant: one read and one write per element.
+    pub fn identity(x: [f32; n]) -> [f32; n] {
+        x
+    }
+
+    /// Reads a large buffer and writes one number, between timed runs: it evicts the L2 cache
+    /// (leaving no dirty lines behind) and keeps the GPU busy while the host queues the next run.
+    pub fn flush(x: [f32; n]) -> f32 {
+        sum(x)
+    }
+
+    // One operation each, for the unfused variants.
+
+    /// `exp(x)`.
+    pub fn op_exp(x: [f32; n]) -> [f32; n] {
+        x.exp()
+    }
+    /// `ln(x)`.
+    pub fn op_ln(x: [f32; n]) -> [f32; n] {
+        x.ln()
+    }
+    /// `x + c` for a scalar `c`.
+    pub fn op_add_scalar(x: [f32; n], c: f32) -> [f32; n] {
+        x + c
+    }
+    /// `a + b`.
+    pub fn op_add(a: [f32; n], b: [f32; n]) -> [f32; n] {
+        a + b
+    }
+    /// `a * b`.
+    pub fn op_mul(a: [f32; n], b: [f32; n]) -> [f32; n] {
+        a * b
+    }
+    /// `x * x`.
+    pub fn op_square(x: [f32; n]) -> [f32; n] {
+        x * x
+    }
+    /// `rsqrt(x)`.
+    pub fn op_rsqrt(x: [f32; n]) -> [f32; n] {
+        rsqrt(x)
+    }
+    /// GELU, erf form.
+    pub fn op_gelu(x: [f32; n]) -> [f32; n] {
+        gelu(x)
+    }
+    /// GELU, tanh form.
+    pub fn op_gelu_tanh(x: [f32; n]) -> [f32; n] {
+        gelu_tanh(x)
+    }
+    /// The sum of every element.
+    pub fn op_sum(x: [f32; n]) -> f32 {
+        sum(x)
+    }
+    /// The maximum of each row.
+    pub fn op_row_max(x: [f32; rows, cols]) -> [f32; rows] {
+        max(x, cols)
+    }
+    /// The sum of each row.
+    pub fn op_row_sum(x: [f32; rows, cols]) -> [f32; rows] {
+        sum(x, cols)
+    }
+    /// The mean of each row.
+    pub fn op_row_mean(x: [f32; rows, cols]) -> [f32; rows] {
+        mean(x, cols)
+    }
+    /// Each row minus its own number.
+    pub fn op_sub_row(x: [f32; rows, cols], r: [f32; rows]) -> [f32; rows, cols] {
+        x - r
+    }
+    /// Each row times its own number.
+    pub fn op_mul_row(x: [f32; rows, cols], r: [f32; rows]) -> [f32; rows, cols] {
+        x * r
+    }
+    /// Each row divided by its own number.
+    pub fn op_div_row(x: [f32; rows, cols], r: [f32; rows]) -> [f32; rows, cols] {
+        x / r
+    }
+    /// Each column times its own number.
+    pub fn op_mul_col(x: [f32; rows, cols], c: [f32; cols]) -> [f32; rows, cols] {
+        x * c
+    }
+    /// Each column plus its own number.
+    pub fn op_add_col(x: [f32; rows, cols], c: [f32; cols]) -> [f32; rows, cols] {
+        x + c
+    }
+}

@@ -1,0 +1,1 @@
+//! Runnable examples of fuse; see `quickstart.rs`, `softmax.rs` and `layernorm.rs` beside this file.
