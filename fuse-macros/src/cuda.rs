@@ -738,6 +738,7 @@ impl Cuda<'_> {
             }
             ToRadians => format!("({x} * (3.14159265358979323846264338327950288 / 180.0))"),
             Abs if e.is_float() => format!("{}({x})", s("fabs")),
+            Hypot if e == Elem::F64 => helper(self, "fz_hypot"),
             Atan2 | Powf | Hypot | Copysign => format!("{}({x}, {})", s(c_math_name(f)), a[1]),
             Max | Min if e.is_float() => format!(
                 "{}({x}, {})",
@@ -870,12 +871,9 @@ fn cast(from: Elem, to: Elem, a: &str) -> String {
             Elem::I64 => "ll",
             _ => "ull",
         };
-        // Round toward zero and saturate, NaN to 0: Rust's `as`. The 64-bit conversions give
-        // NaN the bits 0x8000000000000000, so NaN is tested first there.
-        if to.bits() == 64 {
-            return format!("(isnan({a}) ? ({})0 : __{src}2{dst}_rz({a}))", to.c_name());
-        }
-        return format!("__{src}2{dst}_rz({a})");
+        // Round toward zero and saturate, NaN to 0: Rust's `as`. Some conversions give NaN the
+        // bits of the lowest value (0x80000000...), so NaN is tested first.
+        return format!("(isnan({a}) ? ({})0 : __{src}2{dst}_rz({a}))", to.c_name());
     }
     format!("(({}){a})", to.c_name())
 }
@@ -927,6 +925,19 @@ fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long t, fz_divisor v) {\n",
             "    unsigned long long q = __umul64hi(t, v.m);\n",
             "    return t - q * v.d >= v.d ? q + 1 : q;\n",
+            "}\n",
+        ),
+        // CUDA's f64 hypot overflows at f64::MAX; scaling by a power of two is exact.
+        "fz_hypot" => concat!(
+            "static __device__ __forceinline__ double fz_hypot(double a, double b) {\n",
+            "    a = fabs(a); b = fabs(b);\n",
+            "    if (isinf(a) || isinf(b)) return __longlong_as_double(0x7ff0000000000000ll);\n",
+            "    if (isnan(a) || isnan(b)) return a + b;\n",
+            "    const double m = fmax(a, b);\n",
+            "    if (m == 0.0) return 0.0;\n",
+            "    const int e = ilogb(m);\n",
+            "    const double x = ldexp(a, -e), y = ldexp(b, -e);\n",
+            "    return ldexp(sqrt(x * x + y * y), e);\n",
             "}\n",
         ),
         "fz_div" => concat!(
@@ -1074,7 +1085,7 @@ mod tests {
             quote! { fn f(x: [f32; n]) -> ([i32; n], [u64; n], [f64; n]) { (x as i32, x as u64, x as f64) } },
         );
         assert!(
-            text.contains("__float2int_rz(v0)")
+            text.contains("(isnan(v0) ? (int)0 : __float2int_rz(v0))")
                 && text.contains("isnan(v0) ? (unsigned long long)0")
                 && text.contains("__float2ull_rz(v0)")
                 && text.contains("((double)v0)"),

@@ -1,0 +1,399 @@
+//! Every kernel of the language test suite, in `fuse!` blocks.
+//!
+//! `cpu_language.rs` and `gpu_language.rs` reach this file as `common::kernels`; a test that
+//! only compiles the kernels (NVRTC) can include it on its own with `#[path]`. Every kernel is
+//! `pub` so that the tests can call it.
+//!
+//! The families of one element type each (`f32s`, `f64s`, `i32s`, ..) are written once as a
+//! `macro_rules!` template and stamped out per type, so the f32 and f64 kernels are the same
+//! text by construction; kernels of one type only (the examples, broadcasting, `bool`)
+//! follow at the top level.
+
+use fuse_runtime::fuse;
+
+/// The float kernels of element type `$t`, in module `$module`: every operator, every float
+/// function (one-argument functions in free and method form), casts, selects, and every
+/// reduction over every element, over the last dim, over the first, and over the middle dim of
+/// a 3-D tensor.
+macro_rules! float_kernels {
+    ($module:ident, $t:ident) => {
+        #[doc = concat!("Float kernels over `", stringify!($t), "`.")]
+        pub mod $module {
+            use super::fuse;
+
+            fuse! {
+                pub fn arith(a: [$t; n], b: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (a + b, a - b, a * b, a / b, a % b, -a)
+                }
+
+                pub fn compare(a: [$t; n], b: [$t; n])
+                    -> ([bool; n], [bool; n], [bool; n], [bool; n], [bool; n], [bool; n])
+                {
+                    (a == b, a != b, a < b, a <= b, a > b, a >= b)
+                }
+
+                /// Literals: `7 / 2` is an `i32` division (3), `7.0 / 2.0` an `f64` one (3.5);
+                /// `1` and `0.25` next to a float take its type.
+                pub fn literals(x: [$t; n], s: $t) -> ([$t; n], [$t; n]) {
+                    let k = 7 / 2;
+                    let h = 7.0 / 2.0;
+                    let y = x * s + 1;
+                    (y - 0.25 * x, x * (k as $t) + (h as $t))
+                }
+
+                pub fn exp_log(x: [$t; n], p: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (exp(x), x.exp2(), exp_m1(x), p.ln(), log2(p), p.log10(), ln_1p(p), p.sqrt())
+                }
+
+                pub fn trig(x: [$t; n], u: [$t; n], y: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (sin(x), x.cos(), tan(x), u.asin(), acos(u), x.atan(), x.atan2(y))
+                }
+
+                pub fn hyperbolic(x: [$t; n], u: [$t; n], p: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    let q = p + 1;
+                    (x.sinh(), cosh(x), x.tanh(), asinh(x), q.acosh(), atanh(u), x.cbrt(), recip(x))
+                }
+
+                pub fn rounding(x: [$t; n])
+                    -> (
+                        [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n],
+                        [$t; n],
+                    )
+                {
+                    (
+                        x.floor(), ceil(x), round(x), x.trunc(), fract(x), x.abs(), signum(x),
+                        x.to_degrees(), to_radians(x),
+                    )
+                }
+
+                pub fn binary(x: [$t; n], y: [$t; n], p: [$t; n], k: i32, lo: $t, hi: $t)
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (
+                        p.powf(y), x.powi(k), x.hypot(y), x.copysign(y), x.max(y), x.min(y),
+                        x.clamp(lo, hi), x.mul_add(y, p),
+                    )
+                }
+
+                /// `powi` with a per-element exponent.
+                pub fn powi_each(x: [$t; n], k: [i32; n]) -> [$t; n] {
+                    x.powi(k)
+                }
+
+                pub fn tests(x: [$t; n])
+                    -> ([bool; n], [bool; n], [bool; n], [bool; n], [bool; n])
+                {
+                    (
+                        is_nan(x), x.is_finite(), x.is_infinite(), is_sign_negative(x),
+                        x.is_sign_positive(),
+                    )
+                }
+
+                pub fn ml(x: [$t; n], p: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (
+                        sigmoid(x), relu(x), gelu(x), gelu_tanh(x), silu(x), softplus(x), erf(x),
+                        rsqrt(p),
+                    )
+                }
+
+                pub fn casts(x: [$t; n])
+                    -> ([i32; n], [u32; n], [i64; n], [u64; n], [f32; n], [f64; n])
+                {
+                    (x as i32, x as u32, x as i64, x as u64, x as f32, x as f64)
+                }
+
+                pub fn select(x: [$t; n], y: [$t; n], t: $t) -> [$t; n] {
+                    if x > t { x * y } else if x < -t { y } else { 0.5 * x }
+                }
+
+                pub fn reduce_all(x: [$t; n], y: [$t; n])
+                    -> ($t, $t, $t, $t, $t, $t, [$t; n])
+                {
+                    (sum(x), prod(y), max(x), min(x), mean(x), max(x) - min(x), x * y)
+                }
+
+                pub fn reduce_rows(x: [$t; rows, cols], y: [$t; rows, cols])
+                    -> ([$t; rows], [$t; rows], [$t; rows], [$t; rows], [$t; rows])
+                {
+                    (sum(x, cols), prod(y, cols), max(x, cols), min(x, cols), mean(x, cols))
+                }
+
+                pub fn reduce_cols(x: [$t; rows, cols], y: [$t; rows, cols])
+                    -> ([$t; cols], [$t; cols], [$t; cols], [$t; cols], [$t; cols])
+                {
+                    (sum(x, rows), prod(y, rows), max(x, rows), min(x, rows), mean(x, rows))
+                }
+
+                pub fn reduce_mid(x: [$t; b, t, c], y: [$t; b, t, c])
+                    -> ([$t; b, c], [$t; b, c], [$t; b, c], [$t; b, c], [$t; b, c])
+                {
+                    (sum(x, t), prod(y, t), max(x, t), min(x, t), mean(x, t))
+                }
+
+                pub fn reduce_last(x: [$t; b, t, c], y: [$t; b, t, c])
+                    -> ([$t; b, t], [$t; b, t], [$t; b, t], [$t; b, t], [$t; b, t])
+                {
+                    (sum(x, c), prod(y, c), max(x, c), min(x, c), mean(x, c))
+                }
+            }
+        }
+    };
+}
+
+/// The integer kernels of element type `$t`, in module `$module`: every operator (wrapping,
+/// total division), the integer functions, casts, selects and every integer reduction. With a
+/// third argument, also a kernel of that name with the signed-only operations.
+macro_rules! int_kernels {
+    ($module:ident, $t:ident $(, $signed:ident)?) => {
+        #[doc = concat!("Integer kernels over `", stringify!($t), "`.")]
+        pub mod $module {
+            use super::fuse;
+
+            fuse! {
+                pub fn arith(a: [$t; n], b: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (a + b, a - b, a * b, a / b, a % b)
+                }
+
+                pub fn bits(a: [$t; n], b: [$t; n], s: [u32; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (a & b, a | b, a ^ b, !a, a << s, a >> s, a << b, a >> b)
+                }
+
+                pub fn compare(a: [$t; n], b: [$t; n])
+                    -> ([bool; n], [bool; n], [bool; n], [bool; n], [bool; n], [bool; n])
+                {
+                    (a == b, a != b, a < b, a <= b, a > b, a >= b)
+                }
+
+                /// Untyped literals take the tensor's type; `1u32` is a typed shift amount.
+                pub fn literals(a: [$t; n], k: $t) -> ([$t; n], [$t; n]) {
+                    (a * 3 + 1 - k, (a >> 1u32) ^ 5)
+                }
+
+                pub fn funcs(a: [$t; n], b: [$t; n], e: [u32; n], lo: $t, hi: $t)
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [u32; n], [u32; n], [u32; n])
+                {
+                    (
+                        a.max(b), a.min(b), a.clamp(lo, hi), a.pow(e), count_ones(a),
+                        a.leading_zeros(), trailing_zeros(a),
+                    )
+                }
+
+                pub fn casts(a: [$t; n])
+                    -> ([i32; n], [u32; n], [i64; n], [u64; n], [f32; n], [f64; n])
+                {
+                    (a as i32, a as u32, a as i64, a as u64, a as f32, a as f64)
+                }
+
+                pub fn select(c: [bool; n], a: [$t; n], b: [$t; n], k: $t) -> [$t; n] {
+                    if c { a } else if a > b { b } else { k }
+                }
+
+                pub fn reduce_all(x: [$t; n]) -> ($t, $t, $t, $t, $t, [$t; n]) {
+                    (sum(x), prod(x), max(x), min(x), max(x) - min(x), x * 2)
+                }
+
+                pub fn reduce_rows(x: [$t; rows, cols])
+                    -> ([$t; rows], [$t; rows], [$t; rows], [$t; rows])
+                {
+                    (sum(x, cols), prod(x, cols), max(x, cols), min(x, cols))
+                }
+
+                pub fn reduce_cols(x: [$t; rows, cols])
+                    -> ([$t; cols], [$t; cols], [$t; cols], [$t; cols])
+                {
+                    (sum(x, rows), prod(x, rows), max(x, rows), min(x, rows))
+                }
+
+                pub fn reduce_mid(x: [$t; b, t, c])
+                    -> ([$t; b, c], [$t; b, c], [$t; b, c], [$t; b, c])
+                {
+                    (sum(x, t), prod(x, t), max(x, t), min(x, t))
+                }
+
+                pub fn reduce_last(x: [$t; b, t, c])
+                    -> ([$t; b, t], [$t; b, t], [$t; b, t], [$t; b, t])
+                {
+                    (sum(x, c), prod(x, c), max(x, c), min(x, c))
+                }
+            }
+
+            $(
+                fuse! {
+                    /// Negation, `abs` and `signum`, which unsigned integers do not have.
+                    pub fn $signed(a: [$t; n]) -> ([$t; n], [$t; n], [$t; n]) {
+                        (-a, a.abs(), signum(a))
+                    }
+                }
+            )?
+        }
+    };
+}
+
+float_kernels!(f32s, f32);
+float_kernels!(f64s, f64);
+int_kernels!(i32s, i32, signed);
+int_kernels!(u32s, u32);
+int_kernels!(i64s, i64, signed);
+int_kernels!(u64s, u64);
+
+// `bool`, scalars, and shapes: broadcasting, fixed dims, 3-D tensors.
+fuse! {
+    pub fn logic(a: [bool; n], b: [bool; n])
+        -> ([bool; n], [bool; n], [bool; n], [bool; n], [bool; n], [bool; n], [bool; n], [bool; n])
+    {
+        (a && b, a || b, !a, a & b, a | b, a ^ b, a == b, a != b)
+    }
+
+    pub fn bool_casts(a: [bool; n]) -> ([i32; n], [u32; n], [i64; n], [u64; n]) {
+        (a as i32, a as u32, a as i64, a as u64)
+    }
+
+    /// A `bool` scalar parameter choosing between two tensors.
+    pub fn pick(c: bool, a: [f32; n], b: [f32; n]) -> [f32; n] {
+        if c { a } else { b }
+    }
+
+    pub fn count_true(a: [bool; rows, cols]) -> [u32; rows] {
+        sum(a as u32, cols)
+    }
+
+    /// Only scalars in and out: every output has shape `[]`.
+    pub fn scalars(a: f32, b: i64, c: bool) -> (f32, i64, bool) {
+        (a * 2 + 1, b * 3 - 1, !c)
+    }
+
+    pub fn bcast(x: [f32; rows, cols], r: [f32; rows], c: [f32; cols], s: f32)
+        -> [f32; rows, cols]
+    {
+        x * r + c - s
+    }
+
+    pub fn bcast_int(x: [i64; rows, cols], r: [i64; rows], c: [u32; cols]) -> [i64; rows, cols] {
+        (x ^ r) << c
+    }
+
+    /// A fixed leading dim, broadcast against a `[4]` vector and an `[n]` one.
+    pub fn fixed(x: [f32; 4, n], w: [f32; 4], v: [f32; n]) -> [f32; 4, n] {
+        x * w + v
+    }
+
+    pub fn fixed_last(x: [f64; n, 3], w: [f64; 3]) -> [f64; n, 3] {
+        x * w - 1
+    }
+
+    /// A reduction over a named dim, leaving a fixed one.
+    pub fn fixed_rows(x: [f32; 4, n]) -> [f32; 4] {
+        sum(x, n)
+    }
+
+    pub fn bcast3(x: [f32; b, t, c], bc: [f32; b, c], tt: [f32; t]) -> [f32; b, t, c] {
+        x * bc + tt
+    }
+}
+
+// The examples, and more reductions whose results broadcast back.
+fuse! {
+    /// The softplus, as written there (not the stable builtin `softplus`).
+    pub fn softplus(x: [f32; n]) -> [f32; n] {
+        (x.exp() + 1.0).ln()
+    }
+
+    pub fn sum_exp(x: [f32; n]) -> f32 {
+        sum(x.exp())
+    }
+
+    pub fn softmax(x: [f32; rows, cols]) -> [f32; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+
+    pub fn softmax_f64(x: [f64; rows, cols]) -> [f64; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+
+    /// Softmax with its per-row statistics: per-element and per-row outputs of one launch.
+    pub fn softmax_stats(x: [f32; rows, cols]) -> ([f32; rows, cols], [f32; rows], [f32; rows]) {
+        let m = max(x, cols);
+        let s = sum((x - m).exp(), cols);
+        ((x - m).exp() / s, m, m + s.ln())
+    }
+
+    /// Softmax over each column.
+    pub fn col_softmax(x: [f32; rows, cols]) -> [f32; rows, cols] {
+        let e = (x - max(x, rows)).exp();
+        e / sum(e, rows)
+    }
+
+    pub fn layernorm(x: [f32; rows, cols], gamma: [f32; cols], beta: [f32; cols], eps: f32)
+        -> ([f32; rows, cols], [f32; rows])
+    {
+        let mu = mean(x, cols);
+        let d = x - mu;
+        let rstd = rsqrt(mean(d * d, cols) + eps);
+        (d * rstd * gamma + beta, rstd)
+    }
+
+    pub fn rmsnorm(x: [f32; rows, cols], w: [f32; cols], eps: f32) -> [f32; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + eps) * w
+    }
+
+    pub fn bias_grad(g: [f32; rows, cols]) -> [f32; cols] {
+        sum(g, rows)
+    }
+
+    /// Softmax over the middle dim of a 3-D tensor.
+    pub fn softmax_mid(x: [f32; b, t, c]) -> [f32; b, t, c] {
+        let e = (x - max(x, t)).exp();
+        e / sum(e, t)
+    }
+
+    /// Softmax over the last dim of a 3-D tensor, with its log-sum-exp per row.
+    pub fn softmax_last(x: [f32; b, t, c]) -> ([f32; b, t, c], [f32; b, t]) {
+        let m = max(x, c);
+        let s = sum((x - m).exp(), c);
+        ((x - m).exp() / s, m + s.ln())
+    }
+
+    pub fn matvec(a: [f32; rows, cols], v: [f32; cols]) -> [f32; rows] {
+        sum(a * v, cols)
+    }
+
+    pub fn vecmat(a: [f64; rows, cols], u: [f64; rows]) -> [f64; cols] {
+        sum(a * u, rows)
+    }
+
+    /// Per-column means, subtracted: a reduction over `rows` broadcast back.
+    pub fn center_cols(x: [f32; rows, cols]) -> ([f32; rows, cols], [f32; cols]) {
+        let m = mean(x, rows);
+        (x - m, m)
+    }
+
+    pub fn count_positive(x: [i32; rows, cols]) -> [u32; rows] {
+        sum((x > 0) as u32, cols)
+    }
+
+    /// Full reductions combined into scalar outputs, next to an elementwise output.
+    pub fn norms(x: [f32; n], s: f32) -> (f32, f32, f32, [f32; n]) {
+        (sum(x.abs()), sum(x * x).sqrt(), max(x.abs()) * s, x * s)
+    }
+
+    /// Full reductions of a 2-D tensor.
+    pub fn total(x: [f64; rows, cols]) -> (f64, f64, f64) {
+        (sum(x), min(x), mean(x * x))
+    }
+}

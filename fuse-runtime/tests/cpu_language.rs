@@ -1,0 +1,1901 @@
+//! The language on the CPU backend: every kernel of `common/kernels.rs` run on `Device::cpu()`
+//! against float64 (or exact integer) references computed here, on fresh random inputs of many
+//! sizes, empty ones included. Also the generated API: the write-into form, scalar outputs of
+//! shape `[]`, and shape errors at launch.
+//!
+//! Tolerances: basic float arithmetic is correctly rounded, so it must equal the f64 result
+//! rounded to the element type; transcendental chains are within `Float::math_tol` (1e-5
+//! relative for f32); sums within `1e-5 * sum(|x|)` (f32) or `1e-12 * sum(|x|)` (f64); integer
+//! and `bool` results exactly.
+
+mod common;
+
+use common::kernels;
+use common::*;
+use fuse_runtime::{Buffer, Device, Error};
+
+fn map1(x: &[f64], f: impl Fn(f64) -> f64) -> Vec<f64> {
+    x.iter().map(|&a| f(a)).collect()
+}
+
+fn map2(x: &[f64], y: &[f64], f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+    x.iter().zip(y).map(|(&a, &b)| f(a, b)).collect()
+}
+
+/// The language's `clamp`: never panics, keeps NaN.
+fn clamp<T: PartialOrd>(x: T, lo: T, hi: T) -> T {
+    if x < lo {
+        lo
+    } else if x > hi {
+        hi
+    } else {
+        x
+    }
+}
+
+/// Tolerance of `ulps` roundings of a result whose terms have magnitude `scale`.
+fn ulps<T: Float>(scale: &[f64], ulps: f64) -> Tol {
+    Tol::Bounds(
+        scale
+            .iter()
+            .map(|s| ulps * T::EPSILON * s + T::TINY)
+            .collect(),
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float kernels, once per float type.
+
+fn float_arith<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.floats_special::<T>(n, -100.0, 100.0);
+        let b = rng.floats_special::<T>(n, -100.0, 100.0);
+        let got = kernel(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let (a, b) = (f64s(&a), f64s(&b));
+        // Each operation is correctly rounded: the f64 result rounded to T, exactly.
+        let each = |name, f: fn(f64, f64) -> f64| {
+            float(name, &[n], rounded::<T>(&map2(&a, &b, f)), Tol::EXACT)
+        };
+        let want = [
+            each("a + b", |a, b| a + b),
+            each("a - b", |a, b| a - b),
+            each("a * b", |a, b| a * b),
+            each("a / b", |a, b| a / b),
+            each("a % b", |a, b| a % b),
+            each("-a", |a, _| -a),
+        ];
+        assert_outputs(&format!("{} arith, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_compare<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.floats_special::<T>(n, -4.0, 4.0);
+        let mut b = rng.floats_special::<T>(n, -4.0, 4.0);
+        // Every third pair is equal (unless NaN), so `==` and `<=` see both answers.
+        for i in (0..n).step_by(3) {
+            b[i] = a[i];
+        }
+        let got = kernel(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let (a, b) = (f64s(&a), f64s(&b));
+        let each = |name, f: fn(&f64, &f64) -> bool| {
+            let v: Vec<bool> = a.iter().zip(&b).map(|(a, b)| f(a, b)).collect();
+            exact(name, &[n], &v)
+        };
+        let want = [
+            each("a == b", f64::eq),
+            each("a != b", f64::ne),
+            each("a < b", f64::lt),
+            each("a <= b", f64::le),
+            each("a > b", f64::gt),
+            each("a >= b", f64::ge),
+        ];
+        assert_outputs(&format!("{} compare, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_literals<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, T) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        // Positive, so that no output cancels to near zero.
+        let x = rng.floats::<T>(n, 1.0, 2.0);
+        let s = T::from_f64(rng.uniform(2.0, 3.0));
+        let got = kernel(&dev, &put(&dev, &x, &[n]), s).unwrap();
+        let (x, s) = (f64s(&x), s.into());
+        let tol = Tol::close(4.0 * T::EPSILON, 0.0);
+        let want = [
+            float(
+                "x * s + 1 - 0.25 * x",
+                &[n],
+                map1(&x, |x| x * s + 1.0 - 0.25 * x),
+                tol.clone(),
+            ),
+            // `7 / 2` is an integer division, `7.0 / 2.0` is not.
+            float("x * 3 + 3.5", &[n], map1(&x, |x| x * 3.0 + 3.5), tol),
+        ];
+        assert_outputs(&format!("{} literals, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_exp_log<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<T>(n, -3.0, 3.0);
+        let p = rng.floats::<T>(n, 0.01, 100.0);
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &p, &[n])).unwrap();
+        let (x, p) = (f64s(&x), f64s(&p));
+        let f = |name: &str, v: Vec<f64>| float(name, &[n], v, T::math_tol());
+        let want = [
+            f("exp(x)", map1(&x, f64::exp)),
+            f("x.exp2()", map1(&x, f64::exp2)),
+            f("exp_m1(x)", map1(&x, f64::exp_m1)),
+            f("p.ln()", map1(&p, f64::ln)),
+            f("log2(p)", map1(&p, f64::log2)),
+            f("p.log10()", map1(&p, f64::log10)),
+            f("ln_1p(p)", map1(&p, f64::ln_1p)),
+            f("p.sqrt()", map1(&p, f64::sqrt)),
+        ];
+        assert_outputs(&format!("{} exp_log, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_trig<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<T>(n, -3.0, 3.0);
+        let u = rng.floats::<T>(n, -0.99, 0.99);
+        let y = rng.floats::<T>(n, -3.0, 3.0);
+        let (bx, bu, by) = (
+            put(&dev, &x, &[n]),
+            put(&dev, &u, &[n]),
+            put(&dev, &y, &[n]),
+        );
+        let got = kernel(&dev, &bx, &bu, &by).unwrap();
+        let (x, u, y) = (f64s(&x), f64s(&u), f64s(&y));
+        let f = |name: &str, v: Vec<f64>| float(name, &[n], v, T::math_tol());
+        let want = [
+            f("sin(x)", map1(&x, f64::sin)),
+            f("x.cos()", map1(&x, f64::cos)),
+            f("tan(x)", map1(&x, f64::tan)),
+            f("u.asin()", map1(&u, f64::asin)),
+            f("acos(u)", map1(&u, f64::acos)),
+            f("x.atan()", map1(&x, f64::atan)),
+            f("x.atan2(y)", map2(&x, &y, f64::atan2)),
+        ];
+        assert_outputs(&format!("{} trig, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_hyperbolic<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<T>(n, -3.0, 3.0);
+        let u = rng.floats::<T>(n, -0.99, 0.99);
+        let p = rng.floats::<T>(n, 0.01, 100.0);
+        let (bx, bu, bp) = (
+            put(&dev, &x, &[n]),
+            put(&dev, &u, &[n]),
+            put(&dev, &p, &[n]),
+        );
+        let got = kernel(&dev, &bx, &bu, &bp).unwrap();
+        let (x, u) = (f64s(&x), f64s(&u));
+        // `p + 1` is rounded to T before `acosh`, as in the kernel.
+        let q = rounded::<T>(&map1(&f64s(&p), |p| p + 1.0));
+        let f = |name: &str, v: Vec<f64>| float(name, &[n], v, T::math_tol());
+        let want = [
+            f("x.sinh()", map1(&x, f64::sinh)),
+            f("cosh(x)", map1(&x, f64::cosh)),
+            f("x.tanh()", map1(&x, f64::tanh)),
+            f("asinh(x)", map1(&x, f64::asinh)),
+            f("(p + 1).acosh()", map1(&q, f64::acosh)),
+            f("atanh(u)", map1(&u, f64::atanh)),
+            f("x.cbrt()", map1(&x, f64::cbrt)),
+            f("recip(x)", map1(&x, f64::recip)),
+        ];
+        assert_outputs(&format!("{} hyperbolic, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_rounding<T: Float, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let mut x = rng.floats_special::<T>(n, -50.0, 50.0);
+        // Every third value is a multiple of 0.5, so that `round` meets ties.
+        for i in (0..n).step_by(3) {
+            x[i] = T::from_f64((rng.below(200) as f64 - 100.0) / 2.0);
+        }
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let x = f64s(&x);
+        // The first seven are exact in T; the angle conversions round twice.
+        let e = |name, f: fn(f64) -> f64| float(name, &[n], rounded::<T>(&map1(&x, f)), Tol::EXACT);
+        let angle = Tol::close(2.0 * T::EPSILON, T::TINY);
+        let want = [
+            e("x.floor()", f64::floor),
+            e("ceil(x)", f64::ceil),
+            // `f64::round` rounds half away from zero, as the language's `round`.
+            e("round(x)", f64::round),
+            e("x.trunc()", f64::trunc),
+            e("fract(x)", |x| x - x.trunc()),
+            e("x.abs()", f64::abs),
+            // Rust's: 1 or -1 by the sign bit, zeros included; NaN stays NaN.
+            e(
+                "signum(x)",
+                |x| if x.is_nan() { x } else { 1f64.copysign(x) },
+            ),
+            float(
+                "x.to_degrees()",
+                &[n],
+                rounded::<T>(&map1(&x, |x| x * (180.0 / std::f64::consts::PI))),
+                angle.clone(),
+            ),
+            float(
+                "to_radians(x)",
+                &[n],
+                rounded::<T>(&map1(&x, |x| x * (std::f64::consts::PI / 180.0))),
+                angle,
+            ),
+        ];
+        assert_outputs(&format!("{} rounding, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// The two-argument float methods; `lo` and `hi` are passed in both orders, since `clamp`
+/// must not panic when `lo > hi`.
+fn float_binary<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, &Buffer<T>, i32, T, T) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_special::<T>(n, -3.0, 3.0);
+        let y = rng.floats_special::<T>(n, -3.0, 3.0);
+        let p = rng.floats::<T>(n, 0.01, 100.0);
+        let k = rng.below(17) as i32 - 8;
+        let (lo, hi) = (rng.uniform(-2.0, 0.0), rng.uniform(0.0, 2.0));
+        let (bx, by, bp) = (
+            put(&dev, &x, &[n]),
+            put(&dev, &y, &[n]),
+            put(&dev, &p, &[n]),
+        );
+        let (x, y, p) = (f64s(&x), f64s(&y), f64s(&p));
+        for (lo, hi) in [(lo, hi), (hi, lo)] {
+            let (lo, hi) = (T::from_f64(lo), T::from_f64(hi));
+            let got = kernel(&dev, &bx, &by, &bp, k, lo, hi).unwrap();
+            let (lo, hi): (f64, f64) = (lo.into(), hi.into());
+            let f = |name: &str, v: Vec<f64>| float(name, &[n], rounded::<T>(&v), T::math_tol());
+            let fma: Vec<f64> = (0..n).map(|i| x[i].mul_add(y[i], p[i])).collect();
+            let want = [
+                f("p.powf(y)", map2(&p, &y, f64::powf)),
+                f("x.powi(k)", map1(&x, |x| x.powi(k))),
+                f("x.hypot(y)", map2(&x, &y, f64::hypot)),
+                f("x.copysign(y)", map2(&x, &y, f64::copysign)),
+                // NaN is ignored.
+                f("x.max(y)", map2(&x, &y, f64::max)),
+                f("x.min(y)", map2(&x, &y, f64::min)),
+                f("x.clamp(lo, hi)", map1(&x, |x| clamp(x, lo, hi))),
+                f("x.mul_add(y, p)", fma),
+            ];
+            let what = format!("{} binary, n = {n}, k = {k}, lo = {lo}, hi = {hi}", T::NAME);
+            assert_outputs(&what, &got, &want);
+        }
+    }
+}
+
+fn float_powi_each<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<i32>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_away::<T>(n, 0.5, 2.0);
+        let k = rng.ints_in::<i32>(n, -20, 20);
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &k, &[n])).unwrap();
+        let want: Vec<f64> = f64s(&x).iter().zip(&k).map(|(x, &k)| x.powi(k)).collect();
+        let want = [float("x.powi(k)", &[n], want, T::math_tol())];
+        assert_outputs(&format!("{} powi_each, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_tests<T: Float, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_special::<T>(n, -2.0, 2.0);
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let x = f64s(&x);
+        let each = |name, f: fn(f64) -> bool| {
+            exact(name, &[n], &x.iter().map(|&x| f(x)).collect::<Vec<bool>>())
+        };
+        let want = [
+            each("is_nan(x)", f64::is_nan),
+            each("x.is_finite()", f64::is_finite),
+            each("x.is_infinite()", f64::is_infinite),
+            each("is_sign_negative(x)", f64::is_sign_negative),
+            each("x.is_sign_positive()", f64::is_sign_positive),
+        ];
+        assert_outputs(&format!("{} tests, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_ml<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_special::<T>(n, -6.0, 6.0);
+        let p = rng.floats::<T>(n, 0.01, 100.0);
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &p, &[n])).unwrap();
+        let (x, p) = (f64s(&x), f64s(&p));
+        let f = |name: &str, v: Vec<f64>| float(name, &[n], rounded::<T>(&v), T::math_tol());
+        let c = (2.0 / std::f64::consts::PI).sqrt();
+        let want = [
+            f("sigmoid(x)", map1(&x, |x| 1.0 / (1.0 + (-x).exp()))),
+            f("relu(x)", map1(&x, |x| if x < 0.0 { 0.0 } else { x })),
+            f(
+                "gelu(x)",
+                map1(&x, |x| 0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt()))),
+            ),
+            f(
+                "gelu_tanh(x)",
+                map1(&x, |x| {
+                    0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh())
+                }),
+            ),
+            f("silu(x)", map1(&x, |x| x / (1.0 + (-x).exp()))),
+            f(
+                "softplus(x)",
+                map1(&x, |x| x.max(0.0) + (-x.abs()).exp().ln_1p()),
+            ),
+            f("erf(x)", map1(&x, libm::erf)),
+            f("rsqrt(p)", map1(&p, |p| 1.0 / p.sqrt())),
+        ];
+        assert_outputs(&format!("{} ml, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// Float to integer: truncation toward zero, saturation at the bounds, NaN to 0.
+fn saturate<I: Int>(x: f64) -> i128 {
+    if x.is_nan() {
+        return 0;
+    }
+    // Floats beyond i128 saturate there first, then at the bounds of I.
+    (x.trunc() as i128).clamp(I::MIN.to_i128(), I::MAX.to_i128())
+}
+
+/// Values at and around the bounds of the integer types.
+const CAST_EDGES: [f64; 14] = [
+    2147483647.5,
+    2147483648.0,
+    -2147483648.5,
+    -2147483649.0,
+    4294967295.5,
+    4294967296.0,
+    9.2233720368547e18,
+    9.3e18,
+    -9.2233720368547e18,
+    -9.3e18,
+    1.8446744073709e19,
+    1.9e19,
+    -0.99,
+    -1.5,
+];
+
+fn float_casts<T: Float, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let mut x = rng.floats_wide::<T>(n, -4.0, 70.0);
+        for v in x.iter_mut() {
+            match rng.below(8) {
+                0 => *v = T::from_f64(CAST_EDGES[rng.below(14) as usize]),
+                1 => *v = T::SPECIALS[rng.below(T::SPECIALS.len() as u64) as usize],
+                _ => {}
+            }
+        }
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let x = f64s(&x);
+        let to = |f: fn(f64) -> i128| x.iter().map(|&x| f(x)).collect::<Vec<i128>>();
+        let want = [
+            exact128("x as i32", &[n], to(saturate::<i32>)),
+            exact128("x as u32", &[n], to(saturate::<u32>)),
+            exact128("x as i64", &[n], to(saturate::<i64>)),
+            exact128("x as u64", &[n], to(saturate::<u64>)),
+            float("x as f32", &[n], rounded::<f32>(&x), Tol::EXACT),
+            float("x as f64", &[n], x.clone(), Tol::EXACT),
+        ];
+        assert_outputs(&format!("{} casts, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn float_select<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, T) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_special::<T>(n, -3.0, 3.0);
+        let y = rng.floats_special::<T>(n, -3.0, 3.0);
+        let t = T::from_f64(rng.uniform(0.5, 1.5));
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n]), t).unwrap();
+        let t: f64 = t.into();
+        let pick = |x: f64, y: f64| {
+            if x > t {
+                x * y
+            } else if x < -t {
+                y
+            } else {
+                0.5 * x
+            }
+        };
+        let want = rounded::<T>(&map2(&f64s(&x), &f64s(&y), pick));
+        let want = [float(
+            "if x > t {..} else if x < -t {..} else {..}",
+            &[n],
+            want,
+            Tol::EXACT,
+        )];
+        assert_outputs(&format!("{} select, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// The wanted float reductions over `axis` of `x` (sum, max, min, mean) and `y` (prod), of
+/// `shape`, each output with the shape `out`.
+fn float_folds<T: Float>(
+    x: &[T],
+    y: &[T],
+    shape: &[usize],
+    axis: usize,
+    out: &[usize],
+) -> Vec<Expect> {
+    let r = FloatFolds::new(&f64s(x), &f64s(y), shape, axis);
+    vec![
+        float("sum", out, r.sum, sum_tol::<T>(&r.abs_sum)),
+        float("prod", out, r.prod, prod_tol::<T>(shape[axis])),
+        float("max", out, r.max, Tol::EXACT),
+        float("min", out, r.min, Tol::EXACT),
+        float("mean", out, r.mean, mean_tol::<T>(&r.abs_sum, shape[axis])),
+    ]
+}
+
+fn float_reduce_all<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<T>(n, -10.0, 10.0);
+        let y = rng.factors::<T>(n);
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n])).unwrap();
+        let mut want = float_folds(&x, &y, &[n], 0, &[]);
+        let (max, min) = (
+            f64s(&x).iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b)),
+            f64s(&x).iter().fold(f64::INFINITY, |a, &b| a.min(b)),
+        );
+        want.push(float(
+            "max(x) - min(x)",
+            &[],
+            rounded::<T>(&[max - min]),
+            Tol::EXACT,
+        ));
+        let xy = rounded::<T>(&map2(&f64s(&x), &f64s(&y), |a, b| a * b));
+        want.push(float("x * y", &[n], xy, Tol::EXACT));
+        assert_outputs(&format!("{} reduce_all, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// NaN: sums and means become NaN, max and min skip it (all NaN gives their identity).
+fn float_reduce_nan<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, nans) in [(1, 1), (3, 3), (33, 2), (4097, 40)] {
+        let mut x = rng.floats::<T>(n, -10.0, 10.0);
+        for _ in 0..nans {
+            x[rng.below(n as u64) as usize] = T::SPECIALS[0];
+        }
+        let y = rng.factors::<T>(n);
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n])).unwrap();
+        let finite: Vec<f64> = f64s(&x).into_iter().filter(|v| !v.is_nan()).collect();
+        let max = finite.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+        let min = finite.iter().fold(f64::INFINITY, |a, &b| a.min(b));
+        let out = got.read();
+        let scalar = |j: usize| match &out[j].values {
+            Values::Float(v) => v[0],
+            Values::Exact(_) => unreachable!("a float output"),
+        };
+        let what = format!("{} reduce_all with NaN, n = {n}", T::NAME);
+        assert!(
+            scalar(0).is_nan(),
+            "{what}: sum(x) = {}, want NaN",
+            scalar(0)
+        );
+        assert_eq!((scalar(2), scalar(3)), (max, min), "{what}: max(x), min(x)");
+        assert!(
+            scalar(4).is_nan(),
+            "{what}: mean(x) = {}, want NaN",
+            scalar(4)
+        );
+    }
+}
+
+/// The 2-D reductions over `cols` (`rows_kernel`) and over `rows` (`cols_kernel`).
+fn float_reduce_2d<T: Float, R: Outputs, C: Outputs>(
+    rows_kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+    cols_kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<C, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let x = rng.floats::<T>(rows * cols, -10.0, 10.0);
+        let y = rng.factors::<T>(rows * cols);
+        let (bx, by) = (put(&dev, &x, &s), put(&dev, &y, &s));
+        let got = rows_kernel(&dev, &bx, &by).unwrap();
+        let what = format!("{} reduce over cols, {rows} x {cols}", T::NAME);
+        assert_outputs(&what, &got, &float_folds(&x, &y, &s, 1, &[rows]));
+        let got = cols_kernel(&dev, &bx, &by).unwrap();
+        let what = format!("{} reduce over rows, {rows} x {cols}", T::NAME);
+        assert_outputs(&what, &got, &float_folds(&x, &y, &s, 0, &[cols]));
+    }
+}
+
+/// The 3-D reductions over the middle dim `t` and the last dim `c`.
+fn float_reduce_3d<T: Float, M: Outputs, L: Outputs>(
+    mid_kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<M, Error>,
+    last_kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<L, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (b, t, c) in SHAPES_3D {
+        let s = [b, t, c];
+        let x = rng.floats::<T>(b * t * c, -10.0, 10.0);
+        let y = rng.factors::<T>(b * t * c);
+        let (bx, by) = (put(&dev, &x, &s), put(&dev, &y, &s));
+        let got = mid_kernel(&dev, &bx, &by).unwrap();
+        let what = format!("{} reduce over t, {b} x {t} x {c}", T::NAME);
+        assert_outputs(&what, &got, &float_folds(&x, &y, &s, 1, &[b, c]));
+        let got = last_kernel(&dev, &bx, &by).unwrap();
+        let what = format!("{} reduce over c, {b} x {t} x {c}", T::NAME);
+        assert_outputs(&what, &got, &float_folds(&x, &y, &s, 2, &[b, t]));
+    }
+}
+
+macro_rules! float_tests {
+    ($module:ident) => {
+        mod $module {
+            use super::*;
+            use kernels::$module;
+
+            #[test]
+            fn arith() {
+                float_arith($module::arith);
+            }
+
+            #[test]
+            fn compare() {
+                float_compare($module::compare);
+            }
+
+            #[test]
+            fn literals() {
+                float_literals($module::literals);
+            }
+
+            #[test]
+            fn exp_log() {
+                float_exp_log($module::exp_log);
+            }
+
+            #[test]
+            fn trig() {
+                float_trig($module::trig);
+            }
+
+            #[test]
+            fn hyperbolic() {
+                float_hyperbolic($module::hyperbolic);
+            }
+
+            #[test]
+            fn rounding() {
+                float_rounding($module::rounding);
+            }
+
+            #[test]
+            fn binary() {
+                float_binary($module::binary);
+            }
+
+            #[test]
+            fn powi_each() {
+                float_powi_each($module::powi_each);
+            }
+
+            #[test]
+            fn tests() {
+                float_tests($module::tests);
+            }
+
+            #[test]
+            fn ml() {
+                float_ml($module::ml);
+            }
+
+            #[test]
+            fn casts() {
+                float_casts($module::casts);
+            }
+
+            #[test]
+            fn select() {
+                float_select($module::select);
+            }
+
+            #[test]
+            fn reduce_all() {
+                float_reduce_all($module::reduce_all);
+            }
+
+            #[test]
+            fn reduce_nan() {
+                float_reduce_nan($module::reduce_all);
+            }
+
+            #[test]
+            fn reduce_2d() {
+                float_reduce_2d($module::reduce_rows, $module::reduce_cols);
+            }
+
+            #[test]
+            fn reduce_3d() {
+                float_reduce_3d($module::reduce_mid, $module::reduce_last);
+            }
+        }
+    };
+}
+
+float_tests!(f32s);
+float_tests!(f64s);
+
+// ---------------------------------------------------------------------------------------------
+// Integer kernels, once per integer type, against exact references in i128.
+
+fn i128s<T: Int>(v: &[T]) -> Vec<i128> {
+    v.iter().map(|&x| x.to_i128()).collect()
+}
+
+/// `v` wrapped to `T`, as two's complement arithmetic does.
+fn wrap<T: Int>(v: i128) -> i128 {
+    T::from_i128(v).to_i128()
+}
+
+/// A shift amount as the language takes it: its low bits, masked to the bit width of `T`.
+fn amount<T: Int>(s: i128) -> u32 {
+    (s as u32) & (T::BITS - 1)
+}
+
+/// The bits of `v` as an unsigned number of `T::BITS` bits.
+fn bits<T: Int>(v: i128) -> u128 {
+    (v as u128) & (u128::MAX >> (128 - T::BITS))
+}
+
+fn zip_wrap<T: Int>(a: &[i128], b: &[i128], f: impl Fn(i128, i128) -> i128) -> Vec<i128> {
+    a.iter().zip(b).map(|(&a, &b)| wrap::<T>(f(a, b))).collect()
+}
+
+fn int_arith<T: Int, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (mut a, mut b) = (rng.ints::<T>(n), rng.ints::<T>(n));
+        if n >= 33 {
+            // The edges of division: `MIN / -1`, and division by zero.
+            let (min, zero, minus_one) = (T::MIN, T::from_i128(0), T::from_i128(-1));
+            (a[0], b[0], a[1], b[1], b[2]) = (min, minus_one, min, zero, zero);
+        }
+        let got = kernel(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let (a, b) = (i128s(&a), i128s(&b));
+        let each = |name, f: fn(i128, i128) -> i128| exact128(name, &[n], zip_wrap::<T>(&a, &b, f));
+        let want = [
+            each("a + b", |a, b| a + b),
+            each("a - b", |a, b| a - b),
+            each("a * b", i128::wrapping_mul),
+            // Total: `x / 0 == 0`, `x % 0 == x`; `MIN / -1` wraps to MIN, `MIN % -1 == 0`.
+            each("a / b", |a, b| if b == 0 { 0 } else { a / b }),
+            each("a % b", |a, b| if b == 0 { a } else { a % b }),
+        ];
+        assert_outputs(&format!("{} arith, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn int_bits<T: Int, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, &Buffer<u32>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (a, b, s) = (rng.ints::<T>(n), rng.ints::<T>(n), rng.ints::<u32>(n));
+        let (ba, bb, bs) = (
+            put(&dev, &a, &[n]),
+            put(&dev, &b, &[n]),
+            put(&dev, &s, &[n]),
+        );
+        let got = kernel(&dev, &ba, &bb, &bs).unwrap();
+        let (a, b, s) = (i128s(&a), i128s(&b), i128s(&s));
+        let each = |name, y: &[i128], f: fn(i128, i128) -> i128| {
+            exact128(name, &[n], zip_wrap::<T>(&a, y, f))
+        };
+        let want = [
+            each("a & b", &b, |a, b| a & b),
+            each("a | b", &b, |a, b| a | b),
+            each("a ^ b", &b, |a, b| a ^ b),
+            each("!a", &b, |a, _| !a),
+            each("a << s", &s, |a, s| a.wrapping_shl(amount::<T>(s))),
+            // Arithmetic for signed types: `a` is sign-extended in i128.
+            each("a >> s", &s, |a, s| a >> amount::<T>(s)),
+            each("a << b", &b, |a, b| a.wrapping_shl(amount::<T>(b))),
+            each("a >> b", &b, |a, b| a >> amount::<T>(b)),
+        ];
+        assert_outputs(&format!("{} bits, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn int_compare<T: Int, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.ints::<T>(n);
+        let mut b = rng.ints::<T>(n);
+        for i in (0..n).step_by(3) {
+            b[i] = a[i];
+        }
+        let got = kernel(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let each = |name, f: fn(&T, &T) -> bool| {
+            exact(
+                name,
+                &[n],
+                &a.iter().zip(&b).map(|(a, b)| f(a, b)).collect::<Vec<_>>(),
+            )
+        };
+        let want = [
+            each("a == b", T::eq),
+            each("a != b", T::ne),
+            each("a < b", T::lt),
+            each("a <= b", T::le),
+            each("a > b", T::gt),
+            each("a >= b", T::ge),
+        ];
+        assert_outputs(&format!("{} compare, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn int_literals<T: Int, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>, T) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.ints::<T>(n);
+        let k = rng.ints::<T>(1)[0];
+        let got = kernel(&dev, &put(&dev, &a, &[n]), k).unwrap();
+        let (a, k) = (i128s(&a), k.to_i128());
+        let want = [
+            exact128(
+                "a * 3 + 1 - k",
+                &[n],
+                a.iter().map(|&a| wrap::<T>(a * 3 + 1 - k)).collect(),
+            ),
+            exact128(
+                "(a >> 1u32) ^ 5",
+                &[n],
+                a.iter().map(|&a| wrap::<T>((a >> 1) ^ 5)).collect(),
+            ),
+        ];
+        assert_outputs(&format!("{} literals, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// `a.pow(e)`, wrapping at every step.
+fn pow<T: Int>(a: i128, e: i128) -> i128 {
+    (0..e).fold(1, |acc, _| wrap::<T>(acc.wrapping_mul(a)))
+}
+
+fn int_funcs<T: Int, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, &Buffer<u32>, T, T) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (a, b) = (rng.ints::<T>(n), rng.ints::<T>(n));
+        let e = rng.ints_in::<u32>(n, 0, 70);
+        let (ba, bb, be) = (
+            put(&dev, &a, &[n]),
+            put(&dev, &b, &[n]),
+            put(&dev, &e, &[n]),
+        );
+        let (lo, hi) = {
+            let v = rng.ints::<T>(2);
+            (v[0].min(v[1]), v[0].max(v[1]))
+        };
+        let (a, b, e) = (i128s(&a), i128s(&b), i128s(&e));
+        for (lo, hi) in [(lo, hi), (hi, lo)] {
+            let got = kernel(&dev, &ba, &bb, &be, lo, hi).unwrap();
+            let (lo, hi) = (lo.to_i128(), hi.to_i128());
+            let each = |name, y: &[i128], f: &dyn Fn(i128, i128) -> i128| {
+                exact128(
+                    name,
+                    &[n],
+                    a.iter().zip(y).map(|(&a, &y)| f(a, y)).collect(),
+                )
+            };
+            let width = i128::from(T::BITS);
+            let want = [
+                each("a.max(b)", &b, &i128::max),
+                each("a.min(b)", &b, &i128::min),
+                each("a.clamp(lo, hi)", &b, &|a, _| clamp(a, lo, hi)),
+                each("a.pow(e)", &e, &pow::<T>),
+                each("count_ones(a)", &b, &|a, _| {
+                    bits::<T>(a).count_ones().into()
+                }),
+                each("a.leading_zeros()", &b, &|a, _| {
+                    i128::from(bits::<T>(a).leading_zeros()) - (128 - width)
+                }),
+                each("trailing_zeros(a)", &b, &|a, _| {
+                    i128::from(bits::<T>(a).trailing_zeros()).min(width)
+                }),
+            ];
+            let what = format!("{} funcs, n = {n}, lo = {lo}, hi = {hi}", T::NAME);
+            assert_outputs(&what, &got, &want);
+        }
+    }
+}
+
+fn int_casts<T: Int, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.ints::<T>(n);
+        let got = kernel(&dev, &put(&dev, &a, &[n])).unwrap();
+        let a = i128s(&a);
+        let to = |f: fn(i128) -> i128| a.iter().map(|&a| f(a)).collect::<Vec<_>>();
+        // Integer to float rounds to nearest, ties to even (as Rust's `as` from i128).
+        let want = [
+            exact128("a as i32", &[n], to(wrap::<i32>)),
+            exact128("a as u32", &[n], to(wrap::<u32>)),
+            exact128("a as i64", &[n], to(wrap::<i64>)),
+            exact128("a as u64", &[n], to(wrap::<u64>)),
+            float(
+                "a as f32",
+                &[n],
+                a.iter().map(|&a| f64::from(a as f32)).collect(),
+                Tol::EXACT,
+            ),
+            float(
+                "a as f64",
+                &[n],
+                a.iter().map(|&a| a as f64).collect(),
+                Tol::EXACT,
+            ),
+        ];
+        assert_outputs(&format!("{} casts, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn int_select<T: Int, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<bool>, &Buffer<T>, &Buffer<T>, T) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (c, a, b, k) = (
+            rng.bools(n),
+            rng.ints::<T>(n),
+            rng.ints::<T>(n),
+            rng.ints::<T>(1)[0],
+        );
+        let (bc, ba, bb) = (
+            put(&dev, &c, &[n]),
+            put(&dev, &a, &[n]),
+            put(&dev, &b, &[n]),
+        );
+        let got = kernel(&dev, &bc, &ba, &bb, k).unwrap();
+        let pick = |i: usize| {
+            if c[i] {
+                a[i]
+            } else if a[i] > b[i] {
+                b[i]
+            } else {
+                k
+            }
+        };
+        let want = [exact(
+            "if c {a} else if a > b {b} else {k}",
+            &[n],
+            &(0..n).map(pick).collect::<Vec<T>>(),
+        )];
+        assert_outputs(&format!("{} select, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// Integers for reductions: the full range, or all odd (so that products do not collapse to 0).
+fn reduce_inputs<T: Int>(rng: &mut Rng, n: usize, odd: bool) -> Vec<T> {
+    let v = rng.ints::<T>(n);
+    if odd {
+        v.into_iter()
+            .map(|x| T::from_i128(x.to_i128() | 1))
+            .collect()
+    } else {
+        v
+    }
+}
+
+/// The wanted integer reductions over `axis` (sum, prod, max, min, wrapping), each of shape `out`.
+fn int_folds<T: Int>(x: &[T], shape: &[usize], axis: usize, out: &[usize]) -> Vec<Expect> {
+    let x = i128s(x);
+    let fold = |init: i128, f: fn(i128, i128) -> i128| {
+        fold_axis(&x, shape, axis, init, |a, v| wrap::<T>(f(a, v)))
+    };
+    vec![
+        exact128("sum", out, fold(0, |a, v| a + v)),
+        exact128("prod", out, fold(1, i128::wrapping_mul)),
+        exact128("max", out, fold(T::MIN.to_i128(), i128::max)),
+        exact128("min", out, fold(T::MAX.to_i128(), i128::min)),
+    ]
+}
+
+fn int_reduce_all<T: Int, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, odd) in SIZES.into_iter().flat_map(|n| [(n, false), (n, true)]) {
+        let x = reduce_inputs::<T>(&mut rng, n, odd);
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let mut want = int_folds(&x, &[n], 0, &[]);
+        let spread = match (&want[2].values, &want[3].values) {
+            (Expected::Exact(max), Expected::Exact(min)) => wrap::<T>(max[0] - min[0]),
+            _ => unreachable!("integer folds"),
+        };
+        want.push(exact128("max(x) - min(x)", &[], vec![spread]));
+        want.push(exact128(
+            "x * 2",
+            &[n],
+            i128s(&x).iter().map(|&x| wrap::<T>(x * 2)).collect(),
+        ));
+        assert_outputs(
+            &format!("{} reduce_all, n = {n}, odd = {odd}", T::NAME),
+            &got,
+            &want,
+        );
+    }
+}
+
+fn int_reduce_2d<T: Int, R: Outputs, C: Outputs>(
+    rows_kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>,
+    cols_kernel: impl Fn(&Device, &Buffer<T>) -> Result<C, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for ((rows, cols), odd) in SHAPES_2D.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+        let s = [rows, cols];
+        let x = reduce_inputs::<T>(&mut rng, rows * cols, odd);
+        let bx = put(&dev, &x, &s);
+        let what = format!("{} reduce over cols, {rows} x {cols}, odd = {odd}", T::NAME);
+        assert_outputs(
+            &what,
+            &rows_kernel(&dev, &bx).unwrap(),
+            &int_folds(&x, &s, 1, &[rows]),
+        );
+        let what = format!("{} reduce over rows, {rows} x {cols}, odd = {odd}", T::NAME);
+        assert_outputs(
+            &what,
+            &cols_kernel(&dev, &bx).unwrap(),
+            &int_folds(&x, &s, 0, &[cols]),
+        );
+    }
+}
+
+fn int_reduce_3d<T: Int, M: Outputs, L: Outputs>(
+    mid_kernel: impl Fn(&Device, &Buffer<T>) -> Result<M, Error>,
+    last_kernel: impl Fn(&Device, &Buffer<T>) -> Result<L, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for ((b, t, c), odd) in SHAPES_3D.into_iter().flat_map(|s| [(s, false), (s, true)]) {
+        let s = [b, t, c];
+        let x = reduce_inputs::<T>(&mut rng, b * t * c, odd);
+        let bx = put(&dev, &x, &s);
+        let what = format!("{} reduce over t, {b} x {t} x {c}, odd = {odd}", T::NAME);
+        assert_outputs(
+            &what,
+            &mid_kernel(&dev, &bx).unwrap(),
+            &int_folds(&x, &s, 1, &[b, c]),
+        );
+        let what = format!("{} reduce over c, {b} x {t} x {c}, odd = {odd}", T::NAME);
+        assert_outputs(
+            &what,
+            &last_kernel(&dev, &bx).unwrap(),
+            &int_folds(&x, &s, 2, &[b, t]),
+        );
+    }
+}
+
+/// `-a`, `a.abs()` and `signum(a)` of the signed types, wrapping (`MIN.abs() == MIN`).
+fn int_signed<T: Int, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.ints::<T>(n);
+        let got = kernel(&dev, &put(&dev, &a, &[n])).unwrap();
+        let a = i128s(&a);
+        let each = |name, f: fn(i128) -> i128| {
+            exact128(name, &[n], a.iter().map(|&a| wrap::<T>(f(a))).collect())
+        };
+        let want = [
+            each("-a", |a| -a),
+            each("a.abs()", i128::abs),
+            each("signum(a)", i128::signum),
+        ];
+        assert_outputs(&format!("{} signed, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+macro_rules! int_tests {
+    ($module:ident $(, $signed:ident)?) => {
+        mod $module {
+            use super::*;
+            use kernels::$module;
+
+            #[test]
+            fn arith() {
+                int_arith($module::arith);
+            }
+
+            #[test]
+            fn bits() {
+                int_bits($module::bits);
+            }
+
+            #[test]
+            fn compare() {
+                int_compare($module::compare);
+            }
+
+            #[test]
+            fn literals() {
+                int_literals($module::literals);
+            }
+
+            #[test]
+            fn funcs() {
+                int_funcs($module::funcs);
+            }
+
+            #[test]
+            fn casts() {
+                int_casts($module::casts);
+            }
+
+            #[test]
+            fn select() {
+                int_select($module::select);
+            }
+
+            #[test]
+            fn reduce_all() {
+                int_reduce_all($module::reduce_all);
+            }
+
+            #[test]
+            fn reduce_2d() {
+                int_reduce_2d($module::reduce_rows, $module::reduce_cols);
+            }
+
+            #[test]
+            fn reduce_3d() {
+                int_reduce_3d($module::reduce_mid, $module::reduce_last);
+            }
+
+            $(
+                #[test]
+                fn $signed() {
+                    int_signed($module::$signed);
+                }
+            )?
+        }
+    };
+}
+
+int_tests!(i32s, signed);
+int_tests!(u32s);
+int_tests!(i64s, signed);
+int_tests!(u64s);
+
+// ---------------------------------------------------------------------------------------------
+// `bool` and scalars.
+
+#[test]
+fn bool_logic() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (a, b) = (rng.bools(n), rng.bools(n));
+        let got = kernels::logic(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let each = |name, f: fn(bool, bool) -> bool| {
+            exact(
+                name,
+                &[n],
+                &a.iter().zip(&b).map(|(&a, &b)| f(a, b)).collect::<Vec<_>>(),
+            )
+        };
+        let want = [
+            each("a && b", |a, b| a && b),
+            each("a || b", |a, b| a || b),
+            each("!a", |a, _| !a),
+            each("a & b", |a, b| a & b),
+            each("a | b", |a, b| a | b),
+            each("a ^ b", |a, b| a ^ b),
+            each("a == b", |a, b| a == b),
+            each("a != b", |a, b| a != b),
+        ];
+        assert_outputs(&format!("logic, n = {n}"), &got, &want);
+    }
+}
+
+#[test]
+fn bool_casts_are_zero_or_one() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.bools(n);
+        let got = kernels::bool_casts(&dev, &put(&dev, &a, &[n])).unwrap();
+        let ones: Vec<i128> = a.iter().map(|&a| i128::from(a)).collect();
+        let want = ["a as i32", "a as u32", "a as i64", "a as u64"]
+            .map(|name| exact128(name, &[n], ones.clone()));
+        assert_outputs(&format!("bool_casts, n = {n}"), &got, &want);
+    }
+}
+
+#[test]
+fn bool_scalar_picks_a_tensor() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (a, b) = (
+        rng.floats::<f32>(33, -1.0, 1.0),
+        rng.floats::<f32>(33, -1.0, 1.0),
+    );
+    let (ba, bb) = (put(&dev, &a, &[33]), put(&dev, &b, &[33]));
+    assert_eq!(host(&kernels::pick(&dev, true, &ba, &bb).unwrap()), a);
+    assert_eq!(host(&kernels::pick(&dev, false, &ba, &bb).unwrap()), b);
+}
+
+#[test]
+fn bool_counted_per_row() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let a = rng.bools(rows * cols);
+        let got = kernels::count_true(&dev, &put(&dev, &a, &[rows, cols])).unwrap();
+        let want = fold_axis(&a, &[rows, cols], 1, 0u32, |n, b| n + u32::from(b));
+        assert_outputs(
+            &format!("count_true, {rows} x {cols}"),
+            &got,
+            &[exact("sum(a as u32, cols)", &[rows], &want)],
+        );
+    }
+}
+
+#[test]
+fn scalar_outputs_have_shape_empty() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let a = rng.floats::<f32>(1, -100.0, 100.0)[0];
+    let b = rng.ints::<i64>(1)[0];
+    let (x, y, z) = kernels::scalars(&dev, a, b, true).unwrap();
+    assert_eq!(
+        (x.shape(), y.shape(), z.shape()),
+        (&[][..], &[][..], &[][..])
+    );
+    assert_eq!((x.len(), y.len(), z.len()), (1, 1, 1));
+    assert_eq!(host(&x), [a * 2.0 + 1.0]);
+    assert_eq!(host(&y), [b.wrapping_mul(3).wrapping_sub(1)]);
+    assert_eq!(host(&z), [false]);
+    let sum = kernels::sum_exp(&dev, &put(&dev, &[0.0f32, 0.0], &[2])).unwrap();
+    assert_eq!((sum.shape(), host(&sum)), (&[][..], vec![2.0]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broadcasting and fixed dims.
+
+/// `x * r + c - s` rounds three times; each term bounds its error.
+#[test]
+fn broadcast_rows_and_cols() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let (r, c) = (
+            rng.floats::<f32>(rows, -3.0, 3.0),
+            rng.floats::<f32>(cols, -3.0, 3.0),
+        );
+        let s = rng.uniform(-3.0, 3.0) as f32;
+        let (bx, br, bc) = (
+            put(&dev, &x, &[rows, cols]),
+            put(&dev, &r, &[rows]),
+            put(&dev, &c, &[cols]),
+        );
+        let got = kernels::bcast(&dev, &bx, &br, &bc, s).unwrap();
+        let (x, r, c, s) = (f64s(&x), f64s(&r), f64s(&c), f64::from(s));
+        let at = |i: usize| (x[i] * r[i / cols], c[i % cols]);
+        let want: Vec<f64> = (0..rows * cols).map(|i| at(i).0 + at(i).1 - s).collect();
+        let scale: Vec<f64> = (0..rows * cols)
+            .map(|i| at(i).0.abs() + at(i).1.abs() + s.abs())
+            .collect();
+        let want = [float(
+            "x * r + c - s",
+            &[rows, cols],
+            want,
+            ulps::<f32>(&scale, 3.0),
+        )];
+        assert_outputs(&format!("bcast, {rows} x {cols}"), &got, &want);
+    }
+}
+
+#[test]
+fn broadcast_integers() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let x = rng.ints::<i64>(rows * cols);
+        let (r, c) = (rng.ints::<i64>(rows), rng.ints::<u32>(cols));
+        let (bx, br, bc) = (
+            put(&dev, &x, &[rows, cols]),
+            put(&dev, &r, &[rows]),
+            put(&dev, &c, &[cols]),
+        );
+        let got = kernels::bcast_int(&dev, &bx, &br, &bc).unwrap();
+        let want: Vec<i64> = (0..rows * cols)
+            .map(|i| (x[i] ^ r[i / cols]).wrapping_shl(c[i % cols]))
+            .collect();
+        assert_outputs(
+            &format!("bcast_int, {rows} x {cols}"),
+            &got,
+            &[exact("(x ^ r) << c", &[rows, cols], &want)],
+        );
+    }
+}
+
+#[test]
+fn fixed_dims() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<f32>(4 * n, -3.0, 3.0);
+        let (w, v) = (
+            rng.floats::<f32>(4, -3.0, 3.0),
+            rng.floats::<f32>(n, -3.0, 3.0),
+        );
+        let bx = put(&dev, &x, &[4, n]);
+        let got = kernels::fixed(&dev, &bx, &put(&dev, &w, &[4]), &put(&dev, &v, &[n])).unwrap();
+        let (x64, w64, v64) = (f64s(&x), f64s(&w), f64s(&v));
+        let terms = |i: usize| (x64[i] * w64[i / n], v64[i % n]);
+        let want = (0..4 * n).map(|i| terms(i).0 + terms(i).1).collect();
+        let scale: Vec<f64> = (0..4 * n)
+            .map(|i| terms(i).0.abs() + terms(i).1.abs())
+            .collect();
+        let want = float("x * w + v", &[4, n], want, ulps::<f32>(&scale, 2.0));
+        assert_outputs(&format!("fixed, 4 x {n}"), &got, &[want]);
+
+        let got = kernels::fixed_rows(&dev, &bx).unwrap();
+        let abs = fold_axis(&x64, &[4, n], 1, 0.0, |a, v| a + v.abs());
+        let want = float(
+            "sum(x, n)",
+            &[4],
+            fold_axis(&x64, &[4, n], 1, 0.0, |a, v| a + v),
+            sum_tol::<f32>(&abs),
+        );
+        assert_outputs(&format!("fixed_rows, 4 x {n}"), &got, &[want]);
+
+        let y = rng.floats::<f64>(n * 3, -3.0, 3.0);
+        let w = rng.floats::<f64>(3, -3.0, 3.0);
+        let got = kernels::fixed_last(&dev, &put(&dev, &y, &[n, 3]), &put(&dev, &w, &[3])).unwrap();
+        let want: Vec<f64> = (0..n * 3).map(|i| y[i] * w[i % 3] - 1.0).collect();
+        assert_outputs(
+            &format!("fixed_last, {n} x 3"),
+            &got,
+            &[float("x * w - 1", &[n, 3], want, Tol::EXACT)],
+        );
+    }
+}
+
+#[test]
+fn broadcast_3d() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (b, t, c) in SHAPES_3D {
+        let x = rng.floats::<f32>(b * t * c, -3.0, 3.0);
+        let (bc, tt) = (
+            rng.floats::<f32>(b * c, -3.0, 3.0),
+            rng.floats::<f32>(t, -3.0, 3.0),
+        );
+        let (px, pbc, ptt) = (
+            put(&dev, &x, &[b, t, c]),
+            put(&dev, &bc, &[b, c]),
+            put(&dev, &tt, &[t]),
+        );
+        let got = kernels::bcast3(&dev, &px, &pbc, &ptt).unwrap();
+        let bc_of = row_of(&[b, t, c], 1);
+        let (x, bc, tt) = (f64s(&x), f64s(&bc), f64s(&tt));
+        let terms = |i: usize| (x[i] * bc[bc_of[i]], tt[(i / c) % t]);
+        let want = (0..b * t * c).map(|i| terms(i).0 + terms(i).1).collect();
+        let scale: Vec<f64> = (0..b * t * c)
+            .map(|i| terms(i).0.abs() + terms(i).1.abs())
+            .collect();
+        let want = float("x * bc + tt", &[b, t, c], want, ulps::<f32>(&scale, 2.0));
+        assert_outputs(&format!("bcast3, {b} x {t} x {c}"), &got, &[want]);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The issue's examples and other reductions whose results broadcast back.
+
+/// Softmax of each row (axis 1) or column (axis 0) of `x`, in f64.
+fn softmax_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
+    let row = row_of(shape, axis);
+    let max = fold_axis(x, shape, axis, f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = x
+        .iter()
+        .zip(&row)
+        .map(|(&v, &r)| (v - max[r]).exp())
+        .collect();
+    let sum = fold_axis(&e, shape, axis, 0.0, |a, v| a + v);
+    e.iter().zip(&row).map(|(&v, &r)| v / sum[r]).collect()
+}
+
+/// Log-sum-exp of each row over `axis`, in f64.
+fn logsumexp_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
+    let max = fold_axis(x, shape, axis, f64::NEG_INFINITY, f64::max);
+    let row = row_of(shape, axis);
+    let e: Vec<f64> = x
+        .iter()
+        .zip(&row)
+        .map(|(&v, &r)| (v - max[r]).exp())
+        .collect();
+    let sum = fold_axis(&e, shape, axis, 0.0, |a, v| a + v);
+    max.iter().zip(&sum).map(|(m, s)| m + s.ln()).collect()
+}
+
+#[test]
+fn issue_softplus() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, -10.0, 10.0);
+        let got = kernels::softplus(&dev, &put(&dev, &x, &[n])).unwrap();
+        let want = map1(&f64s(&x), |x| x.exp().ln_1p());
+        assert_outputs(
+            &format!("softplus, n = {n}"),
+            &got,
+            &[float("(x.exp() + 1.0).ln()", &[n], want, f32::math_tol())],
+        );
+    }
+}
+
+#[test]
+fn issue_sum_exp() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, -5.0, 5.0);
+        let got = kernels::sum_exp(&dev, &put(&dev, &x, &[n])).unwrap();
+        let e = map1(&f64s(&x), f64::exp);
+        let sum: f64 = e.iter().sum();
+        assert_outputs(
+            &format!("sum_exp, n = {n}"),
+            &got,
+            &[float(
+                "sum(x.exp())",
+                &[],
+                vec![sum],
+                sum_tol::<f32>(&[sum]),
+            )],
+        );
+    }
+}
+
+#[test]
+fn issue_softmax() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
+        let got = kernels::softmax(&dev, &put(&dev, &x, &s)).unwrap();
+        let want = float(
+            "softmax over cols",
+            &s,
+            softmax_ref(&f64s(&x), &s, 1),
+            f32::math_tol(),
+        );
+        assert_outputs(&format!("softmax, {rows} x {cols}"), &got, &[want]);
+
+        let got = kernels::col_softmax(&dev, &put(&dev, &x, &s)).unwrap();
+        let want = float(
+            "softmax over rows",
+            &s,
+            softmax_ref(&f64s(&x), &s, 0),
+            f32::math_tol(),
+        );
+        assert_outputs(&format!("col_softmax, {rows} x {cols}"), &got, &[want]);
+
+        let got = kernels::softmax_stats(&dev, &put(&dev, &x, &s)).unwrap();
+        let x64 = f64s(&x);
+        let want = [
+            float("softmax", &s, softmax_ref(&x64, &s, 1), f32::math_tol()),
+            float(
+                "max",
+                &[rows],
+                fold_axis(&x64, &s, 1, f64::NEG_INFINITY, f64::max),
+                Tol::EXACT,
+            ),
+            float(
+                "logsumexp",
+                &[rows],
+                logsumexp_ref(&x64, &s, 1),
+                f32::math_tol(),
+            ),
+        ];
+        assert_outputs(&format!("softmax_stats, {rows} x {cols}"), &got, &want);
+
+        let x = rng.floats::<f64>(rows * cols, -10.0, 10.0);
+        let got = kernels::softmax_f64(&dev, &put(&dev, &x, &s)).unwrap();
+        let want = float(
+            "softmax over cols",
+            &s,
+            softmax_ref(&x, &s, 1),
+            f64::math_tol(),
+        );
+        assert_outputs(&format!("softmax_f64, {rows} x {cols}"), &got, &[want]);
+    }
+}
+
+#[test]
+fn softmax_3d_middle_and_last() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (b, t, c) in SHAPES_3D {
+        let s = [b, t, c];
+        let x = rng.floats::<f32>(b * t * c, -10.0, 10.0);
+        let x64 = f64s(&x);
+        let got = kernels::softmax_mid(&dev, &put(&dev, &x, &s)).unwrap();
+        let want = float(
+            "softmax over t",
+            &s,
+            softmax_ref(&x64, &s, 1),
+            f32::math_tol(),
+        );
+        assert_outputs(&format!("softmax_mid, {b} x {t} x {c}"), &got, &[want]);
+        let got = kernels::softmax_last(&dev, &put(&dev, &x, &s)).unwrap();
+        let want = [
+            float(
+                "softmax over c",
+                &s,
+                softmax_ref(&x64, &s, 2),
+                f32::math_tol(),
+            ),
+            float(
+                "logsumexp over c",
+                &[b, t],
+                logsumexp_ref(&x64, &s, 2),
+                f32::math_tol(),
+            ),
+        ];
+        assert_outputs(&format!("softmax_last, {b} x {t} x {c}"), &got, &want);
+    }
+}
+
+/// Per-row mean and `rsqrt(variance + eps)`, in f64.
+fn moments(x: &[f64], rows: usize, cols: usize, eps: f64) -> (Vec<f64>, Vec<f64>) {
+    let s = [rows, cols];
+    let mean: Vec<f64> = fold_axis(x, &s, 1, 0.0, |a, v| a + v)
+        .iter()
+        .map(|v| v / cols as f64)
+        .collect();
+    let d2: Vec<f64> = (0..rows * cols)
+        .map(|i| (x[i] - mean[i / cols]).powi(2))
+        .collect();
+    let var = fold_axis(&d2, &s, 1, 0.0, |a, v| a + v);
+    (
+        mean,
+        var.iter()
+            .map(|v| 1.0 / (v / cols as f64 + eps).sqrt())
+            .collect(),
+    )
+}
+
+#[test]
+fn issue_layernorm() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        // Rows with offsets, so that centring matters.
+        let offsets: Vec<f64> = (0..rows).map(|_| rng.uniform(-5.0, 5.0)).collect();
+        let x: Vec<f32> = (0..rows * cols)
+            .map(|i| (rng.uniform(-3.0, 3.0) + offsets[i / cols]) as f32)
+            .collect();
+        let (g, b) = (
+            rng.floats::<f32>(cols, -2.0, 2.0),
+            rng.floats::<f32>(cols, -2.0, 2.0),
+        );
+        let eps = 1e-5f32;
+        let (bx, bg, bb) = (
+            put(&dev, &x, &s),
+            put(&dev, &g, &[cols]),
+            put(&dev, &b, &[cols]),
+        );
+        let got = kernels::layernorm(&dev, &bx, &bg, &bb, eps).unwrap();
+        let (x, g, b) = (f64s(&x), f64s(&g), f64s(&b));
+        let (mean, rstd) = moments(&x, rows, cols, f64::from(eps));
+        let y = (0..rows * cols)
+            .map(|i| (x[i] - mean[i / cols]) * rstd[i / cols] * g[i % cols] + b[i % cols]);
+        let want = [
+            float("y", &s, y.collect(), Tol::close(1e-5, 1e-5)),
+            float("rstd", &[rows], rstd, Tol::close(1e-5, 0.0)),
+        ];
+        assert_outputs(&format!("layernorm, {rows} x {cols}"), &got, &want);
+    }
+}
+
+#[test]
+fn issue_rmsnorm() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let (x, w) = (
+            rng.floats::<f32>(rows * cols, -3.0, 3.0),
+            rng.floats::<f32>(cols, -2.0, 2.0),
+        );
+        let eps = 1e-6f32;
+        let got = kernels::rmsnorm(&dev, &put(&dev, &x, &s), &put(&dev, &w, &[cols]), eps).unwrap();
+        let (x, w) = (f64s(&x), f64s(&w));
+        let ms = fold_axis(&x, &s, 1, 0.0, |a, v| a + v * v);
+        let r: Vec<f64> = ms
+            .iter()
+            .map(|m| 1.0 / (m / cols as f64 + f64::from(eps)).sqrt())
+            .collect();
+        let y = (0..rows * cols)
+            .map(|i| x[i] * r[i / cols] * w[i % cols])
+            .collect();
+        assert_outputs(
+            &format!("rmsnorm, {rows} x {cols}"),
+            &got,
+            &[float("y", &s, y, Tol::close(1e-5, 1e-6))],
+        );
+    }
+}
+
+#[test]
+fn issue_bias_grad() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let g = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let got = kernels::bias_grad(&dev, &put(&dev, &g, &s)).unwrap();
+        let g = f64s(&g);
+        let abs = fold_axis(&g, &s, 0, 0.0, |a, v| a + v.abs());
+        let want = float(
+            "sum(g, rows)",
+            &[cols],
+            fold_axis(&g, &s, 0, 0.0, |a, v| a + v),
+            sum_tol::<f32>(&abs),
+        );
+        assert_outputs(&format!("bias_grad, {rows} x {cols}"), &got, &[want]);
+    }
+}
+
+#[test]
+fn products_summed_per_row_and_column() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let (a, v) = (
+            rng.floats::<f32>(rows * cols, -3.0, 3.0),
+            rng.floats::<f32>(cols, -3.0, 3.0),
+        );
+        let got = kernels::matvec(&dev, &put(&dev, &a, &s), &put(&dev, &v, &[cols])).unwrap();
+        let av: Vec<f64> = (0..rows * cols)
+            .map(|i| f64::from(a[i]) * f64::from(v[i % cols]))
+            .collect();
+        let abs = fold_axis(&av, &s, 1, 0.0, |a, v| a + v.abs());
+        let want = float(
+            "sum(a * v, cols)",
+            &[rows],
+            fold_axis(&av, &s, 1, 0.0, |a, v| a + v),
+            sum_tol::<f32>(&abs),
+        );
+        assert_outputs(&format!("matvec, {rows} x {cols}"), &got, &[want]);
+
+        let (a, u) = (
+            rng.floats::<f64>(rows * cols, -3.0, 3.0),
+            rng.floats::<f64>(rows, -3.0, 3.0),
+        );
+        let got = kernels::vecmat(&dev, &put(&dev, &a, &s), &put(&dev, &u, &[rows])).unwrap();
+        let au: Vec<f64> = (0..rows * cols).map(|i| a[i] * u[i / cols]).collect();
+        let abs = fold_axis(&au, &s, 0, 0.0, |a, v| a + v.abs());
+        let want = float(
+            "sum(a * u, rows)",
+            &[cols],
+            fold_axis(&au, &s, 0, 0.0, |a, v| a + v),
+            sum_tol::<f64>(&abs),
+        );
+        assert_outputs(&format!("vecmat, {rows} x {cols}"), &got, &[want]);
+    }
+}
+
+#[test]
+fn column_means_broadcast_back() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let got = kernels::center_cols(&dev, &put(&dev, &x, &s)).unwrap();
+        let x = f64s(&x);
+        let mean: Vec<f64> = fold_axis(&x, &s, 0, 0.0, |a, v| a + v)
+            .iter()
+            .map(|v| v / rows as f64)
+            .collect();
+        let centred = (0..rows * cols).map(|i| x[i] - mean[i % cols]).collect();
+        let want = [
+            float("x - mean(x, rows)", &s, centred, Tol::close(0.0, 4e-6)),
+            float("mean(x, rows)", &[cols], mean, Tol::close(0.0, 1e-6)),
+        ];
+        assert_outputs(&format!("center_cols, {rows} x {cols}"), &got, &want);
+    }
+}
+
+#[test]
+fn comparisons_counted_per_row() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let x = rng.ints::<i32>(rows * cols);
+        let got = kernels::count_positive(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        let want = fold_axis(&x, &[rows, cols], 1, 0u32, |n, v| n + u32::from(v > 0));
+        let want = [exact("sum((x > 0) as u32, cols)", &[rows], &want)];
+        assert_outputs(&format!("count_positive, {rows} x {cols}"), &got, &want);
+    }
+}
+
+#[test]
+fn full_reductions_combined_into_scalars() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let s = rng.uniform(-2.0, 2.0) as f32;
+        let got = kernels::norms(&dev, &put(&dev, &x, &[n]), s).unwrap();
+        let x64 = f64s(&x);
+        let l1: f64 = x64.iter().map(|v| v.abs()).sum();
+        let l2: f64 = x64.iter().map(|v| v * v).sum();
+        let max = x.iter().fold(f32::NEG_INFINITY, |a, v| a.max(v.abs()));
+        let want = [
+            float("sum(x.abs())", &[], vec![l1], sum_tol::<f32>(&[l1])),
+            float(
+                "sum(x * x).sqrt()",
+                &[],
+                vec![l2.sqrt()],
+                Tol::close(1e-5, 0.0),
+            ),
+            float(
+                "max(x.abs()) * s",
+                &[],
+                vec![f64::from(max * s)],
+                Tol::EXACT,
+            ),
+            float(
+                "x * s",
+                &[n],
+                f64s(&x.iter().map(|v| v * s).collect::<Vec<f32>>()),
+                Tol::EXACT,
+            ),
+        ];
+        assert_outputs(&format!("norms, n = {n}"), &got, &want);
+    }
+    for (rows, cols) in SHAPES_2D {
+        let x = rng.floats::<f64>(rows * cols, -3.0, 3.0);
+        let got = kernels::total(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        let (sum, abs): (f64, f64) = (x.iter().sum(), x.iter().map(|v| v.abs()).sum());
+        let sq: f64 = x.iter().map(|v| v * v).sum();
+        let want = [
+            float("sum(x)", &[], vec![sum], sum_tol::<f64>(&[abs])),
+            float(
+                "min(x)",
+                &[],
+                vec![x.iter().fold(f64::INFINITY, |a, &b| a.min(b))],
+                Tol::EXACT,
+            ),
+            float(
+                "mean(x * x)",
+                &[],
+                vec![sq / (rows * cols) as f64],
+                Tol::close(1e-12, 0.0),
+            ),
+        ];
+        assert_outputs(&format!("total, {rows} x {cols}"), &got, &want);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The generated API: the write-into form and shape errors.
+
+#[test]
+fn into_writes_preallocated_outputs() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (rows, cols) = (37, 33);
+    let s = [rows, cols];
+    let x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
+    let bx = put(&dev, &x, &s);
+    // Outputs start out holding other values, which must all be overwritten.
+    let mut out = put(&dev, &vec![f32::NAN; rows * cols], &s);
+    kernels::softmax::into(&dev, &bx, &mut out).unwrap();
+    assert_eq!(host(&out), host(&kernels::softmax(&dev, &bx).unwrap()));
+    assert_close(
+        "softmax::into",
+        &host(&out),
+        &softmax_ref(&f64s(&x), &s, 1),
+        &f32::math_tol(),
+    );
+
+    let (g, b) = (
+        rng.floats::<f32>(cols, -2.0, 2.0),
+        rng.floats::<f32>(cols, -2.0, 2.0),
+    );
+    let (bg, bb) = (put(&dev, &g, &[cols]), put(&dev, &b, &[cols]));
+    let mut out0 = put(&dev, &vec![7.0f32; rows * cols], &s);
+    let mut out1 = put(&dev, &vec![7.0f32; rows], &[rows]);
+    kernels::layernorm::into(&dev, &bx, &bg, &bb, 1e-5, &mut out0, &mut out1).unwrap();
+    let (y, rstd) = kernels::layernorm(&dev, &bx, &bg, &bb, 1e-5).unwrap();
+    assert_eq!((host(&out0), host(&out1)), (host(&y), host(&rstd)));
+    let (_, want_rstd) = moments(&f64s(&x), rows, cols, 1e-5);
+    assert_close(
+        "layernorm::into rstd",
+        &host(&out1),
+        &want_rstd,
+        &Tol::close(1e-5, 0.0),
+    );
+
+    // A scalar output is written into a buffer of shape [].
+    let mut total = put(&dev, &[0.0f32], &[]);
+    kernels::sum_exp::into(&dev, &put(&dev, &[0.0f32, 0.0, 0.0], &[3]), &mut total).unwrap();
+    assert_eq!(host(&total), [3.0]);
+}
+
+/// A launch-time error, which must be returned rather than panicking, and its message.
+#[track_caller]
+fn launch_error<R>(result: Result<R, Error>) -> (Error, String) {
+    match result {
+        Ok(_) => panic!("the call succeeded, but its shapes are wrong"),
+        Err(e) => {
+            let text = e.to_string();
+            (e, text)
+        }
+    }
+}
+
+/// A shape error's kernel, parameter, dim, expected and found sizes, and binding parameter.
+#[track_caller]
+fn shape_fields(e: &Error) -> (&str, &str, &str, usize, usize, Option<&str>) {
+    match e {
+        Error::Shape {
+            kernel,
+            param,
+            dim,
+            expected,
+            found,
+            bound_by,
+        } => (kernel, param, dim, *expected, *found, bound_by.as_deref()),
+        other => panic!("not a shape error: {other:?}"),
+    }
+}
+
+/// A rank error's kernel, parameter, and expected and found ranks.
+#[track_caller]
+fn rank_fields(e: &Error) -> (&str, &str, usize, usize) {
+    match e {
+        Error::Rank {
+            kernel,
+            param,
+            expected,
+            found,
+        } => (kernel, param, *expected, *found),
+        other => panic!("not a rank error: {other:?}"),
+    }
+}
+
+/// Asserts that `text` names every one of `parts`.
+#[track_caller]
+fn assert_names(text: &str, parts: &[&str]) {
+    for part in parts {
+        assert!(text.contains(part), "{text:?} does not name {part}");
+    }
+}
+
+#[test]
+fn wrong_dims_are_errors_naming_kernel_parameter_and_dim() {
+    let dev = Device::cpu();
+    let x = put(&dev, &[1.0f32; 6 * 5], &[6, 5]);
+    let (g, b) = (put(&dev, &[1.0f32; 5], &[5]), put(&dev, &[0.0f32; 4], &[4]));
+    let (e, text) = launch_error(kernels::layernorm(&dev, &x, &g, &b, 1e-5));
+    let want = ("layernorm", "beta", "cols", 5, 4, Some("x"));
+    assert_eq!(shape_fields(&e), want);
+    assert_names(&text, &["`layernorm`", "`beta`", "`cols`", "4", "5", "`x`"]);
+
+    // A wrong rank.
+    let (e, text) = launch_error(kernels::softmax(&dev, &g));
+    assert_eq!(rank_fields(&e), ("softmax", "x", 2, 1));
+    assert_names(&text, &["`softmax`", "`x`", "rank 1", "rank 2"]);
+
+    // A fixed dim of the wrong size.
+    let (w5, v) = (put(&dev, &[1.0f32; 5], &[5]), put(&dev, &[1.0f32; 3], &[3]));
+    let x43 = put(&dev, &[0.0f32; 12], &[4, 3]);
+    let (e, text) = launch_error(kernels::fixed(&dev, &x43, &w5, &v));
+    let want = ("fixed", "w", "axis 0 (fixed size 4)", 4, 5, None);
+    assert_eq!(shape_fields(&e), want);
+    assert_names(&text, &["`fixed`", "`w`", "axis 0", "5", "4"]);
+
+    // Integer kernels and 3-D shapes are checked the same way.
+    let a = put(&dev, &[1i64; 24], &[2, 3, 4]);
+    let (e, text) = launch_error(kernels::i64s::arith(&dev, &a, &a));
+    assert_eq!(rank_fields(&e), ("arith", "a", 1, 3));
+    assert_names(&text, &["`arith`", "`a`"]);
+    let (x3, bc) = (
+        put(&dev, &[0.0f32; 24], &[2, 3, 4]),
+        put(&dev, &[0.0f32; 8], &[4, 2]),
+    );
+    let tt = put(&dev, &[0.0f32; 3], &[3]);
+    let (e, text) = launch_error(kernels::bcast3(&dev, &x3, &bc, &tt));
+    assert_eq!(shape_fields(&e), ("bcast3", "bc", "b", 2, 4, Some("x")));
+    assert_names(&text, &["`bcast3`", "`bc`", "`b`"]);
+}
+
+#[test]
+fn wrong_output_shapes_in_into_are_errors() {
+    let dev = Device::cpu();
+    let x = put(&dev, &[1.0f32; 6 * 5], &[6, 5]);
+    let mut out = put(&dev, &[0.0f32; 30], &[5, 6]);
+    let (e, text) = launch_error(kernels::softmax::into(&dev, &x, &mut out));
+    assert_eq!(
+        shape_fields(&e),
+        ("softmax", "out", "rows", 6, 5, Some("x"))
+    );
+    assert_names(&text, &["`softmax`", "`out`", "`rows`"]);
+    assert_eq!(
+        host(&out),
+        vec![0.0; 30],
+        "a failed call leaves its outputs alone"
+    );
+
+    let (g, b) = (put(&dev, &[1.0f32; 5], &[5]), put(&dev, &[0.0f32; 5], &[5]));
+    let mut out0 = put(&dev, &[0.0f32; 30], &[6, 5]);
+    let mut out1 = put(&dev, &[0.0f32; 5], &[5]);
+    let result = kernels::layernorm::into(&dev, &x, &g, &b, 1e-5, &mut out0, &mut out1);
+    let (e, text) = launch_error(result);
+    assert_eq!(
+        shape_fields(&e),
+        ("layernorm", "out1", "rows", 6, 5, Some("x"))
+    );
+    assert_names(&text, &["`layernorm`", "`out1`", "`rows`"]);
+
+    // A scalar output must have shape [], not [1].
+    let mut one = put(&dev, &[0.0f32], &[1]);
+    let x3 = put(&dev, &[0.0f32; 3], &[3]);
+    let (e, text) = launch_error(kernels::sum_exp::into(&dev, &x3, &mut one));
+    assert_eq!(rank_fields(&e), ("sum_exp", "out", 0, 1));
+    assert_names(&text, &["`sum_exp`", "`out`"]);
+}
+
+#[test]
+fn every_kernel_of_the_suite_is_registered() {
+    let names: Vec<&str> = fuse_runtime::kernels().map(|k| k.name).collect();
+    for name in [
+        "softplus",
+        "sum_exp",
+        "softmax",
+        "layernorm",
+        "bias_grad",
+        "rmsnorm",
+        "col_softmax",
+        "arith",
+        "reduce_mid",
+    ] {
+        assert!(
+            names.contains(&name),
+            "`{name}` is not in fuse_runtime::kernels()"
+        );
+    }
+    assert!(
+        kernels::layernorm::CUDA_SOURCE.contains("fuse_layernorm"),
+        "{}",
+        kernels::layernorm::CUDA_SOURCE
+    );
+}

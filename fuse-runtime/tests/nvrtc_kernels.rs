@@ -1,0 +1,76 @@
+//! Every kernel of the tests, examples and benches, compiled by NVRTC to CUBIN for sm_80 and
+//! sm_90, failing on any ptxas spill. The kernels reach this binary by including their files as
+//! modules; each registers itself with `fuse_runtime::kernels()`.
+//!
+//! NVRTC is loaded at run time: without it this test says why and passes, except under `CI=true`,
+//! where CI installs it and its absence is a failure.
+
+#[allow(dead_code)]
+#[path = "common/kernels.rs"]
+mod kernels;
+
+#[allow(dead_code)]
+#[path = "../../benches/kernels.rs"]
+mod bench_kernels;
+
+#[allow(dead_code)]
+#[path = "../../examples/quickstart.rs"]
+mod quickstart;
+
+#[allow(dead_code)]
+#[path = "../../examples/softmax.rs"]
+mod softmax;
+
+#[allow(dead_code)]
+#[path = "../../examples/layernorm.rs"]
+mod layernorm;
+
+use fuse_runtime::nvrtc;
+
+#[test]
+fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
+    if !nvrtc::is_available() {
+        let why = format!("NVRTC not found (searched {:?})", nvrtc::candidates());
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI must have NVRTC: {why}"
+        );
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let kernels: Vec<_> = fuse_runtime::kernels().collect();
+    assert!(
+        kernels.len() >= 5,
+        "only {} kernels registered",
+        kernels.len()
+    );
+    let mut failures = vec![];
+    for k in &kernels {
+        for arch in [80, 90] {
+            match nvrtc::compile(k.source, k.symbol, arch, &["--ptxas-options=-v"]) {
+                Ok(c) => {
+                    assert!(
+                        c.cubin.starts_with(b"\x7fELF"),
+                        "{} sm_{arch}: not a CUBIN",
+                        k.name
+                    );
+                    if let Some(line) = nvrtc::spills(&c.log) {
+                        failures.push(format!("{} sm_{arch} spills: {line}", k.name));
+                    }
+                }
+                Err(e) => failures.push(format!("{} sm_{arch}: {e}", k.name)),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} kernels failed:\n{}",
+        failures.len(),
+        kernels.len(),
+        failures.join("\n\n")
+    );
+    eprintln!(
+        "{} kernels compiled for sm_80 and sm_90 without spills",
+        kernels.len()
+    );
+}
