@@ -21,6 +21,11 @@ const SYNTAX: Syntax = Syntax {
     quot: |_, t, d| format!("(long long)fz_quot((unsigned long long){t}, dv{d})"),
 };
 
+/// The fewest blocks per SM a row kernel declares (`__launch_bounds__`): an explicit register
+/// bound (128 here). Without one, ptxas spilled live registers around the IEEE division's
+/// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded.
+const MIN_BLOCKS: u32 = 2;
+
 /// Elements per vector load in elementwise loops.
 const LANES: u32 = 4;
 
@@ -54,9 +59,14 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
     for h in &w.helpers {
         text.push_str(helper(h));
     }
+    let bound = if matches!(k.launch, Launch::Rows { .. }) {
+        format!(", {MIN_BLOCKS}")
+    } else {
+        String::new()
+    };
     let _ = write!(
         text,
-        "extern \"C\" __global__ void __launch_bounds__({BLOCK}) {}(\n{}) {{\n{body}}}\n",
+        "extern \"C\" __global__ void __launch_bounds__({BLOCK}{bound}) {}(\n{}) {{\n{body}}}\n",
         symbol(k),
         w.params()
     );
@@ -97,7 +107,7 @@ struct Cuda<'a> {
     out: String,
     indent: usize,
     helpers: BTreeSet<&'static str>,
-    /// Tensor parameters whose current element is in registers (`rc_<name>[k]`).
+    /// Tensor parameters whose current element is in registers (`rc_<name>[q].v[j]`).
     cached: Vec<usize>,
 }
 
@@ -292,10 +302,20 @@ impl Cuda<'_> {
         self.line(format!("const long long len = {};", self.layout.size(axis)));
         self.divisors(&rows);
         self.reciprocals(plan, "len");
+        let cached = self.cached_params(domain);
         // Threads per row: a power of two up to a warp for short rows (several rows per block,
-        // reduced by shuffles within each segment), else the whole block.
+        // reduced by shuffles within each segment), else the whole block. Rows cached in
+        // registers take four elements per thread step, so they need a quarter of the threads.
         self.line(format!("int width = {BLOCK};"));
-        self.open("if (len <= 32)");
+        if !cached.is_empty() {
+            self.open(format!("if ((len & 3) == 0 && len <= {})", 4 * 32));
+            self.line("width = 1;");
+            self.line("while (width * 4 < len) width <<= 1;");
+            self.close();
+            self.open("else if (len <= 32)");
+        } else {
+            self.open("if (len <= 32)");
+        }
         self.line("width = 1;");
         self.line("while (width < len) width <<= 1;");
         self.close();
@@ -318,23 +338,23 @@ impl Cuda<'_> {
             ));
         }
         self.values(&plan.prologue, Scope::Row);
-        let cached = self.cached_params(domain);
         if cached.is_empty() {
             self.row_passes(plan, axis, &[]);
         } else {
-            // Rows that fit in registers are read from memory once, whatever the number of passes.
-            self.open(format!("if (len <= {CACHE} * width)"));
+            // Rows that fit in registers are read from memory once, whatever the number of
+            // passes: 16-byte vectors, `CACHE / 4` of them per thread.
+            self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
             for &p in &cached {
                 let (t, name) = (
                     self.k.params[p].elem.c_name(),
                     crate::expand::plain_name(&self.k.params[p].name),
                 );
                 let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-                self.line(format!("{t} rc_{name}[{CACHE}];"));
+                self.line(format!("fz_vec<{t}, 4> rc_{name}[{}];", CACHE / 4));
                 self.line("#pragma unroll");
-                self.open(format!("for (int k = 0; k < {CACHE}; ++k)"));
-                self.line("const long long r = lane + (long long)k * width;");
-                self.line(format!("if (r < len) rc_{name}[k] = p_{name}[b{s} + r];"));
+                self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+                self.line("const int c = lane + q * width;");
+                self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
                 self.close();
             }
             self.row_passes(plan, axis, &cached);
@@ -378,39 +398,38 @@ impl Cuda<'_> {
                 self.open(format!(
                     "for (long long r = lane; {guard}r < len; r += width)"
                 ));
+                self.row_step(pass, axis, &[], &shapes);
+                self.close();
             } else {
+                self.helpers.insert("fz_vec");
                 self.line("#pragma unroll");
-                self.open(format!("for (int k = 0; k < {CACHE}; ++k)"));
-                self.line("const long long r = lane + (long long)k * width;");
-                self.open(format!("if ({guard}r < len)"));
-            }
-            let loads: Vec<NodeId> = pass
-                .elems
-                .iter()
-                .copied()
-                .filter(|&id| !matches!(self.k.nodes[id].op, Op::Load(p) if cached.contains(&p)))
-                .collect();
-            for s in self.used_shapes(&loads, &pass.writes) {
-                let shape = &shapes[s];
-                let step = match shape
-                    .contains(&axis)
-                    .then(|| self.layout.stride(shape, axis))
-                {
-                    Some(s) if s == "1" => " + r".to_string(),
-                    Some(s) => format!(" + r * {s}"),
-                    None => String::new(),
-                };
-                self.line(format!("const long long o{s} = b{s}{step};"));
-            }
-            self.cached = cached.to_vec();
-            self.values(&pass.elems, Scope::Element);
-            self.cached.clear();
-            self.accumulate(&pass.reduces);
-            self.writes(&pass.writes, Scope::Element);
-            if !cached.is_empty() {
+                self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+                self.line("const int c = lane + q * width;");
+                self.open(format!("if ({guard}c * 4 < len)"));
+                for &o in &pass.writes {
+                    self.line(format!(
+                        "fz_vec<{}, 4> s{o};",
+                        self.k.outputs[o].elem.c_name()
+                    ));
+                }
+                // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
+                for j in 0..4 {
+                    self.open("");
+                    self.line(format!("const int j = {j};"));
+                    self.line("const long long r = c * 4 + j;");
+                    self.row_step(pass, axis, cached, &shapes);
+                    self.close();
+                }
+                for &o in &pass.writes {
+                    let out = &self.k.outputs[o];
+                    let (t, s) = (out.elem.c_name(), self.shape_index(&out.shape));
+                    self.line(format!(
+                        "reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s})[c] = s{o};"
+                    ));
+                }
+                self.close();
                 self.close();
             }
-            self.close();
             self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);
@@ -419,6 +438,41 @@ impl Cuda<'_> {
             self.open("if (live && lane == 0)");
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
+        }
+    }
+
+    /// One element of a row pass at `r`: offsets, values, accumulation and writes; with `cached`
+    /// tensors in registers (`rc_<name>[q].v[j]`) and the writes gathered into vectors `s<o>`.
+    fn row_step(&mut self, pass: &Pass, axis: DimId, cached: &[usize], shapes: &[Vec<DimId>]) {
+        let loads: Vec<NodeId> = pass
+            .elems
+            .iter()
+            .copied()
+            .filter(|&id| !matches!(self.k.nodes[id].op, Op::Load(p) if cached.contains(&p)))
+            .collect();
+        let writes: &[usize] = if cached.is_empty() { &pass.writes } else { &[] };
+        for s in self.used_shapes(&loads, writes) {
+            let shape = &shapes[s];
+            let step = match shape
+                .contains(&axis)
+                .then(|| self.layout.stride(shape, axis))
+            {
+                Some(s) if s == "1" => " + r".to_string(),
+                Some(s) => format!(" + r * {s}"),
+                None => String::new(),
+            };
+            self.line(format!("const long long o{s} = b{s}{step};"));
+        }
+        self.cached = cached.to_vec();
+        self.values(&pass.elems, Scope::Element);
+        self.cached.clear();
+        self.accumulate(&pass.reduces);
+        if cached.is_empty() {
+            self.writes(&pass.writes, Scope::Element);
+        } else {
+            for &o in &pass.writes {
+                self.line(format!("s{o}.v[j] = v{};", self.k.outputs[o].node));
+            }
         }
     }
 
@@ -646,7 +700,7 @@ impl Cuda<'_> {
                 let at = match (scope, &k.launch) {
                     (Scope::Lane, _) => return format!("l_{name}.v[l]"),
                     (Scope::Element, _) if self.cached.contains(p) => {
-                        return format!("rc_{name}[k]")
+                        return format!("rc_{name}[q].v[j]")
                     }
                     (Scope::Element, _) => format!("o{s}"),
                     (Scope::Row, Launch::Rows { .. }) => format!("b{s}"),
