@@ -42,10 +42,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_bias_grad(
                 red1[threadIdx.x >> 5] = acc1;
             }
             __syncthreads();
-            acc1 = red1[0];
+            acc1 = red1[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {
-                acc1 = acc1 + red1[w];
+                if (w < (width >> 5)) {
+                    acc1 = acc1 + red1[(threadIdx.x / width) * (width >> 5) + w];
+                }
             }
         }
         const float v1 = acc1;

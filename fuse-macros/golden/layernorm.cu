@@ -15,9 +15,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
     const long long len = d_cols;
     const float inv_len_f32 = 1.0f / (float)len;
     int width = 256;
-    if ((len & 3) == 0 && len <= 128) {
+    if ((len & 3) == 0 && len <= 16 * 256) {
         width = 1;
-        while (width * 4 < len) width <<= 1;
+        while (width * 16 < len) width <<= 1;
     }
     else if (len <= 32) {
         width = 1;
@@ -87,10 +87,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     red4[threadIdx.x >> 5] = acc4;
                 }
                 __syncthreads();
-                acc4 = red4[0];
+                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc4 = acc4 + red4[w];
+                    if (w < (width >> 5)) {
+                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                    }
                 }
             }
             const float v4 = acc4 * inv_len_f32;
@@ -146,10 +148,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     red7[threadIdx.x >> 5] = acc7;
                 }
                 __syncthreads();
-                acc7 = red7[0];
+                acc7 = red7[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc7 = acc7 + red7[w];
+                    if (w < (width >> 5)) {
+                        acc7 = acc7 + red7[(threadIdx.x / width) * (width >> 5) + w];
+                    }
                 }
             }
             const float v7 = acc7 * inv_len_f32;
@@ -160,13 +164,14 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                 const int c = lane + q * width;
                 if (live && c * 4 < len) {
                     fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> lv_gamma = reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1)[c];
+                    const fz_vec<float, 4> lv_beta = reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1)[c];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const long long o1 = b1 + r;
                         const float v0 = rc_x[q].v[j];
-                        const float v1 = p_gamma[o1];
-                        const float v2 = p_beta[o1];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
@@ -176,10 +181,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const long long o1 = b1 + r;
                         const float v0 = rc_x[q].v[j];
-                        const float v1 = p_gamma[o1];
-                        const float v2 = p_beta[o1];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
@@ -189,10 +193,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const long long o1 = b1 + r;
                         const float v0 = rc_x[q].v[j];
-                        const float v1 = p_gamma[o1];
-                        const float v2 = p_beta[o1];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
@@ -202,10 +205,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const long long o1 = b1 + r;
                         const float v0 = rc_x[q].v[j];
-                        const float v1 = p_gamma[o1];
-                        const float v2 = p_beta[o1];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
@@ -239,10 +241,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     red4[threadIdx.x >> 5] = acc4;
                 }
                 __syncthreads();
-                acc4 = red4[0];
+                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc4 = acc4 + red4[w];
+                    if (w < (width >> 5)) {
+                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                    }
                 }
             }
             const float v4 = acc4 * inv_len_f32;
@@ -267,10 +271,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_layernorm(
                     red7[threadIdx.x >> 5] = acc7;
                 }
                 __syncthreads();
-                acc7 = red7[0];
+                acc7 = red7[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc7 = acc7 + red7[w];
+                    if (w < (width >> 5)) {
+                        acc7 = acc7 + red7[(threadIdx.x / width) * (width >> 5) + w];
+                    }
                 }
             }
             const float v7 = acc7 * inv_len_f32;

@@ -10,9 +10,9 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_softmax(
     const long long groups = d_rows;
     const long long len = d_cols;
     int width = 256;
-    if ((len & 3) == 0 && len <= 128) {
+    if ((len & 3) == 0 && len <= 16 * 256) {
         width = 1;
-        while (width * 4 < len) width <<= 1;
+        while (width * 16 < len) width <<= 1;
     }
     else if (len <= 32) {
         width = 1;
@@ -79,10 +79,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_softmax(
                     red1[threadIdx.x >> 5] = acc1;
                 }
                 __syncthreads();
-                acc1 = red1[0];
+                acc1 = red1[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc1 = fmaxf(acc1, red1[w]);
+                    if (w < (width >> 5)) {
+                        acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                    }
                 }
             }
             const float v1 = acc1;
@@ -138,10 +140,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_softmax(
                     red4[threadIdx.x >> 5] = acc4;
                 }
                 __syncthreads();
-                acc4 = red4[0];
+                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc4 = acc4 + red4[w];
+                    if (w < (width >> 5)) {
+                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                    }
                 }
             }
             const float v4 = acc4;
@@ -210,10 +214,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_softmax(
                     red1[threadIdx.x >> 5] = acc1;
                 }
                 __syncthreads();
-                acc1 = red1[0];
+                acc1 = red1[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc1 = fmaxf(acc1, red1[w]);
+                    if (w < (width >> 5)) {
+                        acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                    }
                 }
             }
             const float v1 = acc1;
@@ -238,10 +244,12 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_softmax(
                     red4[threadIdx.x >> 5] = acc4;
                 }
                 __syncthreads();
-                acc4 = red4[0];
+                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
                 for (int w = 1; w < 8; ++w) {
-                    acc4 = acc4 + red4[w];
+                    if (w < (width >> 5)) {
+                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                    }
                 }
             }
             const float v4 = acc4;

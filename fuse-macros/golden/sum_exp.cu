@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
     acc2 = red2[0];
     #pragma unroll
     for (int w = 1; w < 8; ++w) {
-        acc2 = acc2 + red2[w];
+        acc2 = acc2 + red2[0 + w];
     }
     if (threadIdx.x == 0) {
         ((float*)(fz_scratch + 0 * (long long)gridDim.x))[blockIdx.x] = acc2;
@@ -87,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
         acc2 = red2[0];
         #pragma unroll
         for (int w = 1; w < 8; ++w) {
-            acc2 = acc2 + red2[w];
+            acc2 = acc2 + red2[0 + w];
         }
         const float v2 = acc2;
         if (threadIdx.x == 0) {

@@ -44,6 +44,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         indent: 1,
         helpers: BTreeSet::new(),
         cached: vec![],
+        row_vectors_now: vec![],
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -107,6 +108,8 @@ struct Cuda<'a> {
     out: String,
     indent: usize,
     helpers: BTreeSet<&'static str>,
+    /// Tensor parameters loaded as vectors `lv_<name>` for the current row step.
+    row_vectors_now: Vec<usize>,
     /// Tensor parameters whose current element is in registers (`rc_<name>[q].v[j]`).
     cached: Vec<usize>,
 }
@@ -308,9 +311,10 @@ impl Cuda<'_> {
         // registers take four elements per thread step, so they need a quarter of the threads.
         self.line(format!("int width = {BLOCK};"));
         if !cached.is_empty() {
-            self.open(format!("if ((len & 3) == 0 && len <= {})", 4 * 32));
+            // Cached rows: the fewest threads that hold the row in `CACHE` registers each.
+            self.open(format!("if ((len & 3) == 0 && len <= {} * {BLOCK})", CACHE));
             self.line("width = 1;");
-            self.line("while (width * 4 < len) width <<= 1;");
+            self.line(format!("while (width * {CACHE} < len) width <<= 1;"));
             self.close();
             self.open("else if (len <= 32)");
         } else {
@@ -407,17 +411,26 @@ impl Cuda<'_> {
                 self.line("const int c = lane + q * width;");
                 self.open(format!("if ({guard}c * 4 < len)"));
                 for &o in &pass.writes {
-                    self.line(format!(
-                        "fz_vec<{}, 4> s{o};",
-                        self.k.outputs[o].elem.c_name()
-                    ));
+                    self.line(format!("fz_vec<{}, 4> s{o};", self.k.outputs[o].elem.c_name()));
                 }
+                // Other tensors contiguous along the row (gamma, beta) load four at a time too.
+                let vectors = self.row_vectors(pass, axis, cached);
+                for &p in &vectors {
+                    let param = &self.k.params[p];
+                    let (t, name) = (param.elem.c_name(), crate::expand::plain_name(&param.name));
+                    let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
+                    self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                }
+                let mut in_registers = cached.to_vec();
+                in_registers.extend(&vectors);
                 // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
                 for j in 0..4 {
                     self.open("");
                     self.line(format!("const int j = {j};"));
                     self.line("const long long r = c * 4 + j;");
-                    self.row_step(pass, axis, cached, &shapes);
+                    self.row_vectors_now = vectors.clone();
+                    self.row_step(pass, axis, &in_registers, &shapes);
+                    self.row_vectors_now.clear();
                     self.close();
                 }
                 for &o in &pass.writes {
@@ -439,6 +452,21 @@ impl Cuda<'_> {
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
         }
+    }
+
+    /// The tensors of `pass` besides the `cached` ones that are contiguous along the row (the
+    /// reduced dim is their last): in a cached pass they load as vectors `lv_<name>`.
+    fn row_vectors(&self, pass: &Pass, axis: DimId, cached: &[usize]) -> Vec<usize> {
+        let mut found = vec![];
+        for &id in &pass.elems {
+            if let Op::Load(p) = self.k.nodes[id].op {
+                let shape = self.k.params[p].shape.as_ref().expect("a tensor");
+                if shape.last() == Some(&axis) && !cached.contains(&p) && !found.contains(&p) {
+                    found.push(p);
+                }
+            }
+        }
+        found
     }
 
     /// One element of a row pass at `r`: offsets, values, accumulation and writes; with `cached`
@@ -633,15 +661,21 @@ impl Cuda<'_> {
         }
         self.close();
         self.line("__syncthreads();");
+        // The warps of this thread's row: all of them for a whole block, else its segment's.
+        let (first, count) = if segmented { ("(threadIdx.x / width) * (width >> 5)", "(width >> 5)") } else { ("0", "8") };
         for &r in reduces {
             let (op, e) = self.reduction(r);
-            self.line(format!("acc{r} = red{r}[0];"));
+            self.line(format!("acc{r} = red{r}[{first}];"));
             self.line("#pragma unroll");
             self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
-            self.line(format!(
-                "acc{r} = {};",
-                combine(op, e, &format!("acc{r}"), &format!("red{r}[w]"))
-            ));
+            let other = format!("red{r}[{first} + w]");
+            if segmented {
+                self.open(format!("if (w < {count})"));
+            }
+            self.line(format!("acc{r} = {};", combine(op, e, &format!("acc{r}"), &other)));
+            if segmented {
+                self.close();
+            }
             self.close();
         }
         if segmented {
@@ -699,6 +733,9 @@ impl Cuda<'_> {
                 let name = crate::expand::plain_name(&param.name);
                 let at = match (scope, &k.launch) {
                     (Scope::Lane, _) => return format!("l_{name}.v[l]"),
+                    (Scope::Element, _) if self.row_vectors_now.contains(p) => {
+                        return format!("lv_{name}.v[j]")
+                    }
                     (Scope::Element, _) if self.cached.contains(p) => {
                         return format!("rc_{name}[q].v[j]")
                     }

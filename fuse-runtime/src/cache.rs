@@ -111,24 +111,29 @@ fn compile_and_store(key: &Key, program: &str, dir: Option<&Path>) -> Result<Cub
 pub(crate) struct Key<'a> {
     source: &'a str,
     arch: u32,
-    nvrtc: (i32, i32),
+    /// The NVRTC build: its library file's identity when it can be found without loading it
+    /// (see [`nvrtc::identity`]), else its version, which loads it.
+    nvrtc: String,
 }
 
 impl<'a> Key<'a> {
     fn new(source: &'a str, arch: u32) -> Result<Key<'a>, Error> {
-        Ok(Key {
-            source,
-            arch,
-            nvrtc: nvrtc::version()?,
-        })
+        let nvrtc = match nvrtc::identity() {
+            Some(file) => file,
+            None => {
+                let (major, minor) = nvrtc::version()?;
+                format!("{major}.{minor}")
+            }
+        };
+        Ok(Key { source, arch, nvrtc })
     }
 
     /// The header text: every part of the key, the source last.
     fn header(&self) -> String {
-        let (major, minor) = self.nvrtc;
         format!(
-            "fuse-runtime {}\nnvrtc {major}.{minor}\noptions {}\nsource {}\n{}",
+            "fuse-runtime {}\nnvrtc {}\noptions {}\nsource {}\n{}",
             env!("CARGO_PKG_VERSION"),
+            self.nvrtc,
             nvrtc::options(self.arch, &[]).join(" "),
             self.source.len(),
             self.source
@@ -222,7 +227,7 @@ mod tests {
         Key {
             source,
             arch: 90,
-            nvrtc: (13, 0),
+            nvrtc: "13.0".to_string(),
         }
     }
 
@@ -281,7 +286,7 @@ mod tests {
                 ..k.clone()
             },
             Key {
-                nvrtc: (12, 8),
+                nvrtc: "12.8".to_string(),
                 ..k.clone()
             },
         ];

@@ -56,6 +56,37 @@ pub(crate) fn unique(names: Vec<String>) -> Vec<String> {
     seen
 }
 
+/// Which NVRTC build this process would load, without loading it: the resolved path, size and
+/// modification time of the first candidate file in `LD_LIBRARY_PATH` or the usual CUDA and
+/// system library directories. `None` if no candidate is found there (the loader may still find
+/// one, through its cache). Loading NVRTC costs tens of milliseconds (it is over 100 MB), which a
+/// process whose kernels are all in the disk cache should not pay.
+pub(crate) fn identity() -> Option<String> {
+    static IDENTITY: OnceLock<Option<String>> = OnceLock::new();
+    IDENTITY
+        .get_or_init(|| {
+            let from_env = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+            let dirs = from_env.split(':').filter(|d| !d.is_empty()).chain([
+                "/usr/local/cuda/lib64",
+                "/usr/local/cuda/targets/x86_64-linux/lib",
+                "/usr/lib/x86_64-linux-gnu",
+                "/usr/lib64",
+                "/usr/lib",
+            ]);
+            let names = candidates();
+            let found = dirs
+                .flat_map(|d| names.iter().map(move |n| std::path::Path::new(d).join(n)))
+                .find_map(|path| {
+                    let real = std::fs::canonicalize(&path).ok()?;
+                    let meta = std::fs::metadata(&real).ok()?;
+                    let modified = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+                    Some(format!("{} {} {}", real.display(), meta.len(), modified.as_secs()))
+                });
+            found
+        })
+        .clone()
+}
+
 /// NVRTC's version as (major, minor), such as `(13, 0)`.
 pub fn version() -> Result<(i32, i32), Error> {
     static VERSION: OnceLock<(i32, i32)> = OnceLock::new();

@@ -844,8 +844,25 @@ fn logsumexp_tol() -> Tol {
     Tol::close(1e-6, 2e-5)
 }
 
-/// Long rows, short rows, and many of both: the row launch's paths.
-const SOFTMAX_SHAPES: [(usize, usize); 3] = [(4099, 1031), (3, 100_003), (100_003, 3)];
+/// Long rows, short rows, and many of both: the row launch's paths; then every row width of the
+/// register-cached path (a length that is a multiple of 4 up to 16 per thread of 256: from one
+/// thread per row to a whole block), and lengths just past it.
+const SOFTMAX_SHAPES: [(usize, usize); 14] = [
+    (4099, 1031),
+    (3, 100_003),
+    (100_003, 3),
+    (37, 4),
+    (257, 8),
+    (37, 32),
+    (37, 36),
+    (101, 64),
+    (37, 512),
+    (37, 1024),
+    (13, 2048),
+    (9, 4096),
+    (7, 4100),
+    (3, 8192),
+];
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
