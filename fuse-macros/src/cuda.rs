@@ -60,10 +60,9 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
     for h in &w.helpers {
         text.push_str(helper(h));
     }
-    let bound = if matches!(k.launch, Launch::Rows { .. }) {
-        format!(", {MIN_BLOCKS}")
-    } else {
-        String::new()
+    let bound = match &k.launch {
+        Launch::Rows { .. } => format!(", {}", min_blocks(k)),
+        _ => String::new(),
     };
     let _ = write!(
         text,
@@ -72,6 +71,23 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         w.params()
     );
     text
+}
+
+/// The `__launch_bounds__` minimum of blocks per SM for a row kernel. Where the rows cached in
+/// registers are of 4-byte elements and there are at most two reductions, four (64 registers)
+/// for one output and three (85) for more fit without spilling (every kernel of the tests is
+/// compiled to check) and raise occupancy: a row kernel overlaps rows only across blocks. Else
+/// [`MIN_BLOCKS`].
+fn min_blocks(k: &Kernel) -> u32 {
+    let reduces = k.nodes.iter().filter(|n| matches!(n.op, Op::Reduce(..))).count();
+    let narrow = k.params.iter().all(|p| p.elem.bits() <= 32);
+    let cached = matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() == Some(axis))
+        && crate::plan::plan(k).passes.len() >= 2;
+    match (cached && narrow && reduces <= 2, k.outputs.len()) {
+        (true, 1) => MIN_BLOCKS + 2,
+        (true, _) => MIN_BLOCKS + 1,
+        (false, _) => MIN_BLOCKS,
+    }
 }
 
 fn launch_comment(k: &Kernel) -> String {

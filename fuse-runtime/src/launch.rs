@@ -65,7 +65,9 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     let blocks = |elems: u64| elems.div_ceil(u64::from(BLOCK));
     let blocks = match geometry {
         Geometry::Map { elems: 0 } | Geometry::Rows { groups: 0, .. } => return None,
-        Geometry::Map { elems } => blocks(elems).min(sm * 8),
+        // One 4-element vector per thread, as many blocks as that takes (the grid-stride loop
+        // then runs once), as Triton's elementwise kernels launch.
+        Geometry::Map { elems } => elems.div_ceil(u64::from(BLOCK) * 4).min(i32::MAX as u64),
         Geometry::Rows { groups, .. } => groups.min(sm * 16),
         Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
     };
@@ -195,9 +197,10 @@ mod tests {
         assert_eq!(grid(Geometry::Map { elems: 0 }, 132), None);
         assert_eq!(grid(Geometry::Map { elems: 1 }, 132), Some(1));
         assert_eq!(grid(Geometry::Map { elems: 256 }, 132), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 257 }, 132), Some(2));
-        assert_eq!(grid(Geometry::Map { elems: 4097 }, 132), Some(17));
-        assert_eq!(grid(Geometry::Map { elems: u64::MAX }, 132), Some(132 * 8));
+        assert_eq!(grid(Geometry::Map { elems: 1024 }, 132), Some(1));
+        assert_eq!(grid(Geometry::Map { elems: 1025 }, 132), Some(2));
+        assert_eq!(grid(Geometry::Map { elems: 4097 }, 132), Some(5));
+        assert_eq!(grid(Geometry::Map { elems: u64::MAX }, 132), Some(i32::MAX as u32));
     }
 
     #[test]
