@@ -79,7 +79,11 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
 /// compiled to check) and raise occupancy: a row kernel overlaps rows only across blocks. Else
 /// [`MIN_BLOCKS`].
 fn min_blocks(k: &Kernel) -> u32 {
-    let reduces = k.nodes.iter().filter(|n| matches!(n.op, Op::Reduce(..))).count();
+    let reduces = k
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Reduce(..)))
+        .count();
     let narrow = k.params.iter().all(|p| p.elem.bits() <= 32);
     let cached = matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() == Some(axis))
         && crate::plan::plan(k).passes.len() >= 2;
@@ -427,7 +431,10 @@ impl Cuda<'_> {
                 self.line("const int c = lane + q * width;");
                 self.open(format!("if ({guard}c * 4 < len)"));
                 for &o in &pass.writes {
-                    self.line(format!("fz_vec<{}, 4> s{o};", self.k.outputs[o].elem.c_name()));
+                    self.line(format!(
+                        "fz_vec<{}, 4> s{o};",
+                        self.k.outputs[o].elem.c_name()
+                    ));
                 }
                 // Other tensors contiguous along the row (gamma, beta) load four at a time too.
                 let vectors = self.row_vectors(pass, axis, cached);
@@ -678,7 +685,11 @@ impl Cuda<'_> {
         self.close();
         self.line("__syncthreads();");
         // The warps of this thread's row: all of them for a whole block, else its segment's.
-        let (first, count) = if segmented { ("(threadIdx.x / width) * (width >> 5)", "(width >> 5)") } else { ("0", "8") };
+        let (first, count) = if segmented {
+            ("(threadIdx.x / width) * (width >> 5)", "(width >> 5)")
+        } else {
+            ("0", "8")
+        };
         for &r in reduces {
             let (op, e) = self.reduction(r);
             self.line(format!("acc{r} = red{r}[{first}];"));
@@ -688,7 +699,10 @@ impl Cuda<'_> {
             if segmented {
                 self.open(format!("if (w < {count})"));
             }
-            self.line(format!("acc{r} = {};", combine(op, e, &format!("acc{r}"), &other)));
+            self.line(format!(
+                "acc{r} = {};",
+                combine(op, e, &format!("acc{r}"), &other)
+            ));
             if segmented {
                 self.close();
             }

@@ -125,7 +125,11 @@ impl<'a> Key<'a> {
                 format!("{major}.{minor}")
             }
         };
-        Ok(Key { source, arch, nvrtc })
+        Ok(Key {
+            source,
+            arch,
+            nvrtc,
+        })
     }
 
     /// The header text: every part of the key, the source last.

@@ -200,7 +200,10 @@ mod tests {
         assert_eq!(grid(Geometry::Map { elems: 1024 }, 132), Some(1));
         assert_eq!(grid(Geometry::Map { elems: 1025 }, 132), Some(2));
         assert_eq!(grid(Geometry::Map { elems: 4097 }, 132), Some(5));
-        assert_eq!(grid(Geometry::Map { elems: u64::MAX }, 132), Some(i32::MAX as u32));
+        assert_eq!(
+            grid(Geometry::Map { elems: u64::MAX }, 132),
+            Some(i32::MAX as u32)
+        );
     }
 
     #[test]

@@ -79,8 +79,17 @@ pub(crate) fn identity() -> Option<String> {
                 .find_map(|path| {
                     let real = std::fs::canonicalize(&path).ok()?;
                     let meta = std::fs::metadata(&real).ok()?;
-                    let modified = meta.modified().ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
-                    Some(format!("{} {} {}", real.display(), meta.len(), modified.as_secs()))
+                    let modified = meta
+                        .modified()
+                        .ok()?
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .ok()?;
+                    Some(format!(
+                        "{} {} {}",
+                        real.display(),
+                        meta.len(),
+                        modified.as_secs()
+                    ))
                 });
             found
         })

@@ -1219,3 +1219,65 @@ fn hypot_of_the_largest_float_is_finite() {
     assert_eq!(hypot32, [f32::MAX, f32::MAX], "f32 hypot");
     assert_eq!(hypot64, [f64::MAX, f64::MAX], "f64 hypot");
 }
+
+// Past 2^31 elements: 64-bit indexing in each kind of launch.
+
+fuse_runtime::fuse! {
+    /// Elementwise over more elements than a 32-bit index reaches.
+    pub fn large_not(x: [bool; n]) -> [bool; n] {
+        !x
+    }
+    /// A full reduction over them.
+    pub fn large_count(x: [bool; n]) -> u64 {
+        sum(x as u64)
+    }
+    /// Rows whose starts lie past 2^31.
+    pub fn large_row_counts(x: [bool; rows, cols]) -> [u64; rows] {
+        sum(x as u64, cols)
+    }
+}
+
+/// Fresh pseudo-random bools, cheap enough for 2^31 of them: a hash of the index and a seed.
+fn large_bools(n: usize, seed: u64) -> Vec<bool> {
+    (0..n as u64)
+        .map(|i| {
+            (i ^ seed)
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left(17)
+                & 8
+                != 0
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn more_than_2_pow_31_elements() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let n = (1usize << 31) + 7;
+    let x = large_bools(n, rng.next_u64());
+    let on_gpu = put(&gpu, &x, &[n]);
+    let ones = x.iter().filter(|&&b| b).count();
+    let flipped = host(&large_not(&gpu, &on_gpu).unwrap());
+    for i in (0..n).step_by(4_999_999).chain(n - 8..n) {
+        assert_eq!(flipped[i], !x[i], "large_not at {i} of {n}");
+    }
+    assert_eq!(
+        flipped.iter().filter(|&&b| b).count(),
+        n - ones,
+        "large_not of {n}"
+    );
+    let count = host(&large_count(&gpu, &on_gpu).unwrap());
+    assert_eq!(count, [ones as u64], "large_count of {n}");
+    drop(on_gpu);
+    let (rows, cols) = (2, (1usize << 30) + 5);
+    let y = put(&gpu, &x[..rows * cols], &[rows, cols]);
+    let counts = host(&large_row_counts(&gpu, &y).unwrap());
+    let want: Vec<u64> = x[..rows * cols]
+        .chunks(cols)
+        .map(|r| r.iter().filter(|&&b| b).count() as u64)
+        .collect();
+    assert_eq!(counts, want, "large_row_counts of {rows} x {cols}");
+}
