@@ -40,3 +40,56 @@ pub fn assert_error(tokens: TokenStream, prefix: &str) {
         e[0]
     );
 }
+
+/// Every row of the language reference's compile-time error tables: the message, up to any `…`,
+/// must be the start of the first error of the row's example kernel, so the reference cannot
+/// drift from the catalogue the checker implements.
+#[test]
+fn language_reference_errors_are_the_checkers() {
+    let doc = include_str!("../../doc/language.md");
+    let section = doc
+        .split("### Compile-time errors")
+        .nth(1)
+        .expect("the section exists");
+    let section = section
+        .split("### Run-time errors")
+        .next()
+        .unwrap_or(section);
+    let mut rows = 0;
+    let mut wrong = vec![];
+    for line in section
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| Message") && !l.starts_with("| ---"))
+    {
+        let cells: Vec<String> = line
+            .replace("\\|", "\u{1}")
+            .split(" | ")
+            .map(|c| c.replace('\u{1}', "|"))
+            .collect();
+        let [message, example] =
+            [&cells[0], &cells[1]].map(|c| c.trim_matches(|ch| ch == '|' || ch == ' ').to_string());
+        let example = example.trim_matches('`');
+        let prefix = message.split('…').next().unwrap_or("").trim_end();
+        let first = match example.parse::<TokenStream>() {
+            Ok(tokens) => match kernels(tokens) {
+                Ok(_) => "no error".to_string(),
+                Err(e) => e[0].clone(),
+            },
+            Err(e) => format!("does not tokenize: {e}"),
+        };
+        let prefix = prefix.replace('`', "");
+        if !first.replace('`', "").starts_with(&prefix) {
+            wrong.push(format!(
+                "{example}\n  documented: {message}\n  actual:     {first}"
+            ));
+        }
+        rows += 1;
+    }
+    assert!(rows >= 60, "only {rows} rows found");
+    assert!(
+        wrong.is_empty(),
+        "{} of {rows} rows differ:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}
