@@ -11,7 +11,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_bias_grad(
     int width = 256;
     if (len <= 32) {
         width = 1;
-        while (width < len) width <<= 1;
+        while (width * 4 < len) width <<= 1;
     }
     const int per_block = 256 / width;
     const int lane = threadIdx.x & (width - 1);
@@ -24,6 +24,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_bias_grad(
         const long long b0 = c1;
         const long long b1 = c1;
         float acc1 = (float)0;
+        #pragma unroll 4
         for (long long r = lane; r < len; r += width) {
             const long long o0 = b0 + r * d_cols;
             const float v0 = p_g[o0];

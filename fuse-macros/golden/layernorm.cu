@@ -21,7 +21,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
     }
     else if (len <= 32) {
         width = 1;
-        while (width < len) width <<= 1;
+        while (width * 4 < len) width <<= 1;
     }
     const int per_block = 256 / width;
     const int lane = threadIdx.x & (width - 1);
@@ -223,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
         }
         else {
             float acc4 = (float)0;
+            #pragma unroll 4
             for (long long r = lane; r < len; r += width) {
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
@@ -251,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
             }
             const float v4 = acc4 * inv_len_f32;
             float acc7 = (float)0;
+            #pragma unroll 4
             for (long long r = lane; r < len; r += width) {
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
@@ -282,6 +284,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
             const float v7 = acc7 * inv_len_f32;
             const float v8 = (v7 + v3);
             const float v9 = rsqrtf(v8);
+            #pragma unroll 4
             for (long long r = lane; live && r < len; r += width) {
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;

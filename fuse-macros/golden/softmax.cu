@@ -16,7 +16,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     }
     else if (len <= 32) {
         width = 1;
-        while (width < len) width <<= 1;
+        while (width * 4 < len) width <<= 1;
     }
     const int per_block = 256 / width;
     const int lane = threadIdx.x & (width - 1);
@@ -196,6 +196,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
         }
         else {
             float acc1 = (-__int_as_float(0x7f800000));
+            #pragma unroll 4
             for (long long r = lane; r < len; r += width) {
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
@@ -224,6 +225,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             }
             const float v1 = acc1;
             float acc4 = (float)0;
+            #pragma unroll 4
             for (long long r = lane; r < len; r += width) {
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
@@ -253,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             const float v4 = acc4;
+            #pragma unroll 4
             for (long long r = lane; live && r < len; r += width) {
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];

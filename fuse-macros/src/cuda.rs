@@ -340,8 +340,9 @@ impl Cuda<'_> {
         } else {
             self.open("if (len <= 32)");
         }
+        // Short rows: up to four elements a thread, so that each has several loads in flight.
         self.line("width = 1;");
-        self.line("while (width < len) width <<= 1;");
+        self.line("while (width * 4 < len) width <<= 1;");
         self.close();
         self.line(format!("const int per_block = {BLOCK} / width;"));
         self.line("const int lane = threadIdx.x & (width - 1);");
@@ -419,6 +420,7 @@ impl Cuda<'_> {
                 "live && "
             };
             if cached.is_empty() {
+                self.line("#pragma unroll 4");
                 self.open(format!(
                     "for (long long r = lane; {guard}r < len; r += width)"
                 ));
