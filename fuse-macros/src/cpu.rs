@@ -324,6 +324,7 @@ fn call(f: Func, e: Elem, a: &[String]) -> String {
         Powf => method("powf"),
         Hypot => method("hypot"),
         Copysign => method("copysign"),
+        Log => method("log"),
         Max => method("max"),
         Min => method("min"),
         MulAdd => method("mul_add"),

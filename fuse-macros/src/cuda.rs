@@ -861,6 +861,8 @@ impl Cuda<'_> {
             }
             ToRadians => format!("({x} * (3.14159265358979323846264338327950288 / 180.0))"),
             Abs if e.is_float() => format!("{}({x})", s("fabs")),
+            // std's `log(self, base)` is `self.ln() / base.ln()`.
+            Log => format!("({}({x}) / {}({}))", s("log"), s("log"), a[1]),
             Hypot if e == Elem::F64 => helper(self, "fz_hypot"),
             Atan2 | Powf | Hypot | Copysign => format!("{}({x}, {})", s(c_math_name(f)), a[1]),
             Max | Min if e.is_float() => format!(

@@ -1352,6 +1352,22 @@ fn logsumexp_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
 }
 
 #[test]
+fn log_in_a_base() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, 0.01, 100.0);
+        let b = rng.floats::<f32>(n, 1.5, 10.0);
+        let got = kernels::log_base(&dev, &put(&dev, &x, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let want = map2(&f64s(&x), &f64s(&b), |x, b| x.ln() / b.ln());
+        assert_outputs(
+            &format!("x.log(b), n = {n}"),
+            &got,
+            &[float("x.log(b)", &[n], want, f32::math_tol())],
+        );
+    }
+}
+
+#[test]
 fn issue_softplus() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());
     for n in SIZES {

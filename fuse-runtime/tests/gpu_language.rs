@@ -866,6 +866,20 @@ const SOFTMAX_SHAPES: [(usize, usize); 14] = [
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn log_in_a_base() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for n in SIZES_AND_LARGE {
+        let x = rng.floats::<f32>(n, 0.01, 100.0);
+        let b = rng.floats::<f32>(n, 1.5, 10.0);
+        let run = |d: &Device| kernels::log_base(d, &put(d, &x, &[n]), &put(d, &b, &[n]));
+        assert_gpu_matches_cpu(&gpu, &format!("x.log(b), n = {n}"), run, &[f32::math_tol()]);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn issue_softplus_and_sum_exp() {
     let gen = |r: &mut Rng, n| r.floats::<f32>(n, -10.0, 10.0);
     each1(

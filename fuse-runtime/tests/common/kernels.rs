@@ -321,6 +321,11 @@ fuse! {
         e / sum(e, cols)
     }
 
+    /// std's `log(self, base)`.
+    pub fn log_base(x: [f32; n], b: [f32; n]) -> [f32; n] {
+        x.log(b)
+    }
+
     pub fn softmax_f64(x: [f64; rows, cols]) -> [f64; rows, cols] {
         let e = (x - max(x, cols)).exp();
         e / sum(e, cols)
