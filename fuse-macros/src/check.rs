@@ -423,6 +423,15 @@ mod tests {
             quote! { fn f(x: [f32; r, c], a: [f32; r], b: [f32; c]) -> [f32; r, c] { x * a + b } },
         );
         assert_eq!(k.outputs[0].shape, vec![0, 1]);
+        let k = kernel(quote! { fn f(a: [f32; m], b: [f32; n]) -> [f32; m, n] { a * b } });
+        assert_eq!(
+            k.outputs[0].shape,
+            vec![0, 1],
+            "the outer product, in the signature's order"
+        );
+        let k =
+            kernel(quote! { fn f(x: [f32; r, c], l: [u32; r]) -> [bool; r, c] { index(c) == l } });
+        assert_eq!(k.outputs[0].shape, vec![0, 1]);
         assert_error(
             quote! { fn f(x: [f32; r, c], y: [f32; c, r]) -> [f32; r, c] { x + y } },
             "shapes `[r, c]` and `[c, r]` cannot broadcast: they have the dims",

@@ -67,7 +67,11 @@ impl Cpu<'_> {
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass) {
         self.line("for i in 0..n {");
         let shapes = self.layout.shapes();
-        if shapes.iter().any(|s| s != domain) {
+        let positions = pass
+            .elems
+            .iter()
+            .any(|&id| matches!(self.k.nodes[id].op, Op::Index(_)));
+        if positions || shapes.iter().any(|s| s != domain) {
             for l in self.layout.split("i", domain, &SYNTAX) {
                 self.line(l);
             }
@@ -234,6 +238,10 @@ impl Cpu<'_> {
                 format!("p_{}[{at}]", crate::expand::plain_name(&param.name))
             }
             Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
+            Op::Index(d) => match &k.launch {
+                Launch::Rows { axis, .. } if d == axis => "(r as u32)".to_string(),
+                _ => format!("({} as u32)", self.layout.coord(*d)),
+            },
             Op::Int(value) if e.is_float() => float_bits(&value.to_string(), e),
             Op::Int(value) => format!("({value}{})", e.name()),
             Op::Float(digits) => float_bits(digits, e),

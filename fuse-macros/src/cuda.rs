@@ -234,7 +234,12 @@ impl Cuda<'_> {
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass, start: &str, step: &str) {
         let used = self.used_shapes(&pass.elems, &pass.writes);
         let shapes = self.layout.shapes();
-        let vector = !used.is_empty() && used.iter().all(|&s| shapes[s] == domain);
+        // Positions (`index`) come from the coordinates, which only the scalar loop computes.
+        let positions = pass
+            .elems
+            .iter()
+            .any(|&id| matches!(self.k.nodes[id].op, Op::Index(_)));
+        let vector = !used.is_empty() && used.iter().all(|&s| shapes[s] == domain) && !positions;
         if vector {
             self.vector_loop(pass, start, step);
             self.open(format!(
@@ -778,6 +783,10 @@ impl Cuda<'_> {
                 format!("p_{name}[{at}]")
             }
             Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
+            Op::Index(d) => match &k.launch {
+                Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
+                _ => format!("((unsigned int){})", self.layout.coord(*d)),
+            },
             Op::Int(value) => int_literal(*value, e),
             Op::Float(digits) => float_literal(digits, e),
             Op::Bool(b) => b.to_string(),

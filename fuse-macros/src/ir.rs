@@ -55,6 +55,8 @@ pub enum Op {
     Load(usize),
     /// Scalar parameter `i`.
     Scalar(usize),
+    /// The current element's position along a dim, as `u32`.
+    Index(DimId),
     Int(i128),
     Float(String),
     Bool(bool),
@@ -71,7 +73,12 @@ pub enum Op {
 impl Op {
     pub fn operands(&self) -> Vec<NodeId> {
         match self {
-            Op::Load(_) | Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => vec![],
+            Op::Load(_)
+            | Op::Scalar(_)
+            | Op::Index(_)
+            | Op::Int(_)
+            | Op::Float(_)
+            | Op::Bool(_) => vec![],
             Op::Unary(_, a) | Op::Cast(a) | Op::Reduce(_, a, _) => vec![*a],
             Op::Binary(_, a, b) => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],

@@ -16,6 +16,7 @@ mod fusion;
 mod ir;
 mod parse;
 mod plan;
+mod special;
 #[cfg(test)]
 mod testing;
 mod ty;

@@ -268,6 +268,11 @@ impl Checker<'_> {
         if let Some(op) = Reduce::from_name(&text) {
             return self.reduce(op, name, args, t);
         }
+        match text.as_str() {
+            "index" => return self.index(args, t),
+            "logsumexp" => return self.logsumexp(args, t),
+            _ => {}
+        }
         match func::lookup(&text) {
             Some(info) if info.free => {
                 let ids = self.exprs(args)?;
@@ -296,7 +301,8 @@ impl Checker<'_> {
                     .iter()
                     .filter(|f| f.free)
                     .map(|f| f.name)
-                    .chain(Reduce::NAMES);
+                    .chain(Reduce::NAMES)
+                    .chain(["index", "logsumexp"]);
                 let hint = did_you_mean(closest(&text, candidates));
                 self.cx.spanned(
                     name,
@@ -497,7 +503,7 @@ impl Checker<'_> {
         Some(self.push(Op::Reduce(op, operand, dim), ty, result_shape, t))
     }
 
-    fn reduce_dim(&mut self, op: Reduce, text: &str, a: &Expr, d: &Expr) -> Option<DimId> {
+    pub fn reduce_dim(&mut self, op: Reduce, text: &str, a: &Expr, d: &Expr) -> Option<DimId> {
         let elementwise = matches!(op, Reduce::Max | Reduce::Min);
         let hint = format!(
             "for the elementwise {text}imum of two values write `{}.{text}({})`",
@@ -513,6 +519,16 @@ impl Checker<'_> {
             self.cx.spanned(&d.tokens, message);
             return None;
         };
+        let is_value = self.scope.iter().any(|(n, _)| *n == ident.to_string());
+        let value_hint = (elementwise && is_value).then(|| {
+            format!("`{text}(a, b)` reduces `a` over the dim `b`, but `{ident}` is a value, not a dim; {hint}")
+        });
+        self.named_dim(ident, value_hint)
+    }
+
+    /// The dim `ident` names, or an error: `instead` if given, else "cannot find dim" with the
+    /// closest name.
+    pub fn named_dim(&mut self, ident: &syn::Ident, instead: Option<String>) -> Option<DimId> {
         let name = ident.to_string();
         if let Some(id) = self
             .dims
@@ -521,10 +537,7 @@ impl Checker<'_> {
         {
             return Some(id);
         }
-        let is_value = self.scope.iter().any(|(n, _)| *n == name);
-        let message = if elementwise && is_value {
-            format!("`{text}(a, b)` reduces `a` over the dim `b`, but `{name}` is a value, not a dim; {hint}")
-        } else {
+        let message = instead.unwrap_or_else(|| {
             let names: Vec<String> = self.named_dim_names();
             let hint = did_you_mean(closest(&name, names.iter().map(String::as_str)));
             let list = names
@@ -533,12 +546,12 @@ impl Checker<'_> {
                 .collect::<Vec<_>>()
                 .join(", ");
             format!("cannot find dim `{name}` in this kernel{hint} (its dims are {list})")
-        };
+        });
         self.cx.spanned(ident, message);
         None
     }
 
-    fn reduce_type(&mut self, op: Reduce, text: &str, operand: usize, a: &Expr) -> Option<Ty> {
+    pub fn reduce_type(&mut self, op: Reduce, text: &str, operand: usize, a: &Expr) -> Option<Ty> {
         let ty = self.nodes[operand].ty;
         if ty.is_literal() && !self.coerce_or_report(operand, ty.defaulted()) {
             return None;
@@ -548,7 +561,7 @@ impl Checker<'_> {
             Some(format!("cannot `{text}` `bool` values; convert with `as u32` first, as in `{text}({} as u32)`", self::operand(&a.tokens)))
         } else if op == Reduce::Mean && !ty.is_float() {
             Some(format!(
-                "`mean` needs a float operand, found `{ty}`; convert with `as f32` or `as f64`"
+                "`{text}` needs a float operand, found `{ty}`; convert with `as f32` or `as f64`"
             ))
         } else {
             None
@@ -567,6 +580,9 @@ impl Checker<'_> {
             let other = self.nodes[id].shape.clone();
             shape = match broadcast2(&shape, &other) {
                 Ok(s) => s,
+                Err(Conflict::Disjoint) if self.orderable(&shape, &other) => {
+                    merge_sorted(&shape, &other)
+                }
                 Err(why) => {
                     let (a, b) = (self.shape_text(&shape), self.shape_text(&other));
                     let why = self.broadcast_reason(why, &shape, &other);
@@ -595,8 +611,21 @@ impl Checker<'_> {
                 self.dims[a], self.dims[b]
             ),
             Conflict::Fixed(a, b) => format!("the fixed sizes {} and {} differ", self.dims[a], self.dims[b]),
-            Conflict::Disjoint => "each has a dim the other lacks; a tensor repeats only along the dims it lacks, so one shape must be the other's dims with some left out, in the same order".to_string(),
+            Conflict::Disjoint => "each has a dim the other lacks, and they do not list their dims in the order the signature first names them; a tensor repeats along the dims it lacks, and dims combine in that order".to_string(),
         }
+    }
+
+    /// Whether two shapes that are not one inside the other combine into their union: both list
+    /// their dims in the order the signature first names them, and the dims only one of them has
+    /// are named (differing fixed sizes stay an error). `index(cols)` against `label: [rows]` is
+    /// `[rows, cols]`; `a: [m]` against `b: [n]` is their outer product `[m, n]`.
+    fn orderable(&self, a: &[DimId], b: &[DimId]) -> bool {
+        let sorted = |s: &[DimId]| s.windows(2).all(|w| w[0] < w[1]);
+        let named_if_own = |s: &[DimId], o: &[DimId]| {
+            s.iter()
+                .all(|d| o.contains(d) || matches!(self.dims[*d], crate::ir::Dim::Named(_)))
+        };
+        sorted(a) && sorted(b) && named_if_own(a, b) && named_if_own(b, a)
     }
 
     pub fn unsupported_type(&mut self, ty: &syn::Type) {
@@ -633,6 +662,14 @@ pub fn broadcast2(a: &[DimId], b: &[DimId]) -> Result<Vec<DimId>, Conflict> {
         }
     }
     Err(Conflict::Disjoint)
+}
+
+/// The union of two shapes sorted in the signature's order of dims.
+fn merge_sorted(a: &[DimId], b: &[DimId]) -> Vec<DimId> {
+    let mut all: Vec<DimId> = a.iter().chain(b).copied().collect();
+    all.sort_unstable();
+    all.dedup();
+    all
 }
 
 pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {

@@ -1351,6 +1351,121 @@ fn logsumexp_ref(x: &[f64], shape: &[usize], axis: usize) -> Vec<f64> {
     max.iter().zip(&sum).map(|(m, s)| m + s.ln()).collect()
 }
 
+/// Rows x cols shapes with odd and prime sizes, for the positional kernels.
+const POSITION_SHAPES: [(usize, usize); 5] = [(1, 1), (37, 33), (3, 4097), (31, 1), (2, 0)];
+
+#[test]
+fn index_gives_positions() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in POSITION_SHAPES {
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let got = kernels::coords(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        let want: Vec<u32> = (0..rows * cols)
+            .map(|i| (i / cols * 1000 + i % cols) as u32)
+            .collect();
+        assert_outputs(
+            &format!("coords, {rows} x {cols}"),
+            &got,
+            &[exact("index", &[rows, cols], &want)],
+        );
+    }
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, -5.0, 5.0);
+        let got = kernels::index_sum(&dev, &put(&dev, &x, &[n])).unwrap();
+        let want = [(n as u64) * (n as u64).saturating_sub(1) / 2];
+        assert_outputs(
+            &format!("index_sum, n = {n}"),
+            &got,
+            &[exact("sum(index(n))", &[], &want)],
+        );
+    }
+}
+
+/// `logsumexp(x, cols) - x[row, label]`, in f64, the stable way.
+fn cross_entropy_reference(x: &[f64], label: &[i64], cols: usize) -> Vec<f64> {
+    x.chunks(cols.max(1))
+        .zip(label)
+        .map(|(row, &l)| {
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let lse = m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            lse - row[l as usize]
+        })
+        .collect()
+}
+
+#[test]
+fn cross_entropy_with_index_and_logsumexp() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(1, 1), (37, 33), (3, 4097), (101, 2)] {
+        let x = rng.floats::<f32>(rows * cols, -20.0, 20.0);
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let got = kernels::cross_entropy(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &label, &[rows]),
+        )
+        .unwrap();
+        let want = cross_entropy_reference(&f64s(&x), &label, cols);
+        assert_outputs(
+            &format!("cross_entropy, {rows} x {cols}"),
+            &got,
+            &[float("loss", &[rows], want, Tol::close(1e-5, 1e-5))],
+        );
+    }
+}
+
+#[test]
+fn logsumexp_is_stable_and_handles_infinities() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (rows, cols) = (33, 7);
+    let mut x: Vec<f64> = rng.floats::<f64>(rows * cols, -700.0, 700.0);
+    for r in 0..rows {
+        x[r * cols] = 1e300 + r as f64;
+    }
+    x[cols + 3] = f64::NEG_INFINITY;
+    let got = kernels::logsumexp_rows(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+    let want: Vec<f64> = (0..cols)
+        .map(|c| {
+            let col: Vec<f64> = (0..rows).map(|r| x[r * cols + c]).collect();
+            let m = col.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            m + col.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+        })
+        .collect();
+    assert_outputs(
+        "logsumexp over rows",
+        &got,
+        &[float("lse", &[cols], want, Tol::close(1e-12, 0.0))],
+    );
+    let inf = kernels::logsumexp_rows(
+        &dev,
+        &put(
+            &dev,
+            &[f64::NEG_INFINITY, f64::INFINITY, f64::NEG_INFINITY, 1.0],
+            &[2, 2],
+        ),
+    )
+    .unwrap();
+    assert_eq!(host(&inf), [f64::NEG_INFINITY, f64::INFINITY]);
+}
+
+#[test]
+fn outer_product_broadcasts_by_name() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (m, n) in POSITION_SHAPES {
+        let (a, b) = (
+            rng.floats::<f32>(m, -3.0, 3.0),
+            rng.floats::<f32>(n, -3.0, 3.0),
+        );
+        let got = kernels::outer(&dev, &put(&dev, &a, &[m]), &put(&dev, &b, &[n])).unwrap();
+        let want: Vec<f64> = (0..m * n).map(|i| f64::from(a[i / n] * b[i % n])).collect();
+        assert_outputs(
+            &format!("outer, {m} x {n}"),
+            &got,
+            &[float("a * b", &[m, n], want, Tol::EXACT)],
+        );
+    }
+}
+
 #[test]
 fn log_in_a_base() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());

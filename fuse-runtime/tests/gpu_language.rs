@@ -866,6 +866,50 @@ const SOFTMAX_SHAPES: [(usize, usize); 14] = [
 
 #[test]
 #[ignore = "needs a CUDA GPU"]
+fn index_logsumexp_cross_entropy_and_outer() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(rows, cols) in SHAPES_2D.iter().chain(&SOFTMAX_SHAPES) {
+        let x = rng.floats::<f32>(rows * cols, -20.0, 20.0);
+        let label: Vec<i64> = (0..rows)
+            .map(|_| rng.below(cols.max(1) as u64) as i64)
+            .collect();
+        let what = format!("{rows} x {cols}");
+        let run = |d: &Device| kernels::coords(d, &put(d, &x, &[rows, cols]));
+        assert_gpu_matches_cpu(&gpu, &format!("coords, {what}"), run, &[Tol::EXACT]);
+        if cols > 0 {
+            let run = |d: &Device| {
+                kernels::cross_entropy(d, &put(d, &x, &[rows, cols]), &put(d, &label, &[rows]))
+            };
+            assert_gpu_matches_cpu(
+                &gpu,
+                &format!("cross_entropy, {what}"),
+                run,
+                &[Tol::close(2e-5, 2e-5)],
+            );
+        }
+        let x64: Vec<f64> = x.iter().map(|&v| f64::from(v) * 30.0).collect();
+        let run = |d: &Device| kernels::logsumexp_rows(d, &put(d, &x64, &[rows, cols]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("logsumexp_rows, {what}"),
+            run,
+            &[Tol::close(1e-12, 1e-12)],
+        );
+        let (a, b) = (&x[..rows], &x[..cols.min(x.len())]);
+        let run = |d: &Device| kernels::outer(d, &put(d, a, &[a.len()]), &put(d, b, &[b.len()]));
+        assert_gpu_matches_cpu(&gpu, &format!("outer, {what}"), run, &[Tol::EXACT]);
+    }
+    for n in SIZES_AND_LARGE {
+        let x = rng.floats::<f32>(n, -5.0, 5.0);
+        let run = |d: &Device| kernels::index_sum(d, &put(d, &x, &[n]));
+        assert_gpu_matches_cpu(&gpu, &format!("index_sum, n = {n}"), run, &[Tol::EXACT]);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
 fn log_in_a_base() {
     let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
         return;

@@ -321,6 +321,31 @@ fuse! {
         e / sum(e, cols)
     }
 
+    /// Positions: `index` over both dims of an elementwise kernel.
+    pub fn coords(x: [f32; rows, cols]) -> [u32; rows, cols] {
+        index(rows) * 1000 + index(cols) + (x > 1e30) as u32
+    }
+
+    /// `index` over every element of a full reduction.
+    pub fn index_sum(x: [f32; n]) -> u64 {
+        sum(index(n) as u64 + (x > 1e30) as u64)
+    }
+
+    /// W9: softmax cross-entropy per row, the issue's own spelling.
+    pub fn cross_entropy(x: [f32; rows, cols], label: [i64; rows]) -> [f32; rows] {
+        logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
+    }
+
+    /// `logsumexp` over the first dim, in f64.
+    pub fn logsumexp_rows(x: [f64; rows, cols]) -> [f64; cols] {
+        logsumexp(x, rows)
+    }
+
+    /// An outer product: `[m]` against `[n]`.
+    pub fn outer(a: [f32; m], b: [f32; n]) -> [f32; m, n] {
+        a * b
+    }
+
     /// std's `log(self, base)`.
     pub fn log_base(x: [f32; n], b: [f32; n]) -> [f32; n] {
         x.log(b)

@@ -1,8 +1,8 @@
 use fuse_runtime::fuse;
 
 fuse! {
-    fn f(a: [f32; m], b: [f32; n]) -> [f32; m] {
-        a * b
+    fn f(x: [f32; a, b], y: [f32; b, a], z: [f32; c]) -> f32 {
+        sum(y * z)
     }
 }
 

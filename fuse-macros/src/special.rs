@@ -1,0 +1,74 @@
+//! The language's functions that are not elementwise functions of their values: `index(dim)`,
+//! the position along a dim, and `logsumexp(e, dim)`, a reduction built from the others.
+
+use crate::check::Checker;
+use crate::func::Func;
+use crate::ir::{Op, Reduce};
+use crate::parse::{BinOp, Expr, ExprKind};
+use crate::ty::{Elem, Ty};
+use proc_macro2::TokenStream;
+
+impl Checker<'_> {
+    /// `index(dim)`: the current element's position along `dim`, as `u32`.
+    pub fn index(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let [arg] = args else {
+            self.cx
+                .spanned(t, "`index` takes one dim, as in `index(cols)`");
+            return None;
+        };
+        let ExprKind::Var(ident) = &arg.kind else {
+            self.cx.spanned(
+                &arg.tokens,
+                "the argument of `index` is a dim name, such as `cols`",
+            );
+            return None;
+        };
+        let dim = self.named_dim(ident, None)?;
+        Some(self.push(Op::Index(dim), Ty::Elem(Elem::U32), vec![dim], t))
+    }
+
+    /// `logsumexp(e, dim)`: `ln(sum(exp(e), dim))` computed stably, as
+    /// `m + ln(sum(exp(e - m), dim))` with `m` the maximum over `dim` (0 where that is infinite,
+    /// so that all-`-inf` rows give `-inf` and rows with `inf` give `inf`).
+    pub fn logsumexp(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let [e, d] = args else {
+            let message = if args.len() == 1 {
+                "`logsumexp` over every element needs the maximum before the sum, a second pass over every element: reduce over a dim, as in `logsumexp(x, cols)`, or split it into two `fn`s (`max(x)`, then the sum)"
+            } else {
+                "`logsumexp` takes a tensor and a dim, as in `logsumexp(x, cols)`"
+            };
+            self.cx.spanned(t, message);
+            return None;
+        };
+        let operand = self.expr(e);
+        let dim = self.reduce_dim(Reduce::Sum, "logsumexp", e, d)?;
+        let operand = operand?;
+        let shape = self.nodes[operand].shape.clone();
+        if !shape.contains(&dim) {
+            let (name, has) = (self.dims[dim].to_string(), self.shape_text(&shape));
+            self.cx.spanned(&d.tokens, format!("cannot reduce over `{name}`: the operand has shape `{has}`, which has no dim `{name}`"));
+            return None;
+        }
+        let ty = self.reduce_type(Reduce::Mean, "logsumexp", operand, e)?;
+        let row: Vec<_> = shape.iter().copied().filter(|&s| s != dim).collect();
+        let max = self.push(
+            Op::Reduce(Reduce::Max, operand, Some(dim)),
+            ty,
+            row.clone(),
+            t,
+        );
+        let finite = self.push(
+            Op::Call(Func::IsFinite, vec![max]),
+            Ty::Elem(Elem::Bool),
+            row.clone(),
+            t,
+        );
+        let zero = self.push(Op::Float("0".into()), ty, vec![], t);
+        let shift = self.push(Op::Select(finite, max, zero), ty, row.clone(), t);
+        let diff = self.push(Op::Binary(BinOp::Sub, operand, shift), ty, shape.clone(), t);
+        let exp = self.push(Op::Call(Func::Exp, vec![diff]), ty, shape, t);
+        let sum = self.push(Op::Reduce(Reduce::Sum, exp, Some(dim)), ty, row.clone(), t);
+        let ln = self.push(Op::Call(Func::Ln, vec![sum]), ty, row.clone(), t);
+        Some(self.push(Op::Binary(BinOp::Add, ln, shift), ty, row, t))
+    }
+}
