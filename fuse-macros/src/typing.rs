@@ -519,7 +519,7 @@ impl Checker<'_> {
             self.cx.spanned(&d.tokens, message);
             return None;
         };
-        let is_value = self.scope.iter().any(|(n, _)| *n == ident.to_string());
+        let is_value = self.scope.iter().any(|(n, _)| ident == n);
         let value_hint = (elementwise && is_value).then(|| {
             format!("`{text}(a, b)` reduces `a` over the dim `b`, but `{ident}` is a value, not a dim; {hint}")
         });
