@@ -65,10 +65,9 @@ pub struct Workload {
 }
 
 /// Workloads the language cannot express yet, with the feature each waits for.
-pub const NOT_YET: [(&str, &str); 3] = [
+pub const NOT_YET: [(&str, &str); 2] = [
     ("W3", "bias + GELU + dropout: needs randomness"),
     ("W7", "layernorm + int8 quantize: needs i8"),
-    ("W9", "softmax cross-entropy: needs indexing by a label"),
 ];
 
 const F32: u64 = 4;
@@ -109,7 +108,7 @@ pub fn copy() -> Workload {
 
 /// Every workload the language expresses today, in WORKLOADS.md's order.
 pub fn all() -> Vec<Workload> {
-    vec![w1(), w2(), w4(), w5(), w6(), w8(), w10()]
+    vec![w1(), w2(), w4(), w5(), w6(), w8(), w9(), w10()]
 }
 
 /// A buffer for an intermediate result.
@@ -363,6 +362,53 @@ fn w8_unfused(dev: &Device, d: Dims) -> Result<Run, Error> {
         op_rsqrt::into(&dev, &mean_eps, &mut rms)?;
         op_mul_row::into(&dev, x, &rms, &mut normed)?;
         op_mul_col::into(&dev, &normed, w, &mut o[0])
+    }))
+}
+
+/// W9's labels: pseudo-random from the row index, the same on every device (the harness's
+/// inputs are f32, so the labels are made with the variant), uploaded once.
+fn labels(dev: &Device, d: Dims) -> Result<Buffer<i64>, Error> {
+    let cols = d.cols.max(1) as u64;
+    let label: Vec<i64> = (0..d.rows as u64)
+        .map(|r| (r.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29) % cols) as i64)
+        .collect();
+    dev.upload(&label)
+}
+
+pub fn w9() -> Workload {
+    Workload {
+        id: "W9",
+        what: "loss = logsumexp_row(x) - x[row, label[row]], labels i64",
+        formula: "4n + 12 rows",
+        bytes: |d| F32 * d.n as u64 + 12 * d.rows as u64,
+        rows: true,
+        inputs: |d| vec![grid(d)],
+        outputs: |d| vec![vec![d.rows]],
+        variants: vec![
+            Variant {
+                name: "fused (1 kernel)",
+                build: |dev, d| {
+                    let (dev, label) = (dev.clone(), labels(dev, d)?);
+                    Ok(Box::new(move |i, o| {
+                        w9_cross_entropy::into(&dev, &i[0], &label, &mut o[0])
+                    }))
+                },
+            },
+            Variant {
+                name: "unfused (3 kernels)",
+                build: w9_unfused,
+            },
+        ],
+    }
+}
+
+fn w9_unfused(dev: &Device, d: Dims) -> Result<Run, Error> {
+    let (dev, label) = (dev.clone(), labels(dev, d)?);
+    let (mut lse, mut picked) = (scratch(&dev, &[d.rows])?, scratch(&dev, &[d.rows])?);
+    Ok(Box::new(move |i, o| {
+        op_row_logsumexp::into(&dev, &i[0], &mut lse)?;
+        op_row_pick::into(&dev, &i[0], &label, &mut picked)?;
+        op_sub_rows::into(&dev, &lse, &picked, &mut o[0])
     }))
 }
 

@@ -41,6 +41,11 @@ fuse! {
         x * rsqrt(mean(x * x, cols) + 1e-6) * w
     }
 
+    /// W9: softmax cross-entropy per row, labels as i64.
+    pub fn w9_cross_entropy(x: [f32; rows, cols], label: [i64; rows]) -> [f32; rows] {
+        logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
+    }
+
     /// W10: a product and its forward-mode tangent, two outputs.
     pub fn w10_tangent(x: [f32; n], y: [f32; n], dx: [f32; n], dy: [f32; n])
         -> ([f32; n], [f32; n])
@@ -112,6 +117,18 @@ fuse! {
     /// The mean of each row.
     pub fn op_row_mean(x: [f32; rows, cols]) -> [f32; rows] {
         mean(x, cols)
+    }
+    /// The log-sum-exp of each row.
+    pub fn op_row_logsumexp(x: [f32; rows, cols]) -> [f32; rows] {
+        logsumexp(x, cols)
+    }
+    /// The element of each row at its label.
+    pub fn op_row_pick(x: [f32; rows, cols], label: [i64; rows]) -> [f32; rows] {
+        sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
+    }
+    /// `a - b` for per-row numbers.
+    pub fn op_sub_rows(a: [f32; rows], b: [f32; rows]) -> [f32; rows] {
+        a - b
     }
     /// Each row minus its own number.
     pub fn op_sub_row(x: [f32; rows, cols], r: [f32; rows]) -> [f32; rows, cols] {
