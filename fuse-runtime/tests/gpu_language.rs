@@ -897,8 +897,11 @@ fn index_logsumexp_cross_entropy_and_outer() {
             run,
             &[Tol::close(1e-12, 1e-12)],
         );
-        let (a, b) = (&x[..rows], &x[..cols.min(x.len())]);
-        let run = |d: &Device| kernels::outer(d, &put(d, a, &[a.len()]), &put(d, b, &[b.len()]));
+        let (a, b) = (
+            rng.floats::<f32>(rows, -3.0, 3.0),
+            rng.floats::<f32>(cols, -3.0, 3.0),
+        );
+        let run = |d: &Device| kernels::outer(d, &put(d, &a, &[rows]), &put(d, &b, &[cols]));
         assert_gpu_matches_cpu(&gpu, &format!("outer, {what}"), run, &[Tol::EXACT]);
     }
     for n in SIZES_AND_LARGE {
