@@ -1,0 +1,167 @@
+//! Expressions: one CUDA C expression per value of the kernel.
+
+use super::text::{c_math_name, cast, float_literal, int_literal, suffixed};
+use super::{Cuda, Scope};
+use crate::func::Func;
+use crate::ir::{Launch, NodeId, Op};
+use crate::parse::{BinOp, UnOp};
+use crate::ty::Elem;
+
+impl Cuda<'_> {
+    pub(super) fn expr(&mut self, id: NodeId, scope: Scope) -> String {
+        let k = self.k;
+        let node = &k.nodes[id];
+        let e = node.elem();
+        let v = |i: &NodeId| format!("v{i}");
+        match &node.op {
+            Op::Load(p) => {
+                let param = &k.params[*p];
+                let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
+                let name = crate::expand::plain_name(&param.name);
+                let at = match (scope, &k.launch) {
+                    (Scope::Lane, _) => return format!("l_{name}.v[l]"),
+                    (Scope::Element, _) if self.row_vectors_now.contains(p) => {
+                        return format!("lv_{name}.v[j]")
+                    }
+                    (Scope::Element, _) if self.cached.contains(p) => {
+                        return format!("rc_{name}[q].v[j]")
+                    }
+                    (Scope::Element, _) => format!("o{s}"),
+                    (Scope::Row, Launch::Rows { .. }) => format!("b{s}"),
+                    (Scope::Row, _) => "0".into(),
+                };
+                format!("p_{name}[{at}]")
+            }
+            Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
+            Op::Index(d) => match &k.launch {
+                Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
+                _ => format!("((unsigned int){})", self.layout.coord(*d)),
+            },
+            Op::Int(value) => int_literal(*value, e),
+            Op::Float(digits) => float_literal(digits, e),
+            Op::Bool(b) => b.to_string(),
+            Op::Unary(op, a) => self.unary(*op, e, &v(a)),
+            Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem(), &v(a), &v(b)),
+            Op::Cast(a) => cast(k.nodes[*a].elem(), e, &v(a)),
+            Op::Select(c, a, b) => format!("({} ? {} : {})", v(c), v(a), v(b)),
+            Op::Call(f, args) => {
+                let args: Vec<String> = args.iter().map(v).collect();
+                let arg_elem = k.nodes[node.op.operands()[0]].elem();
+                self.call(*f, arg_elem, &args)
+            }
+            Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
+        }
+    }
+
+    fn unary(&mut self, op: UnOp, e: Elem, a: &str) -> String {
+        match op {
+            UnOp::Neg if e.is_float() => format!("(-{a})"),
+            UnOp::Neg => format!("(({})(0ull - ({}){a}))", e.c_name(), e.c_unsigned()),
+            UnOp::Not if e == Elem::Bool => format!("(!{a})"),
+            UnOp::Not => format!("(({})~{a})", e.c_name()),
+        }
+    }
+
+    fn binary(&mut self, op: BinOp, e: Elem, a: &str, b: &str) -> String {
+        use BinOp::*;
+        let (t, u) = (e.c_name(), e.c_unsigned());
+        match op {
+            Add | Sub | Mul if e.is_signed_int() => {
+                format!("(({t})(({u}){a} {} ({u}){b}))", op.symbol())
+            }
+            Add | Sub | Mul if e.is_int() => format!("(({t})({a} {} {b}))", op.symbol()),
+            Rem if e.is_float() => format!("{}({a}, {b})", suffixed("fmod", e)),
+            Div | Rem if e.is_int() => {
+                let name = if op == Div { "fz_div" } else { "fz_rem" };
+                self.helpers.insert(name);
+                format!("{name}({a}, {b})")
+            }
+            Shl => format!(
+                "(({t})(({u}){a} << ((unsigned int){b} & {}u)))",
+                e.bits() - 1
+            ),
+            Shr => format!("(({t})({a} >> ((unsigned int){b} & {}u)))", e.bits() - 1),
+            BitAnd | BitOr | BitXor if e == Elem::Bool => {
+                format!("((bool)({a} {} {b}))", op.symbol())
+            }
+            _ => format!("({a} {} {b})", op.symbol()),
+        }
+    }
+
+    fn call(&mut self, f: Func, e: Elem, a: &[String]) -> String {
+        use Func::*;
+        let s = |name: &str| suffixed(name, e);
+        let one = if e == Elem::F32 { "1.0f" } else { "1.0" };
+        let x = &a[0];
+        let helper = |w: &mut Self, name: &'static str| {
+            w.helpers.insert(name);
+            format!("{name}({})", a.join(", "))
+        };
+        match f {
+            Exp | Exp2 | Log2 | Log10 | Sqrt | Cbrt | Sin | Cos | Tan | Sinh | Cosh | Tanh
+            | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | Trunc | Erf => {
+                format!("{}({x})", s(c_math_name(f)))
+            }
+            Ln => format!("{}({x})", s("log")),
+            ExpM1 => format!("{}({x})", s("expm1")),
+            Ln1p => format!("{}({x})", s("log1p")),
+            Recip => format!("({one} / {x})"),
+            // CUDA's rsqrtf (at most 2 ulp, as torch.rsqrt on CUDA): unlike 1/sqrt or
+            // __frsqrt_rn it has no slow-path call, around which a cached row's registers spill.
+            Rsqrt if e == Elem::F32 => format!("rsqrtf({x})"),
+            Rsqrt => format!("({one} / {}({x}))", s("sqrt")),
+            Fract => format!("({x} - {}({x}))", s("trunc")),
+            ToDegrees if e == Elem::F32 => {
+                format!("({x} * 57.2957795130823208767981548141051703f)")
+            }
+            ToDegrees => format!("({x} * (180.0 / 3.14159265358979323846264338327950288))"),
+            ToRadians if e == Elem::F32 => {
+                format!("({x} * (3.14159265358979323846264338327950288f / 180.0f))")
+            }
+            ToRadians => format!("({x} * (3.14159265358979323846264338327950288 / 180.0))"),
+            Abs if e.is_float() => format!("{}({x})", s("fabs")),
+            // std's `log(self, base)` is `self.ln() / base.ln()`.
+            Log => format!("({}({x}) / {}({}))", s("log"), s("log"), a[1]),
+            Hypot if e == Elem::F64 => helper(self, "fz_hypot"),
+            Atan2 | Powf | Hypot | Copysign => format!("{}({x}, {})", s(c_math_name(f)), a[1]),
+            Max | Min if e.is_float() => format!(
+                "{}({x}, {})",
+                s(if f == Max { "fmax" } else { "fmin" }),
+                a[1]
+            ),
+            Max => format!("({x} > {b} ? {x} : {b})", b = a[1]),
+            Min => format!("({x} < {b} ? {x} : {b})", b = a[1]),
+            Clamp => format!(
+                "({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))",
+                lo = a[1],
+                hi = a[2]
+            ),
+            MulAdd => format!("{}({x}, {}, {})", s("fma"), a[1], a[2]),
+            IsNan => format!("((bool)isnan({x}))"),
+            IsFinite => format!("((bool)isfinite({x}))"),
+            IsInfinite => format!("((bool)isinf({x}))"),
+            IsSignNegative => format!("(signbit({x}) != 0)"),
+            IsSignPositive => format!("(signbit({x}) == 0)"),
+            Relu => format!("({x} < 0 ? ({})0 : {x})", e.c_name()),
+            CountOnes if e.bits() == 32 => format!("((unsigned int)__popc((unsigned int){x}))"),
+            CountOnes => format!("((unsigned int)__popcll((unsigned long long){x}))"),
+            LeadingZeros if e.bits() == 32 => format!("((unsigned int)__clz((int){x}))"),
+            LeadingZeros => format!("((unsigned int)__clzll((long long){x}))"),
+            TrailingZeros if e.bits() == 32 => {
+                format!("({x} == 0 ? 32u : (unsigned int)(__ffs((int){x}) - 1))")
+            }
+            TrailingZeros => {
+                format!("({x} == 0 ? 64u : (unsigned int)(__ffsll((long long){x}) - 1))")
+            }
+            Abs => helper(self, "fz_abs"),
+            Signum => helper(self, "fz_signum"),
+            Powi => helper(self, "fz_powi"),
+            Pow => helper(self, "fz_pow"),
+            Sigmoid => helper(self, "fz_sigmoid"),
+            Gelu => helper(self, "fz_gelu"),
+            GeluTanh => helper(self, "fz_gelu_tanh"),
+            Silu => helper(self, "fz_silu"),
+            Softplus => helper(self, "fz_softplus"),
+        }
+    }
+}

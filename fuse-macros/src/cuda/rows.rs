@@ -1,0 +1,221 @@
+//! Row kernels: reductions over one dim, a row per block or per segment of a warp, the row
+//! cached in registers when it fits.
+
+use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
+use crate::ir::{DimId, Launch, NodeId, Op};
+use crate::plan::{Pass, Plan};
+
+impl Cuda<'_> {
+    pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
+        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+        self.line(format!(
+            "const long long groups = {};",
+            self.layout.product(&rows)
+        ));
+        self.line(format!("const long long len = {};", self.layout.size(axis)));
+        self.divisors(&rows);
+        self.reciprocals(plan, "len");
+        let cached = self.cached_params(domain);
+        // Threads per row: a power of two up to a warp for short rows (several rows per block,
+        // reduced by shuffles within each segment), else the whole block. Rows cached in
+        // registers take four elements per thread step, so they need a quarter of the threads.
+        self.line(format!("int width = {BLOCK};"));
+        if !cached.is_empty() {
+            // Cached rows: the fewest threads that hold the row in `CACHE` registers each.
+            self.open(format!("if ((len & 3) == 0 && len <= {} * {BLOCK})", CACHE));
+            self.line("width = 1;");
+            self.line(format!("while (width * {CACHE} < len) width <<= 1;"));
+            self.close();
+            self.open("else if (len <= 32)");
+        } else {
+            self.open("if (len <= 32)");
+        }
+        // Short rows: up to four elements a thread, so that each has several loads in flight.
+        self.line("width = 1;");
+        self.line("while (width * 4 < len) width <<= 1;");
+        self.close();
+        self.line(format!("const int per_block = {BLOCK} / width;"));
+        self.line("const int lane = threadIdx.x & (width - 1);");
+        self.shared_reduction_buffers(plan);
+        self.open("for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block)");
+        // A segment past the last row computes on the last row (valid memory) and writes nothing.
+        self.line("const long long gl = g0 + threadIdx.x / width;");
+        self.line("const bool live = gl < groups;");
+        self.line("const long long g = live ? gl : groups - 1;");
+        for l in self.layout.split("g", &rows, &SYNTAX) {
+            self.line(l);
+        }
+        let shapes = self.layout.shapes();
+        for (s, shape) in shapes.iter().enumerate() {
+            self.line(format!(
+                "const long long b{s} = {};",
+                self.layout.offset(shape, Some(axis))
+            ));
+        }
+        self.values(&plan.prologue, Scope::Row);
+        if cached.is_empty() {
+            self.row_passes(plan, axis, &[]);
+        } else {
+            // Rows that fit in registers are read from memory once, whatever the number of
+            // passes: 16-byte vectors, `CACHE / 4` of them per thread.
+            self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
+            for &p in &cached {
+                let (t, name) = (
+                    self.k.params[p].elem.c_name(),
+                    crate::expand::plain_name(&self.k.params[p].name),
+                );
+                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+                self.line(format!("fz_vec<{t}, 4> rc_{name}[{}];", CACHE / 4));
+                self.line("#pragma unroll");
+                self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+                self.line("const int c = lane + q * width;");
+                self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                self.close();
+            }
+            self.row_passes(plan, axis, &cached);
+            self.close();
+            self.open("else");
+            self.row_passes(plan, axis, &[]);
+            self.close();
+        }
+        self.close();
+    }
+
+    /// The tensors worth keeping in registers across a row's passes: those over the whole domain
+    /// (the row's own elements, contiguous along the reduced dim).
+    fn cached_params(&self, domain: &[DimId]) -> Vec<usize> {
+        let Launch::Rows { axis, .. } = self.k.launch else {
+            return vec![];
+        };
+        let passes = crate::plan::plan(self.k).passes.len();
+        if passes < 2 || domain.last() != Some(&axis) {
+            return vec![];
+        }
+        self.k
+            .tensor_params()
+            .filter(|(_, _, s)| s.as_slice() == domain)
+            .map(|(i, _, _)| i)
+            .collect()
+    }
+
+    /// The passes over a row: streaming (`cached` empty: `r` strides through the row), or over
+    /// the registers holding the `cached` tensors (`r = lane + k * width` for `k < CACHE`).
+    fn row_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
+        let shapes = self.layout.shapes();
+        for pass in &plan.passes {
+            self.init_accumulators(&pass.reduces);
+            let guard = if pass.writes.is_empty() {
+                ""
+            } else {
+                "live && "
+            };
+            if cached.is_empty() {
+                self.line("#pragma unroll 4");
+                self.open(format!(
+                    "for (long long r = lane; {guard}r < len; r += width)"
+                ));
+                self.row_step(pass, axis, &[], &shapes);
+                self.close();
+            } else {
+                self.helpers.insert("fz_vec");
+                self.line("#pragma unroll");
+                self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+                self.line("const int c = lane + q * width;");
+                self.open(format!("if ({guard}c * 4 < len)"));
+                for &o in &pass.writes {
+                    self.line(format!(
+                        "fz_vec<{}, 4> s{o};",
+                        self.k.outputs[o].elem.c_name()
+                    ));
+                }
+                // Other tensors contiguous along the row (gamma, beta) load four at a time too.
+                let vectors = self.row_vectors(pass, axis, cached);
+                for &p in &vectors {
+                    let param = &self.k.params[p];
+                    let (t, name) = (param.elem.c_name(), crate::expand::plain_name(&param.name));
+                    let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
+                    self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                }
+                let mut in_registers = cached.to_vec();
+                in_registers.extend(&vectors);
+                // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
+                for j in 0..4 {
+                    self.open("");
+                    self.line(format!("const int j = {j};"));
+                    self.line("const long long r = c * 4 + j;");
+                    self.row_vectors_now = vectors.clone();
+                    self.row_step(pass, axis, &in_registers, &shapes);
+                    self.row_vectors_now.clear();
+                    self.close();
+                }
+                for &o in &pass.writes {
+                    let out = &self.k.outputs[o];
+                    let (t, s) = (out.elem.c_name(), self.shape_index(&out.shape));
+                    self.line(format!(
+                        "reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s})[c] = s{o};"
+                    ));
+                }
+                self.close();
+                self.close();
+            }
+            self.block_reduce(&pass.reduces, true);
+            self.finish_reductions(&pass.reduces, "len");
+            self.values(&pass.after, Scope::Row);
+        }
+        if !plan.group_writes.is_empty() {
+            self.open("if (live && lane == 0)");
+            self.writes(&plan.group_writes, Scope::Row);
+            self.close();
+        }
+    }
+
+    /// The tensors of `pass` besides the `cached` ones that are contiguous along the row (the
+    /// reduced dim is their last): in a cached pass they load as vectors `lv_<name>`.
+    fn row_vectors(&self, pass: &Pass, axis: DimId, cached: &[usize]) -> Vec<usize> {
+        let mut found = vec![];
+        for &id in &pass.elems {
+            if let Op::Load(p) = self.k.nodes[id].op {
+                let shape = self.k.params[p].shape.as_ref().expect("a tensor");
+                if shape.last() == Some(&axis) && !cached.contains(&p) && !found.contains(&p) {
+                    found.push(p);
+                }
+            }
+        }
+        found
+    }
+
+    /// One element of a row pass at `r`: offsets, values, accumulation and writes; with `cached`
+    /// tensors in registers (`rc_<name>[q].v[j]`) and the writes gathered into vectors `s<o>`.
+    fn row_step(&mut self, pass: &Pass, axis: DimId, cached: &[usize], shapes: &[Vec<DimId>]) {
+        let loads: Vec<NodeId> = pass
+            .elems
+            .iter()
+            .copied()
+            .filter(|&id| !matches!(self.k.nodes[id].op, Op::Load(p) if cached.contains(&p)))
+            .collect();
+        let writes: &[usize] = if cached.is_empty() { &pass.writes } else { &[] };
+        for s in self.used_shapes(&loads, writes) {
+            let shape = &shapes[s];
+            let step = match shape
+                .contains(&axis)
+                .then(|| self.layout.stride(shape, axis))
+            {
+                Some(s) if s == "1" => " + r".to_string(),
+                Some(s) => format!(" + r * {s}"),
+                None => String::new(),
+            };
+            self.line(format!("const long long o{s} = b{s}{step};"));
+        }
+        self.cached = cached.to_vec();
+        self.values(&pass.elems, Scope::Element);
+        self.cached.clear();
+        self.accumulate(&pass.reduces);
+        if cached.is_empty() {
+            self.writes(&pass.writes, Scope::Element);
+        } else {
+            for &o in &pass.writes {
+                self.line(format!("s{o}.v[j] = v{};", self.k.outputs[o].node));
+            }
+        }
+    }
+}

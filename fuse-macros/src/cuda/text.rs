@@ -1,0 +1,225 @@
+//! Fragments of CUDA C text: math function names, literals, conversions, reduction identities
+//! and combinations, and the helper functions a kernel may need.
+
+use crate::func::Func;
+use crate::ir::Reduce;
+use crate::ty::Elem;
+
+pub(super) fn c_math_name(f: Func) -> &'static str {
+    use Func::*;
+    match f {
+        Exp => "exp",
+        Exp2 => "exp2",
+        Log2 => "log2",
+        Log10 => "log10",
+        Sqrt => "sqrt",
+        Cbrt => "cbrt",
+        Sin => "sin",
+        Cos => "cos",
+        Tan => "tan",
+        Sinh => "sinh",
+        Cosh => "cosh",
+        Tanh => "tanh",
+        Asin => "asin",
+        Acos => "acos",
+        Atan => "atan",
+        Asinh => "asinh",
+        Acosh => "acosh",
+        Atanh => "atanh",
+        Floor => "floor",
+        Ceil => "ceil",
+        Round => "round",
+        Trunc => "trunc",
+        Erf => "erf",
+        Atan2 => "atan2",
+        Powf => "pow",
+        Hypot => "hypot",
+        Copysign => "copysign",
+        _ => unreachable!("not a plain C math function"),
+    }
+}
+
+/// The C math function for `e`: `expf` for f32, `exp` for f64.
+pub(super) fn suffixed(name: &str, e: Elem) -> String {
+    if e == Elem::F32 {
+        format!("{name}f")
+    } else {
+        name.to_string()
+    }
+}
+
+pub(super) fn int_literal(value: i128, e: Elem) -> String {
+    match e {
+        Elem::F32 => format!("{value}.0f"),
+        Elem::F64 => format!("{value}.0"),
+        Elem::I32 if value == i32::MIN as i128 => "(-2147483647 - 1)".into(),
+        Elem::I64 if value == i64::MIN as i128 => "(-9223372036854775807ll - 1)".into(),
+        Elem::I32 if value < 0 => format!("({value})"),
+        Elem::I32 => value.to_string(),
+        Elem::I64 => format!("({value}ll)"),
+        Elem::U32 => format!("{value}u"),
+        Elem::U64 => format!("{value}ull"),
+        Elem::Bool => unreachable!("integer literals are never bool"),
+    }
+}
+
+pub(super) fn float_literal(digits: &str, e: Elem) -> String {
+    let text = if e == Elem::F32 {
+        let v: f32 = digits.parse().unwrap_or(f32::NAN);
+        if v.is_infinite() {
+            "__int_as_float(0x7f800000)".to_string()
+        } else {
+            format!("{v:?}f")
+        }
+    } else {
+        let v: f64 = digits.parse().unwrap_or(f64::NAN);
+        if v.is_infinite() {
+            "__longlong_as_double(0x7ff0000000000000ll)".to_string()
+        } else {
+            format!("{v:?}")
+        }
+    };
+    text
+}
+
+pub(super) fn cast(from: Elem, to: Elem, a: &str) -> String {
+    if from == to {
+        return a.to_string();
+    }
+    if from.is_float() && to.is_int() {
+        let src = if from == Elem::F32 { "float" } else { "double" };
+        let dst = match to {
+            Elem::I32 => "int",
+            Elem::U32 => "uint",
+            Elem::I64 => "ll",
+            _ => "ull",
+        };
+        // Round toward zero and saturate, NaN to 0: Rust's `as`. Some conversions give NaN the
+        // bits of the lowest value (0x80000000...), so NaN is tested first.
+        return format!("(isnan({a}) ? ({})0 : __{src}2{dst}_rz({a}))", to.c_name());
+    }
+    format!("(({}){a})", to.c_name())
+}
+
+pub(super) fn identity(op: Reduce, e: Elem) -> String {
+    let inf = if e == Elem::F32 {
+        "__int_as_float(0x7f800000)"
+    } else {
+        "__longlong_as_double(0x7ff0000000000000ll)"
+    };
+    match (op, e) {
+        (Reduce::Sum | Reduce::Mean, _) => format!("({})0", e.c_name()),
+        (Reduce::Prod, _) => format!("({})1", e.c_name()),
+        (Reduce::Max, _) if e.is_float() => format!("(-{inf})"),
+        (Reduce::Min, _) if e.is_float() => inf.to_string(),
+        (Reduce::Max, Elem::I32) => "(-2147483647 - 1)".into(),
+        (Reduce::Max, Elem::I64) => "(-9223372036854775807ll - 1)".into(),
+        (Reduce::Max, _) => "0u".into(),
+        (Reduce::Min, Elem::I32) => "2147483647".into(),
+        (Reduce::Min, Elem::I64) => "9223372036854775807ll".into(),
+        (Reduce::Min, Elem::U32) => "4294967295u".into(),
+        (Reduce::Min, _) => "18446744073709551615ull".into(),
+    }
+}
+
+pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
+    let (t, u) = (e.c_name(), e.c_unsigned());
+    match op {
+        Reduce::Sum | Reduce::Mean if e.is_signed_int() => format!("({t})(({u}){a} + ({u}){b})"),
+        Reduce::Prod if e.is_signed_int() => format!("({t})(({u}){a} * ({u}){b})"),
+        Reduce::Sum | Reduce::Mean => format!("{a} + {b}"),
+        Reduce::Prod => format!("{a} * {b}"),
+        Reduce::Max if e.is_float() => format!("{}({a}, {b})", suffixed("fmax", e)),
+        Reduce::Min if e.is_float() => format!("{}({a}, {b})", suffixed("fmin", e)),
+        Reduce::Max => format!("({a} > {b} ? {a} : {b})"),
+        Reduce::Min => format!("({a} < {b} ? {a} : {b})"),
+    }
+}
+
+/// The text of a helper function, overloaded for every type it applies to.
+pub(super) fn helper(name: &str) -> &'static str {
+    match name {
+        "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
+        // Division by a reciprocal taken once per launch: q = hi64(t * m) is t / d or one less
+        // (m = floor((2^64 - 1) / d)), and one comparison corrects it; exact for every 64-bit t.
+        "fz_quot" => concat!(
+            "struct fz_divisor { unsigned long long d, m; };\n",
+            "static __device__ __forceinline__ fz_divisor fz_divisor_of(unsigned long long d) { return {d, d ? 0xffffffffffffffffull / d : 0ull}; }\n",
+            "static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long t, fz_divisor v) {\n",
+            "    unsigned long long q = __umul64hi(t, v.m);\n",
+            "    return t - q * v.d >= v.d ? q + 1 : q;\n",
+            "}\n",
+        ),
+        // CUDA's f64 hypot overflows at f64::MAX; scaling by a power of two is exact.
+        "fz_hypot" => concat!(
+            "static __device__ __forceinline__ double fz_hypot(double a, double b) {\n",
+            "    a = fabs(a); b = fabs(b);\n",
+            "    if (isinf(a) || isinf(b)) return __longlong_as_double(0x7ff0000000000000ll);\n",
+            "    if (isnan(a) || isnan(b)) return a + b;\n",
+            "    const double m = fmax(a, b);\n",
+            "    if (m == 0.0) return 0.0;\n",
+            "    const int e = ilogb(m);\n",
+            "    const double x = ldexp(a, -e), y = ldexp(b, -e);\n",
+            "    return ldexp(sqrt(x * x + y * y), e);\n",
+            "}\n",
+        ),
+        "fz_div" => concat!(
+            "static __device__ __forceinline__ int fz_div(int a, int b) { return b == 0 ? 0 : b == -1 ? (int)(0u - (unsigned int)a) : a / b; }\n",
+            "static __device__ __forceinline__ long long fz_div(long long a, long long b) { return b == 0 ? 0 : b == -1 ? (long long)(0ull - (unsigned long long)a) : a / b; }\n",
+            "static __device__ __forceinline__ unsigned int fz_div(unsigned int a, unsigned int b) { return b == 0 ? 0u : a / b; }\n",
+            "static __device__ __forceinline__ unsigned long long fz_div(unsigned long long a, unsigned long long b) { return b == 0 ? 0ull : a / b; }\n",
+        ),
+        "fz_rem" => concat!(
+            "static __device__ __forceinline__ int fz_rem(int a, int b) { return b == 0 ? a : b == -1 ? 0 : a % b; }\n",
+            "static __device__ __forceinline__ long long fz_rem(long long a, long long b) { return b == 0 ? a : b == -1 ? 0 : a % b; }\n",
+            "static __device__ __forceinline__ unsigned int fz_rem(unsigned int a, unsigned int b) { return b == 0 ? a : a % b; }\n",
+            "static __device__ __forceinline__ unsigned long long fz_rem(unsigned long long a, unsigned long long b) { return b == 0 ? a : a % b; }\n",
+        ),
+        "fz_abs" => concat!(
+            "static __device__ __forceinline__ int fz_abs(int a) { return a < 0 ? (int)(0u - (unsigned int)a) : a; }\n",
+            "static __device__ __forceinline__ long long fz_abs(long long a) { return a < 0 ? (long long)(0ull - (unsigned long long)a) : a; }\n",
+        ),
+        "fz_signum" => concat!(
+            "static __device__ __forceinline__ float fz_signum(float a) { return isnan(a) ? a : copysignf(1.0f, a); }\n",
+            "static __device__ __forceinline__ double fz_signum(double a) { return isnan(a) ? a : copysign(1.0, a); }\n",
+            "static __device__ __forceinline__ int fz_signum(int a) { return (a > 0) - (a < 0); }\n",
+            "static __device__ __forceinline__ long long fz_signum(long long a) { return (long long)((a > 0) - (a < 0)); }\n",
+        ),
+        // Exponentiation by squaring in the order of compiler-rt's __powisf2, which Rust's powi calls.
+        "fz_powi" => concat!(
+            "template <typename T> static __device__ __forceinline__ T fz_powi(T a, int b) {\n",
+            "    const bool recip = b < 0; T r = 1;\n",
+            "    while (true) { if (b & 1) r *= a; b /= 2; if (b == 0) break; a *= a; }\n",
+            "    return recip ? T(1) / r : r;\n",
+            "}\n",
+        ),
+        "fz_pow" => concat!(
+            "template <typename T> static __device__ __forceinline__ T fz_pow(T a, unsigned int e) {\n",
+            "    unsigned long long base = (unsigned long long)a, r = 1;\n",
+            "    while (e) { if (e & 1u) r *= base; base *= base; e >>= 1; }\n",
+            "    return (T)r;\n",
+            "}\n",
+        ),
+        "fz_sigmoid" => concat!(
+            "static __device__ __forceinline__ float fz_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }\n",
+            "static __device__ __forceinline__ double fz_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }\n",
+        ),
+        "fz_silu" => concat!(
+            "static __device__ __forceinline__ float fz_silu(float x) { return x / (1.0f + expf(-x)); }\n",
+            "static __device__ __forceinline__ double fz_silu(double x) { return x / (1.0 + exp(-x)); }\n",
+        ),
+        "fz_gelu" => concat!(
+            "static __device__ __forceinline__ float fz_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }\n",
+            "static __device__ __forceinline__ double fz_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.707106781186547524)); }\n",
+        ),
+        "fz_gelu_tanh" => concat!(
+            "static __device__ __forceinline__ float fz_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.797884560802865356f * (x + 0.044715f * x * x * x))); }\n",
+            "static __device__ __forceinline__ double fz_gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(0.797884560802865356 * (x + 0.044715 * x * x * x))); }\n",
+        ),
+        "fz_softplus" => concat!(
+            "static __device__ __forceinline__ float fz_softplus(float x) { return fmaxf(x, 0.0f) + log1pf(expf(-fabsf(x))); }\n",
+            "static __device__ __forceinline__ double fz_softplus(double x) { return fmax(x, 0.0) + log1p(exp(-fabs(x))); }\n",
+        ),
+        _ => unreachable!("unknown helper {name}"),
+    }
+}
