@@ -77,7 +77,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
 }
 
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel. Where the rows cached in
-/// registers are of 4-byte elements and there are at most two reductions, four (64 registers)
+/// registers are of 4-byte elements and there are at most three reductions, four (64 registers)
 /// for one output and three (85) for more fit without spilling (every kernel of the tests is
 /// compiled to check) and raise occupancy: a row kernel overlaps rows only across blocks. Else
 /// [`MIN_BLOCKS`].
@@ -87,10 +87,19 @@ fn min_blocks(k: &Kernel) -> u32 {
         .iter()
         .filter(|n| matches!(n.op, Op::Reduce(..)))
         .count();
-    let narrow = k.params.iter().all(|p| p.elem.bits() <= 32);
+    // The rows kept in registers are the tensors over the whole domain; per-row operands (a
+    // label, say) cost a register or two whatever their type.
+    let domain = match &k.launch {
+        Launch::Rows { domain, .. } => domain.as_slice(),
+        _ => &[],
+    };
+    let narrow = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.as_slice() == domain)
+        .all(|(_, p, _)| p.elem.bits() <= 32);
     let cached = matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() == Some(axis))
         && crate::plan::plan(k).passes.len() >= 2;
-    match (cached && narrow && reduces <= 2, k.outputs.len()) {
+    match (cached && narrow && reduces <= 3, k.outputs.len()) {
         (true, 1) => MIN_BLOCKS + 2,
         (true, _) => MIN_BLOCKS + 1,
         (false, _) => MIN_BLOCKS,
