@@ -1,9 +1,9 @@
 //! The `fuse!` macro. Documentation and the language reference live in `fuse-runtime`, which
 //! re-exports this macro; depend on that crate, not on this one.
 //!
-//! The pipeline, one file a stage: [`parse`] (syntax tree, spans kept) → [`check`] (types, dims
-//! and fusion legality; every user error ends here) → [`plan`] (the launch schedule) → [`cuda`]
-//! and [`cpu`] (the two backends) → [`expand`] (the generated Rust items). Nothing below this file
+//! The pipeline, one file a stage: `parse` (syntax tree, spans kept) → `check`, `typing`,
+//! `special` and `fusion` (types, dims and fusion legality; every user error ends here) → `plan` (the launch schedule) → `cuda`
+//! and `cpu` (the two backends) → `expand` (the generated Rust items). Nothing below this file
 //! touches `proc_macro`, so every stage is an ordinary function with unit tests.
 
 mod check;
