@@ -1,5 +1,6 @@
 //! The language's functions that are not elementwise functions of their values: `index(dim)`,
-//! the position along a dim, and `logsumexp(e, dim)`, a reduction built from the others.
+//! the position along a dim, and `logsumexp(e, dim)`, `argmax(e, dim)` and `argmin(e, dim)`,
+//! reductions built from the others.
 
 use crate::check::Checker;
 use crate::func::Func;
@@ -70,5 +71,50 @@ impl Checker<'_> {
         let sum = self.push(Op::Reduce(Reduce::Sum, exp, Some(dim)), ty, row.clone(), t);
         let ln = self.push(Op::Call(Func::Ln, vec![sum]), ty, row.clone(), t);
         Some(self.push(Op::Binary(BinOp::Add, ln, shift), ty, row, t))
+    }
+
+    /// `argmax(e, dim)` (with `Reduce::Max`) or `argmin(e, dim)`: the smallest position along
+    /// `dim` whose element equals the row's maximum (minimum), as `u32`. Ties go to the lowest
+    /// index; NaN is ignored, as by `max`; a row with no number (empty, or all NaN) gives
+    /// `u32::MAX`.
+    pub fn arg_extreme(
+        &mut self,
+        op: Reduce,
+        text: &str,
+        args: &[Expr],
+        t: &TokenStream,
+    ) -> Option<usize> {
+        let [e, d] = args else {
+            let message = if args.len() == 1 {
+                format!("`{text}` over every element needs the whole reduction before the positions, a second pass over every element: reduce over a dim, as in `{text}(x, cols)`")
+            } else {
+                format!("`{text}` takes a tensor and a dim, as in `{text}(x, cols)`")
+            };
+            self.cx.spanned(t, message);
+            return None;
+        };
+        let operand = self.expr(e);
+        let dim = self.reduce_dim(Reduce::Sum, text, e, d)?;
+        let operand = operand?;
+        let shape = self.nodes[operand].shape.clone();
+        if !shape.contains(&dim) {
+            let (name, has) = (self.dims[dim].to_string(), self.shape_text(&shape));
+            self.cx.spanned(&d.tokens, format!("cannot reduce over `{name}`: the operand has shape `{has}`, which has no dim `{name}`"));
+            return None;
+        }
+        let ty = self.reduce_type(op, text, operand, e)?;
+        let row: Vec<_> = shape.iter().copied().filter(|&s| s != dim).collect();
+        let u32_ty = Ty::Elem(Elem::U32);
+        let best = self.push(Op::Reduce(op, operand, Some(dim)), ty, row.clone(), t);
+        let hit = self.push(
+            Op::Binary(BinOp::Eq, operand, best),
+            Ty::Elem(Elem::Bool),
+            shape.clone(),
+            t,
+        );
+        let position = self.push(Op::Index(dim), u32_ty, vec![dim], t);
+        let none = self.push(Op::Int(i128::from(u32::MAX)), u32_ty, vec![], t);
+        let pick = self.push(Op::Select(hit, position, none), u32_ty, shape, t);
+        Some(self.push(Op::Reduce(Reduce::Min, pick, Some(dim)), u32_ty, row, t))
     }
 }

@@ -271,6 +271,8 @@ impl Checker<'_> {
         match text.as_str() {
             "index" => return self.index(args, t),
             "logsumexp" => return self.logsumexp(args, t),
+            "argmax" => return self.arg_extreme(Reduce::Max, "argmax", args, t),
+            "argmin" => return self.arg_extreme(Reduce::Min, "argmin", args, t),
             _ => {}
         }
         match func::lookup(&text) {
@@ -302,7 +304,7 @@ impl Checker<'_> {
                     .filter(|f| f.free)
                     .map(|f| f.name)
                     .chain(Reduce::NAMES)
-                    .chain(["index", "logsumexp"]);
+                    .chain(["index", "logsumexp", "argmax", "argmin"]);
                 let hint = did_you_mean(closest(&text, candidates));
                 self.cx.spanned(
                     name,

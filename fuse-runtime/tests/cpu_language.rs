@@ -1448,6 +1448,64 @@ fn logsumexp_is_stable_and_handles_infinities() {
     assert_eq!(host(&inf), [f64::NEG_INFINITY, f64::INFINITY]);
 }
 
+/// The first position of the greatest (`max`) or least element, NaN ignored; `u32::MAX` if none.
+fn arg_reference(v: impl Iterator<Item = f64>, max: bool) -> u32 {
+    let mut best: Option<(f64, u32)> = None;
+    for (i, x) in v.enumerate() {
+        let better = |b: f64| if max { x > b } else { x < b };
+        if !x.is_nan() && best.is_none_or(|(b, _)| better(b)) {
+            best = Some((x, i as u32));
+        }
+    }
+    best.map_or(u32::MAX, |(_, i)| i)
+}
+
+#[test]
+fn argmax_and_argmin_take_the_first_extreme() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in POSITION_SHAPES {
+        let mut x: Vec<f32> = rng
+            .ints_in::<i32>(rows * cols, -3, 3)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        for i in (0..x.len()).step_by(7) {
+            x[i] = f32::NAN;
+        }
+        let k: Vec<i32> = rng.ints_in::<i32>(rows * cols, -4, 4);
+        let got = kernels::arg_rows(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &k, &[rows, cols]),
+        )
+        .unwrap();
+        let row = |r: usize| r * cols..(r + 1) * cols;
+        let want = |f: &dyn Fn(usize) -> u32| (0..rows).map(f).collect::<Vec<u32>>();
+        let amax = want(&|r| arg_reference(row(r).map(|i| f64::from(x[i])), true));
+        let amin = want(&|r| arg_reference(row(r).map(|i| f64::from(x[i])), false));
+        let kmin = want(&|r| arg_reference(row(r).map(|i| f64::from(k[i])), false));
+        let what = format!("arg_rows, {rows} x {cols}");
+        assert_outputs(
+            &what,
+            &got,
+            &[
+                exact("argmax", &[rows], &amax),
+                exact("argmin", &[rows], &amin),
+                exact("argmin k", &[rows], &kmin),
+            ],
+        );
+        let got = kernels::arg_cols(&dev, &put(&dev, &k, &[rows, cols])).unwrap();
+        let want: Vec<u32> = (0..cols)
+            .map(|c| arg_reference((0..rows).map(|r| f64::from(k[r * cols + c])), true))
+            .collect();
+        assert_outputs(
+            &format!("arg_cols, {rows} x {cols}"),
+            &got,
+            &[exact("argmax", &[cols], &want)],
+        );
+    }
+}
+
 #[test]
 fn outer_product_broadcasts_by_name() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());

@@ -904,6 +904,33 @@ fn index_logsumexp_cross_entropy_and_outer() {
         let run = |d: &Device| kernels::outer(d, &put(d, &a, &[rows]), &put(d, &b, &[cols]));
         assert_gpu_matches_cpu(&gpu, &format!("outer, {what}"), run, &[Tol::EXACT]);
     }
+    for &(rows, cols) in SHAPES_2D.iter().chain(&SOFTMAX_SHAPES) {
+        let mut x: Vec<f32> = rng
+            .ints_in::<i32>(rows * cols, -3, 3)
+            .iter()
+            .map(|&v| v as f32)
+            .collect();
+        for i in (0..x.len()).step_by(7) {
+            x[i] = f32::NAN;
+        }
+        let k: Vec<i32> = rng.ints_in::<i32>(rows * cols, -4, 4);
+        let run = |d: &Device| {
+            kernels::arg_rows(d, &put(d, &x, &[rows, cols]), &put(d, &k, &[rows, cols]))
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("arg_rows, {rows} x {cols}"),
+            run,
+            &[Tol::EXACT; 3],
+        );
+        let run = |d: &Device| kernels::arg_cols(d, &put(d, &k, &[rows, cols]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("arg_cols, {rows} x {cols}"),
+            run,
+            &[Tol::EXACT],
+        );
+    }
     for n in SIZES_AND_LARGE {
         let x = rng.floats::<f32>(n, -5.0, 5.0);
         let run = |d: &Device| kernels::index_sum(d, &put(d, &x, &[n]));

@@ -341,6 +341,16 @@ fuse! {
         logsumexp(x, rows)
     }
 
+    /// `argmax` and `argmin` along each row.
+    pub fn arg_rows(x: [f32; rows, cols], k: [i32; rows, cols]) -> ([u32; rows], [u32; rows], [u32; rows]) {
+        (argmax(x, cols), argmin(x, cols), argmin(k, cols))
+    }
+
+    /// `argmax` down each column.
+    pub fn arg_cols(k: [i32; rows, cols]) -> [u32; cols] {
+        argmax(k, rows)
+    }
+
     /// An outer product: `[m]` against `[n]`.
     pub fn outer(a: [f32; m], b: [f32; n]) -> [f32; m, n] {
         a * b
