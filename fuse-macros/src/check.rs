@@ -94,13 +94,13 @@ impl<'a> Checker<'a> {
     }
 
     fn kernel(mut self, def: &KernelDef) -> Option<Kernel> {
-        let errors_before = self.cx_len();
+        let errors_before = self.cx.len();
         self.signature(def);
-        let before_outputs = self.cx_len();
+        let before_outputs = self.cx.len();
         // An output type with an error is not matched against the body: that would only repeat it.
         let outputs = self
             .output_types(def)
-            .filter(|_| self.cx_len() == before_outputs);
+            .filter(|_| self.cx.len() == before_outputs);
         let body = lower_body(&def.body, self.cx);
         let mut poisoned = body.poisoned.iter().peekable();
         for (i, (name, e)) in body.lets.iter().enumerate() {
@@ -130,7 +130,7 @@ impl<'a> Checker<'a> {
             return None;
         };
         let outputs = self.outputs(outputs, tail)?;
-        if self.cx_len() != errors_before {
+        if self.cx.len() != errors_before {
             return None;
         }
         let mut kernel = Kernel {
@@ -146,10 +146,6 @@ impl<'a> Checker<'a> {
         };
         kernel.launch = crate::fusion::launch(&kernel, self.cx)?;
         Some(kernel)
-    }
-
-    fn cx_len(&self) -> usize {
-        self.cx.len()
     }
 
     fn signature(&mut self, def: &KernelDef) {
