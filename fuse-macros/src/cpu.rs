@@ -57,11 +57,7 @@ impl Cpu<'_> {
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
-        self.layout
-            .shapes()
-            .iter()
-            .position(|s| s == shape)
-            .expect("every tensor shape is listed")
+        self.layout.shape_index(shape)
     }
 
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass) {
@@ -113,15 +109,8 @@ impl Cpu<'_> {
             self.init_accumulators(&pass.reduces);
             self.line("for r in 0..len {");
             for (s, shape) in shapes.iter().enumerate() {
-                let step = match shape
-                    .contains(&axis)
-                    .then(|| self.layout.stride(shape, axis))
-                {
-                    Some(s) if s == "1" => " + r".to_string(),
-                    Some(s) => format!(" + r * {s}"),
-                    None => String::new(),
-                };
-                self.line(format!("let o{s}: usize = b{s}{step};"));
+                let offset = self.layout.row_offset(s, shape, axis);
+                self.line(format!("let o{s}: usize = {offset};"));
             }
             self.values(&pass.elems, Scope::Element);
             self.accumulate(&pass.reduces);

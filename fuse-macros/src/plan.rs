@@ -229,6 +229,24 @@ impl Layout<'_> {
         dims.get(1..).unwrap_or(&[])
     }
 
+    /// The position of `shape` among [`Layout::shapes`]: the `s` of the names `o<s>` and `b<s>`.
+    pub fn shape_index(&self, shape: &[DimId]) -> usize {
+        self.shapes()
+            .iter()
+            .position(|s| s == shape)
+            .expect("every tensor shape is listed")
+    }
+
+    /// The offset at row position `r` of a tensor of shape `s` (index `index`), from its row
+    /// start `b<index>`: `b0 + r`, `b1 + r * d_cols`, or `b2` where the shape lacks `axis`.
+    pub fn row_offset(&self, index: usize, shape: &[DimId], axis: DimId) -> String {
+        match shape.contains(&axis).then(|| self.stride(shape, axis)) {
+            Some(stride) if stride == "1" => format!("b{index} + r"),
+            Some(stride) => format!("b{index} + r * {stride}"),
+            None => format!("b{index}"),
+        }
+    }
+
     /// The distinct shapes of tensors loaded or stored by `nodes` and `outputs`, for offset names.
     pub fn shapes(&self) -> Vec<Vec<DimId>> {
         let mut shapes: Vec<Vec<DimId>> = vec![];

@@ -46,8 +46,7 @@ impl Checker<'_> {
         let operand = operand?;
         let shape = self.nodes[operand].shape.clone();
         if !shape.contains(&dim) {
-            let (name, has) = (self.dims[dim].to_string(), self.shape_text(&shape));
-            self.cx.spanned(&d.tokens, format!("cannot reduce over `{name}`: the operand has shape `{has}`, which has no dim `{name}`"));
+            self.missing_dim(dim, &shape, &d.tokens);
             return None;
         }
         let ty = self.reduce_type(Reduce::Mean, "logsumexp", operand, e)?;
@@ -98,8 +97,7 @@ impl Checker<'_> {
         let operand = operand?;
         let shape = self.nodes[operand].shape.clone();
         if !shape.contains(&dim) {
-            let (name, has) = (self.dims[dim].to_string(), self.shape_text(&shape));
-            self.cx.spanned(&d.tokens, format!("cannot reduce over `{name}`: the operand has shape `{has}`, which has no dim `{name}`"));
+            self.missing_dim(dim, &shape, &d.tokens);
             return None;
         }
         let ty = self.reduce_type(op, text, operand, e)?;

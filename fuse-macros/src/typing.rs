@@ -496,8 +496,7 @@ impl Checker<'_> {
             None => vec![],
             Some(d) if shape.contains(&d) => shape.iter().copied().filter(|&s| s != d).collect(),
             Some(d) => {
-                let (dim, has) = (self.dims[d].to_string(), self.shape_text(&shape));
-                self.cx.spanned(&args[1].tokens, format!("cannot reduce over `{dim}`: the operand has shape `{has}`, which has no dim `{dim}`"));
+                self.missing_dim(d, &shape, &args[1].tokens);
                 return None;
             }
         };
@@ -526,6 +525,12 @@ impl Checker<'_> {
             format!("`{text}(a, b)` reduces `a` over the dim `b`, but `{ident}` is a value, not a dim; {hint}")
         });
         self.named_dim(ident, value_hint)
+    }
+
+    /// Reports that a reduction's operand, of shape `shape`, lacks the dim `d` written at `at`.
+    pub fn missing_dim(&mut self, d: DimId, shape: &[DimId], at: &TokenStream) {
+        let (dim, has) = (self.dims[d].to_string(), self.shape_text(shape));
+        self.cx.spanned(at, format!("cannot reduce over `{dim}`: the operand has shape `{has}`, which has no dim `{dim}`"));
     }
 
     /// The dim `ident` names, or an error: `instead` if given, else "cannot find dim" with the

@@ -205,11 +205,7 @@ impl Cuda<'_> {
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
-        self.layout
-            .shapes()
-            .iter()
-            .position(|s| s == shape)
-            .expect("every tensor shape is listed")
+        self.layout.shape_index(shape)
     }
 
     /// The shapes whose offsets the loads in `nodes` and the stores of `writes` use.

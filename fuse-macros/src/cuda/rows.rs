@@ -195,16 +195,8 @@ impl Cuda<'_> {
             .collect();
         let writes: &[usize] = if cached.is_empty() { &pass.writes } else { &[] };
         for s in self.used_shapes(&loads, writes) {
-            let shape = &shapes[s];
-            let step = match shape
-                .contains(&axis)
-                .then(|| self.layout.stride(shape, axis))
-            {
-                Some(s) if s == "1" => " + r".to_string(),
-                Some(s) => format!(" + r * {s}"),
-                None => String::new(),
-            };
-            self.line(format!("const long long o{s} = b{s}{step};"));
+            let offset = self.layout.row_offset(s, &shapes[s], axis);
+            self.line(format!("const long long o{s} = {offset};"));
         }
         self.cached = cached.to_vec();
         self.values(&pass.elems, Scope::Element);
