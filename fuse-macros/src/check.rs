@@ -45,6 +45,8 @@ pub struct Checker<'a> {
     pub scope: Vec<(String, usize)>,
     /// The kernels of this `fuse!`, which a body cannot call.
     pub kernel_names: Vec<String>,
+    /// The random calls (`rand`, `randn`, `dropout`) so far: each draws its own stream.
+    pub random_sites: u32,
 }
 
 impl<'a> Checker<'a> {
@@ -56,6 +58,7 @@ impl<'a> Checker<'a> {
             nodes: vec![],
             scope: vec![],
             kernel_names,
+            random_sites: 0,
         }
     }
 
@@ -312,6 +315,7 @@ impl<'a> Checker<'a> {
         }
         let ids: Vec<usize> = ids.into_iter().collect::<Option<_>>()?;
         self.default_literals(&ids, &declared);
+        self.shape_randoms(&ids, &declared, &items)?;
         let mut outputs = vec![];
         for ((&id, (elem, shape)), e) in ids.iter().zip(declared).zip(items) {
             let node = &self.nodes[id];
@@ -334,6 +338,59 @@ impl<'a> Checker<'a> {
             });
         }
         Some(outputs)
+    }
+
+    /// Gives each random value that has no shape of its own (`rand(seed)`, and what is computed
+    /// from it alone) the shape of the expression it is used in, or of the output it is: each
+    /// element there draws its own number. A value used at two shapes is an error, since it would
+    /// be two different draws.
+    fn shape_randoms(
+        &mut self,
+        ids: &[usize],
+        declared: &[(Elem, Vec<DimId>)],
+        items: &[&Expr],
+    ) -> Option<()> {
+        let n = self.nodes.len();
+        let varying = self.shapeless_randoms();
+        if !varying.contains(&true) {
+            return Some(());
+        }
+        let mut wanted: Vec<Option<Vec<DimId>>> = vec![None; n];
+        let errors = self.cx.len();
+        for ((&id, (_, shape)), e) in ids.iter().zip(declared).zip(items) {
+            if varying[id] {
+                self.want_shape(&mut wanted[id], shape, &e.tokens);
+            }
+        }
+        // Users come after what they use: each node's shape is final before its operands'.
+        for i in (0..n).rev() {
+            if varying[i] {
+                if let Some(shape) = wanted[i].clone() {
+                    self.nodes[i].shape = shape;
+                }
+            }
+            // A reduction of a value without a shape is an error already (`reduce`), so every
+            // user here gives its operands its own shape.
+            let (shape, tokens) = (self.nodes[i].shape.clone(), self.nodes[i].tokens.clone());
+            for a in self.nodes[i].op.operands() {
+                if varying[a] {
+                    self.want_shape(&mut wanted[a], &shape, &tokens);
+                }
+            }
+        }
+        (self.cx.len() == errors).then_some(())
+    }
+
+    /// Records that a random value is used at `shape`; a second, different shape is an error.
+    fn want_shape(&mut self, wanted: &mut Option<Vec<DimId>>, shape: &[DimId], at: &TokenStream) {
+        match wanted {
+            Some(other) if other != shape => {
+                let (a, b) = (self.shape_text(other), self.shape_text(shape));
+                self.cx.spanned(at, format!("this random value is used at two shapes, `{a}` and `{b}`: it is drawn once per element of the shape it is used at, so it cannot be shared between shapes; call `rand` again for each shape"));
+            }
+            Some(_) => {}
+            None => *wanted = Some(shape.to_vec()),
+        }
     }
 
     /// How to make an output's computed type match its declaration.

@@ -2,7 +2,7 @@
 //! the GPU is tested against, so it favours accuracy: float sums and products accumulate in f64.
 
 use crate::func::Func;
-use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
+use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Random, Reduce};
 use crate::parse::{BinOp, UnOp};
 use crate::plan::{Layout, Pass, Plan, Syntax};
 use crate::ty::Elem;
@@ -66,7 +66,7 @@ impl Cpu<'_> {
         let positions = pass
             .elems
             .iter()
-            .any(|&id| matches!(self.k.nodes[id].op, Op::Index(_)));
+            .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
         if positions || shapes.iter().any(|s| s != domain) {
             for l in self.layout.split("i", domain, &SYNTAX) {
                 self.line(l);
@@ -246,7 +246,38 @@ impl Cpu<'_> {
                 call(*f, k.nodes[node.op.operands()[0]].elem(), &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
+            Op::Random(kind, seed, site) => {
+                let f = match kind {
+                    Random::Uniform => "rand",
+                    Random::Normal => "randn",
+                };
+                format!("{OPS}::{f}(v{seed}, {}, {site})", self.position(id, scope))
+            }
         }
+    }
+
+    /// The position a random value is drawn at: the linear index of the current element in its
+    /// shape.
+    fn position(&self, id: NodeId, scope: Scope) -> String {
+        let shape = &self.k.nodes[id].shape;
+        let axis = match &self.k.launch {
+            Launch::Map { domain } | Launch::Full { domain }
+                if scope == Scope::Element && shape == domain =>
+            {
+                return "(i as u64)".into()
+            }
+            Launch::Rows { axis, .. } => Some(*axis),
+            _ => None,
+        };
+        let coord = |d| {
+            if Some(d) == axis {
+                "r".to_string()
+            } else {
+                self.layout.coord(d)
+            }
+        };
+        self.layout
+            .linear(shape, coord, |x| format!("({x} as u64)"))
     }
 }
 

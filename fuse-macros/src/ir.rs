@@ -68,6 +68,18 @@ pub enum Op {
     Call(Func, Vec<NodeId>),
     /// A reduction over one dim, or over every element (`None`).
     Reduce(Reduce, NodeId, Option<DimId>),
+    /// A random number at the current element's position in the node's shape, from the `u64`
+    /// seed `NodeId` and the call's stream number (its place among the kernel's random calls).
+    Random(Random, NodeId, u32),
+}
+
+/// The distributions of [`Op::Random`]; see `fuse_runtime::random`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Random {
+    /// `rand(seed)`: an f32 uniform in [0, 1).
+    Uniform,
+    /// `randn(seed)`: an f32 standard normal.
+    Normal,
 }
 
 impl Op {
@@ -79,7 +91,9 @@ impl Op {
             | Op::Int(_)
             | Op::Float(_)
             | Op::Bool(_) => vec![],
-            Op::Unary(_, a) | Op::Cast(a) | Op::Reduce(_, a, _) => vec![*a],
+            Op::Unary(_, a) | Op::Cast(a) | Op::Reduce(_, a, _) | Op::Random(_, a, _) => {
+                vec![*a]
+            }
             Op::Binary(_, a, b) => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Call(_, args) => args.clone(),

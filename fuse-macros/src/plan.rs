@@ -94,6 +94,17 @@ pub fn is_element(k: &Kernel, id: NodeId) -> bool {
     }
 }
 
+/// Whether a value needs the coordinates of its element, which the loops over a whole domain
+/// otherwise skip: `index(dim)`, and a random value over a shape other than the domain's (one
+/// over the domain's shape is drawn at the loop's linear index).
+pub fn needs_coordinates(k: &Kernel, id: NodeId, domain: &[DimId]) -> bool {
+    match k.nodes[id].op {
+        Op::Index(_) => true,
+        Op::Random(..) => k.nodes[id].shape != domain,
+        _ => false,
+    }
+}
+
 /// How many reductions deep each value is: reductions of depth `d` finish in pass `d`.
 fn depths(k: &Kernel) -> Vec<usize> {
     let mut depth = vec![0; k.nodes.len()];
@@ -222,6 +233,22 @@ impl Layout<'_> {
             }
         }
         lines
+    }
+
+    /// The row-major index of the current element in `shape`, by Horner's rule over the
+    /// coordinates (`coord` names each, as its backend has it), widened to 64 bits by `wide`.
+    pub fn linear(
+        &self,
+        shape: &[DimId],
+        coord: impl Fn(DimId) -> String,
+        wide: impl Fn(String) -> String,
+    ) -> String {
+        let Some((&first, rest)) = shape.split_first() else {
+            return wide("0".into());
+        };
+        rest.iter().fold(wide(coord(first)), |acc, &d| {
+            format!("({acc} * {} + {})", wide(self.size(d)), wide(coord(d)))
+        })
     }
 
     /// The dims whose sizes `split` divides by, for `dims`.

@@ -1,13 +1,25 @@
 //! The language's functions that are not elementwise functions of their values: `index(dim)`,
-//! the position along a dim, and `logsumexp(e, dim)`, `argmax(e, dim)` and `argmin(e, dim)`,
-//! reductions built from the others.
+//! the position along a dim; `logsumexp(e, dim)`, `argmax(e, dim)` and `argmin(e, dim)`,
+//! reductions built from the others; and the random numbers `rand(seed)`, `randn(seed)` and
+//! `dropout(x, p, seed)`.
 
 use crate::check::Checker;
 use crate::func::Func;
-use crate::ir::{Op, Reduce};
+use crate::ir::{Op, Random, Reduce};
 use crate::parse::{BinOp, Expr, ExprKind};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
+
+/// The names of this module's functions, for "did you mean" hints.
+pub const NAMES: [&str; 7] = [
+    "index",
+    "logsumexp",
+    "argmax",
+    "argmin",
+    "rand",
+    "randn",
+    "dropout",
+];
 
 impl Checker<'_> {
     /// `index(dim)`: the current element's position along `dim`, as `u32`.
@@ -114,5 +126,117 @@ impl Checker<'_> {
         let none = self.push(Op::Int(i128::from(u32::MAX)), u32_ty, vec![], t);
         let pick = self.push(Op::Select(hit, position, none), u32_ty, shape, t);
         Some(self.push(Op::Reduce(Reduce::Min, pick, Some(dim)), u32_ty, row, t))
+    }
+
+    /// `rand(seed)` or `randn(seed)`: an f32 drawn at each element of the shape the value takes
+    /// where it is used (see `shape_randoms` in `check`).
+    pub fn random(
+        &mut self,
+        kind: Random,
+        text: &str,
+        args: &[Expr],
+        t: &TokenStream,
+    ) -> Option<usize> {
+        let [seed] = args else {
+            self.cx.spanned(
+                t,
+                format!("`{text}` takes one argument, the seed, as in `{text}(seed)` with a parameter `seed: u64`"),
+            );
+            return None;
+        };
+        let seed = self.seed(text, seed)?;
+        let site = self.next_random_site();
+        Some(self.push(Op::Random(kind, seed, site), Ty::Elem(Elem::F32), vec![], t))
+    }
+
+    /// `dropout(x, p, seed)`: `0` where `rand(seed) < p`, else `x / (1 - p)`, drawn over the
+    /// shape of `x` (and `p`, if it is a tensor).
+    pub fn dropout(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let [x, p, seed] = args else {
+            self.cx.spanned(
+                t,
+                "`dropout` takes a tensor, a probability and a seed, as in `dropout(x, 0.1, seed)` with a parameter `seed: u64`",
+            );
+            return None;
+        };
+        let (x_id, p_id, seed_id) = (self.expr(x), self.expr(p), self.seed("dropout", seed));
+        let (x_id, p_id, seed_id) = (x_id?, p_id?, seed_id?);
+        if !self.nodes[x_id].ty.is_float() {
+            let found = self.nodes[x_id].ty;
+            self.cx.spanned(
+                &x.tokens,
+                format!("`dropout` scales the values it keeps by `1 / (1 - p)`, which needs floats, found `{found}`; convert with `as f32`"),
+            );
+            return None;
+        }
+        let ty = self.unify(x_id, p_id, p, t)?;
+        if ty.is_literal() && !self.coerce_or_report(x_id, ty.defaulted()) {
+            return None;
+        }
+        let ty = self.nodes[x_id].ty;
+        let shape = self.broadcast(&[x_id, p_id], t)?;
+        let site = self.next_random_site();
+        let f32_ty = Ty::Elem(Elem::F32);
+        let mut u = self.push(
+            Op::Random(Random::Uniform, seed_id, site),
+            f32_ty,
+            shape.clone(),
+            t,
+        );
+        if ty != f32_ty {
+            u = self.push(Op::Cast(u), ty, shape.clone(), t);
+        }
+        let bool_ty = Ty::Elem(Elem::Bool);
+        let dropped = self.push(Op::Binary(BinOp::Lt, u, p_id), bool_ty, shape.clone(), t);
+        let one = self.push(Op::Float("1".into()), ty, vec![], t);
+        let keep = self.push(
+            Op::Binary(BinOp::Sub, one, p_id),
+            ty,
+            self.nodes[p_id].shape.clone(),
+            t,
+        );
+        let scaled = self.push(Op::Binary(BinOp::Div, x_id, keep), ty, shape.clone(), t);
+        let zero = self.push(Op::Float("0".into()), ty, vec![], t);
+        Some(self.push(Op::Select(dropped, zero, scaled), ty, shape, t))
+    }
+
+    /// The seed of a random call: one `u64` for the whole launch.
+    fn seed(&mut self, text: &str, seed: &Expr) -> Option<usize> {
+        let id = self.expr(seed)?;
+        if !self.nodes[id].shape.is_empty() {
+            let shape = self.shape_text(&self.nodes[id].shape.clone());
+            self.cx.spanned(
+                &seed.tokens,
+                format!("the seed of `{text}` is one `u64` for the whole launch, but this is a tensor of shape `{shape}`; pass a scalar parameter such as `seed: u64`"),
+            );
+            return None;
+        }
+        if let Err(message) = self.coerce(id, Elem::U64) {
+            let found = self.nodes[id].ty;
+            let message = if found.is_literal() {
+                message
+            } else {
+                format!("the seed of `{text}` is a `u64`, found `{found}`; declare the parameter as `seed: u64`, or convert with `as u64`")
+            };
+            self.cx.spanned(&seed.tokens, message);
+            return None;
+        }
+        Some(id)
+    }
+
+    /// Which values of shape `[]` are random: they take their shape from where they are used.
+    pub fn shapeless_randoms(&self) -> Vec<bool> {
+        let mut random = vec![false; self.nodes.len()];
+        for (i, node) in self.nodes.iter().enumerate() {
+            random[i] = node.shape.is_empty()
+                && (matches!(node.op, Op::Random(..))
+                    || node.op.operands().iter().any(|&o| random[o]));
+        }
+        random
+    }
+
+    fn next_random_site(&mut self) -> u32 {
+        self.random_sites += 1;
+        self.random_sites - 1
     }
 }

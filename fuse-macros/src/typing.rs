@@ -2,7 +2,7 @@
 
 use crate::error::{closest, did_you_mean};
 use crate::func::{self, Sig};
-use crate::ir::{DimId, Op, Reduce};
+use crate::ir::{DimId, Op, Random, Reduce};
 use crate::parse::{BinOp, Expr, ExprKind, UnOp};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -273,6 +273,9 @@ impl Checker<'_> {
             "logsumexp" => return self.logsumexp(args, t),
             "argmax" => return self.arg_extreme(Reduce::Max, "argmax", args, t),
             "argmin" => return self.arg_extreme(Reduce::Min, "argmin", args, t),
+            "rand" => return self.random(Random::Uniform, "rand", args, t),
+            "randn" => return self.random(Random::Normal, "randn", args, t),
+            "dropout" => return self.dropout(args, t),
             _ => {}
         }
         match func::lookup(&text) {
@@ -304,7 +307,7 @@ impl Checker<'_> {
                     .filter(|f| f.free)
                     .map(|f| f.name)
                     .chain(Reduce::NAMES)
-                    .chain(["index", "logsumexp", "argmax", "argmin"]);
+                    .chain(crate::special::NAMES);
                 let hint = did_you_mean(closest(&text, candidates));
                 self.cx.spanned(
                     name,
@@ -483,13 +486,15 @@ impl Checker<'_> {
         let operand = operand?;
         let shape = self.nodes[operand].shape.clone();
         if shape.is_empty() {
-            self.cx.spanned(
-                &args[0].tokens,
+            let message = if self.shapeless_randoms()[operand] {
+                format!("`{text}` reduces a random value that has no shape of its own: it takes the shape of the expression it is used in, and a reduction does not give it one; combine it with a tensor first, as in `{text}(x * rand(seed))`")
+            } else {
                 format!(
                     "`{text}` reduces a tensor, but `{}` is a scalar here",
                     args[0].tokens
-                ),
-            );
+                )
+            };
+            self.cx.spanned(&args[0].tokens, message);
             return None;
         }
         let result_shape = match dim {

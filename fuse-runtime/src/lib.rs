@@ -95,6 +95,7 @@ pub mod nvrtc;
 #[allow(missing_docs)]
 pub mod ops;
 mod private;
+pub mod random;
 mod timer;
 
 pub use buffer::Buffer;

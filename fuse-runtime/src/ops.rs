@@ -2,6 +2,8 @@
 //! with the same meaning (the ML vocabulary, `erf`, a panic-free `clamp`, integer division that
 //! does not trap). Each matches the CUDA helper of the same name in the generated source.
 
+pub use crate::random::{normal as randn, uniform as rand};
+
 /// Float operations of the CPU backend, for `f32` and `f64`.
 pub trait Real: Copy + PartialOrd + core::ops::Neg<Output = Self> {
     fn erf(self) -> Self;

@@ -2088,3 +2088,139 @@ fn every_kernel_of_the_suite_is_registered() {
         kernels::layernorm::CUDA_SOURCE
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Random numbers: each element's draw is `fuse_runtime::random` at its position and stream,
+// bit for bit.
+
+use fuse_runtime::random::{normal, uniform};
+
+fn dropped(x: f64, u: f32, p: f64) -> f64 {
+    if f64::from(u) < p {
+        0.0
+    } else {
+        x / (1.0 - p)
+    }
+}
+
+#[test]
+fn random_values_are_drawn_at_their_positions() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in POSITION_SHAPES {
+        let seed = rng.next_u64();
+        let n = rows * cols;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let got = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), seed).unwrap();
+        let at = |i: usize| i as u64;
+        let u: Vec<f32> = (0..n).map(|i| uniform(seed, at(i), 0)).collect();
+        let z: Vec<f32> = (0..n).map(|i| x[i] + normal(seed, at(i), 1)).collect();
+        let d: Vec<f32> = (0..n)
+            .map(|i| dropped(f64::from(x[i]), uniform(seed, at(i), 2), 0.25) as f32)
+            .collect();
+        assert_outputs(
+            &format!("noise, {rows} x {cols}"),
+            &got,
+            &[
+                float("rand", &[rows, cols], f64s(&u), Tol::EXACT),
+                float("x + randn", &[rows, cols], f64s(&z), Tol::EXACT),
+                float("dropout", &[rows, cols], f64s(&d), Tol::EXACT),
+            ],
+        );
+        let b = rng.floats::<f32>(rows, -3.0, 3.0);
+        let got = kernels::row_noise(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &b, &[rows]),
+            seed,
+        )
+        .unwrap();
+        let want: Vec<f32> = (0..n)
+            .map(|i| x[i] + b[i / cols] * uniform(seed, (i / cols) as u64, 0))
+            .collect();
+        assert_outputs(
+            &format!("row_noise, {rows} x {cols}"),
+            &got,
+            &[float(
+                "x + b * rand",
+                &[rows, cols],
+                f64s(&want),
+                Tol::EXACT,
+            )],
+        );
+    }
+}
+
+#[test]
+fn random_values_in_reductions() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in POSITION_SHAPES {
+        if cols == 0 {
+            continue;
+        }
+        let seed = rng.next_u64();
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let got = kernels::softmax_dropout(&dev, &put(&dev, &x, &[rows, cols]), 0.3, seed).unwrap();
+        let (mut y, mut m) = (vec![], vec![]);
+        for r in 0..rows {
+            let row = &x[r * cols..(r + 1) * cols];
+            let max = row.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let sum: f64 = row.iter().map(|&v| f64::from(v - max).exp()).sum();
+            for (c, &v) in row.iter().enumerate() {
+                let i = (r * cols + c) as u64;
+                let soft = f64::from(v - max).exp() / sum;
+                y.push(dropped(soft, uniform(seed, i, 0), f64::from(0.3f32)));
+            }
+            m.push(f64::from(max) + f64::from(normal(seed, r as u64, 1)));
+        }
+        assert_outputs(
+            &format!("softmax_dropout, {rows} x {cols}"),
+            &got,
+            &[
+                float("dropout(softmax)", &[rows, cols], y, Tol::close(1e-5, 1e-6)),
+                float("max + randn", &[rows], m, Tol::close(1e-6, 1e-6)),
+            ],
+        );
+    }
+    for n in SIZES {
+        let seed = rng.next_u64();
+        let x = rng.floats::<f64>(n, -3.0, 3.0);
+        let p = rng.floats::<f64>(n, 0.0, 1.0);
+        let got =
+            kernels::noisy_sum(&dev, &put(&dev, &x, &[n]), &put(&dev, &p, &[n]), seed).unwrap();
+        let d: Vec<f64> = (0..n)
+            .map(|i| dropped(x[i], uniform(seed, i as u64, 0), p[i]))
+            .collect();
+        let terms: Vec<f64> = (0..n)
+            .map(|i| x[i] * f64::from(normal(seed, i as u64, 1)))
+            .collect();
+        let abs: f64 = terms.iter().map(|t| t.abs()).sum();
+        assert_outputs(
+            &format!("noisy_sum, {n}"),
+            &got,
+            &[
+                float("dropout", &[n], d, Tol::EXACT),
+                float("sum", &[], vec![terms.iter().sum()], sum_tol::<f64>(&[abs])),
+            ],
+        );
+    }
+}
+
+#[test]
+fn dropout_keeps_about_one_minus_p() {
+    let dev = Device::cpu();
+    let (rows, cols) = (256, 1024);
+    let x = vec![1.0f32; rows * cols];
+    let got = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), 7).unwrap();
+    let kept = host(&got.2).iter().filter(|&&v| v != 0.0).count();
+    let frac = kept as f64 / (rows * cols) as f64;
+    assert!((frac - 0.75).abs() < 0.005, "kept {frac}");
+    assert!(host(&got.2).iter().all(|&v| v == 0.0 || v == 1.0 / 0.75));
+    let again = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), 7).unwrap();
+    assert_eq!(
+        host(&got.0),
+        host(&again.0),
+        "the same seed draws the same numbers"
+    );
+    let other = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), 8).unwrap();
+    assert_ne!(host(&got.0), host(&other.0));
+}

@@ -1369,3 +1369,40 @@ fn more_than_2_pow_31_elements() {
         .collect();
     assert_eq!(counts, want, "large_row_counts of {rows} x {cols}");
 }
+
+/// Random numbers and dropout: the GPU draws the CPU's bits exactly, in every launch kind and
+/// in both the vector and the scalar loops (sizes not a multiple of four, rows of every width).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn random_values_match_the_cpu_bit_for_bit() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(rows, cols) in SHAPES_2D.iter().chain(&SOFTMAX_SHAPES) {
+        let seed = rng.next_u64();
+        let what = format!("{rows} x {cols}, seed {seed:#x}");
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let b = rng.floats::<f32>(rows, -3.0, 3.0);
+        let run = |d: &Device| kernels::noise(d, &put(d, &x, &[rows, cols]), seed);
+        assert_gpu_matches_cpu(&gpu, &format!("noise, {what}"), run, &[Tol::EXACT; 3]);
+        let run = |d: &Device| {
+            kernels::row_noise(d, &put(d, &x, &[rows, cols]), &put(d, &b, &[rows]), seed)
+        };
+        assert_gpu_matches_cpu(&gpu, &format!("row_noise, {what}"), run, &[Tol::EXACT]);
+        let run = |d: &Device| kernels::softmax_dropout(d, &put(d, &x, &[rows, cols]), 0.2, seed);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("softmax_dropout, {what}"),
+            run,
+            &[softmax_tol(), Tol::EXACT],
+        );
+    }
+    for n in SIZES.into_iter().chain([1 << 20, (1 << 20) + 3]) {
+        let seed = rng.next_u64();
+        let x = rng.floats::<f64>(n, -3.0, 3.0);
+        let p = rng.floats::<f64>(n, 0.0, 1.0);
+        let run = |d: &Device| kernels::noisy_sum(d, &put(d, &x, &[n]), &put(d, &p, &[n]), seed);
+        let tol = Tol::close(1e-12, 1e-12 * (n as f64).sqrt().max(1.0));
+        assert_gpu_matches_cpu(&gpu, &format!("noisy_sum, {n}"), run, &[Tol::EXACT, tol]);
+    }
+}

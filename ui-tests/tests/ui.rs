@@ -6,7 +6,9 @@
 #[test]
 fn ui() {
     let t = trybuild::TestCases::new();
-    for stage in ["parse", "names", "types", "shapes", "outputs", "fusion"] {
+    for stage in [
+        "parse", "names", "types", "shapes", "outputs", "fusion", "random",
+    ] {
         t.compile_fail(format!("tests/ui/{stage}/*.rs"));
     }
 }

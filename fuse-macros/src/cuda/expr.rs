@@ -3,7 +3,7 @@
 use super::text::{c_math_name, cast, float_literal, int_literal, suffixed};
 use super::{Cuda, Scope};
 use crate::func::Func;
-use crate::ir::{Launch, NodeId, Op};
+use crate::ir::{Launch, NodeId, Op, Random};
 use crate::parse::{BinOp, UnOp};
 use crate::ty::Elem;
 
@@ -50,7 +50,47 @@ impl Cuda<'_> {
                 self.call(*f, arg_elem, &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
+            Op::Random(kind, seed, site) => {
+                self.helpers.insert("fz_random");
+                match (scope, kind) {
+                    // The words come from `vector_loop`, one Philox block per four lanes.
+                    (Scope::Lane, Random::Uniform) => format!("fz_u01(rq{id}[l >> 2].v[l & 3])"),
+                    (Scope::Lane, Random::Normal) => format!(
+                        "fz_box_muller(rq{id}[l >> 2].v[l & 2], rq{id}[l >> 2].v[(l & 2) | 1], (l & 1) != 0)"
+                    ),
+                    (_, Random::Uniform) => {
+                        format!("fz_rand(v{seed}, {}, {site}u)", self.position(id, scope))
+                    }
+                    (_, Random::Normal) => {
+                        format!("fz_randn(v{seed}, {}, {site}u)", self.position(id, scope))
+                    }
+                }
+            }
         }
+    }
+
+    /// The position a random value is drawn at: the linear index of the current element in its
+    /// shape.
+    fn position(&self, id: NodeId, scope: Scope) -> String {
+        let shape = &self.k.nodes[id].shape;
+        let axis = match &self.k.launch {
+            Launch::Map { domain } | Launch::Full { domain }
+                if scope == Scope::Element && shape == domain =>
+            {
+                return "(unsigned long long)i".into()
+            }
+            Launch::Rows { axis, .. } => Some(*axis),
+            _ => None,
+        };
+        let coord = |d| {
+            if Some(d) == axis {
+                "r".to_string()
+            } else {
+                self.layout.coord(d)
+            }
+        };
+        self.layout
+            .linear(shape, coord, |x| format!("(unsigned long long)({x})"))
     }
 
     fn unary(&mut self, op: UnOp, e: Elem, a: &str) -> String {

@@ -246,7 +246,7 @@ impl Cuda<'_> {
         let positions = pass
             .elems
             .iter()
-            .any(|&id| matches!(self.k.nodes[id].op, Op::Index(_)));
+            .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
         let vector = !used.is_empty() && used.iter().all(|&s| shapes[s] == domain) && !positions;
         if vector {
             self.vector_loop(pass, start, step);
@@ -308,6 +308,16 @@ impl Cuda<'_> {
                 "fz_vec<{}, {LANES}> s{o};",
                 k.outputs[o].elem.c_name()
             ));
+        }
+        // One Philox block gives the four words of four neighbouring positions.
+        for &id in &pass.elems {
+            if let Op::Random(_, seed, site) = k.nodes[id].op {
+                let blocks = LANES / 4;
+                self.line(format!("fz_u4 rq{id}[{blocks}];"));
+                for b in 0..blocks {
+                    self.line(format!("rq{id}[{b}] = fz_philox(v{seed}, (unsigned long long)j * {blocks} + {b}, {site}u);"));
+                }
+            }
         }
         // The lanes written out rather than `#pragma unroll`ed: the loop form made ptxas spill.
         for lane in 0..LANES {

@@ -351,6 +351,32 @@ fuse! {
         argmax(k, rows)
     }
 
+    /// Random numbers over an elementwise kernel's domain: streams 0, 1 and 2.
+    pub fn noise(x: [f32; rows, cols], seed: u64)
+        -> ([f32; rows, cols], [f32; rows, cols], [f32; rows, cols])
+    {
+        (rand(seed), x + randn(seed), dropout(x, 0.25, seed))
+    }
+
+    /// A random value over the rows only, repeated along each row: `rand` takes the shape of
+    /// `b * rand(seed)`, which is `[rows]`.
+    pub fn row_noise(x: [f32; rows, cols], b: [f32; rows], seed: u64) -> [f32; rows, cols] {
+        x + b * rand(seed)
+    }
+
+    /// Dropout after a softmax: random values inside a row kernel's element passes, and one
+    /// per row after the reduction.
+    pub fn softmax_dropout(x: [f32; rows, cols], p: f32, seed: u64) -> ([f32; rows, cols], [f32; rows]) {
+        let e = (x - max(x, cols)).exp();
+        (dropout(e / sum(e, cols), p, seed), max(x, cols) + randn(seed))
+    }
+
+    /// Random values in a full reduction, through a cast, and dropout of f64 by a tensor of
+    /// probabilities.
+    pub fn noisy_sum(x: [f64; n], p: [f64; n], seed: u64) -> ([f64; n], f64) {
+        (dropout(x, p, seed), sum(x * randn(seed) as f64))
+    }
+
     /// An outer product: `[m]` against `[n]`.
     pub fn outer(a: [f32; m], b: [f32; n]) -> [f32; m, n] {
         a * b
