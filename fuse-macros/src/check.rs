@@ -138,6 +138,7 @@ impl<'a> Checker<'a> {
         }
         let mut kernel = Kernel {
             attrs: def.attrs.clone(),
+            fast_math: def.fast_math,
             vis: def.vis.clone(),
             name: def.name.clone(),
             dims: self.dims,

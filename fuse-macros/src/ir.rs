@@ -135,6 +135,8 @@ pub struct OutputInfo {
 
 pub struct Kernel {
     pub attrs: Vec<Attribute>,
+    /// `#[fast_math]`: f32 functions through CUDA's fast intrinsics.
+    pub fast_math: bool,
     pub vis: Visibility,
     pub name: Ident,
     pub dims: Vec<Dim>,

@@ -17,6 +17,8 @@ pub struct Input {
 
 pub struct KernelDef {
     pub attrs: Vec<Attribute>,
+    /// `#[fast_math]`: f32 math through CUDA's fast intrinsics (see `doc/language.md`).
+    pub fast_math: bool,
     pub vis: Visibility,
     pub name: Ident,
     pub params: Vec<Param>,
@@ -76,9 +78,31 @@ impl Parse for Input {
     }
 }
 
+/// Takes `#[fast_math]` out of a kernel's attributes (the others go on the generated fn).
+fn fast_math(attrs: &mut Vec<Attribute>) -> syn::Result<bool> {
+    let mut found = false;
+    let mut kept = vec![];
+    for attr in attrs.drain(..) {
+        if !attr.path().is_ident("fast_math") {
+            kept.push(attr);
+            continue;
+        }
+        if !matches!(attr.meta, syn::Meta::Path(_)) {
+            return Err(syn::Error::new_spanned(
+                attr,
+                "`#[fast_math]` takes no arguments: it applies to every f32 function of this kernel",
+            ));
+        }
+        found = true;
+    }
+    *attrs = kept;
+    Ok(found)
+}
+
 impl Parse for KernelDef {
     fn parse(input: ParseStream) -> syn::Result<Self> {
-        let attrs = input.call(Attribute::parse_outer)?;
+        let mut attrs = input.call(Attribute::parse_outer)?;
+        let fast_math = fast_math(&mut attrs)?;
         let vis: Visibility = input.parse()?;
         input.parse::<Token![fn]>()?;
         let name: Ident = input.parse()?;
@@ -99,6 +123,7 @@ impl Parse for KernelDef {
         let body = body.call(syn::Block::parse_within)?;
         Ok(KernelDef {
             attrs,
+            fast_math,
             vis,
             name,
             params: params.into_iter().collect(),

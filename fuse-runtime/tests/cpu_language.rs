@@ -2224,3 +2224,36 @@ fn dropout_keeps_about_one_minus_p() {
     let other = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), 8).unwrap();
     assert_ne!(host(&got.0), host(&other.0));
 }
+
+/// `#[fast_math]` changes only the GPU: the CPU backend computes the accurate functions.
+#[test]
+fn fast_math_kernels_are_accurate_on_the_cpu() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, -3.1, 3.1);
+        let y = rng.floats::<f32>(n, 0.5, 2.0);
+        let got =
+            kernels::fast_functions(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n])).unwrap();
+        let (x, y) = (f64s(&x), f64s(&y));
+        let f = |name: &str, v: Vec<f64>| float(name, &[n], v, f32::math_tol());
+        assert_outputs(
+            &format!("fast_functions, {n}"),
+            &got,
+            &[
+                f("exp", map1(&x, f64::exp)),
+                f("ln", map1(&y, f64::ln)),
+                f("log2", map1(&y, f64::log2)),
+                f("sin", map1(&x, f64::sin)),
+                f("cos", map1(&x, f64::cos)),
+                f("sigmoid", map1(&x, |a| 1.0 / (1.0 + (-a).exp()))),
+                f("powf", map2(&y, &x, f64::powf)),
+                float(
+                    "sqrt",
+                    &[n],
+                    rounded::<f32>(&map1(&y, f64::sqrt)),
+                    Tol::EXACT,
+                ),
+            ],
+        );
+    }
+}

@@ -1406,3 +1406,34 @@ fn random_values_match_the_cpu_bit_for_bit() {
         assert_gpu_matches_cpu(&gpu, &format!("noisy_sum, {n}"), run, &[Tol::EXACT, tol]);
     }
 }
+
+/// `#[fast_math]`: each function within NVIDIA's bound for its intrinsic, against the CPU's
+/// accurate value (the bounds of the language reference, plus the CPU's own rounding).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn fast_math_is_within_its_documented_bounds() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for n in SIZES.into_iter().chain([100_003]) {
+        let x = rng.floats::<f32>(n, -3.1, 3.1);
+        let y = rng.floats::<f32>(n, 0.5, 2.0);
+        let ulp = |v: f64| f64::from(f32::EPSILON) * v.abs() + f64::from(f32::MIN_POSITIVE);
+        let bounds = |f: &dyn Fn(usize) -> f64| Tol::Bounds((0..n).map(f).collect());
+        let xs = f64s(&x);
+        let (exp, ln, log2, sin, cos) = (
+            bounds(&|i| (3.0 + (1.173 * xs[i].abs()).floor()) * ulp(xs[i].exp())),
+            bounds(&|_| 2f64.powf(-21.41) + 1e-7),
+            bounds(&|_| 2f64.powf(-22.0) + 2e-7),
+            bounds(&|i| 2f64.powf(-21.41) + ulp(xs[i].sin())),
+            bounds(&|i| 2f64.powf(-21.19) + ulp(xs[i].cos())),
+        );
+        // sigmoid: __expf's error, damped by 1 / (1 + e^-x), plus the division's rounding.
+        let sigmoid = bounds(&|i| (4.0 + (1.173 * xs[i].abs()).floor()) * ulp(1.0));
+        // powf: exp2(x · __log2f(y)): the logarithm's absolute error times |x|, relatively.
+        let powf = Tol::close(4.0 * 2f64.powf(-21.0), f64::from(f32::MIN_POSITIVE));
+        let run = |d: &Device| kernels::fast_functions(d, &put(d, &x, &[n]), &put(d, &y, &[n]));
+        let tols = [exp, ln, log2, sin, cos, sigmoid, powf, Tol::EXACT];
+        assert_gpu_matches_cpu(&gpu, &format!("fast_functions, {n}"), run, &tols);
+    }
+}

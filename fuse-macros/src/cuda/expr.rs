@@ -137,6 +137,11 @@ impl Cuda<'_> {
             w.helpers.insert(name);
             format!("{name}({})", a.join(", "))
         };
+        if e == Elem::F32 && self.k.fast_math {
+            if let Some(text) = fast(f, a) {
+                return text;
+            }
+        }
         match f {
             Exp | Exp2 | Log2 | Log10 | Sqrt | Cbrt | Sin | Cos | Tan | Sinh | Cosh | Tanh
             | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | Trunc | Erf => {
@@ -204,4 +209,26 @@ impl Cuda<'_> {
             Softplus => helper(self, "fz_softplus"),
         }
     }
+}
+
+/// `#[fast_math]`: the f32 functions CUDA's `--use_fast_math` replaces by intrinsics, and the
+/// helpers built on `expf`. Division and square roots stay correctly rounded.
+fn fast(f: Func, a: &[String]) -> Option<String> {
+    use Func::*;
+    let x = &a[0];
+    Some(match f {
+        Exp => format!("__expf({x})"),
+        Ln => format!("__logf({x})"),
+        Log2 => format!("__log2f({x})"),
+        Log10 => format!("__log10f({x})"),
+        Sin => format!("__sinf({x})"),
+        Cos => format!("__cosf({x})"),
+        Tan => format!("__tanf({x})"),
+        Powf => format!("__powf({x}, {})", a[1]),
+        Log => format!("(__logf({x}) / __logf({}))", a[1]),
+        Sigmoid => format!("(1.0f / (1.0f + __expf(-{x})))"),
+        Silu => format!("({x} / (1.0f + __expf(-{x})))"),
+        Softplus => format!("(fmaxf({x}, 0.0f) + log1pf(__expf(-fabsf({x}))))"),
+        _ => return None,
+    })
 }

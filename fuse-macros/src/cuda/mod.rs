@@ -623,6 +623,23 @@ mod tests {
     }
 
     #[test]
+    fn fast_math_uses_intrinsics_for_f32_only() {
+        let fast = source(
+            quote! { #[fast_math] fn f(x: [f32; n], y: [f64; n]) -> ([f32; n], [f64; n]) { (x.exp() / x.sqrt(), y.exp()) } },
+        );
+        assert!(
+            fast.contains("__expf(") && fast.contains("sqrtf("),
+            "{fast}"
+        );
+        assert!(
+            fast.contains(" exp(v"),
+            "f64 keeps the accurate exp: {fast}"
+        );
+        let accurate = source(quote! { fn f(x: [f32; n]) -> [f32; n] { x.exp() } });
+        assert!(accurate.contains("expf(") && !accurate.contains("__expf"));
+    }
+
+    #[test]
     fn integers_wrap_and_divide_totally() {
         let text = source(
             quote! { fn f(a: [i32; n], b: [i32; n]) -> [i32; n] { a * b + a / b - (a % b) } },

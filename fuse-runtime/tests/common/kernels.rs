@@ -377,6 +377,15 @@ fuse! {
         (dropout(x, p, seed), sum(x * randn(seed) as f64))
     }
 
+    /// The functions `#[fast_math]` changes, on `x` in [-π, π] and `y` in [0.5, 2] (where the
+    /// intrinsics' absolute bounds hold), and one it leaves alone (`sqrt`).
+    #[fast_math]
+    pub fn fast_functions(x: [f32; n], y: [f32; n])
+        -> ([f32; n], [f32; n], [f32; n], [f32; n], [f32; n], [f32; n], [f32; n], [f32; n])
+    {
+        (x.exp(), y.ln(), y.log2(), x.sin(), x.cos(), sigmoid(x), y.powf(x), y.sqrt())
+    }
+
     /// An outer product: `[m]` against `[n]`.
     pub fn outer(a: [f32; m], b: [f32; n]) -> [f32; m, n] {
         a * b
