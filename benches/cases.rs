@@ -108,7 +108,7 @@ pub fn copy() -> Workload {
 
 /// Every workload the language expresses today, in WORKLOADS.md's order.
 pub fn all() -> Vec<Workload> {
-    vec![w1(), w2(), w4(), w5(), w6(), w8(), w9(), w10()]
+    vec![w1(), w2(), w3(), w4(), w5(), w6(), w8(), w9(), w10()]
 }
 
 /// A buffer for an intermediate result.
@@ -183,6 +183,47 @@ pub fn w2() -> Workload {
                     Ok(Box::new(move |i, o| {
                         op_add::into(&dev, &i[0], &i[1], &mut v)?;
                         op_gelu_tanh::into(&dev, &v, &mut o[0])
+                    }))
+                },
+            },
+        ],
+    }
+}
+
+/// W3's dropout seed: fixed, so every run (and the CPU check) draws the same mask.
+const W3_SEED: u64 = 0x5eed_0003;
+
+pub fn w3() -> Workload {
+    Workload {
+        id: "W3",
+        what: "y = dropout(gelu(x + bias[col]), 0.1), Philox mask",
+        formula: "8n + 4 cols",
+        bytes: |d| 2 * F32 * d.n as u64 + F32 * d.cols as u64,
+        rows: true,
+        inputs: |d| vec![grid(d), vec![d.cols]],
+        outputs: |d| vec![grid(d)],
+        variants: vec![
+            Variant {
+                name: "fused (1 kernel)",
+                build: |dev, _| {
+                    let dev = dev.clone();
+                    Ok(Box::new(move |i, o| {
+                        w3_bias_gelu_dropout::into(&dev, &i[0], &i[1], W3_SEED, &mut o[0])
+                    }))
+                },
+            },
+            Variant {
+                name: "unfused (3 kernels)",
+                build: |dev, d| {
+                    let dev = dev.clone();
+                    let mut biased = scratch(&dev, &[d.rows, d.cols])?;
+                    let biased_flat = flat_view(&biased)?;
+                    let mut act = scratch(&dev, &[d.n])?;
+                    Ok(Box::new(move |i, o| {
+                        op_add_bias::into(&dev, &i[0], &i[1], &mut biased)?;
+                        op_gelu::into(&dev, &biased_flat, &mut act)?;
+                        let mut out = flat_view(&o[0])?;
+                        op_dropout::into(&dev, &act, W3_SEED, &mut out)
                     }))
                 },
             },

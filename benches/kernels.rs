@@ -15,6 +15,13 @@ fuse! {
         gelu_tanh(a + b)
     }
 
+    /// W3: bias add, GELU in its erf form, dropout with p = 0.1 (Philox, keyed by `seed`).
+    pub fn w3_bias_gelu_dropout(x: [f32; rows, cols], bias: [f32; cols], seed: u64)
+        -> [f32; rows, cols]
+    {
+        dropout(gelu(x + bias), 0.1, seed)
+    }
+
     /// W4: a full reduction of an elementwise expression.
     pub fn w4_sum_exp(x: [f32; n]) -> f32 {
         sum(x.exp())
@@ -81,6 +88,14 @@ fuse! {
     /// `a + b`.
     pub fn op_add(a: [f32; n], b: [f32; n]) -> [f32; n] {
         a + b
+    }
+    /// `x + bias`, the bias broadcast over the rows.
+    pub fn op_add_bias(x: [f32; rows, cols], bias: [f32; cols]) -> [f32; rows, cols] {
+        x + bias
+    }
+    /// `dropout(x, 0.1, seed)`.
+    pub fn op_dropout(x: [f32; n], seed: u64) -> [f32; n] {
+        dropout(x, 0.1, seed)
     }
     /// `a * b`.
     pub fn op_mul(a: [f32; n], b: [f32; n]) -> [f32; n] {

@@ -8,6 +8,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
 ) {
     const long long n = d_n;
     const float v2 = 1.0f;
+    long long i0 = 0;
     const long long nv = n / 4;
     for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
         const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
@@ -46,7 +47,8 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
         }
         reinterpret_cast<fz_vec<float, 4>*>(out0)[j] = s0;
     }
-    for (long long i = nv * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    i0 = nv * 4;
+    for (long long i = i0 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const long long o0 = i;
         const float v0 = p_x[o0];
         const float v1 = expf(v0);

@@ -12,6 +12,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
     __shared__ float red2[8];
     __shared__ bool fz_last;
     float acc2 = (float)0;
+    long long i0 = 0;
     const long long nv = n / 4;
     for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
         const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
@@ -40,7 +41,8 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
             acc2 = acc2 + v1;
         }
     }
-    for (long long i = nv * 4 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    i0 = nv * 4;
+    for (long long i = i0 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         const long long o0 = i;
         const float v0 = p_x[o0];
         const float v1 = expf(v0);

@@ -710,6 +710,7 @@ fn scalar_outputs_stay_on_the_device() {
 }
 
 /// `x * r + c - s` may be contracted into an FMA on the GPU: a few roundings of the terms.
+/// Rows of a multiple of four columns take the vector loop, broadcast tensors included.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn broadcast_rows_and_cols() {
@@ -724,7 +725,7 @@ fn broadcast_rows_and_cols() {
     };
     each_2d(
         "bcast",
-        &[(4099, 1031)],
+        &[(4099, 1031), (4099, 1032), (37, 36), (3, 4), (1, 4096)],
         &[Tol::close(0.0, 3e-6)],
         gen,
         |d, (x, r, c, s), rows, cols| {
@@ -746,7 +747,7 @@ fn broadcast_rows_and_cols() {
     };
     each_2d(
         "bcast_int",
-        &[(4099, 1031)],
+        &[(4099, 1031), (4099, 1032), (37, 36), (3, 4), (1, 4096)],
         &[],
         gen,
         |d, (x, r, c), rows, cols| {

@@ -125,6 +125,43 @@ fn launch_comment(k: &Kernel) -> String {
     }
 }
 
+/// How a tensor lines up with `LANES` consecutive elements of an elementwise loop's domain.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Run {
+    /// The tensor has the domain's shape: its own `LANES` consecutive elements.
+    Whole,
+    /// Its dims are the domain's dims from the `k`-th on (a bias over `cols`): it repeats along
+    /// the others, so the lanes are consecutive elements of it when its size is a multiple of
+    /// `LANES`.
+    Suffix(usize),
+    /// Its dims are the domain's first `k` (a scale per row): the lanes share one of its
+    /// elements when the size of the remaining dims is a multiple of `LANES`.
+    Prefix(usize),
+}
+
+impl Run {
+    fn of(shape: &[DimId], domain: &[DimId]) -> Option<Run> {
+        if shape == domain {
+            Some(Run::Whole)
+        } else if !shape.is_empty() && domain.ends_with(shape) {
+            Some(Run::Suffix(domain.len() - shape.len()))
+        } else if domain.starts_with(shape) {
+            Some(Run::Prefix(shape.len()))
+        } else {
+            None
+        }
+    }
+
+    /// The dims of the run a broadcast tensor repeats along (`Suffix`) or is constant over
+    /// (`Prefix`): their size must be a multiple of `LANES`. None for `Whole`.
+    fn repeat(self, domain: &[DimId]) -> Option<&[DimId]> {
+        match self {
+            Run::Whole => None,
+            Run::Suffix(k) | Run::Prefix(k) => Some(&domain[k..]),
+        }
+    }
+}
+
 /// Where a load's offset comes from: the current element, or the current row.
 #[derive(Clone, Copy, PartialEq)]
 enum Scope {
@@ -238,7 +275,9 @@ impl Cuda<'_> {
         }
     }
 
-    /// A grid-stride (or block-stride) loop over the linear index `i` of `domain`.
+    /// A grid-stride (or block-stride) loop over the linear index `i` of `domain`: a vector loop
+    /// over groups of `LANES` elements where every tensor lines up with them, then a scalar loop
+    /// for the rest (the tail, or everything when they do not line up).
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass, start: &str, step: &str) {
         let used = self.used_shapes(&pass.elems, &pass.writes);
         let shapes = self.layout.shapes();
@@ -247,17 +286,39 @@ impl Cuda<'_> {
             .elems
             .iter()
             .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
-        let vector = !used.is_empty() && used.iter().all(|&s| shapes[s] == domain) && !positions;
-        if vector {
-            self.vector_loop(pass, start, step);
-            self.open(format!(
-                "for (long long i = nv * {LANES} + {start}; i < n; i += {step})"
-            ));
-        } else {
-            self.divisors(domain);
-            self.open(format!("for (long long i = {start}; i < n; i += {step})"));
+        let runs: Option<Vec<(usize, Run)>> = used
+            .iter()
+            .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
+            .collect();
+        let broadcast = used.iter().any(|&s| shapes[s] != domain);
+        let mut first = start.to_string();
+        match runs {
+            Some(runs) if !used.is_empty() && !positions => {
+                // Broadcast tensors line up with the vectors when their runs are whole vectors.
+                let aligned: Vec<String> = runs
+                    .iter()
+                    .filter_map(|(_, r)| r.repeat(domain))
+                    .map(|dims| format!("({}) % {LANES} == 0", self.layout.product(dims)))
+                    .collect();
+                self.line("long long i0 = 0;");
+                if !aligned.is_empty() {
+                    self.open(format!("if ({})", aligned.join(" && ")));
+                }
+                self.vector_loop(pass, start, step, domain, &runs);
+                self.line(format!("i0 = nv * {LANES};"));
+                if !aligned.is_empty() {
+                    self.close();
+                }
+                first = format!("i0 + {start}");
+            }
+            _ => {}
         }
-        if !vector {
+        let coordinates = positions || broadcast;
+        if coordinates {
+            self.divisors(domain);
+        }
+        self.open(format!("for (long long i = {first}; i < n; i += {step})"));
+        if coordinates {
             for l in self.layout.split("i", domain, &SYNTAX) {
                 self.line(l);
             }
@@ -280,10 +341,36 @@ impl Cuda<'_> {
     /// loads and stores `LANES` consecutive elements of every tensor as one aligned vector (16 bytes
     /// for 4-byte types), then computes the lanes in order. Buffers come from `cudaMalloc`, and a
     /// reshape never offsets them, so every tensor is aligned; the caller's loop does the tail.
-    fn vector_loop(&mut self, pass: &Pass, start: &str, step: &str) {
+    fn vector_loop(
+        &mut self,
+        pass: &Pass,
+        start: &str,
+        step: &str,
+        domain: &[DimId],
+        runs: &[(usize, Run)],
+    ) {
         self.helpers.insert("fz_vec");
         self.line(format!("const long long nv = n / {LANES};"));
+        for (s, run) in runs {
+            if let Some(dims) = run.repeat(domain) {
+                self.helpers.insert("fz_quot");
+                let size = self.layout.product(dims);
+                self.line(format!("const fz_divisor vr{s} = fz_divisor_of((unsigned long long)({size}) / {LANES});"));
+            }
+        }
         self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
+        // The vector of each broadcast shape: `j` within the run it repeats (a suffix of the
+        // domain's dims), or the run's number (a prefix: one element for all lanes).
+        for (s, run) in runs {
+            let quot = format!("(long long)fz_quot((unsigned long long)j, vr{s})");
+            match run {
+                Run::Whole => {}
+                Run::Suffix(_) => self.line(format!(
+                    "const long long jv{s} = j - {quot} * (long long)vr{s}.d;"
+                )),
+                Run::Prefix(_) => self.line(format!("const long long jv{s} = {quot};")),
+            }
+        }
         let k = self.k;
         let loaded: BTreeSet<usize> = pass
             .elems
@@ -301,7 +388,18 @@ impl Cuda<'_> {
                 k.params[p].elem.c_name(),
                 crate::expand::plain_name(&k.params[p].name),
             );
-            self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[j];"));
+            let shape = k.params[p].shape.as_ref().expect("a tensor");
+            let s = self.shape_index(shape);
+            let run = runs.iter().find(|(r, _)| *r == s).map(|(_, run)| *run);
+            match run.expect("every loaded shape has a run") {
+                Run::Whole => self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[j];")),
+                Run::Suffix(_) => self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[jv{s}];")),
+                Run::Prefix(_) => {
+                    self.line(format!("fz_vec<{t}, {LANES}> l_{name};"));
+                    let lanes: Vec<String> = (0..LANES).map(|l| format!("l_{name}.v[{l}]")).collect();
+                    self.line(format!("{} = p_{name}[jv{s}];", lanes.join(" = ")));
+                }
+            }
         }
         for &o in &pass.writes {
             self.line(format!(
@@ -606,6 +704,10 @@ mod tests {
             (
                 "bias_grad",
                 quote! { pub fn bias_grad(g: [f32; rows, cols]) -> [f32; cols] { sum(g, rows) } },
+            ),
+            (
+                "bias_gelu_dropout",
+                quote! { pub fn bias_gelu_dropout(x: [f32; rows, cols], bias: [f32; cols], seed: u64) -> [f32; rows, cols] { dropout(gelu(x + bias), 0.1, seed) } },
             ),
         ];
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");
