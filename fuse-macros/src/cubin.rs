@@ -122,7 +122,8 @@ pub fn compile_all(
         .collect()
 }
 
-/// The library names NVRTC is looked for under, in order, as the runtime looks for it.
+/// The library names NVRTC is looked for under, in order: the plain name first, as the runtime
+/// (cudarc) looks for it, then the CUDA 13 and 12 sonames, which a wheel or toolkit may ship alone.
 fn candidates() -> Vec<String> {
     use std::env::consts::{DLL_PREFIX, DLL_SUFFIX};
     let plain = format!("{DLL_PREFIX}nvrtc{DLL_SUFFIX}");
