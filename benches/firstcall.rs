@@ -1,14 +1,17 @@
 //! C1: the first call of a kernel in a new process, with a cold and with a warm on-disk cache,
-//! and NVRTC's time per kernel.
+//! with the CUBIN embedded at build time (when this binary was built with `FUSE_CUBIN_ARCHS`
+//! naming the device's architecture), and NVRTC's time per kernel.
 //!
 //! The benchmark runs itself again as a child (with [`CHILD_ENV`] set and `FUSE_CACHE_DIR`
-//! pointing at a fresh directory, then at the same one again). The child clocks itself from the
-//! top of `main` to the first result and prints one line, which the parent reads.
+//! pointing at a fresh directory, then at the same one again, both with embedded CUBINs turned
+//! off; then at a fresh one with them on). The child clocks itself from the top of `main` to the
+//! first result and prints one line, which the parent reads.
 
 use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use fuse_runtime::cache::{self, Origin};
 use fuse_runtime::{nvrtc, Device};
 
 use crate::kernels::w1_softplus;
@@ -16,7 +19,8 @@ use crate::measure::{self, Timing};
 use crate::report::{Row, Status};
 use crate::runner::Runner;
 
-/// Set in the child's environment; its value names what the child does.
+/// Set in the child's environment; its value names what the child does: `c1` loads W1 the way a
+/// build without embedded CUBINs does, `c1-embedded` lets it load its embedded CUBIN.
 pub const CHILD_ENV: &str = "FUSE_BENCH_CHILD";
 /// The first word of the child's report line.
 const REPORT: &str = "fuse-bench-c1";
@@ -47,6 +51,8 @@ pub fn child(start: Instant) -> ExitCode {
 }
 
 fn first_call(start: Instant) -> Result<String, String> {
+    let embedded = std::env::var(CHILD_ENV).is_ok_and(|v| v == "c1-embedded");
+    cache::set_embedded_cubins(embedded);
     let dev = match crate::cpu_mode() {
         true => Device::cpu(),
         false => Device::cuda(0).map_err(|e| e.to_string())?,
@@ -63,13 +69,30 @@ fn first_call(start: Instant) -> Result<String, String> {
         return Err(format!("element {bad} of the result is {}", y[bad]));
     }
     let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let origin = w1_kernel().and_then(|k| dev.kernel_origin(k));
     Ok(format!(
-        "{REPORT} total_ms={} open_ms={} call_ms={}",
+        "{REPORT} total_ms={} open_ms={} call_ms={} origin={origin:?}",
         ms(total),
         ms(opened),
         ms(call)
     ))
 }
+
+/// W1's entry in the runtime's list of kernels.
+fn w1_kernel() -> Option<&'static fuse_runtime::KernelInfo> {
+    fuse_runtime::kernels().find(|k| k.name == "w1_softplus")
+}
+
+/// The three child runs: (row name, what the child does, where its CUBIN must come from).
+const RUNS: [(&str, &str, Origin); 3] = [
+    ("first call, cold cache", "c1", Origin::Nvrtc),
+    ("first call, warm cache", "c1", Origin::Disk),
+    (
+        "first call, embedded CUBIN",
+        "c1-embedded",
+        Origin::Embedded,
+    ),
+];
 
 /// The parent: runs the child twice on one fresh cache directory, then times NVRTC.
 pub fn first_calls(runner: &mut Runner) {
@@ -77,10 +100,31 @@ pub fn first_calls(runner: &mut Runner) {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
     let dir = std::env::temp_dir().join(format!("fuse-bench-c1-{}-{nanos}", std::process::id()));
-    for name in ["first call, cold cache", "first call, warm cache"] {
+    let arch = runner
+        .dev
+        .compute_capability()
+        .map(|(major, minor)| major * 10 + minor);
+    for (name, child, origin) in RUNS {
         let mut row = Row::new("C1", name);
         row.formula = "-".to_string();
-        match run_child(&dir) {
+        let embedded = w1_kernel().zip(arch).and_then(|(k, arch)| k.cubin(arch));
+        if origin == Origin::Embedded && embedded.is_none() && !crate::cpu_mode() {
+            let arch = arch.map_or("the device's architecture".to_string(), |a| {
+                format!("sm_{a}")
+            });
+            (row.status, row.note) = (
+                Status::Skipped,
+                format!("no CUBIN embedded for {arch}: build with FUSE_CUBIN_ARCHS={arch}"),
+            );
+            runner.push(row);
+            continue;
+        }
+        // The embedded run gets a cache directory of its own, which it must never touch.
+        let cache = match origin {
+            Origin::Embedded => dir.join("embedded"),
+            _ => dir.clone(),
+        };
+        match run_child(&cache, child, origin) {
             Ok((timing, note)) => (row.timing, row.note) = (Some(timing), note),
             Err(why) => (row.status, row.note) = (Status::Error, why),
         }
@@ -91,11 +135,12 @@ pub fn first_calls(runner: &mut Runner) {
 }
 
 /// One child run: its time from the top of `main` to the result, and a note breaking it down.
-fn run_child(cache: &Path) -> Result<(Timing, String), String> {
+/// On a GPU, W1's CUBIN must have come from `origin`.
+fn run_child(cache: &Path, child: &str, origin: Origin) -> Result<(Timing, String), String> {
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     let spawned = Instant::now();
     let output = Command::new(exe)
-        .env(CHILD_ENV, "c1")
+        .env(CHILD_ENV, child)
         .env("FUSE_CACHE_DIR", cache)
         .output()
         .map_err(|e| format!("cannot run the child: {e}"))?;
@@ -119,6 +164,18 @@ fn run_child(cache: &Path) -> Result<(Timing, String), String> {
             .ok_or_else(|| format!("no {key} in the child's line {line:?}"))
     };
     let (total, open, call) = (field("total_ms")?, field("open_ms")?, field("call_ms")?);
+    let found = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("origin="));
+    let wanted = match crate::cpu_mode() {
+        true => "None".to_string(),
+        false => format!("{:?}", Some(origin)),
+    };
+    if found != Some(wanted.as_str()) {
+        return Err(format!(
+            "W1's CUBIN should come from {wanted}, not {found:?}"
+        ));
+    }
     let note = format!(
         "start of main to result; device open {open:.1} ms, first call {call:.1} ms; \
          process wall {wall:.1} ms"

@@ -89,6 +89,54 @@ pub fn tokens(node: &impl ToTokens) -> TokenStream {
     node.to_token_stream()
 }
 
+/// The way out of every build-time CUBIN error.
+const CUBIN_FIX: &str = "unset `FUSE_CUBIN_ARCHS` to compile kernels at run time";
+
+/// An entry of `FUSE_CUBIN_ARCHS` that is not an architecture.
+pub fn cubin_arch(entry: &str) -> String {
+    format!(
+        "`FUSE_CUBIN_ARCHS` names `{entry}`, which is not a GPU architecture such as `sm_90` or \
+         `90`; write a list such as `sm_80,sm_90`, or {CUBIN_FIX}"
+    )
+}
+
+/// `FUSE_CUBIN_ARCHS` is set, but NVRTC is not there to compile with.
+pub fn cubin_no_nvrtc(searched: &[String]) -> String {
+    let searched: Vec<String> = searched.iter().map(|name| format!("`{name}`")).collect();
+    format!(
+        "`FUSE_CUBIN_ARCHS` is set, but NVRTC could not be loaded (searched for {}); put its \
+         directory on `LD_LIBRARY_PATH` for the build, or {CUBIN_FIX}",
+        searched.join(", ")
+    )
+}
+
+/// `FUSE_CUBIN_ARCHS` names an architecture that this NVRTC does not compile for.
+pub fn cubin_unsupported(arch: u32, version: (i32, i32), supported: &[u32]) -> String {
+    let supported: Vec<String> = supported.iter().map(|a| format!("`sm_{a}`")).collect();
+    format!(
+        "NVRTC {}.{} does not compile for `sm_{arch}`; it compiles for {}: leave `sm_{arch}` out \
+         of `FUSE_CUBIN_ARCHS`, or {CUBIN_FIX}",
+        version.0,
+        version.1,
+        supported.join(", ")
+    )
+}
+
+/// NVRTC rejected a kernel at build time (the architecture was checked before); its log
+/// follows the message.
+pub fn cubin_compile(kernel: &str, arch: u32, options: &str, log: &str) -> String {
+    format!(
+        "NVRTC could not compile kernel `{kernel}` for `sm_{arch}` (options `{options}`); this is \
+         a bug in fuse, please report it; meanwhile {CUBIN_FIX}\nNVRTC log:\n{log}"
+    )
+}
+
+/// Any other NVRTC call that failed at build time, for `kernel` or for the whole build.
+pub fn cubin_nvrtc_call(function: &str, kernel: Option<&str>, detail: &str) -> String {
+    let kernel = kernel.map_or(String::new(), |k| format!(" for kernel `{k}`"));
+    format!("NVRTC failed in `{function}`{kernel}: {detail}; {CUBIN_FIX}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,7 +25,11 @@ pub fn fuse(input: TokenStream) -> TokenStream {
     let mut cx = Errors::default();
     let kernels = check(&input, &mut cx);
     match cx.propagate() {
-        Ok(()) => kernels.iter().map(expand_kernel).collect(),
+        Ok(()) => {
+            let (archs, mut out) = crate::cubin::requested_at(kernels.first().map(|k| &k.name));
+            out.extend(kernels.iter().map(|k| expand_kernel(k, &archs)));
+            out
+        }
         Err(e) => {
             let mut out = e.to_compile_error();
             // One stub per name: rustc would report a duplicate a second time.
@@ -201,9 +205,11 @@ fn stub(def: &KernelDef) -> TokenStream {
     }
 }
 
-fn expand_kernel(k: &Kernel) -> TokenStream {
+/// The items of kernel `k`, with its CUBIN for each of `archs` (see [`crate::cubin`]).
+fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
     let plan = crate::plan::plan(k);
     let source = crate::cuda::source(k, &plan);
+    let (cubins, cubin_error) = crate::cubin::embed(&k.name, &source, archs);
     let sig = RustSig::from_kernel(k);
     let rt = rt();
     let (vis, name, attrs) = (&k.vis, &k.name, &k.attrs);
@@ -232,8 +238,9 @@ fn expand_kernel(k: &Kernel) -> TokenStream {
         plain_name(name),
         plain_name(name)
     );
-    let module = module_items(k, &plan, &sig, &source);
+    let module = module_items(k, &plan, &sig, &source, &cubins);
     quote! {
+        #cubin_error
         #(#attrs)*
         #[doc = #doc]
         #[allow(clippy::too_many_arguments)]
@@ -379,7 +386,13 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
     }
 }
 
-fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &str) -> TokenStream {
+fn module_items(
+    k: &Kernel,
+    plan: &crate::plan::Plan,
+    sig: &RustSig,
+    source: &str,
+    cubins: &TokenStream,
+) -> TokenStream {
     let rt = rt();
     let dev = format_ident!("{}", DEVICE_ARG);
     let (inputs, outputs) = (sig.input_params(), sig.output_params());
@@ -406,9 +419,11 @@ fn module_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig, source: &st
         /// name can shadow it.
         #[doc(hidden)]
         pub mod __fuse {
-            pub static KERNEL: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE };
+            /// The CUBINs compiled when the crate was built (`FUSE_CUBIN_ARCHS`), by architecture.
+            const CUBINS: &[(u32, &[u8])] = #cubins;
+            pub static KERNEL: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS };
             #rt::__private::inventory::submit! {
-                #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE }
+                #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS }
             }
             #signature
         }

@@ -4,10 +4,12 @@
 //! The pipeline, one file a stage: `parse` (syntax tree, spans kept) → `check`, `typing`,
 //! `special` and `fusion` (types, dims and fusion legality; every user error ends here) → `plan` (the launch schedule) → `cuda`
 //! and `cpu` (the two backends) → `expand` (the generated Rust items). Nothing below this file
-//! touches `proc_macro`, so every stage is an ordinary function with unit tests.
+//! touches `proc_macro`, so every stage is an ordinary function with unit tests. With
+//! `FUSE_CUBIN_ARCHS` set, `expand` also embeds CUBINs that `cubin` compiles with NVRTC.
 
 mod check;
 mod cpu;
+mod cubin;
 mod cuda;
 mod error;
 mod expand;
@@ -26,4 +28,13 @@ mod typing;
 #[proc_macro]
 pub fn fuse(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
     expand::fuse(input.into()).into()
+}
+
+/// The NVRTC options of every kernel, `{arch}` standing for the architecture number, as an array
+/// of string literals: the runtime compiles with the same list the macro embeds CUBINs with.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __nvrtc_options(_input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    let options = cubin::OPTIONS;
+    quote::quote!([#(#options),*]).into()
 }

@@ -1,4 +1,12 @@
-//! The on-disk CUBIN cache, so a kernel is compiled once per machine rather than once per run.
+//! Where a kernel's CUBIN comes from: embedded at build time, the on-disk cache, or NVRTC.
+//!
+//! A crate built with `FUSE_CUBIN_ARCHS` (such as `FUSE_CUBIN_ARCHS=sm_90 cargo build --release`)
+//! carries each kernel's CUBIN for the architectures named, compiled by NVRTC as the `fuse!` macro
+//! expanded: on a device of one of those, the first use loads it and neither NVRTC nor the disk
+//! cache is touched. [`set_embedded_cubins`] turns that off, and [`Device::kernel_origin`] tells
+//! which way a kernel was loaded.
+//!
+//! Otherwise the on-disk cache means a kernel is compiled once per machine rather than once per run.
 //!
 //! Each entry is one file per (source, GPU architecture, NVRTC version, crate version). The file
 //! starts with a header holding that whole key, the full source text included, so two keys that
@@ -14,18 +22,90 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use crate::cuda::lock;
 use crate::error::Error;
 use crate::nvrtc;
+#[cfg(doc)]
+use crate::Device;
 
 /// What [`set_cache_dir`] chose: `None` while it has not been called.
 static SETTING: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
 
 /// The first bytes of every cache file.
 const MAGIC: &[u8; 11] = b"FUSE-CUBIN\n";
+
+/// Whether kernels load the CUBINs embedded at build time; see [`set_embedded_cubins`].
+static EMBEDDED: AtomicBool = AtomicBool::new(true);
+
+/// Where the CUBIN of a loaded kernel came from, as [`Device::kernel_origin`] reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// Embedded in the program when it was built (`FUSE_CUBIN_ARCHS`): no NVRTC, no cache file.
+    Embedded,
+    /// Read from the on-disk cache.
+    Disk,
+    /// Compiled by NVRTC in this process (and written to the disk cache).
+    Nvrtc,
+}
+
+/// Whether kernels load the CUBINs embedded at build time (the default), or go through the disk
+/// cache and NVRTC as in a build without `FUSE_CUBIN_ARCHS`: to time one against the other, or
+/// to rule out an embedded CUBIN. It applies to kernels not yet loaded on a device.
+///
+/// ```
+/// fuse_runtime::cache::set_embedded_cubins(false);
+/// assert!(!fuse_runtime::cache::embedded_cubins());
+/// # fuse_runtime::cache::set_embedded_cubins(true);
+/// ```
+pub fn set_embedded_cubins(enabled: bool) {
+    EMBEDDED.store(enabled, Ordering::Relaxed);
+}
+
+/// Whether kernels load the CUBINs embedded at build time; see [`set_embedded_cubins`].
+pub fn embedded_cubins() -> bool {
+    EMBEDDED.load(Ordering::Relaxed)
+}
+
+/// Whether `bytes` is a whole ELF64 image as far as its headers tell: every table and section
+/// they point at lies inside it. `cuModuleLoadData` takes no length and trusts those headers, so
+/// an embedded CUBIN is checked before it reaches the driver (one from the disk cache has its
+/// checksum instead).
+pub(crate) fn whole_elf(bytes: &[u8]) -> bool {
+    elf_fits(bytes) == Some(true)
+}
+
+/// [`whole_elf`], with `None` for a field that lies past the end.
+fn elf_fits(bytes: &[u8]) -> Option<bool> {
+    // A little-endian field of `len` bytes at `at`.
+    let field = |at: usize, len: usize| -> Option<u64> {
+        let field = bytes.get(at..at.checked_add(len)?)?;
+        Some(field.iter().rev().fold(0, |v, &b| v << 8 | u64::from(b)))
+    };
+    let fits = |offset: u64, size: u64| {
+        offset
+            .checked_add(size)
+            .is_some_and(|end| end <= bytes.len() as u64)
+    };
+    if !bytes.starts_with(b"\x7fELF\x02\x01") {
+        return Some(false);
+    }
+    let (phoff, phsize, phnum) = (field(0x20, 8)?, field(0x36, 2)?, field(0x38, 2)?);
+    let (shoff, shsize, shnum) = (field(0x28, 8)?, field(0x3a, 2)?, field(0x3c, 2)?);
+    if !(fits(phoff, phsize * phnum) && fits(shoff, shsize * shnum) && shsize >= 0x28) {
+        return Some(false);
+    }
+    for i in 0..shnum {
+        let at = usize::try_from(shoff + i * shsize).ok()?;
+        // SHT_NOBITS (8) sections, such as `.bss`, take no room in the file.
+        if field(at + 4, 4)? != 8 && !fits(field(at + 0x18, 8)?, field(at + 0x20, 8)?) {
+            return Some(false);
+        }
+    }
+    Some(true)
+}
 
 /// A CUBIN and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -353,6 +433,49 @@ mod tests {
         }
         assert_eq!(dir(&[("XDG_CACHE_HOME", "")]), None);
         assert_eq!(dir(&[]), None);
+    }
+
+    /// A minimal ELF64 image: the header, then one section header for the 8 bytes after it.
+    fn tiny_elf() -> Vec<u8> {
+        let mut elf = vec![0u8; 64 + 64 + 8];
+        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
+        elf[0x28..0x30].copy_from_slice(&64u64.to_le_bytes()); // e_shoff
+        elf[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+        elf[0x3c..0x3e].copy_from_slice(&1u16.to_le_bytes()); // e_shnum
+        elf[64 + 0x18..64 + 0x20].copy_from_slice(&128u64.to_le_bytes()); // sh_offset
+        elf[64 + 0x20..64 + 0x28].copy_from_slice(&8u64.to_le_bytes()); // sh_size
+        elf
+    }
+
+    #[test]
+    fn elf_headers_must_fit_the_image() {
+        let elf = tiny_elf();
+        assert!(whole_elf(&elf));
+        for cut in [0, 4, 63, 64, 127, elf.len() - 1] {
+            assert!(!whole_elf(&elf[..cut]), "truncated to {cut} bytes");
+        }
+        let mut far = elf.clone();
+        far[64 + 0x18..64 + 0x20].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(!whole_elf(&far), "a section offset that overflows");
+        let mut bss = far.clone();
+        bss[64 + 4] = 8; // SHT_NOBITS: its offset and size are not in the file
+        assert!(whole_elf(&bss));
+        let mut many = elf.clone();
+        many[0x3c] = 200;
+        assert!(!whole_elf(&many), "more section headers than fit");
+        assert!(!whole_elf(
+            b"not an elf at all, but long enough to hold a header......................."
+        ));
+    }
+
+    #[test]
+    fn nvrtc_cubins_are_whole() {
+        let source = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }";
+        let Ok(compiled) = nvrtc::compile(source, "k.cu", 90, &[]) else {
+            return; // no NVRTC here; `tests/nvrtc.rs` insists on it in CI
+        };
+        assert!(whole_elf(&compiled.cubin));
+        assert!(!whole_elf(&compiled.cubin[..compiled.cubin.len() - 1]));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use cudarc::driver::{
     DevicePtr, DeviceRepr, ValidAsZeroBits,
 };
 
-use crate::cache::{self, Cubin};
+use crate::cache::{self, Cubin, Origin};
 use crate::error::Error;
 use crate::launch::ReduceScratch;
 use crate::private::KernelInfo;
@@ -38,8 +38,9 @@ struct Kernels {
     /// Keyed by the addresses and lengths of a kernel's `source` and `symbol`: both are
     /// `&'static str`, so an address is never reused, and a hit costs no string hashing.
     functions: HashMap<[usize; 4], CudaFunction>,
-    /// Keyed by source text, so that two kernels of one source share one module.
-    modules: HashMap<&'static str, Arc<CudaModule>>,
+    /// Keyed by source text, so that two kernels of one source share one module; with where
+    /// its CUBIN came from.
+    modules: HashMap<&'static str, (Arc<CudaModule>, Origin)>,
 }
 
 /// Whether the CUDA driver library can be loaded, asked once per process.
@@ -272,16 +273,46 @@ impl CudaDevice {
         kernels: &mut Kernels,
         kernel: &'static KernelInfo,
     ) -> Result<Arc<CudaModule>, Error> {
-        if let Some(module) = kernels.modules.get(kernel.source) {
+        if let Some((module, _)) = kernels.modules.get(kernel.source) {
             return Ok(module.clone());
         }
-        let module = self.load_module(kernel)?;
-        kernels.modules.insert(kernel.source, module.clone());
+        let (module, origin) = self.load_module(kernel)?;
+        kernels
+            .modules
+            .insert(kernel.source, (module.clone(), origin));
         Ok(module)
     }
 
-    /// Loads the module of `kernel`, from the disk cache when a usable CUBIN is there.
-    fn load_module(&self, kernel: &KernelInfo) -> Result<Arc<CudaModule>, Error> {
+    /// Where the CUBIN of `kernel`'s module came from, or `None` before its first launch here.
+    pub(crate) fn origin(&self, kernel: &KernelInfo) -> Option<Origin> {
+        lock(&self.kernels)
+            .modules
+            .get(kernel.source)
+            .map(|(_, origin)| *origin)
+    }
+
+    /// Loads the module of `kernel`: its embedded CUBIN for this architecture when it has one,
+    /// else from the disk cache or NVRTC.
+    fn load_module(&self, kernel: &KernelInfo) -> Result<(Arc<CudaModule>, Origin), Error> {
+        let embedded = kernel
+            .cubin(self.arch())
+            .filter(|_| cache::embedded_cubins());
+        if let Some(cubin) = embedded.filter(|cubin| cache::whole_elf(cubin)) {
+            let loaded = self
+                .ctx
+                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.to_vec()));
+            // A driver older than the NVRTC that built the CUBIN rejects it: then compile the
+            // source here, as a build without embedded CUBINs would.
+            if let Ok(module) = loaded {
+                return Ok((module, Origin::Embedded));
+            }
+        }
+        self.compile_module(kernel)
+    }
+
+    /// Loads the module of `kernel` from the disk cache when a usable CUBIN is there, else
+    /// compiles it with NVRTC.
+    fn compile_module(&self, kernel: &KernelInfo) -> Result<(Arc<CudaModule>, Origin), Error> {
         let program = format!("{}.cu", kernel.name);
         let cubin =
             cache::cubin(kernel.source, &program, self.arch()).map_err(|e| named(e, kernel))?;
@@ -289,14 +320,17 @@ impl CudaDevice {
             .ctx
             .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes));
         match (loaded, cubin.from_disk) {
-            (Ok(module), _) => Ok(module),
+            (Ok(module), true) => Ok((module, Origin::Disk)),
+            (Ok(module), false) => Ok((module, Origin::Nvrtc)),
             (Err(_), true) => {
                 // A cached CUBIN the driver rejects is as good as missing: compile it afresh.
                 let Cubin { bytes, .. } = cache::recompile(kernel.source, &program, self.arch())
                     .map_err(|e| named(e, kernel))?;
-                self.ctx
+                let module = self
+                    .ctx
                     .load_module(cudarc::nvrtc::Ptx::from_binary(bytes))
-                    .map_err(|e| driver_error("cuModuleLoadData", e))
+                    .map_err(|e| driver_error("cuModuleLoadData", e))?;
+                Ok((module, Origin::Nvrtc))
             }
             (Err(e), false) => Err(driver_error("cuModuleLoadData", e)),
         }

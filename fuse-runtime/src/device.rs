@@ -4,9 +4,11 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::buffer::Buffer;
+use crate::cache::Origin;
 use crate::cuda::{lock, CudaDevice};
 use crate::element::Element;
 use crate::error::Error;
+use crate::private::KernelInfo;
 
 /// The CUDA devices opened so far, by ordinal: one shared instance each per process, so that
 /// buffers from two `Device::cuda(0)` calls work together.
@@ -117,6 +119,32 @@ impl Device {
         match &self.kind {
             Kind::Cpu => Ok(()),
             Kind::Cuda(cuda) => cuda.synchronize(),
+        }
+    }
+
+    /// Where the CUBIN of `kernel` came from on this device: embedded at build time
+    /// (`FUSE_CUBIN_ARCHS`), the disk cache, or NVRTC; `None` before its first launch here, and
+    /// on the CPU.
+    ///
+    /// ```
+    /// use fuse_runtime::{fuse, Device};
+    /// fuse! {
+    ///     fn double(x: [f32; n]) -> [f32; n] { x * 2.0 }
+    /// }
+    /// let dev = Device::detect();
+    /// let kernel = fuse_runtime::kernels().find(|k| k.name == "double").unwrap();
+    /// assert_eq!(dev.kernel_origin(kernel), None);
+    /// let y = double(&dev, &dev.upload(&[1.0f32, 2.0])?)?;
+    /// // On a GPU: `Some(Origin::Embedded)` when this program was built with
+    /// // `FUSE_CUBIN_ARCHS` naming its architecture, else `Disk` or `Nvrtc`.
+    /// println!("{:?}", dev.kernel_origin(kernel));
+    /// # assert_eq!(y.to_vec()?, [2.0, 4.0]);
+    /// # Ok::<(), fuse_runtime::Error>(())
+    /// ```
+    pub fn kernel_origin(&self, kernel: &KernelInfo) -> Option<Origin> {
+        match &self.kind {
+            Kind::Cpu => None,
+            Kind::Cuda(cuda) => cuda.origin(kernel),
         }
     }
 

@@ -75,7 +75,8 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
 }
 
-/// Compiles `kernel` on first use (in-process and on-disk caches) and launches it on `dev`'s
+/// Loads `kernel` on first use on `dev` (its embedded CUBIN for the device's architecture, else
+/// the on-disk cache, else NVRTC; then the in-process cache) and launches it on `dev`'s
 /// stream with `args`, in order. For [`Geometry::Full`] two more arguments follow: the scratch
 /// (`unsigned long long*`, at least `slots * gridDim.x` slots) and the counter
 /// (`unsigned int*`, zero before the launch; the kernel's last block resets it).

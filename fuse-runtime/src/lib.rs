@@ -14,7 +14,7 @@
 //! | Another shape, same data | `v.chunks(n)` | [`Buffer::reshape`] |
 //! | Reading data out | (already there) | [`Buffer::to_vec`], which waits for the GPU |
 //! | A function | `fn` | a kernel in [`fuse!`] |
-//! | Its compiler | `rustc`, ahead of time | NVRTC at first use, cached on disk ([`nvrtc`], [`cache`]) |
+//! | Its compiler | `rustc`, ahead of time | NVRTC at first use, cached on disk ([`nvrtc`], [`cache`]), or at build time (`FUSE_CUBIN_ARCHS`) |
 //! | Calling it | runs now | queued, in order, on the device's one stream |
 //! | Waiting for it | (returns when done) | [`Device::synchronize`] |
 //!
@@ -72,6 +72,32 @@
 //!   [`Error::NoNvrtc`]; nothing panics, and the CPU device always works.
 //! - Compiled kernels are cached in `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else
 //!   `$HOME/.cache/fuse`; see [`cache`].
+//!
+//! # Build-time CUBINs: no NVRTC at the first call
+//!
+//! By default the first call of each kernel in a process compiles it with NVRTC (tens to hundreds
+//! of milliseconds), or reads it from the disk cache. To ship programs that skip both, name the
+//! GPU architectures to compile for when building:
+//!
+//! ```sh
+//! FUSE_CUBIN_ARCHS=sm_90 cargo build --release      # or sm_80,sm_90; `90` also works
+//! ```
+//!
+//! The [`fuse!`] macro then compiles each kernel with NVRTC for each architecture named, with
+//! the options the runtime uses, and embeds the CUBINs in the program beside the CUDA C. On a GPU
+//! of one of those architectures the first call only loads the module (about a millisecond); on
+//! any other GPU the CUDA C is compiled at run time as usual. Cargo rebuilds the crates that use
+//! `fuse!` when the variable changes.
+//!
+//! - NVRTC must be on `LD_LIBRARY_PATH` when building (it is looked for as `libnvrtc.so`,
+//!   `libnvrtc.so.13` and `libnvrtc.so.12`); the program does not need it on those GPUs.
+//! - Since the variable asks for it, a missing NVRTC, an architecture it does not compile for or
+//!   text that is not an architecture (`sm_90a`, `volta`) fails the build, with the fix in the
+//!   message, at the first kernel of each `fuse!`.
+//! - A driver older than the build's NVRTC may reject its CUBINs; the runtime then compiles the
+//!   CUDA C, as it would without them.
+//! - [`Device::kernel_origin`] tells whether a kernel was loaded from its embedded CUBIN, the disk
+//!   cache or NVRTC; [`cache::set_embedded_cubins`]`(false)` ignores the embedded CUBINs.
 //!
 //! ## Language reference
 //!

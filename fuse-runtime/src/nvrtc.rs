@@ -112,13 +112,17 @@ pub fn version() -> Result<(i32, i32), Error> {
     Ok(*VERSION.get_or_init(|| (major, minor)))
 }
 
-/// The options every kernel is compiled with, then `extra`.
+/// The options every kernel is compiled with, `{arch}` standing for the architecture number. The
+/// list is the `fuse!` macro's, which compiles with it when it embeds CUBINs at build time
+/// (`FUSE_CUBIN_ARCHS`), so both paths give the same CUBIN.
+const OPTIONS: &[&str] = &fuse_macros::__nvrtc_options!();
+
+/// The options every kernel is compiled with for `sm_{arch}`, then `extra`.
 pub(crate) fn options(arch: u32, extra: &[&str]) -> Vec<String> {
-    let base = [
-        format!("--gpu-architecture=sm_{arch}"),
-        "--std=c++17".to_string(),
-    ];
-    base.into_iter()
+    let arch = arch.to_string();
+    OPTIONS
+        .iter()
+        .map(|o| o.replace("{arch}", &arch))
         .chain(extra.iter().map(|o| o.to_string()))
         .collect()
 }

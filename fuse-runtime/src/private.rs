@@ -16,6 +16,26 @@ pub struct KernelInfo {
     pub symbol: &'static str,
     /// The CUDA C text of the kernel's module.
     pub source: &'static str,
+    /// CUBINs compiled from `source` when the crate was built, as (architecture, CUBIN), such as
+    /// `(90, ..)` for sm_90: one for each architecture `FUSE_CUBIN_ARCHS` named, or none.
+    pub cubins: &'static [(u32, &'static [u8])],
+}
+
+impl KernelInfo {
+    /// The CUBIN embedded for `sm_{arch}`, if the crate was built with one.
+    ///
+    /// ```
+    /// # use fuse_runtime::KernelInfo;
+    /// let kernel = KernelInfo { name: "k", symbol: "fuse_k", source: "", cubins: &[(90, b"\x7fELF")] };
+    /// assert_eq!(kernel.cubin(90), Some(&b"\x7fELF"[..]));
+    /// assert_eq!(kernel.cubin(80), None);
+    /// ```
+    pub fn cubin(&self, arch: u32) -> Option<&'static [u8]> {
+        self.cubins
+            .iter()
+            .find(|(embedded, _)| *embedded == arch)
+            .map(|(_, cubin)| *cubin)
+    }
 }
 
 inventory::collect!(KernelInfo);
@@ -24,7 +44,7 @@ inventory::collect!(KernelInfo);
 ///
 /// ```
 /// for kernel in fuse_runtime::kernels() {
-///     println!("{} ({} bytes of CUDA C)", kernel.name, kernel.source.len());
+///     println!("{} ({} bytes of CUDA C, {} CUBINs)", kernel.name, kernel.source.len(), kernel.cubins.len());
 /// }
 /// ```
 pub fn kernels() -> impl Iterator<Item = &'static KernelInfo> {

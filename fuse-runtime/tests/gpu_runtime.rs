@@ -326,6 +326,7 @@ fn compiled_kernels_are_cached_on_disk() {
         name: "saxpy_cached",
         symbol: "fuse_saxpy",
         source: Box::leak(source.into_boxed_str()),
+        cubins: &[],
     }));
     let x = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
     let out = alloc::<f32>(&dev, &[3]).unwrap();
@@ -378,6 +379,7 @@ fn compile_error_through_launch() {
         name: "broken",
         symbol: "fuse_broken",
         source: "extern \"C\" __global__ void fuse_broken(float* x) {\n    x[0] = nope;\n}\n",
+        cubins: &[],
     };
     let x = dev.upload(&[1.0f32]).unwrap();
     let err = launch(

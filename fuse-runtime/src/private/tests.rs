@@ -253,6 +253,7 @@ fn launch_on_cpu_is_an_error_not_a_panic() {
         name: "k",
         symbol: "fuse_k",
         source: "",
+        cubins: &[],
     };
     let x = zeros(&[3]);
     let args = [crate::launch::Arg::Buffer(&x), crate::launch::Arg::Dim(3)];

@@ -19,6 +19,7 @@ extern "C" __global__ void fuse_saxpy(const float* x, const float* y, float* out
     }
 }
 "#,
+    cubins: &[],
 };
 
 /// The signature of [`SAXPY`]'s tensors.
@@ -57,6 +58,7 @@ extern "C" __global__ void fuse_threshold(const int* x, bool* out, int t, unsign
     }
 }
 "#,
+    cubins: &[],
 };
 
 /// `out[r] = max(x[r, ..])`: one block per row, grid-striding over rows.
@@ -83,6 +85,7 @@ extern "C" __global__ void fuse_row_max(const float* x, float* out, unsigned lon
     }
 }
 "#,
+    cubins: &[],
 };
 
 /// `*out = sum(x)` over `long long`: per-block partials in the scratch, summed in block order
@@ -123,4 +126,5 @@ extern "C" __global__ void fuse_sum(const long long* x, long long* out, unsigned
     }
 }
 "#,
+    cubins: &[],
 };
