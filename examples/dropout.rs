@@ -34,7 +34,7 @@ const P: f32 = 0.1;
 const SEED: u64 = 0x5eed_2024;
 
 /// Agreement expected for the kept values (up to about 4.4): f32 rounding of `x + bias`, of
-/// `erf` and of the division by 0.9 is a few units in the last place, far below this.
+/// `erf` and of the scaling by 1 / 0.9 is a few units in the last place, far below this.
 const TOLERANCE: f64 = 1e-5;
 
 /// Runs `bias_gelu_dropout` on `dev` and copies the result back.
@@ -68,7 +68,7 @@ fn run() -> Result<bool, Error> {
     let dropped: Vec<bool> = (0..ROWS * COLS)
         .map(|i| random::uniform(SEED, i as u64, 0) < P)
         .collect();
-    // The kept values in f64: gelu(x + b) / (1 - p).
+    // The kept values in f64: gelu(x + b) * (1 / (1 - p)).
     let want: Vec<f64> = (0..ROWS * COLS)
         .map(|i| gelu(f64::from(x[i]) + f64::from(bias[i % COLS])) / (1.0 - f64::from(P)))
         .collect();

@@ -91,7 +91,8 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const float v5 = 0.1f;
     const float v8 = 1.0f;
     const float v9 = (v8 - v5);
-    const float v11 = 0.0f;
+    const float v10 = (v8 / v9);
+    const float v12 = 0.0f;
     long long i0 = 0;
     if ((d_cols) % 4 == 0) {
         const long long nv = n / 4;
@@ -111,9 +112,9 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
                 const bool v7 = (v6 < v5);
-                const float v10 = (v4 / v9);
-                const float v12 = (v7 ? v11 : v10);
-                s0.v[l] = v12;
+                const float v11 = (v4 * v10);
+                const float v13 = (v7 ? v12 : v11);
+                s0.v[l] = v13;
             }
             {
                 const int l = 1;
@@ -123,9 +124,9 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
                 const bool v7 = (v6 < v5);
-                const float v10 = (v4 / v9);
-                const float v12 = (v7 ? v11 : v10);
-                s0.v[l] = v12;
+                const float v11 = (v4 * v10);
+                const float v13 = (v7 ? v12 : v11);
+                s0.v[l] = v13;
             }
             {
                 const int l = 2;
@@ -135,9 +136,9 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
                 const bool v7 = (v6 < v5);
-                const float v10 = (v4 / v9);
-                const float v12 = (v7 ? v11 : v10);
-                s0.v[l] = v12;
+                const float v11 = (v4 * v10);
+                const float v13 = (v7 ? v12 : v11);
+                s0.v[l] = v13;
             }
             {
                 const int l = 3;
@@ -147,9 +148,9 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
                 const bool v7 = (v6 < v5);
-                const float v10 = (v4 / v9);
-                const float v12 = (v7 ? v11 : v10);
-                s0.v[l] = v12;
+                const float v11 = (v4 * v10);
+                const float v13 = (v7 ? v12 : v11);
+                s0.v[l] = v13;
             }
             reinterpret_cast<fz_vec<float, 4>*>(out0)[j] = s0;
         }
@@ -170,8 +171,8 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
         const float v4 = fz_gelu(v3);
         const float v6 = fz_rand(v2, (unsigned long long)i, 0u);
         const bool v7 = (v6 < v5);
-        const float v10 = (v4 / v9);
-        const float v12 = (v7 ? v11 : v10);
-        out0[o0] = v12;
+        const float v11 = (v4 * v10);
+        const float v13 = (v7 ? v12 : v11);
+        out0[o0] = v13;
     }
 }

@@ -149,7 +149,7 @@ impl Checker<'_> {
         Some(self.push(Op::Random(kind, seed, site), Ty::Elem(Elem::F32), vec![], t))
     }
 
-    /// `dropout(x, p, seed)`: `0` where `rand(seed) < p`, else `x / (1 - p)`, drawn over the
+    /// `dropout(x, p, seed)`: `0` where `rand(seed) < p`, else `x * (1 / (1 - p))`, drawn over the
     /// shape of `x` (and `p`, if it is a tensor).
     pub fn dropout(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
         let [x, p, seed] = args else {
@@ -189,13 +189,12 @@ impl Checker<'_> {
         let bool_ty = Ty::Elem(Elem::Bool);
         let dropped = self.push(Op::Binary(BinOp::Lt, u, p_id), bool_ty, shape.clone(), t);
         let one = self.push(Op::Float("1".into()), ty, vec![], t);
-        let keep = self.push(
-            Op::Binary(BinOp::Sub, one, p_id),
-            ty,
-            self.nodes[p_id].shape.clone(),
-            t,
-        );
-        let scaled = self.push(Op::Binary(BinOp::Div, x_id, keep), ty, shape.clone(), t);
+        // The scale is rounded once and multiplies, as in PyTorch: a division per element costs
+        // more than the rest of a bias-GELU-dropout kernel's arithmetic.
+        let p_shape = self.nodes[p_id].shape.clone();
+        let keep = self.push(Op::Binary(BinOp::Sub, one, p_id), ty, p_shape.clone(), t);
+        let scale = self.push(Op::Binary(BinOp::Div, one, keep), ty, p_shape, t);
+        let scaled = self.push(Op::Binary(BinOp::Mul, x_id, scale), ty, shape.clone(), t);
         let zero = self.push(Op::Float("0".into()), ty, vec![], t);
         Some(self.push(Op::Select(dropped, zero, scaled), ty, shape, t))
     }

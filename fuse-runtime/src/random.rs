@@ -19,7 +19,8 @@
 //!   takes the cosine, the odd one the sine. The logarithm, sine and cosine are polynomials
 //!   evaluated with correctly rounded operations and fused multiply-adds only, in a fixed order,
 //!   so both backends round every step alike; they are accurate to a few units in the last place.
-//! - `dropout(x, p, seed)` is `0` where `uniform(seed, i, stream) < p`, else `x / (1 - p)`.
+//! - `dropout(x, p, seed)` is `0` where `uniform(seed, i, stream) < p`, else
+//!   `x * (1 / (1 - p))`, in the type of `x`.
 //!
 //! ```
 //! use fuse_runtime::random;

@@ -2095,11 +2095,21 @@ fn every_kernel_of_the_suite_is_registered() {
 
 use fuse_runtime::random::{normal, uniform};
 
+/// `dropout` of one f64 element, whose uniform draw is `u`.
 fn dropped(x: f64, u: f32, p: f64) -> f64 {
     if f64::from(u) < p {
         0.0
     } else {
-        x / (1.0 - p)
+        x * (1.0 / (1.0 - p))
+    }
+}
+
+/// `dropout` of one f32 element, in f32 as the kernel computes it.
+fn dropped32(x: f32, u: f32, p: f32) -> f32 {
+    if u < p {
+        0.0
+    } else {
+        x * (1.0 / (1.0 - p))
     }
 }
 
@@ -2115,7 +2125,7 @@ fn random_values_are_drawn_at_their_positions() {
         let u: Vec<f32> = (0..n).map(|i| uniform(seed, at(i), 0)).collect();
         let z: Vec<f32> = (0..n).map(|i| x[i] + normal(seed, at(i), 1)).collect();
         let d: Vec<f32> = (0..n)
-            .map(|i| dropped(f64::from(x[i]), uniform(seed, at(i), 2), 0.25) as f32)
+            .map(|i| dropped32(x[i], uniform(seed, at(i), 2), 0.25))
             .collect();
         assert_outputs(
             &format!("noise, {rows} x {cols}"),
@@ -2214,7 +2224,7 @@ fn dropout_keeps_about_one_minus_p() {
     let kept = host(&got.2).iter().filter(|&&v| v != 0.0).count();
     let frac = kept as f64 / (rows * cols) as f64;
     assert!((frac - 0.75).abs() < 0.005, "kept {frac}");
-    assert!(host(&got.2).iter().all(|&v| v == 0.0 || v == 1.0 / 0.75));
+    assert!(host(&got.2).iter().all(|&v| v == 0.0 || v == 1.0 / 0.75f32));
     let again = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), 7).unwrap();
     assert_eq!(
         host(&got.0),
