@@ -146,6 +146,10 @@ impl Cpu<'_> {
             let (op, e, _) = self.reduction(r);
             let (t, init) = match (op, e.is_float()) {
                 (Reduce::Sum | Reduce::Mean, true) => ("f64", "0.0".to_string()),
+                (Reduce::LogSumExp, _) => {
+                    self.line(format!("let mut acs{r}: f64 = 0.0;"));
+                    ("f64", "f64::NEG_INFINITY".to_string())
+                }
                 (Reduce::Prod, true) => ("f64", "1.0".to_string()),
                 (Reduce::Sum, false) => (e.name(), "0".to_string()),
                 (Reduce::Prod, false) => (e.name(), "1".to_string()),
@@ -164,6 +168,12 @@ impl Cpu<'_> {
             let (op, e, a) = self.reduction(r);
             let step = match (op, e.is_float()) {
                 (Reduce::Sum | Reduce::Mean, true) => format!("acc{r} + v{a} as f64"),
+                (Reduce::LogSumExp, _) => {
+                    self.line(format!(
+                        "{OPS}::lse_add(&mut acc{r}, &mut acs{r}, v{a} as f64);"
+                    ));
+                    continue;
+                }
                 (Reduce::Prod, true) => format!("acc{r} * v{a} as f64"),
                 (Reduce::Sum, false) => format!("acc{r}.wrapping_add(v{a})"),
                 (Reduce::Prod, false) => format!("acc{r}.wrapping_mul(v{a})"),
@@ -181,6 +191,7 @@ impl Cpu<'_> {
             let t = e.name();
             let value = match op {
                 Reduce::Mean => format!("(acc{r} / {count} as f64) as {t}"),
+                Reduce::LogSumExp => format!("(acc{r} + acs{r}.ln()) as {t}"),
                 _ if e.is_float() && matches!(op, Reduce::Sum | Reduce::Prod) => {
                     format!("acc{r} as {t}")
                 }

@@ -337,11 +337,15 @@ fn geometry(k: &Kernel) -> TokenStream {
         }
         Launch::Full { domain } => {
             let elems = product(k, domain);
-            let slots = k
+            let slots: usize = k
                 .nodes
                 .iter()
-                .filter(|n| matches!(n.op, crate::ir::Op::Reduce(..)))
-                .count() as u32;
+                .filter_map(|n| match n.op {
+                    crate::ir::Op::Reduce(op, ..) => Some(crate::cuda::slot_count(op)),
+                    _ => None,
+                })
+                .sum();
+            let slots = slots as u32;
             quote!(#g::Full { elems: #elems, slots: #slots })
         }
     }

@@ -32,6 +32,9 @@ pub enum Reduce {
     Max,
     Min,
     Mean,
+    /// `ln(sum(exp(e)))` in one pass: the accumulator is a pair, the running maximum `m` and the
+    /// sum of `exp(e - m)`, rescaled when `m` grows (`logsumexp(e)` over every element).
+    LogSumExp,
 }
 
 impl Reduce {

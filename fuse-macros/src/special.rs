@@ -44,13 +44,14 @@ impl Checker<'_> {
     /// `m + ln(sum(exp(e - m), dim))` with `m` the maximum over `dim` (0 where that is infinite,
     /// so that all-`-inf` rows give `-inf` and rows with `inf` give `inf`).
     pub fn logsumexp(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        if let [e] = args {
+            return self.logsumexp_all(e, t);
+        }
         let [e, d] = args else {
-            let message = if args.len() == 1 {
-                "`logsumexp` over every element needs the maximum before the sum, a second pass over every element: reduce over a dim, as in `logsumexp(x, cols)`, or split it into two `fn`s (`max(x)`, then the sum)"
-            } else {
-                "`logsumexp` takes a tensor and a dim, as in `logsumexp(x, cols)`"
-            };
-            self.cx.spanned(t, message);
+            self.cx.spanned(
+                t,
+                "`logsumexp` takes a tensor and optionally a dim: `logsumexp(e)` over every element or `logsumexp(e, dim)` over one dim",
+            );
             return None;
         };
         let operand = self.expr(e);
@@ -82,6 +83,26 @@ impl Checker<'_> {
         let sum = self.push(Op::Reduce(Reduce::Sum, exp, Some(dim)), ty, row.clone(), t);
         let ln = self.push(Op::Call(Func::Ln, vec![sum]), ty, row.clone(), t);
         Some(self.push(Op::Binary(BinOp::Add, ln, shift), ty, row, t))
+    }
+
+    /// `logsumexp(e)` over every element: one pass, with the running maximum and the rescaled
+    /// sum as the accumulator (`Reduce::LogSumExp`), so no second pass waits for the maximum.
+    fn logsumexp_all(&mut self, e: &Expr, t: &TokenStream) -> Option<usize> {
+        let operand = self.expr(e)?;
+        if self.nodes[operand].shape.is_empty() {
+            let message = if self.shapeless_randoms()[operand] {
+                "`logsumexp` reduces a random value that has no shape of its own: combine it with a tensor first, as in `logsumexp(x + rand(seed))`".to_string()
+            } else {
+                format!(
+                    "`logsumexp` reduces a tensor, but `{}` is a scalar here",
+                    e.tokens
+                )
+            };
+            self.cx.spanned(&e.tokens, message);
+            return None;
+        }
+        let ty = self.reduce_type(Reduce::Mean, "logsumexp", operand, e)?;
+        Some(self.push(Op::Reduce(Reduce::LogSumExp, operand, None), ty, vec![], t))
     }
 
     /// `argmax(e, dim)` (with `Reduce::Max`) or `argmin(e, dim)`: the smallest position along

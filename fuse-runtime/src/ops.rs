@@ -4,6 +4,17 @@
 
 pub use crate::random::{normal as randn, uniform as rand};
 
+/// One element `x` into `logsumexp`'s pair: the running maximum `m` and the sum `s` of
+/// `exp(x - m)`, rescaled when `m` grows. The CUDA helper `fz_lse_add` does the same.
+pub fn lse_add(m: &mut f64, s: &mut f64, x: f64) {
+    if x > *m {
+        *s = *s * (*m - x).exp() + 1.0;
+        *m = x;
+    } else {
+        *s += if x == *m { 1.0 } else { (x - *m).exp() };
+    }
+}
+
 /// Float operations of the CPU backend, for `f32` and `f64`.
 pub trait Real: Copy + PartialOrd + core::ops::Neg<Output = Self> {
     fn erf(self) -> Self;

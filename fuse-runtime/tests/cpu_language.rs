@@ -2267,3 +2267,59 @@ fn fast_math_kernels_are_accurate_on_the_cpu() {
         );
     }
 }
+
+/// `logsumexp(e)` over every element, against f64 `m + ln(sum(exp(x - m)))`, with the special
+/// values: empty and all `-inf` give `-inf`, any `inf` gives `inf`, NaN gives NaN.
+#[test]
+fn logsumexp_over_every_element() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let reference = |x: &[f64]| {
+        let m = x.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+        if m.is_infinite() {
+            return m;
+        }
+        m + x.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+    };
+    for n in SIZES {
+        let x = rng.floats::<f32>(n, -30.0, 30.0);
+        let shifted: Vec<f32> = x.iter().map(|v| v + 500.0).collect();
+        for x in [x, shifted] {
+            let got = kernels::logsumexp_all(&dev, &put(&dev, &x, &[n])).unwrap();
+            let xs = f64s(&x);
+            let want = reference(&xs);
+            let abs: f64 = xs.iter().map(|v| v.abs()).sum();
+            assert_outputs(
+                &format!("logsumexp_all, {n}"),
+                &got,
+                &[
+                    float("logsumexp", &[], vec![want], Tol::close(1e-6, 0.0)),
+                    float("sum", &[], vec![xs.iter().sum()], sum_tol::<f32>(&[abs])),
+                ],
+            );
+        }
+    }
+    let x = rng.floats::<f64>(37 * 33, -300.0, 300.0);
+    let got = kernels::logsumexp_all_f64(&dev, &put(&dev, &x, &[37, 33])).unwrap();
+    let doubled: Vec<f64> = x.iter().map(|v| v * 2.0).collect();
+    assert_outputs(
+        "logsumexp_all_f64",
+        &got,
+        &[float(
+            "logsumexp",
+            &[],
+            vec![reference(&doubled)],
+            Tol::close(1e-14, 0.0),
+        )],
+    );
+    let inf = f32::INFINITY;
+    for (x, want) in [
+        (vec![-inf, -inf], f32::NEG_INFINITY),
+        (vec![1.0, inf, 2.0], inf),
+        (vec![inf, -inf, inf], inf),
+        (vec![1.0, f32::NAN, -inf], f32::NAN),
+    ] {
+        let got = kernels::logsumexp_all(&dev, &put(&dev, &x, &[x.len()])).unwrap();
+        let v = host(&got.0)[0];
+        assert!(v == want || (v.is_nan() && want.is_nan()), "{x:?}: {v}");
+    }
+}

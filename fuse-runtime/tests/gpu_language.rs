@@ -1468,3 +1468,38 @@ fn fast_math_is_within_its_documented_bounds() {
         assert_gpu_matches_cpu(&gpu, &format!("fast_functions, {n}"), run, &tols);
     }
 }
+
+/// `logsumexp(e)` over every element: one pass with a (maximum, sum) pair per thread, merged
+/// across warps and blocks; special values as on the CPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn logsumexp_over_every_element() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for n in SIZES.into_iter().chain([100_003, (1 << 22) + 5]) {
+        let x = rng.floats::<f32>(n, -30.0, 30.0);
+        let shifted: Vec<f32> = x.iter().map(|v| v + 500.0).collect();
+        for x in [x, shifted] {
+            let abs: f64 = x.iter().map(|v| f64::from(v.abs())).sum();
+            let run = |d: &Device| kernels::logsumexp_all(d, &put(d, &x, &[n]));
+            let tols = [Tol::close(2e-6, 1e-6), sum_tol::<f32>(&[abs])];
+            assert_gpu_matches_cpu(&gpu, &format!("logsumexp_all, {n}"), run, &tols);
+        }
+        let x = rng.floats::<f64>(n, -300.0, 300.0);
+        let run = |d: &Device| kernels::logsumexp_all_f64(d, &put(d, &x, &[1, n]));
+        let tols = [Tol::close(1e-13, 1e-13)];
+        assert_gpu_matches_cpu(&gpu, &format!("logsumexp_all_f64, {n}"), run, &tols);
+    }
+    let inf = f32::INFINITY;
+    for x in [
+        vec![-inf; 5000],
+        vec![1.0, inf, 2.0],
+        vec![inf, -inf, inf],
+        vec![1.0, f32::NAN, -inf],
+    ] {
+        let run = |d: &Device| kernels::logsumexp_all(d, &put(d, &x, &[x.len()]));
+        let tols = [Tol::EXACT, Tol::EXACT];
+        assert_gpu_matches_cpu(&gpu, &format!("logsumexp_all of {:?}", &x[..3]), run, &tols);
+    }
+}

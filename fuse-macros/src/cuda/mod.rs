@@ -6,7 +6,7 @@ use crate::plan::{Layout, Pass, Plan, Syntax};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
 use std::fmt::Write;
-use text::{combine, helper, identity};
+use text::{combine, helper, identity, suffixed};
 
 mod expr;
 mod rows;
@@ -122,6 +122,15 @@ fn launch_comment(k: &Kernel) -> String {
             "Grid-stride over {}; per-block partials, the last block finishes them in a fixed order (deterministic).",
             k.shape_text(domain)
         ),
+    }
+}
+
+/// The scratch slots (per block) a full reduction's accumulator takes.
+pub fn slot_count(op: Reduce) -> usize {
+    if op == Reduce::LogSumExp {
+        2
+    } else {
+        1
     }
 }
 
@@ -455,11 +464,18 @@ impl Cuda<'_> {
         );
         self.block_reduce(&pass.reduces, false);
         self.open("if (threadIdx.x == 0)");
-        for (slot, &r) in pass.reduces.iter().enumerate() {
+        let slots = self.slots(&pass.reduces);
+        for (&r, &slot) in pass.reduces.iter().zip(&slots) {
             let t = self.k.nodes[r].elem().c_name();
             self.line(format!(
                 "(({t}*)(fz_scratch + {slot} * (long long)gridDim.x))[blockIdx.x] = acc{r};"
             ));
+            if self.reduction(r).0 == Reduce::LogSumExp {
+                self.line(format!(
+                    "(({t}*)(fz_scratch + {} * (long long)gridDim.x))[blockIdx.x] = acs{r};",
+                    slot + 1
+                ));
+            }
         }
         self.line("__threadfence();");
         self.line("fz_last = atomicAdd(fz_counter, 1u) == gridDim.x - 1;");
@@ -467,16 +483,30 @@ impl Cuda<'_> {
         self.line("__syncthreads();");
         self.open("if (fz_last)");
         self.line("__threadfence();");
-        for (slot, &r) in pass.reduces.iter().enumerate() {
+        for (&r, &slot) in pass.reduces.iter().zip(&slots) {
             let (op, e) = self.reduction(r);
             let t = e.c_name();
             self.line(format!("acc{r} = {};", identity(op, e)));
+            if op == Reduce::LogSumExp {
+                self.line(format!("acs{r} = 0;"));
+            }
+            let part = |slot: usize| {
+                format!("((volatile {t}*)(fz_scratch + {slot} * (long long)gridDim.x))[b]")
+            };
             self.open("for (unsigned int b = threadIdx.x; b < gridDim.x; b += blockDim.x)");
-            self.line(format!("const {t} part = ((volatile {t}*)(fz_scratch + {slot} * (long long)gridDim.x))[b];"));
-            self.line(format!(
-                "acc{r} = {};",
-                combine(op, e, &format!("acc{r}"), "part")
-            ));
+            if op == Reduce::LogSumExp {
+                self.line(format!(
+                    "fz_lse_merge(acc{r}, acs{r}, {}, {});",
+                    part(slot),
+                    part(slot + 1)
+                ));
+            } else {
+                self.line(format!("const {t} part = {};", part(slot)));
+                self.line(format!(
+                    "acc{r} = {};",
+                    combine(op, e, &format!("acc{r}"), "part")
+                ));
+            }
             self.close();
         }
         self.block_reduce(&pass.reduces, false);
@@ -487,6 +517,20 @@ impl Cuda<'_> {
         self.line("*fz_counter = 0u;");
         self.close();
         self.close();
+    }
+
+    /// The first scratch slot of each reduction of a full launch: one per block for each
+    /// accumulator, so two for `logsumexp`'s pair.
+    fn slots(&self, reduces: &[NodeId]) -> Vec<usize> {
+        let mut next = 0;
+        reduces
+            .iter()
+            .map(|&r| {
+                let slot = next;
+                next += slot_count(self.reduction(r).0);
+                slot
+            })
+            .collect()
     }
 
     fn reduction(&self, id: NodeId) -> (Reduce, Elem) {
@@ -528,6 +572,9 @@ impl Cuda<'_> {
             for &r in &pass.reduces {
                 let t = self.k.nodes[r].elem().c_name();
                 self.line(format!("__shared__ {t} red{r}[{}];", BLOCK / 32));
+                if self.reduction(r).0 == Reduce::LogSumExp {
+                    self.line(format!("__shared__ {t} rds{r}[{}];", BLOCK / 32));
+                }
             }
         }
         if matches!(self.k.launch, Launch::Full { .. }) {
@@ -539,6 +586,10 @@ impl Cuda<'_> {
         for &r in reduces {
             let (op, e) = self.reduction(r);
             self.line(format!("{} acc{r} = {};", e.c_name(), identity(op, e)));
+            if op == Reduce::LogSumExp {
+                self.helpers.insert("fz_lse");
+                self.line(format!("{} acs{r} = 0;", e.c_name()));
+            }
         }
     }
 
@@ -548,6 +599,10 @@ impl Cuda<'_> {
             let Op::Reduce(_, operand, _) = self.k.nodes[r].op else {
                 unreachable!()
             };
+            if op == Reduce::LogSumExp {
+                self.line(format!("fz_lse_add(acc{r}, acs{r}, v{operand});"));
+                continue;
+            }
             self.line(format!(
                 "acc{r} = {};",
                 combine(op, e, &format!("acc{r}"), &format!("v{operand}"))
@@ -574,10 +629,17 @@ impl Cuda<'_> {
             self.line(format!(
                 "const {t} other = __shfl_xor_sync(0xffffffffu, acc{r}, off);"
             ));
-            self.line(format!(
-                "acc{r} = {};",
-                combine(op, e, &format!("acc{r}"), "other")
-            ));
+            if op == Reduce::LogSumExp {
+                self.line(format!(
+                    "const {t} other_s = __shfl_xor_sync(0xffffffffu, acs{r}, off);"
+                ));
+                self.line(format!("fz_lse_merge(acc{r}, acs{r}, other, other_s);"));
+            } else {
+                self.line(format!(
+                    "acc{r} = {};",
+                    combine(op, e, &format!("acc{r}"), "other")
+                ));
+            }
             if segmented {
                 self.close();
             }
@@ -591,6 +653,9 @@ impl Cuda<'_> {
         self.open("if ((threadIdx.x & 31) == 0)");
         for &r in reduces {
             self.line(format!("red{r}[threadIdx.x >> 5] = acc{r};"));
+            if self.reduction(r).0 == Reduce::LogSumExp {
+                self.line(format!("rds{r}[threadIdx.x >> 5] = acs{r};"));
+            }
         }
         self.close();
         self.line("__syncthreads();");
@@ -603,16 +668,25 @@ impl Cuda<'_> {
         for &r in reduces {
             let (op, e) = self.reduction(r);
             self.line(format!("acc{r} = red{r}[{first}];"));
+            if op == Reduce::LogSumExp {
+                self.line(format!("acs{r} = rds{r}[{first}];"));
+            }
             self.line("#pragma unroll");
             self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
             let other = format!("red{r}[{first} + w]");
             if segmented {
                 self.open(format!("if (w < {count})"));
             }
-            self.line(format!(
-                "acc{r} = {};",
-                combine(op, e, &format!("acc{r}"), &other)
-            ));
+            if op == Reduce::LogSumExp {
+                self.line(format!(
+                    "fz_lse_merge(acc{r}, acs{r}, {other}, rds{r}[{first} + w]);"
+                ));
+            } else {
+                self.line(format!(
+                    "acc{r} = {};",
+                    combine(op, e, &format!("acc{r}"), &other)
+                ));
+            }
             if segmented {
                 self.close();
             }
@@ -630,6 +704,7 @@ impl Cuda<'_> {
             // live, would spill around the IEEE division's slow-path call.
             let value = match op {
                 Reduce::Mean => format!("acc{r} * inv_{count}_{}", e.name()),
+                Reduce::LogSumExp => format!("acc{r} + {}(acs{r})", suffixed("log", e)),
                 _ => format!("acc{r}"),
             };
             self.line(format!("const {} v{r} = {value};", e.c_name()));

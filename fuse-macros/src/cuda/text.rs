@@ -109,6 +109,8 @@ pub(super) fn identity(op: Reduce, e: Elem) -> String {
     };
     match (op, e) {
         (Reduce::Sum | Reduce::Mean, _) => format!("({})0", e.c_name()),
+        // The running maximum; the sum of the pair starts at 0 (see `Cuda::init_accumulators`).
+        (Reduce::LogSumExp, _) => format!("(-{inf})"),
         (Reduce::Prod, _) => format!("({})1", e.c_name()),
         (Reduce::Max, _) if e.is_float() => format!("(-{inf})"),
         (Reduce::Min, _) if e.is_float() => inf.to_string(),
@@ -133,6 +135,7 @@ pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
         Reduce::Min if e.is_float() => format!("{}({a}, {b})", suffixed("fmin", e)),
         Reduce::Max => format!("({a} > {b} ? {a} : {b})"),
         Reduce::Min => format!("({a} < {b} ? {a} : {b})"),
+        Reduce::LogSumExp => unreachable!("pairs combine with fz_lse_merge"),
     }
 }
 
@@ -293,6 +296,15 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    const unsigned int k = (unsigned int)i & 2u;\n",
             "    return fz_box_muller(fz_word(w, k), fz_word(w, k | 1u), (i & 1) != 0);\n",
             "}\n",
+        ),
+        // logsumexp's pair (m, s): s = sum of exp(x - m) over the elements so far. A term whose
+        // value equals m counts 1 without `exp`, so -inf and +inf elements give -inf and +inf
+        // rather than NaN; NaN never becomes m (`>` and fmax skip it) but poisons s.
+        "fz_lse" => concat!(
+            "static __device__ __forceinline__ void fz_lse_add(float &m, float &s, float x) { if (x > m) { s = s * expf(m - x) + 1.0f; m = x; } else { s += x == m ? 1.0f : expf(x - m); } }\n",
+            "static __device__ __forceinline__ void fz_lse_add(double &m, double &s, double x) { if (x > m) { s = s * exp(m - x) + 1.0; m = x; } else { s += x == m ? 1.0 : exp(x - m); } }\n",
+            "static __device__ __forceinline__ void fz_lse_merge(float &m, float &s, float m2, float s2) { const float t = fmaxf(m, m2); s = s * (m == t ? 1.0f : expf(m - t)) + s2 * (m2 == t ? 1.0f : expf(m2 - t)); m = t; }\n",
+            "static __device__ __forceinline__ void fz_lse_merge(double &m, double &s, double m2, double s2) { const double t = fmax(m, m2); s = s * (m == t ? 1.0 : exp(m - t)) + s2 * (m2 == t ? 1.0 : exp(m2 - t)); m = t; }\n",
         ),
         _ => unreachable!("unknown helper {name}"),
     }

@@ -336,6 +336,16 @@ fuse! {
         logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
     }
 
+    /// `logsumexp` over every element, beside another full reduction of the same launch.
+    pub fn logsumexp_all(x: [f32; n]) -> (f32, f32) {
+        (logsumexp(x), sum(x))
+    }
+
+    /// `logsumexp` over every element of an expression, in f64.
+    pub fn logsumexp_all_f64(x: [f64; r, c]) -> f64 {
+        logsumexp(x * 2.0)
+    }
+
     /// `logsumexp` over the first dim, in f64.
     pub fn logsumexp_rows(x: [f64; rows, cols]) -> [f64; cols] {
         logsumexp(x, rows)

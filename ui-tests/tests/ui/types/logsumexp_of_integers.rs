@@ -1,8 +1,8 @@
 use fuse_runtime::fuse;
 
 fuse! {
-    fn f(x: [f32; n]) -> f32 {
-        logsumexp(x)
+    fn f(i: [i32; n]) -> i32 {
+        logsumexp(i)
     }
 }
 
