@@ -639,8 +639,9 @@ impl Checker<'_> {
         self.cx.spanned(
             ty,
             format!(
-                "unsupported element type `{}`; the element types are f32, f64, i32, u32, i64, u64 and bool",
-                ty.to_token_stream()
+                "unsupported element type `{}`; the element types are {}",
+                ty.to_token_stream(),
+                Elem::list_text(|_| true)
             ),
         );
     }

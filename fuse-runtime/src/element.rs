@@ -25,11 +25,10 @@ pub(crate) mod sealed {
     }
 }
 
-/// A type that can be an element of a [`Buffer`](crate::Buffer): `f32`, `f64`, `i32`, `u32`,
-/// `i64`, `u64` and `bool`.
+/// A type that can be an element of a [`Buffer`](crate::Buffer): `f32`, `f64`, `i8`, `u8`,
+/// `i16`, `u16`, `i32`, `u32`, `i64`, `u64` and `bool`.
 ///
-/// The trait is sealed; the list can grow (`i8`, `u8`, `i16`, `u16`, `f16`, `bf16`) without
-/// breaking code that uses it.
+/// The trait is sealed; the list can grow without breaking code that uses it.
 ///
 /// ```
 /// use fuse_runtime::Element;
@@ -80,6 +79,10 @@ macro_rules! number {
 
 number!(f32, |v| u64::from(v.to_bits()));
 number!(f64, |v| v.to_bits());
+number!(i8, |v| u64::from(v as u8));
+number!(u8, u64::from);
+number!(i16, |v| u64::from(v as u16));
+number!(u16, u64::from);
 number!(i32, |v| u64::from(v as u32));
 number!(u32, u64::from);
 number!(i64, |v| v as u64);
@@ -117,6 +120,10 @@ mod tests {
         assert_eq!(Element::to_bits(-2.5f64), 0xc004_0000_0000_0000);
         assert_eq!(Element::to_bits(-1i32), 0xffff_ffff);
         assert_eq!(Element::to_bits(-1i64), u64::MAX);
+        assert_eq!(Element::to_bits(-1i8), 0xff, "zero-extended");
+        assert_eq!(Element::to_bits(-2i16), 0xfffe);
+        assert_eq!(Element::to_bits(200u8), 200);
+        assert_eq!(Element::to_bits(65535u16), 0xffff);
         assert_eq!(Element::to_bits(7u32), 7);
         assert_eq!(Element::to_bits(u64::MAX - 1), u64::MAX - 1);
         assert_eq!(Element::to_bits(true), 1);
@@ -137,12 +144,19 @@ mod tests {
         let names = [
             f32::NAME,
             f64::NAME,
+            i8::NAME,
+            u8::NAME,
+            i16::NAME,
+            u16::NAME,
             i32::NAME,
             u32::NAME,
             i64::NAME,
             u64::NAME,
             bool::NAME,
         ];
-        assert_eq!(names, ["f32", "f64", "i32", "u32", "i64", "u64", "bool"]);
+        assert_eq!(
+            names,
+            ["f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "bool"]
+        );
     }
 }

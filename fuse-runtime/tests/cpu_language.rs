@@ -1105,6 +1105,81 @@ int_tests!(i32s, signed);
 int_tests!(u32s);
 int_tests!(i64s, signed);
 int_tests!(u64s);
+int_tests!(i8s, signed);
+int_tests!(u8s);
+int_tests!(i16s, signed);
+int_tests!(u16s);
+
+/// Floats around and past the bounds of the narrow integer types, with halves and specials.
+fn narrow_castable<T: Float>(rng: &mut Rng, n: usize) -> Vec<T> {
+    let mut v = rng.floats_special::<T>(n, -70000.0, 70000.0);
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = T::from_f64(match i % 4 {
+            0 => rng.uniform(-300.0, 300.0),
+            1 => (rng.below(1200) as f64 - 600.0) / 2.0,
+            _ => (*x).into(),
+        });
+    }
+    v
+}
+
+#[test]
+fn floats_cast_to_narrow_integers_saturate() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (x, d) = (
+            narrow_castable::<f32>(&mut rng, n),
+            narrow_castable::<f64>(&mut rng, n),
+        );
+        let got = kernels::float_to_narrow(&dev, &put(&dev, &x, &[n]), &put(&dev, &d, &[n]));
+        // Saturating, toward zero, NaN to 0, computed in f64 and clamped to each type's bounds.
+        let to = |v: &[f64], lo: f64, hi: f64| -> Vec<i128> {
+            v.iter()
+                .map(|&v| {
+                    if v.is_nan() {
+                        0
+                    } else {
+                        v.trunc().clamp(lo, hi) as i128
+                    }
+                })
+                .collect()
+        };
+        let (x, d) = (f64s(&x), f64s(&d));
+        let want = [
+            exact128("x as i8", &[n], to(&x, -128.0, 127.0)),
+            exact128("x as u8", &[n], to(&x, 0.0, 255.0)),
+            exact128("x as i16", &[n], to(&x, -32768.0, 32767.0)),
+            exact128("x as u16", &[n], to(&x, 0.0, 65535.0)),
+            exact128("d as i8", &[n], to(&d, -128.0, 127.0)),
+            exact128("d as u8", &[n], to(&d, 0.0, 255.0)),
+            exact128("d as i16", &[n], to(&d, -32768.0, 32767.0)),
+            exact128("d as u16", &[n], to(&d, 0.0, 65535.0)),
+        ];
+        assert_outputs(&format!("float_to_narrow, n = {n}"), &got.unwrap(), &want);
+    }
+}
+
+#[test]
+fn integers_cast_to_narrow_integers_wrap() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (i, u) = (rng.ints::<i64>(n), rng.ints::<u32>(n));
+        let got = kernels::int_to_narrow(&dev, &put(&dev, &i, &[n]), &put(&dev, &u, &[n]));
+        let (i, u) = (i128s(&i), i128s(&u));
+        let to = |v: &[i128], f: fn(i128) -> i128| v.iter().map(|&v| f(v)).collect::<Vec<_>>();
+        let want = [
+            exact128("i as i8", &[n], to(&i, wrap::<i8>)),
+            exact128("i as u8", &[n], to(&i, wrap::<u8>)),
+            exact128("i as i16", &[n], to(&i, wrap::<i16>)),
+            exact128("i as u16", &[n], to(&i, wrap::<u16>)),
+            exact128("u as i8", &[n], to(&u, wrap::<i8>)),
+            exact128("u as u8", &[n], to(&u, wrap::<u8>)),
+            exact128("u as i16", &[n], to(&u, wrap::<i16>)),
+            exact128("u as u16", &[n], to(&u, wrap::<u16>)),
+        ];
+        assert_outputs(&format!("int_to_narrow, n = {n}"), &got.unwrap(), &want);
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // `bool` and scalars.

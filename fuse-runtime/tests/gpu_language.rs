@@ -645,6 +645,45 @@ int_tests!(i32s, i32, signed);
 int_tests!(u32s, u32);
 int_tests!(i64s, i64, signed);
 int_tests!(u64s, u64);
+int_tests!(i8s, i8, signed);
+int_tests!(u8s, u8);
+int_tests!(i16s, i16, signed);
+int_tests!(u16s, u16);
+
+/// Floats around and past the bounds of the narrow integer types, with halves and specials
+/// (NaN included: it must become 0 on both devices).
+fn narrow_castable<T: Float>(rng: &mut Rng, n: usize) -> Vec<T> {
+    let mut v = rng.floats_special::<T>(n, -70000.0, 70000.0);
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = T::from_f64(match i % 4 {
+            0 => rng.uniform(-300.0, 300.0),
+            1 => (rng.below(1200) as f64 - 600.0) / 2.0,
+            _ => (*x).into(),
+        });
+    }
+    v
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn narrow_casts() {
+    let gen = (narrow_castable::<f32>, narrow_castable::<f64>);
+    each2(
+        "float_to_narrow",
+        &SIZES_AND_LARGE,
+        gen,
+        &[],
+        kernels::float_to_narrow,
+    );
+    let gen = (ints::<i64>, ints::<u32>);
+    each2(
+        "int_to_narrow",
+        &SIZES_AND_LARGE,
+        gen,
+        &[],
+        kernels::int_to_narrow,
+    );
+}
 
 // ---------------------------------------------------------------------------------------------
 // `bool`, scalars, broadcasting and fixed dims.

@@ -66,7 +66,7 @@ impl Cuda<'_> {
         use BinOp::*;
         let (t, u) = (e.c_name(), e.c_unsigned());
         match op {
-            Add | Sub | Mul if e.is_signed_int() => {
+            Add | Sub | Mul if e.wraps_via_unsigned() => {
                 format!("(({t})(({u}){a} {} ({u}){b}))", op.symbol())
             }
             Add | Sub | Mul if e.is_int() => format!("(({t})({a} {} {b}))", op.symbol()),
@@ -143,13 +143,22 @@ impl Cuda<'_> {
             IsSignNegative => format!("(signbit({x}) != 0)"),
             IsSignPositive => format!("(signbit({x}) == 0)"),
             Relu => format!("({x} < 0 ? ({})0 : {x})", e.c_name()),
-            CountOnes if e.bits() == 32 => format!("((unsigned int)__popc((unsigned int){x}))"),
+            CountOnes if e.bits() <= 32 => {
+                format!("((unsigned int)__popc((unsigned int)({}){x}))", e.c_bits())
+            }
             CountOnes => format!("((unsigned int)__popcll((unsigned long long){x}))"),
             LeadingZeros if e.bits() == 32 => format!("((unsigned int)__clz((int){x}))"),
+            // Narrower types: the zeros of their bits zero-extended to 32, less the extension.
+            LeadingZeros if e.bits() < 32 => format!(
+                "((unsigned int)__clz((int)({}){x}) - {}u)",
+                e.c_bits(),
+                32 - e.bits()
+            ),
             LeadingZeros => format!("((unsigned int)__clzll((long long){x}))"),
-            TrailingZeros if e.bits() == 32 => {
-                format!("({x} == 0 ? 32u : (unsigned int)(__ffs((int){x}) - 1))")
-            }
+            TrailingZeros if e.bits() <= 32 => format!(
+                "({x} == 0 ? {}u : (unsigned int)(__ffs((int){x}) - 1))",
+                e.bits()
+            ),
             TrailingZeros => {
                 format!("({x} == 0 ? 64u : (unsigned int)(__ffsll((long long){x}) - 1))")
             }

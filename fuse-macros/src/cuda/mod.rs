@@ -29,8 +29,26 @@ const SYNTAX: Syntax = Syntax {
 /// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded.
 const MIN_BLOCKS: u32 = 2;
 
-/// Elements per vector load in elementwise loops.
+/// Elements per vector load in elementwise loops, as [`lanes`] picks them: 16 bytes of 4-byte
+/// types (8-byte types load two 16-byte vectors).
 const LANES: u32 = 4;
+
+/// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
+/// every tensor's element is at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of
+/// 1-byte types; 16 lanes of code would cost more registers than the wider load saves).
+fn lanes(k: &Kernel) -> u32 {
+    if tensor_elems(k).all(|e| e.bits() <= 16) {
+        2 * LANES
+    } else {
+        LANES
+    }
+}
+
+/// The element types of every tensor a kernel reads or writes.
+fn tensor_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    let outputs = k.outputs.iter().map(|o| o.elem);
+    k.tensor_params().map(|(_, p, _)| p.elem).chain(outputs)
+}
 
 /// Elements of a row each thread keeps in registers, when the row fits.
 const CACHE: u32 = 16;
@@ -48,6 +66,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         helpers: BTreeSet::new(),
         cached: vec![],
         row_vectors_now: vec![],
+        lanes: lanes(k),
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -144,6 +163,8 @@ struct Cuda<'a> {
     row_vectors_now: Vec<usize>,
     /// Tensor parameters whose current element is in registers (`rc_<name>[q].v[j]`).
     cached: Vec<usize>,
+    /// Elements per vector load in elementwise loops.
+    lanes: u32,
 }
 
 impl Cuda<'_> {
@@ -250,8 +271,19 @@ impl Cuda<'_> {
         let vector = !used.is_empty() && used.iter().all(|&s| shapes[s] == domain) && !positions;
         if vector {
             self.vector_loop(pass, start, step);
+            let narrow_input = self
+                .k
+                .tensor_params()
+                .any(|(_, p, _)| p.elem.is_int() && p.elem.bits() < 32);
+            if narrow_input {
+                // The tail runs at most once a thread. Unrolled, ptxas (sm_80) spilled around it
+                // in a kernel reading `u16` (`u16s::casts` of the tests); elsewhere it is left to
+                // ptxas, since rolled it spilled in kernels of 8-byte inputs (`i64s::compare`).
+                self.line("#pragma unroll 1");
+            }
             self.open(format!(
-                "for (long long i = nv * {LANES} + {start}; i < n; i += {step})"
+                "for (long long i = nv * {} + {start}; i < n; i += {step})",
+                self.lanes
             ));
         } else {
             self.divisors(domain);
@@ -277,12 +309,13 @@ impl Cuda<'_> {
     }
 
     /// The main part of an elementwise loop whose tensors all have the domain's shape: each step
-    /// loads and stores `LANES` consecutive elements of every tensor as one aligned vector (16 bytes
+    /// loads and stores `lanes` consecutive elements of every tensor as one aligned vector (16 bytes
     /// for 4-byte types), then computes the lanes in order. Buffers come from `cudaMalloc`, and a
     /// reshape never offsets them, so every tensor is aligned; the caller's loop does the tail.
     fn vector_loop(&mut self, pass: &Pass, start: &str, step: &str) {
         self.helpers.insert("fz_vec");
-        self.line(format!("const long long nv = n / {LANES};"));
+        let lanes = self.lanes;
+        self.line(format!("const long long nv = n / {lanes};"));
         self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
         let k = self.k;
         let loaded: BTreeSet<usize> = pass
@@ -301,16 +334,16 @@ impl Cuda<'_> {
                 k.params[p].elem.c_name(),
                 crate::expand::plain_name(&k.params[p].name),
             );
-            self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[j];"));
+            self.line(format!("const fz_vec<{t}, {lanes}> l_{name} = reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[j];"));
         }
         for &o in &pass.writes {
             self.line(format!(
-                "fz_vec<{}, {LANES}> s{o};",
+                "fz_vec<{}, {lanes}> s{o};",
                 k.outputs[o].elem.c_name()
             ));
         }
         // The lanes written out rather than `#pragma unroll`ed: the loop form made ptxas spill.
-        for lane in 0..LANES {
+        for lane in 0..lanes {
             self.open("");
             self.line(format!("const int l = {lane};"));
             self.values(&pass.elems, Scope::Lane);
@@ -323,7 +356,7 @@ impl Cuda<'_> {
         for &o in &pass.writes {
             let t = k.outputs[o].elem.c_name();
             self.line(format!(
-                "reinterpret_cast<fz_vec<{t}, {LANES}>*>(out{o})[j] = s{o};"
+                "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = s{o};"
             ));
         }
         self.close();
@@ -629,6 +662,27 @@ mod tests {
         assert!(
             !text.contains("fz_sigmoid"),
             "only the helpers used are emitted"
+        );
+    }
+
+    #[test]
+    fn narrow_integers_wrap_at_their_width_and_load_eight_lanes() {
+        let text = source(
+            quote! { fn f(a: [u16; n], b: [u16; n]) -> ([u16; n], [u16; n]) { (a * b, a << 9) } },
+        );
+        assert!(
+            text.contains("((unsigned short)((unsigned int)v0 * (unsigned int)v1))"),
+            "C would multiply in `int`, which can overflow: {text}"
+        );
+        assert!(text.contains("((unsigned int)v3 & 15u)"), "{text}");
+        assert!(
+            text.contains("fz_vec<unsigned short, 8> l_a") && text.contains("n / 8"),
+            "{text}"
+        );
+        let text = source(quote! { fn f(a: [i8; n]) -> [f32; n] { a as f32 } });
+        assert!(
+            text.contains("fz_vec<signed char, 4> l_a"),
+            "a 4-byte output keeps four lanes: {text}"
         );
     }
 

@@ -59,6 +59,8 @@ pub(super) fn int_literal(value: i128, e: Elem) -> String {
         Elem::I64 => format!("({value}ll)"),
         Elem::U32 => format!("{value}u"),
         Elem::U64 => format!("{value}ull"),
+        // Narrower than `int`: every value is an `int` literal, converted.
+        Elem::I8 | Elem::U8 | Elem::I16 | Elem::U16 => format!("(({})({value}))", e.c_name()),
         Elem::Bool => unreachable!("integer literals are never bool"),
     }
 }
@@ -88,15 +90,29 @@ pub(super) fn cast(from: Elem, to: Elem, a: &str) -> String {
     }
     if from.is_float() && to.is_int() {
         let src = if from == Elem::F32 { "float" } else { "double" };
+        // Round toward zero and saturate, NaN to 0: Rust's `as`. Some conversions give NaN the
+        // bits of the lowest value (0x80000000...), so NaN is tested first.
+        let nan = format!("isnan({a}) ? ({})0", to.c_name());
         let dst = match to {
             Elem::I32 => "int",
             Elem::U32 => "uint",
             Elem::I64 => "ll",
-            _ => "ull",
+            Elem::U64 => "ull",
+            // Types narrower than `int`: clamp to their bounds, then convert (exactly).
+            _ => {
+                let (lo, hi) = to.int_bounds();
+                let (fmax, fmin) = (suffixed("fmax", from), suffixed("fmin", from));
+                let (lo, hi) = (
+                    float_literal(&lo.to_string(), from),
+                    float_literal(&hi.to_string(), from),
+                );
+                return format!(
+                    "({nan} : ({})__{src}2int_rz({fmin}({fmax}({a}, {lo}), {hi})))",
+                    to.c_name()
+                );
+            }
         };
-        // Round toward zero and saturate, NaN to 0: Rust's `as`. Some conversions give NaN the
-        // bits of the lowest value (0x80000000...), so NaN is tested first.
-        return format!("(isnan({a}) ? ({})0 : __{src}2{dst}_rz({a}))", to.c_name());
+        return format!("({nan} : __{src}2{dst}_rz({a}))");
     }
     format!("(({}){a})", to.c_name())
 }
@@ -114,19 +130,23 @@ pub(super) fn identity(op: Reduce, e: Elem) -> String {
         (Reduce::Min, _) if e.is_float() => inf.to_string(),
         (Reduce::Max, Elem::I32) => "(-2147483647 - 1)".into(),
         (Reduce::Max, Elem::I64) => "(-9223372036854775807ll - 1)".into(),
-        (Reduce::Max, _) => "0u".into(),
+        (Reduce::Max, Elem::U32 | Elem::U64) => "0u".into(),
         (Reduce::Min, Elem::I32) => "2147483647".into(),
         (Reduce::Min, Elem::I64) => "9223372036854775807ll".into(),
         (Reduce::Min, Elem::U32) => "4294967295u".into(),
-        (Reduce::Min, _) => "18446744073709551615ull".into(),
+        (Reduce::Min, Elem::U64) => "18446744073709551615ull".into(),
+        (Reduce::Max, _) => int_literal(e.int_bounds().0, e),
+        (Reduce::Min, _) => int_literal(e.int_bounds().1, e),
     }
 }
 
 pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
     let (t, u) = (e.c_name(), e.c_unsigned());
     match op {
-        Reduce::Sum | Reduce::Mean if e.is_signed_int() => format!("({t})(({u}){a} + ({u}){b})"),
-        Reduce::Prod if e.is_signed_int() => format!("({t})(({u}){a} * ({u}){b})"),
+        Reduce::Sum | Reduce::Mean if e.wraps_via_unsigned() => {
+            format!("({t})(({u}){a} + ({u}){b})")
+        }
+        Reduce::Prod if e.wraps_via_unsigned() => format!("({t})(({u}){a} * ({u}){b})"),
         Reduce::Sum | Reduce::Mean => format!("{a} + {b}"),
         Reduce::Prod => format!("{a} * {b}"),
         Reduce::Max if e.is_float() => format!("{}({a}, {b})", suffixed("fmax", e)),

@@ -249,6 +249,26 @@ int_kernels!(i32s, i32, signed);
 int_kernels!(u32s, u32);
 int_kernels!(i64s, i64, signed);
 int_kernels!(u64s, u64);
+int_kernels!(i8s, i8, signed);
+int_kernels!(u8s, u8);
+int_kernels!(i16s, i16, signed);
+int_kernels!(u16s, u16);
+
+// Casts into the integer types narrower than 32 bits: floats saturate at the type's bounds
+// (NaN to 0), integers keep their low bits.
+fuse! {
+    pub fn float_to_narrow(x: [f32; n], d: [f64; n])
+        -> ([i8; n], [u8; n], [i16; n], [u16; n], [i8; n], [u8; n], [i16; n], [u16; n])
+    {
+        (x as i8, x as u8, x as i16, x as u16, d as i8, d as u8, d as i16, d as u16)
+    }
+
+    pub fn int_to_narrow(i: [i64; n], u: [u32; n])
+        -> ([i8; n], [u8; n], [i16; n], [u16; n], [i8; n], [u8; n], [i16; n], [u16; n])
+    {
+        (i as i8, i as u8, i as i16, i as u16, u as i8, u as u8, u as i16, u as u16)
+    }
+}
 
 // `bool`, scalars, and shapes: broadcasting, fixed dims, 3-D tensors.
 fuse! {

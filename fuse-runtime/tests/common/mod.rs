@@ -336,6 +336,10 @@ int!(i32, true);
 int!(u32, false);
 int!(i64, true);
 int!(u64, false);
+int!(i8, true);
+int!(u8, false);
+int!(i16, true);
+int!(u16, false);
 
 // ---------------------------------------------------------------------------------------------
 // Reference helpers: floats in f64, integers exact in i128 and wrapped to the element type.
@@ -594,7 +598,7 @@ macro_rules! exact {
     )*};
 }
 
-exact!(i32, u32, i64, u64, bool);
+exact!(i8, u8, i16, u16, i32, u32, i64, u64, bool);
 
 /// What a kernel returns: one buffer or a tuple of them, read back as [`Output`]s.
 pub trait Outputs {
