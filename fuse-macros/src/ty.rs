@@ -7,6 +7,10 @@ use std::fmt;
 pub enum Elem {
     F32,
     F64,
+    /// IEEE half precision (`half::f16` on the host), stored as 16 bits and computed in f32.
+    F16,
+    /// bfloat16 (`half::bf16` on the host), stored as 16 bits and computed in f32.
+    BF16,
     I8,
     U8,
     I16,
@@ -19,9 +23,11 @@ pub enum Elem {
 }
 
 impl Elem {
-    pub const ALL: [Elem; 11] = [
+    pub const ALL: [Elem; 13] = [
         Elem::F32,
         Elem::F64,
+        Elem::F16,
+        Elem::BF16,
         Elem::I8,
         Elem::U8,
         Elem::I16,
@@ -53,6 +59,8 @@ impl Elem {
         match self {
             Elem::F32 => "f32",
             Elem::F64 => "f64",
+            Elem::F16 => "f16",
+            Elem::BF16 => "bf16",
             Elem::I8 => "i8",
             Elem::U8 => "u8",
             Elem::I16 => "i16",
@@ -65,10 +73,10 @@ impl Elem {
         }
     }
 
-    /// The CUDA C type.
+    /// The CUDA C type of values: `float` for the 16-bit floats, which are computed in f32.
     pub fn c_name(self) -> &'static str {
         match self {
-            Elem::F32 => "float",
+            Elem::F32 | Elem::F16 | Elem::BF16 => "float",
             Elem::F64 => "double",
             Elem::I8 => "signed char",
             Elem::U8 => "unsigned char",
@@ -80,6 +88,50 @@ impl Elem {
             Elem::U64 => "unsigned long long",
             Elem::Bool => "bool",
         }
+    }
+
+    /// The CUDA C type of elements in memory: the bits (`unsigned short`) for the 16-bit floats.
+    pub fn c_storage(self) -> &'static str {
+        if self.is_half() {
+            "unsigned short"
+        } else {
+            self.c_name()
+        }
+    }
+
+    /// The type whose arithmetic computes this type's values: f32 for the 16-bit floats.
+    pub fn compute(self) -> Elem {
+        if self.is_half() {
+            Elem::F32
+        } else {
+            self
+        }
+    }
+
+    /// Whether this is a 16-bit float, held in f32 and rounded where it is stored.
+    pub fn is_half(self) -> bool {
+        matches!(self, Elem::F16 | Elem::BF16)
+    }
+
+    /// `x` rounded to this float type (to nearest, ties to even), as the f32 that holds it
+    /// exactly; `x` itself for f32 and f64.
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            Elem::BF16 if !x.is_nan() => {
+                let u = x.to_bits();
+                f32::from_bits(u.wrapping_add(0x7fff + ((u >> 16) & 1)) & 0xffff_0000)
+            }
+            Elem::F16 if x.is_finite() => round_f16(x),
+            _ => x,
+        }
+    }
+
+    /// Whether the float literal `digits` rounds to infinity in this type.
+    pub fn float_overflows(self, digits: &str) -> bool {
+        self != Elem::F64
+            && self
+                .round(digits.parse::<f32>().unwrap_or(0.0))
+                .is_infinite()
     }
 
     /// The unsigned CUDA C type in which wrapping arithmetic is defined: of the same width, or
@@ -109,7 +161,7 @@ impl Elem {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, Elem::F32 | Elem::F64)
+        matches!(self, Elem::F32 | Elem::F64 | Elem::F16 | Elem::BF16)
     }
 
     pub fn is_int(self) -> bool {
@@ -138,7 +190,7 @@ impl Elem {
     pub fn bits(self) -> u32 {
         match self {
             Elem::I8 | Elem::U8 | Elem::Bool => 8,
-            Elem::I16 | Elem::U16 => 16,
+            Elem::I16 | Elem::U16 | Elem::F16 | Elem::BF16 => 16,
             Elem::I32 | Elem::U32 | Elem::F32 => 32,
             Elem::I64 | Elem::U64 | Elem::F64 => 64,
         }
@@ -175,6 +227,23 @@ impl Elem {
         }
         let (lo, hi) = self.int_bounds();
         (lo..=hi).contains(&value)
+    }
+}
+
+/// A finite f32 rounded to f16 (to nearest, ties to even): to 11 significant bits where f16 is
+/// normal, to a multiple of 2^-24 (its subnormal spacing) below, and to infinity past f16::MAX.
+fn round_f16(x: f32) -> f32 {
+    const MIN_NORMAL: f32 = 1.0 / 16384.0;
+    const SUBNORMAL_STEP: f32 = 16_777_216.0;
+    if x.abs() < MIN_NORMAL {
+        return (x * SUBNORMAL_STEP).round_ties_even() / SUBNORMAL_STEP;
+    }
+    let u = x.to_bits();
+    let r = f32::from_bits(u.wrapping_add(0xfff + ((u >> 13) & 1)) & !0x1fff);
+    if r.abs() > 65504.0 {
+        f32::INFINITY.copysign(x)
+    } else {
+        r
     }
 }
 
@@ -238,5 +307,31 @@ impl fmt::Display for Ty {
             Ty::IntLit => f.write_str("{integer}"),
             Ty::FloatLit => f.write_str("{float}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Elem;
+
+    #[test]
+    fn halfs_round_to_nearest_even() {
+        assert_eq!(Elem::F16.round(0.1), 0.099975586);
+        assert_eq!(Elem::F16.round(2049.0), 2048.0, "a tie goes to even");
+        assert_eq!(Elem::F16.round(2051.0), 2052.0);
+        assert_eq!(Elem::F16.round(65519.0), 65504.0);
+        assert_eq!(Elem::F16.round(65520.0), f32::INFINITY);
+        assert_eq!(
+            Elem::F16.round(-1e-7),
+            -1.1920929e-7,
+            "subnormal: 2 * 2^-24"
+        );
+        assert_eq!(Elem::F16.round(2.9e-8), 0.0);
+        assert_eq!(Elem::BF16.round(0.1), f32::from_bits(0x3dcd_0000));
+        assert_eq!(Elem::BF16.round(257.0), 256.0, "a tie goes to even");
+        assert_eq!(Elem::BF16.round(f32::MAX), f32::INFINITY);
+        assert!(Elem::BF16.round(f32::NAN).is_nan());
+        assert!(Elem::F16.float_overflows("70000") && !Elem::F16.float_overflows("60000"));
+        assert!(Elem::F32.float_overflows("1e40") && !Elem::F64.float_overflows("1e40"));
     }
 }

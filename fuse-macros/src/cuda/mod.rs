@@ -6,7 +6,7 @@ use crate::plan::{Layout, Pass, Plan, Syntax};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
 use std::fmt::Write;
-use text::{combine, helper, identity};
+use text::{combine, half_helpers, helper, identity};
 
 mod expr;
 mod rows;
@@ -34,10 +34,12 @@ const MIN_BLOCKS: u32 = 2;
 const LANES: u32 = 4;
 
 /// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
-/// every tensor's element is at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of
-/// 1-byte types; 16 lanes of code would cost more registers than the wider load saves).
+/// every tensor is of integers or `bool` of at most 2 bytes, so that each load is 16 bytes of
+/// 2-byte types (8 of 1-byte types; 16 lanes of code would cost more registers than the wider
+/// load saves). The 16-bit floats keep 4 lanes (8-byte loads): their lanes compute in f32, and
+/// at 8 lanes ptxas spilled around the slow paths of f32 division and `fmodf` (`f16s::arith`).
 fn lanes(k: &Kernel) -> u32 {
-    if tensor_elems(k).all(|e| e.bits() <= 16) {
+    if tensor_elems(k).all(|e| e.bits() <= 16 && !e.is_half()) {
         2 * LANES
     } else {
         LANES
@@ -191,23 +193,44 @@ impl Cuda<'_> {
         self.line("}");
     }
 
+    /// `raw`, an element of type `e` as memory holds it, as a value: a 16-bit float's bits
+    /// converted to f32.
+    fn loaded(&mut self, e: Elem, raw: String) -> String {
+        if !e.is_half() {
+            return raw;
+        }
+        self.helpers
+            .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
+        format!("{}({raw})", half_helpers(e).0)
+    }
+
+    /// The value `v` of type `e` as memory holds it: a 16-bit float rounded to its bits.
+    fn stored(&mut self, e: Elem, v: &str) -> String {
+        if !e.is_half() {
+            return v.to_string();
+        }
+        self.helpers
+            .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
+        format!("{}({v})", half_helpers(e).1)
+    }
+
     fn params(&self) -> String {
         let k = self.k;
         let mut ps = vec![];
         for (_, p, _) in k.tensor_params() {
             ps.push(format!(
                 "const {}* __restrict__ p_{}",
-                p.elem.c_name(),
+                p.elem.c_storage(),
                 crate::expand::plain_name(&p.name)
             ));
         }
         for (j, o) in k.outputs.iter().enumerate() {
-            ps.push(format!("{}* __restrict__ out{j}", o.elem.c_name()));
+            ps.push(format!("{}* __restrict__ out{j}", o.elem.c_storage()));
         }
         for p in k.params.iter().filter(|p| p.shape.is_none()) {
             ps.push(format!(
                 "const {} p_{}",
-                p.elem.c_name(),
+                p.elem.c_storage(),
                 crate::expand::plain_name(&p.name)
             ));
         }
@@ -331,7 +354,7 @@ impl Cuda<'_> {
             .collect();
         for &p in &loaded {
             let (t, name) = (
-                k.params[p].elem.c_name(),
+                k.params[p].elem.c_storage(),
                 crate::expand::plain_name(&k.params[p].name),
             );
             self.line(format!("const fz_vec<{t}, {lanes}> l_{name} = reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[j];"));
@@ -339,7 +362,7 @@ impl Cuda<'_> {
         for &o in &pass.writes {
             self.line(format!(
                 "fz_vec<{}, {lanes}> s{o};",
-                k.outputs[o].elem.c_name()
+                k.outputs[o].elem.c_storage()
             ));
         }
         // The lanes written out rather than `#pragma unroll`ed: the loop form made ptxas spill.
@@ -349,12 +372,14 @@ impl Cuda<'_> {
             self.values(&pass.elems, Scope::Lane);
             self.accumulate(&pass.reduces);
             for &o in &pass.writes {
-                self.line(format!("s{o}.v[l] = v{};", k.outputs[o].node));
+                let out = &k.outputs[o];
+                let v = self.stored(out.elem, &format!("v{}", out.node));
+                self.line(format!("s{o}.v[l] = {v};"));
             }
             self.close();
         }
         for &o in &pass.writes {
-            let t = k.outputs[o].elem.c_name();
+            let t = k.outputs[o].elem.c_storage();
             self.line(format!(
                 "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = s{o};"
             ));
@@ -414,9 +439,10 @@ impl Cuda<'_> {
         self.close();
     }
 
+    /// A reduction's operation and the type it accumulates in (f32 for the 16-bit floats).
     fn reduction(&self, id: NodeId) -> (Reduce, Elem) {
         match self.k.nodes[id].op {
-            Op::Reduce(op, _, _) => (op, self.k.nodes[id].elem()),
+            Op::Reduce(op, _, _) => (op, self.k.nodes[id].elem().compute()),
             _ => unreachable!("the plan lists reductions"),
         }
     }
@@ -574,7 +600,8 @@ impl Cuda<'_> {
                     "0".into()
                 }
             };
-            self.line(format!("out{o}[{at}] = v{};", out.node));
+            let v = self.stored(out.elem, &format!("v{}", out.node));
+            self.line(format!("out{o}[{at}] = {v};"));
         }
     }
 
@@ -625,6 +652,10 @@ mod tests {
                         (d * rstd * gamma + beta, rstd)
                     }
                 },
+            ),
+            (
+                "softmax_f16",
+                quote! { pub fn softmax_f16(x: [f16; rows, cols]) -> [f16; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) } },
             ),
             (
                 "bias_grad",
