@@ -134,9 +134,10 @@ impl Cpu<'_> {
         self.writes(&plan.group_writes, Scope::Row);
     }
 
+    /// A reduction's operation, the type of its values (f32 for the 16-bit floats) and operand.
     fn reduction(&self, id: NodeId) -> (Reduce, Elem, NodeId) {
         match self.k.nodes[id].op {
-            Op::Reduce(op, a, _) => (op, self.k.nodes[id].elem(), a),
+            Op::Reduce(op, a, _) => (op, self.k.nodes[id].elem().compute(), a),
             _ => unreachable!("the plan lists reductions"),
         }
     }
@@ -205,7 +206,8 @@ impl Cpu<'_> {
         for &o in outputs {
             let out = &self.k.outputs[o];
             let at = self.at(&out.shape.clone(), scope);
-            self.line(format!("out{o}[{at}] = v{};", out.node));
+            let v = stored(out.elem, &format!("v{}", out.node));
+            self.line(format!("out{o}[{at}] = {v};"));
         }
     }
 
@@ -221,7 +223,7 @@ impl Cpu<'_> {
     fn values(&mut self, nodes: &[NodeId], scope: Scope) {
         for &id in nodes {
             let e = self.expr(id, scope);
-            let t = self.k.nodes[id].elem().name();
+            let t = self.k.nodes[id].elem().compute().name();
             self.line(format!("let v{id}: {t} = {e};"));
         }
     }
@@ -235,9 +237,16 @@ impl Cpu<'_> {
             Op::Load(p) => {
                 let param = &k.params[*p];
                 let at = self.at(param.shape.as_ref().expect("a tensor"), scope);
-                format!("p_{}[{at}]", crate::expand::plain_name(&param.name))
+                let raw = format!("p_{}[{at}]", crate::expand::plain_name(&param.name));
+                loaded(param.elem, raw)
             }
-            Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
+            Op::Scalar(p) => {
+                let param = &k.params[*p];
+                loaded(
+                    param.elem,
+                    format!("p_{}", crate::expand::plain_name(&param.name)),
+                )
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "(r as u32)".to_string(),
                 _ => format!("({} as u32)", self.layout.coord(*d)),
@@ -250,11 +259,13 @@ impl Cpu<'_> {
             Op::Unary(UnOp::Neg, a) => format!("v{a}.wrapping_neg()"),
             Op::Unary(UnOp::Not, a) => format!("(!v{a})"),
             Op::Binary(op, a, b) => binary(*op, k.nodes[*a].elem(), &v(a), &v(b)),
-            Op::Cast(a) => format!("(v{a} as {})", e.name()),
+            // Rounded to the 16-bit type (through f32, as on the GPU), and held in f32 again.
+            Op::Cast(a) if e.is_half() => loaded(e, stored(e, &format!("(v{a} as f32)"))),
+            Op::Cast(a) => format!("(v{a} as {})", e.compute().name()),
             Op::Select(c, a, b) => format!("(if v{c} {{ v{a} }} else {{ v{b} }})"),
             Op::Call(f, args) => {
                 let args: Vec<String> = args.iter().map(v).collect();
-                call(*f, k.nodes[node.op.operands()[0]].elem(), &args)
+                call(*f, k.nodes[node.op.operands()[0]].elem().compute(), &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
             Op::Random(kind, seed, site) => {
@@ -292,14 +303,38 @@ impl Cpu<'_> {
     }
 }
 
-/// A float literal, exactly: the bits of the value the literal denotes in its type.
+/// A float literal, exactly: the bits of the value the literal denotes in its type (a 16-bit
+/// float's as the f32 that holds it).
 fn float_bits(digits: &str, e: Elem) -> String {
-    if e == Elem::F32 {
-        let v: f32 = digits.parse().unwrap_or(f32::NAN);
+    if e.compute() == Elem::F32 {
+        let v = e.round(digits.parse().unwrap_or(f32::NAN));
         format!("f32::from_bits({:#x})", v.to_bits())
     } else {
         let v: f64 = digits.parse().unwrap_or(f64::NAN);
         format!("f64::from_bits({:#x})", v.to_bits())
+    }
+}
+
+/// The host type of a 16-bit float.
+fn half_type(e: Elem) -> String {
+    format!("::fuse_runtime::{}", e.name())
+}
+
+/// `raw`, an element of type `e` as a slice holds it, as a value: a 16-bit float as f32.
+fn loaded(e: Elem, raw: String) -> String {
+    if e.is_half() {
+        format!("{}::to_f32({raw})", half_type(e))
+    } else {
+        raw
+    }
+}
+
+/// The value `v` of type `e` as a slice holds it: a 16-bit float rounded from f32.
+fn stored(e: Elem, v: &str) -> String {
+    if e.is_half() {
+        format!("{}::from_f32({v})", half_type(e))
+    } else {
+        v.to_string()
     }
 }
 

@@ -60,8 +60,14 @@ fn rt() -> TokenStream {
     RT.parse().expect("a path")
 }
 
+/// The Rust type of an element: a primitive, or the runtime's re-export of `half`'s types.
 fn elem_tokens(e: Elem) -> TokenStream {
-    e.name().parse().expect("a primitive type")
+    let path = if e.is_half() {
+        format!("{RT}::{}", e.name())
+    } else {
+        e.name().to_string()
+    };
+    path.parse().expect("a type path")
 }
 
 /// The Rust-facing signature of a kernel, which a stub shares with the real items.

@@ -466,7 +466,13 @@ fn lit_suffix(suffix: &str, lit: &syn::Lit, cx: &mut Errors) -> Option<Option<El
     match Elem::from_name(suffix) {
         Some(e) if e != Elem::Bool => Some(Some(e)),
         _ => {
-            cx.spanned(lit, format!("unsupported literal suffix `{suffix}`; the element types are f32, f64, i32, u32, i64 and u64"));
+            cx.spanned(
+                lit,
+                format!(
+                    "unsupported literal suffix `{suffix}`; the element types are {}",
+                    Elem::list_text(Elem::is_numeric)
+                ),
+            );
             None
         }
     }

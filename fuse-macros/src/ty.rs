@@ -7,6 +7,14 @@ use std::fmt;
 pub enum Elem {
     F32,
     F64,
+    /// IEEE half precision (`half::f16` on the host), stored as 16 bits and computed in f32.
+    F16,
+    /// bfloat16 (`half::bf16` on the host), stored as 16 bits and computed in f32.
+    BF16,
+    I8,
+    U8,
+    I16,
+    U16,
     I32,
     U32,
     I64,
@@ -15,9 +23,15 @@ pub enum Elem {
 }
 
 impl Elem {
-    pub const ALL: [Elem; 7] = [
+    pub const ALL: [Elem; 13] = [
         Elem::F32,
         Elem::F64,
+        Elem::F16,
+        Elem::BF16,
+        Elem::I8,
+        Elem::U8,
+        Elem::I16,
+        Elem::U16,
         Elem::I32,
         Elem::U32,
         Elem::I64,
@@ -29,11 +43,28 @@ impl Elem {
         Elem::ALL.into_iter().find(|e| e.name() == name)
     }
 
+    /// The names of the element types that `keep`, for messages: `f32, f64, .. and bool`.
+    pub fn list_text(keep: impl Fn(Elem) -> bool) -> String {
+        let names: Vec<&str> = Elem::ALL
+            .into_iter()
+            .filter(|&e| keep(e))
+            .map(Elem::name)
+            .collect();
+        let (last, rest) = names.split_last().expect("there are element types");
+        format!("{} and {last}", rest.join(", "))
+    }
+
     /// The Rust name, which is also the language's.
     pub fn name(self) -> &'static str {
         match self {
             Elem::F32 => "f32",
             Elem::F64 => "f64",
+            Elem::F16 => "f16",
+            Elem::BF16 => "bf16",
+            Elem::I8 => "i8",
+            Elem::U8 => "u8",
+            Elem::I16 => "i16",
+            Elem::U16 => "u16",
             Elem::I32 => "i32",
             Elem::U32 => "u32",
             Elem::I64 => "i64",
@@ -42,11 +73,15 @@ impl Elem {
         }
     }
 
-    /// The CUDA C type.
+    /// The CUDA C type of values: `float` for the 16-bit floats, which are computed in f32.
     pub fn c_name(self) -> &'static str {
         match self {
-            Elem::F32 => "float",
+            Elem::F32 | Elem::F16 | Elem::BF16 => "float",
             Elem::F64 => "double",
+            Elem::I8 => "signed char",
+            Elem::U8 => "unsigned char",
+            Elem::I16 => "short",
+            Elem::U16 => "unsigned short",
             Elem::I32 => "int",
             Elem::U32 => "unsigned int",
             Elem::I64 => "long long",
@@ -55,58 +90,160 @@ impl Elem {
         }
     }
 
-    /// The unsigned CUDA C type of the same width, in which wrapping arithmetic is defined.
-    pub fn c_unsigned(self) -> &'static str {
+    /// The CUDA C type of elements in memory: the bits (`unsigned short`) for the 16-bit floats.
+    pub fn c_storage(self) -> &'static str {
+        if self.is_half() {
+            "unsigned short"
+        } else {
+            self.c_name()
+        }
+    }
+
+    /// The type whose arithmetic computes this type's values: f32 for the 16-bit floats.
+    pub fn compute(self) -> Elem {
+        if self.is_half() {
+            Elem::F32
+        } else {
+            self
+        }
+    }
+
+    /// Whether this is a 16-bit float, held in f32 and rounded where it is stored.
+    pub fn is_half(self) -> bool {
+        matches!(self, Elem::F16 | Elem::BF16)
+    }
+
+    /// `x` rounded to this float type (to nearest, ties to even), as the f32 that holds it
+    /// exactly; `x` itself for f32 and f64.
+    pub fn round(self, x: f32) -> f32 {
         match self {
-            Elem::I32 | Elem::U32 => "unsigned int",
+            Elem::BF16 if !x.is_nan() => {
+                let u = x.to_bits();
+                f32::from_bits(u.wrapping_add(0x7fff + ((u >> 16) & 1)) & 0xffff_0000)
+            }
+            Elem::F16 if x.is_finite() => round_f16(x),
+            _ => x,
+        }
+    }
+
+    /// Whether the float literal `digits` rounds to infinity in this type.
+    pub fn float_overflows(self, digits: &str) -> bool {
+        self != Elem::F64
+            && self
+                .round(digits.parse::<f32>().unwrap_or(0.0))
+                .is_infinite()
+    }
+
+    /// The unsigned CUDA C type in which wrapping arithmetic is defined: of the same width, or
+    /// `unsigned int` for types narrower than C's `int`, which C would promote to `int` (where
+    /// `u16 * u16` could overflow); the result is converted back, keeping the low bits.
+    pub fn c_unsigned(self) -> &'static str {
+        match self.bits() {
+            64 => "unsigned long long",
+            _ => "unsigned int",
+        }
+    }
+
+    /// The unsigned CUDA C type of exactly this integer type's width, to read its bits.
+    pub fn c_bits(self) -> &'static str {
+        match self.bits() {
+            8 => "unsigned char",
+            16 => "unsigned short",
+            32 => "unsigned int",
             _ => "unsigned long long",
         }
     }
 
+    /// Whether C arithmetic on this integer type must go through [`Elem::c_unsigned`] to wrap:
+    /// signed types (whose overflow C leaves undefined) and types narrower than `int`.
+    pub fn wraps_via_unsigned(self) -> bool {
+        self.is_signed_int() || (self.is_int() && self.bits() < 32)
+    }
+
     pub fn is_float(self) -> bool {
-        matches!(self, Elem::F32 | Elem::F64)
+        matches!(self, Elem::F32 | Elem::F64 | Elem::F16 | Elem::BF16)
     }
 
     pub fn is_int(self) -> bool {
-        matches!(self, Elem::I32 | Elem::U32 | Elem::I64 | Elem::U64)
+        matches!(
+            self,
+            Elem::I8
+                | Elem::U8
+                | Elem::I16
+                | Elem::U16
+                | Elem::I32
+                | Elem::U32
+                | Elem::I64
+                | Elem::U64
+        )
     }
 
     pub fn is_signed_int(self) -> bool {
-        matches!(self, Elem::I32 | Elem::I64)
+        matches!(self, Elem::I8 | Elem::I16 | Elem::I32 | Elem::I64)
     }
 
     pub fn is_numeric(self) -> bool {
         self.is_float() || self.is_int()
     }
 
+    /// The width in bits of a value in memory.
     pub fn bits(self) -> u32 {
         match self {
+            Elem::I8 | Elem::U8 | Elem::Bool => 8,
+            Elem::I16 | Elem::U16 | Elem::F16 | Elem::BF16 => 16,
             Elem::I32 | Elem::U32 | Elem::F32 => 32,
-            Elem::Bool => 8,
-            _ => 64,
+            Elem::I64 | Elem::U64 | Elem::F64 => 64,
+        }
+    }
+
+    /// The least and greatest values of an integer type.
+    pub fn int_bounds(self) -> (i128, i128) {
+        match self {
+            Elem::I8 => (i8::MIN.into(), i8::MAX.into()),
+            Elem::U8 => (0, u8::MAX.into()),
+            Elem::I16 => (i16::MIN.into(), i16::MAX.into()),
+            Elem::U16 => (0, u16::MAX.into()),
+            Elem::I32 => (i32::MIN.into(), i32::MAX.into()),
+            Elem::U32 => (0, u32::MAX.into()),
+            Elem::I64 => (i64::MIN.into(), i64::MAX.into()),
+            Elem::U64 => (0, u64::MAX.into()),
+            _ => unreachable!("only integer types have integer bounds"),
         }
     }
 
     /// The values of an integer type, as a Rust range.
     pub fn range_text(self) -> String {
-        match self {
-            Elem::I32 => format!("{}..={}", i32::MIN, i32::MAX),
-            Elem::U32 => format!("0..={}", u32::MAX),
-            Elem::I64 => format!("{}..={}", i64::MIN, i64::MAX),
-            Elem::U64 => format!("0..={}", u64::MAX),
-            _ => String::new(),
+        if !self.is_int() {
+            return String::new();
         }
+        let (lo, hi) = self.int_bounds();
+        format!("{lo}..={hi}")
     }
 
     /// Whether `value` (an integer literal) fits this integer type.
     pub fn int_fits(self, value: i128) -> bool {
-        match self {
-            Elem::I32 => i32::try_from(value).is_ok(),
-            Elem::U32 => u32::try_from(value).is_ok(),
-            Elem::I64 => i64::try_from(value).is_ok(),
-            Elem::U64 => u64::try_from(value).is_ok(),
-            _ => true,
+        if !self.is_int() {
+            return true;
         }
+        let (lo, hi) = self.int_bounds();
+        (lo..=hi).contains(&value)
+    }
+}
+
+/// A finite f32 rounded to f16 (to nearest, ties to even): to 11 significant bits where f16 is
+/// normal, to a multiple of 2^-24 (its subnormal spacing) below, and to infinity past f16::MAX.
+fn round_f16(x: f32) -> f32 {
+    const MIN_NORMAL: f32 = 1.0 / 16384.0;
+    const SUBNORMAL_STEP: f32 = 16_777_216.0;
+    if x.abs() < MIN_NORMAL {
+        return (x * SUBNORMAL_STEP).round_ties_even() / SUBNORMAL_STEP;
+    }
+    let u = x.to_bits();
+    let r = f32::from_bits(u.wrapping_add(0xfff + ((u >> 13) & 1)) & !0x1fff);
+    if r.abs() > 65504.0 {
+        f32::INFINITY.copysign(x)
+    } else {
+        r
     }
 }
 
@@ -170,5 +307,31 @@ impl fmt::Display for Ty {
             Ty::IntLit => f.write_str("{integer}"),
             Ty::FloatLit => f.write_str("{float}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Elem;
+
+    #[test]
+    fn halfs_round_to_nearest_even() {
+        assert_eq!(Elem::F16.round(0.1), 0.099975586);
+        assert_eq!(Elem::F16.round(2049.0), 2048.0, "a tie goes to even");
+        assert_eq!(Elem::F16.round(2051.0), 2052.0);
+        assert_eq!(Elem::F16.round(65519.0), 65504.0);
+        assert_eq!(Elem::F16.round(65520.0), f32::INFINITY);
+        assert_eq!(
+            Elem::F16.round(-1e-7),
+            -1.1920929e-7,
+            "subnormal: 2 * 2^-24"
+        );
+        assert_eq!(Elem::F16.round(2.9e-8), 0.0);
+        assert_eq!(Elem::BF16.round(0.1), f32::from_bits(0x3dcd_0000));
+        assert_eq!(Elem::BF16.round(257.0), 256.0, "a tie goes to even");
+        assert_eq!(Elem::BF16.round(f32::MAX), f32::INFINITY);
+        assert!(Elem::BF16.round(f32::NAN).is_nan());
+        assert!(Elem::F16.float_overflows("70000") && !Elem::F16.float_overflows("60000"));
+        assert!(Elem::F32.float_overflows("1e40") && !Elem::F64.float_overflows("1e40"));
     }
 }

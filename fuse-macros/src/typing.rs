@@ -17,8 +17,8 @@ impl Checker<'_> {
         match &e.kind {
             ExprKind::Int { value, suffix } => self.int_literal(*value, *suffix, t),
             ExprKind::Float { digits, suffix } => {
-                if *suffix == Some(Elem::F32) && digits.parse::<f32>().is_ok_and(f32::is_infinite) {
-                    self.cx.spanned(t, format!("literal out of range for `f32`: `{digits}` is larger than `f32::MAX`; use `f64`"));
+                if let Some(e) = suffix.filter(|e| e.float_overflows(digits)) {
+                    self.cx.spanned(t, float_out_of_range(digits, e));
                     return None;
                 }
                 let ty = suffix.map_or(Ty::FloatLit, Ty::Elem);
@@ -190,10 +190,13 @@ impl Checker<'_> {
             }
             _ => {}
         }
-        if let Op::Float(digits) = &node.op {
-            if to == Elem::F32 && digits.parse::<f32>().is_ok_and(f32::is_infinite) {
-                return Err(format!("literal out of range for `f32`: `{digits}` is larger than `f32::MAX`; use `f64`"));
-            }
+        let digits = match &node.op {
+            Op::Float(digits) => Some(digits.clone()),
+            Op::Int(v) if to.is_float() => Some(v.to_string()),
+            _ => None,
+        };
+        if let Some(digits) = digits.filter(|d| to.float_overflows(d)) {
+            return Err(float_out_of_range(&digits, to));
         }
         if let Op::Int(v) = node.op {
             if to.is_int() && !to.int_fits(v) {
@@ -644,11 +647,18 @@ impl Checker<'_> {
         self.cx.spanned(
             ty,
             format!(
-                "unsupported element type `{}`; the element types are f32, f64, i32, u32, i64, u64 and bool",
-                ty.to_token_stream()
+                "unsupported element type `{}`; the element types are {}",
+                ty.to_token_stream(),
+                Elem::list_text(|_| true)
             ),
         );
     }
+}
+
+/// The error for a float literal `digits` that is infinite in the float type `e`.
+fn float_out_of_range(digits: &str, e: Elem) -> String {
+    let wider = if e == Elem::F32 { "f64" } else { "f32" };
+    format!("literal out of range for `{e}`: `{digits}` is larger than `{e}::MAX`; use `{wider}`")
 }
 
 pub enum Conflict {

@@ -25,11 +25,11 @@ pub(crate) mod sealed {
     }
 }
 
-/// A type that can be an element of a [`Buffer`](crate::Buffer): `f32`, `f64`, `i32`, `u32`,
-/// `i64`, `u64` and `bool`.
+/// A type that can be an element of a [`Buffer`](crate::Buffer): `f32`, `f64`,
+/// [`f16`](struct@crate::f16), [`bf16`](crate::bf16), `i8`, `u8`, `i16`, `u16`, `i32`, `u32`, `i64`,
+/// `u64` and `bool`.
 ///
-/// The trait is sealed; the list can grow (`i8`, `u8`, `i16`, `u16`, `f16`, `bf16`) without
-/// breaking code that uses it.
+/// The trait is sealed; the list can grow without breaking code that uses it.
 ///
 /// ```
 /// use fuse_runtime::Element;
@@ -37,6 +37,7 @@ pub(crate) mod sealed {
 /// assert_eq!(Element::to_bits(1.5f32), 0x3fc0_0000u64);
 /// assert_eq!(Element::to_bits(-1i32), 0xffff_ffffu64);
 /// assert_eq!(Element::to_bits(true), 1u64);
+/// assert_eq!(Element::to_bits(fuse_runtime::f16::ONE), 0x3c00u64);
 /// ```
 pub trait Element:
     sealed::Sealed + Copy + Default + Debug + PartialEq + PartialOrd + Send + Sync + 'static
@@ -80,10 +81,43 @@ macro_rules! number {
 
 number!(f32, |v| u64::from(v.to_bits()));
 number!(f64, |v| v.to_bits());
+number!(i8, |v| u64::from(v as u8));
+number!(u8, u64::from);
+number!(i16, |v| u64::from(v as u16));
+number!(u16, u64::from);
 number!(i32, |v| u64::from(v as u32));
 number!(u32, u64::from);
 number!(i64, |v| v as u64);
 number!(u64, |v| v);
+
+/// Implements [`Element`] for a 16-bit float of the `half` crate, stored on the device as its
+/// bits (`u16`): kernels read and write the bits and compute in f32.
+macro_rules! half_float {
+    ($t:ident) => {
+        impl sealed::Sealed for half::$t {
+            type Repr = u16;
+
+            fn to_repr(data: &[Self]) -> Cow<'_, [u16]> {
+                Cow::Borrowed(bytemuck::cast_slice(data))
+            }
+
+            fn from_repr(data: Vec<u16>) -> Vec<Self> {
+                data.into_iter().map(half::$t::from_bits).collect()
+            }
+        }
+
+        impl Element for half::$t {
+            const NAME: &'static str = stringify!($t);
+
+            fn to_bits(self) -> u64 {
+                u64::from(half::$t::to_bits(self))
+            }
+        }
+    };
+}
+
+half_float!(f16);
+half_float!(bf16);
 
 impl sealed::Sealed for bool {
     type Repr = u8;
@@ -117,6 +151,12 @@ mod tests {
         assert_eq!(Element::to_bits(-2.5f64), 0xc004_0000_0000_0000);
         assert_eq!(Element::to_bits(-1i32), 0xffff_ffff);
         assert_eq!(Element::to_bits(-1i64), u64::MAX);
+        assert_eq!(Element::to_bits(-1i8), 0xff, "zero-extended");
+        assert_eq!(Element::to_bits(-2i16), 0xfffe);
+        assert_eq!(Element::to_bits(200u8), 200);
+        assert_eq!(Element::to_bits(65535u16), 0xffff);
+        assert_eq!(Element::to_bits(-half::f16::ONE), 0xbc00);
+        assert_eq!(Element::to_bits(half::bf16::ONE), 0x3f80);
         assert_eq!(Element::to_bits(7u32), 7);
         assert_eq!(Element::to_bits(u64::MAX - 1), u64::MAX - 1);
         assert_eq!(Element::to_bits(true), 1);
@@ -133,16 +173,38 @@ mod tests {
     }
 
     #[test]
+    fn halfs_are_stored_as_their_bits() {
+        let x = [half::f16::from_f32(1.5), half::f16::NEG_INFINITY];
+        assert_eq!(&*half::f16::to_repr(&x), &[0x3e00u16, 0xfc00]);
+        assert_eq!(
+            half::bf16::from_repr(vec![0x3fc0]),
+            [half::bf16::from_f32(1.5)]
+        );
+    }
+
+    #[test]
     fn names() {
         let names = [
             f32::NAME,
             f64::NAME,
+            i8::NAME,
+            u8::NAME,
+            i16::NAME,
+            u16::NAME,
             i32::NAME,
             u32::NAME,
             i64::NAME,
             u64::NAME,
             bool::NAME,
+            half::f16::NAME,
+            half::bf16::NAME,
         ];
-        assert_eq!(names, ["f32", "f64", "i32", "u32", "i64", "u64", "bool"]);
+        assert_eq!(
+            names,
+            [
+                "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "bool", "f16",
+                "bf16"
+            ]
+        );
     }
 }

@@ -130,6 +130,9 @@ pub use device::Device;
 pub use element::Element;
 pub use error::Error;
 pub use fuse_macros::fuse;
+/// The `half` crate, whose [`f16`](struct@f16) and [`bf16`] are the language's 16-bit float element types.
+pub use half;
+pub use half::{bf16, f16};
 pub use private::{kernels, KernelInfo};
 pub use timer::Timer;
 

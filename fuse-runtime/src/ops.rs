@@ -168,7 +168,7 @@ macro_rules! int {
     )*};
 }
 
-int!(i32, u32, i64, u64);
+int!(i8, u8, i16, u16, i32, u32, i64, u64);
 
 pub fn div<T: Int>(a: T, b: T) -> T {
     a.div(b)
@@ -189,6 +189,8 @@ mod tests {
         assert_eq!(rem(i32::MIN, -1), 0);
         assert_eq!(div(-7i64, 2), -3);
         assert_eq!(rem(-7i64, 2), -1);
+        assert_eq!(div(i8::MIN, -1), i8::MIN);
+        assert_eq!(rem(u16::MAX, 0), u16::MAX);
     }
 
     #[test]

@@ -1105,6 +1105,81 @@ int_tests!(i32s, signed);
 int_tests!(u32s);
 int_tests!(i64s, signed);
 int_tests!(u64s);
+int_tests!(i8s, signed);
+int_tests!(u8s);
+int_tests!(i16s, signed);
+int_tests!(u16s);
+
+/// Floats around and past the bounds of the narrow integer types, with halves and specials.
+fn narrow_castable<T: Float>(rng: &mut Rng, n: usize) -> Vec<T> {
+    let mut v = rng.floats_special::<T>(n, -70000.0, 70000.0);
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = T::from_f64(match i % 4 {
+            0 => rng.uniform(-300.0, 300.0),
+            1 => (rng.below(1200) as f64 - 600.0) / 2.0,
+            _ => (*x).into(),
+        });
+    }
+    v
+}
+
+#[test]
+fn floats_cast_to_narrow_integers_saturate() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (x, d) = (
+            narrow_castable::<f32>(&mut rng, n),
+            narrow_castable::<f64>(&mut rng, n),
+        );
+        let got = kernels::float_to_narrow(&dev, &put(&dev, &x, &[n]), &put(&dev, &d, &[n]));
+        // Saturating, toward zero, NaN to 0, computed in f64 and clamped to each type's bounds.
+        let to = |v: &[f64], lo: f64, hi: f64| -> Vec<i128> {
+            v.iter()
+                .map(|&v| {
+                    if v.is_nan() {
+                        0
+                    } else {
+                        v.trunc().clamp(lo, hi) as i128
+                    }
+                })
+                .collect()
+        };
+        let (x, d) = (f64s(&x), f64s(&d));
+        let want = [
+            exact128("x as i8", &[n], to(&x, -128.0, 127.0)),
+            exact128("x as u8", &[n], to(&x, 0.0, 255.0)),
+            exact128("x as i16", &[n], to(&x, -32768.0, 32767.0)),
+            exact128("x as u16", &[n], to(&x, 0.0, 65535.0)),
+            exact128("d as i8", &[n], to(&d, -128.0, 127.0)),
+            exact128("d as u8", &[n], to(&d, 0.0, 255.0)),
+            exact128("d as i16", &[n], to(&d, -32768.0, 32767.0)),
+            exact128("d as u16", &[n], to(&d, 0.0, 65535.0)),
+        ];
+        assert_outputs(&format!("float_to_narrow, n = {n}"), &got.unwrap(), &want);
+    }
+}
+
+#[test]
+fn integers_cast_to_narrow_integers_wrap() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (i, u) = (rng.ints::<i64>(n), rng.ints::<u32>(n));
+        let got = kernels::int_to_narrow(&dev, &put(&dev, &i, &[n]), &put(&dev, &u, &[n]));
+        let (i, u) = (i128s(&i), i128s(&u));
+        let to = |v: &[i128], f: fn(i128) -> i128| v.iter().map(|&v| f(v)).collect::<Vec<_>>();
+        let want = [
+            exact128("i as i8", &[n], to(&i, wrap::<i8>)),
+            exact128("i as u8", &[n], to(&i, wrap::<u8>)),
+            exact128("i as i16", &[n], to(&i, wrap::<i16>)),
+            exact128("i as u16", &[n], to(&i, wrap::<u16>)),
+            exact128("u as i8", &[n], to(&u, wrap::<i8>)),
+            exact128("u as u8", &[n], to(&u, wrap::<u8>)),
+            exact128("u as i16", &[n], to(&u, wrap::<i16>)),
+            exact128("u as u16", &[n], to(&u, wrap::<u16>)),
+        ];
+        assert_outputs(&format!("int_to_narrow, n = {n}"), &got.unwrap(), &want);
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // `bool` and scalars.
@@ -2087,6 +2162,415 @@ fn every_kernel_of_the_suite_is_registered() {
         "{}",
         kernels::layernorm::CUDA_SOURCE
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 16-bit floats, once per type: computed in f32 and rounded where stored, so each result is
+// the f64 reference rounded to the type, within an ulp where f32 rounded first.
+
+/// One ulp of `T` relative, with a floor at its smallest subnormal.
+fn ulp<T: Float>() -> Tol {
+    T::math_tol()
+}
+
+fn half_arith<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.floats_special::<T>(n, -100.0, 100.0);
+        let b = rng.floats_special::<T>(n, -100.0, 100.0);
+        let got = kernel(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let (a, b) = (f64s(&a), f64s(&b));
+        // f32 has more than twice the bits of f16 and bf16, so rounding an operation to f32 and
+        // then to the 16-bit type gives the correctly rounded result.
+        let each = |name, f: fn(f64, f64) -> f64| {
+            float(name, &[n], rounded::<T>(&map2(&a, &b, f)), Tol::EXACT)
+        };
+        let want = [
+            each("a + b", |a, b| a + b),
+            each("a - b", |a, b| a - b),
+            each("a * b", |a, b| a * b),
+            each("a / b", |a, b| a / b),
+            each("a % b", |a, b| a % b),
+            each("-a", |a, _| -a),
+        ];
+        assert_outputs(&format!("{} arith, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn half_chain<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>, T) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (x, b) = (rng.floats::<T>(n, -8.0, 8.0), rng.floats::<T>(n, -8.0, 8.0));
+        let s = rng.floats::<T>(1, 0.5, 4.0)[0];
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &b, &[n]), s).unwrap();
+        let (x, b, s) = (f64s(&x), f64s(&b), s.into());
+        // Rounded once: within an ulp of the exact result (f32 may round `x * s + b` first).
+        let squares = rounded::<T>(&map1(&x, |x| x * x));
+        let want = [
+            float(
+                "x * s + b",
+                &[n],
+                map2(&x, &b, |x, b| x * s + b),
+                ulp::<T>(),
+            ),
+            float(
+                "(x * 3 - b) / 2",
+                &[n],
+                map2(&x, &b, |x, b| (x * 3.0 - b) * 0.5),
+                ulp::<T>(),
+            ),
+            float(
+                "((x * x) as T) * 3",
+                &[n],
+                rounded::<T>(&map1(&squares, |q| q * 3.0)),
+                Tol::EXACT,
+            ),
+        ];
+        assert_outputs(&format!("{} chain, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn half_compare<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let a = rng.floats_special::<T>(n, -4.0, 4.0);
+        let mut b = rng.floats_special::<T>(n, -4.0, 4.0);
+        for i in (0..n).step_by(3) {
+            b[i] = a[i];
+        }
+        let got = kernel(&dev, &put(&dev, &a, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let (a, b) = (f64s(&a), f64s(&b));
+        let each = |name, f: fn(&f64, &f64) -> bool| {
+            let v: Vec<bool> = a.iter().zip(&b).map(|(a, b)| f(a, b)).collect();
+            exact(name, &[n], &v)
+        };
+        let want = [
+            each("a == b", f64::eq),
+            each("a != b", f64::ne),
+            each("a < b", f64::lt),
+            each("a <= b", f64::le),
+            each("a > b", f64::gt),
+            each("a >= b", f64::ge),
+        ];
+        assert_outputs(&format!("{} compare, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn half_math<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (x, p) = (
+            rng.floats::<T>(n, -6.0, 6.0),
+            rng.floats::<T>(n, 0.01, 100.0),
+        );
+        let got = kernel(&dev, &put(&dev, &x, &[n]), &put(&dev, &p, &[n])).unwrap();
+        let (x, p) = (f64s(&x), f64s(&p));
+        // An ulp, or 1e-6 where f32 cancels (`gelu(-5.5)` is `0.5 * x * (1 + erf)`, near 1e-7).
+        let tol = Tol::close(<T as Float>::EPSILON, 1e-6);
+        let each = |name, v: &[f64], f: fn(f64) -> f64| float(name, &[n], map1(v, f), tol.clone());
+        let want = [
+            each("x.exp()", &x, f64::exp),
+            each("p.ln()", &p, f64::ln),
+            each("sqrt(p)", &p, f64::sqrt),
+            each("x.tanh()", &x, f64::tanh),
+            each("sigmoid(x)", &x, |x| 1.0 / (1.0 + (-x).exp())),
+            each("gelu(x)", &x, |x| {
+                0.5 * x * (1.0 + libm::erf(x / 2f64.sqrt()))
+            }),
+            each("x.sin()", &x, f64::sin),
+            each("x.powi(3)", &x, |x| x * x * x),
+        ];
+        assert_outputs(&format!("{} math, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn half_casts<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>, &Buffer<f32>, &Buffer<i32>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_special::<T>(n, -300.0, 300.0);
+        let f = rng.floats_special::<f32>(n, -70000.0, 70000.0);
+        let i = rng.ints::<i32>(n);
+        let got = kernel(
+            &dev,
+            &put(&dev, &x, &[n]),
+            &put(&dev, &f, &[n]),
+            &put(&dev, &i, &[n]),
+        );
+        let x = f64s(&x);
+        let int = |lo: f64, hi: f64| -> Vec<i128> {
+            x.iter()
+                .map(|&v| {
+                    if v.is_nan() {
+                        0
+                    } else {
+                        v.trunc().clamp(lo, hi) as i128
+                    }
+                })
+                .collect()
+        };
+        // `as T` rounds the f32 value: integers reach it through f32.
+        let through_f32: Vec<f64> = i.iter().map(|&i| f64::from(i as f32)).collect();
+        let want = [
+            float("x as f32", &[n], x.clone(), Tol::EXACT),
+            float("x as f64", &[n], x.clone(), Tol::EXACT),
+            exact128("x as i32", &[n], int(i32::MIN.into(), i32::MAX.into())),
+            exact128("x as u8", &[n], int(0.0, 255.0)),
+            float("f as T", &[n], rounded::<T>(&f64s(&f)), Tol::EXACT),
+            float("i as T", &[n], rounded::<T>(&through_f32), Tol::EXACT),
+            float("(f as f64) as T", &[n], rounded::<T>(&f64s(&f)), Tol::EXACT),
+        ];
+        assert_outputs(&format!("{} casts, n = {n}", T::NAME), &got.unwrap(), &want);
+    }
+}
+
+/// A sum of `T` values: accumulated in f64 on the CPU, rounded once to `T`.
+fn half_sum_tol<T: Float>(sum: &[f64], abs_sum: &[f64]) -> Tol {
+    let bound = |(s, a): (&f64, &f64)| <T as Float>::EPSILON * s.abs() + 1e-12 * a + T::TINY;
+    Tol::Bounds(sum.iter().zip(abs_sum).map(bound).collect())
+}
+
+fn half_reduce_all<T: Float, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<T>(n, -10.0, 10.0);
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let folds = FloatFolds::new(&f64s(&x), &f64s(&x), &[n], 0);
+        let want = [
+            float(
+                "sum(x)",
+                &[],
+                folds.sum.clone(),
+                half_sum_tol::<T>(&folds.sum, &folds.abs_sum),
+            ),
+            float("max(x)", &[], folds.max.clone(), Tol::EXACT),
+            float("min(x)", &[], folds.min.clone(), Tol::EXACT),
+            float(
+                "mean(x)",
+                &[],
+                folds.mean.clone(),
+                half_sum_tol::<T>(&folds.mean, &[0.0]),
+            ),
+            float(
+                "sum(x as f32)",
+                &[],
+                folds.sum.clone(),
+                sum_tol::<f32>(&folds.abs_sum),
+            ),
+        ];
+        assert_outputs(&format!("{} reduce_all, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+fn half_reduce_2d<T: Float, R: Outputs, C: Outputs>(
+    rows_kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>,
+    cols_kernel: impl Fn(&Device, &Buffer<T>) -> Result<C, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D {
+        let s = [rows, cols];
+        let x = rng.floats::<T>(rows * cols, -10.0, 10.0);
+        let bx = put(&dev, &x, &s);
+        let x = f64s(&x);
+        let r = FloatFolds::new(&x, &x, &s, 1);
+        let lse: Vec<f64> = fold_axis(&x, &s, 1, 0.0, |a, v| a + v.exp())
+            .iter()
+            .map(|v| v.ln())
+            .collect();
+        let want = [
+            float(
+                "sum(x, cols)",
+                &[rows],
+                r.sum.clone(),
+                half_sum_tol::<T>(&r.sum, &r.abs_sum),
+            ),
+            float("max(x, cols)", &[rows], r.max.clone(), Tol::EXACT),
+            float(
+                "mean(x, cols)",
+                &[rows],
+                r.mean.clone(),
+                half_sum_tol::<T>(&r.mean, &r.abs_sum),
+            ),
+            float("logsumexp(x, cols)", &[rows], lse, ulp::<T>()),
+        ];
+        let what = format!("{} reduce over cols, {rows} x {cols}", T::NAME);
+        assert_outputs(&what, &rows_kernel(&dev, &bx).unwrap(), &want);
+        let c = FloatFolds::new(&x, &x, &s, 0);
+        let argmax = fold_axis(
+            &x,
+            &s,
+            0,
+            (0u32, f64::NEG_INFINITY, u32::MAX),
+            |(k, best, at), v| {
+                if v > best {
+                    (k + 1, v, k)
+                } else {
+                    (k + 1, best, at)
+                }
+            },
+        );
+        let want = [
+            float(
+                "sum(x, rows)",
+                &[cols],
+                c.sum.clone(),
+                half_sum_tol::<T>(&c.sum, &c.abs_sum),
+            ),
+            float("min(x, rows)", &[cols], c.min.clone(), Tol::EXACT),
+            exact(
+                "argmax(x, rows)",
+                &[cols],
+                &argmax.iter().map(|a| a.2).collect::<Vec<u32>>(),
+            ),
+        ];
+        let what = format!("{} reduce over rows, {rows} x {cols}", T::NAME);
+        assert_outputs(&what, &cols_kernel(&dev, &bx).unwrap(), &want);
+    }
+}
+
+fn half_rows<T: Float, S: Outputs, L: Outputs>(
+    softmax: impl Fn(&Device, &Buffer<T>) -> Result<S, Error>,
+    layernorm: impl Fn(&Device, &Buffer<T>, &Buffer<T>, T) -> Result<L, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in SHAPES_2D.into_iter().chain([(3, 64), (2, 1000)]) {
+        let s = [rows, cols];
+        let (x, g) = (
+            rng.floats::<T>(rows * cols, -4.0, 4.0),
+            rng.floats::<T>(cols, 0.5, 2.0),
+        );
+        let eps = T::from_f64(1e-3);
+        let (bx, bg) = (put(&dev, &x, &s), put(&dev, &g, &[cols]));
+        let (x, g, eps) = (f64s(&x), f64s(&g), eps.into());
+        let row = row_of(&s, 1);
+        let max = fold_axis(&x, &s, 1, f64::NEG_INFINITY, f64::max);
+        let e: Vec<f64> = x
+            .iter()
+            .zip(&row)
+            .map(|(v, &r)| (v - max[r]).exp())
+            .collect();
+        let total = fold_axis(&e, &s, 1, 0.0, |a, v| a + v);
+        let want = e.iter().zip(&row).map(|(e, &r)| e / total[r]).collect();
+        let what = format!("{} softmax, {rows} x {cols}", T::NAME);
+        assert_outputs(
+            &what,
+            &softmax(&dev, &bx).unwrap(),
+            &[float("softmax", &s, want, ulp::<T>())],
+        );
+        let mean: Vec<f64> = fold_axis(&x, &s, 1, 0.0, |a, v| a + v)
+            .iter()
+            .map(|v| v / cols as f64)
+            .collect();
+        let d: Vec<f64> = x.iter().zip(&row).map(|(v, &r)| v - mean[r]).collect();
+        let var = fold_axis(&d, &s, 1, 0.0, |a, v| a + v * v);
+        let rstd: Vec<f64> = var
+            .iter()
+            .map(|v| 1.0 / (v / cols as f64 + eps).sqrt())
+            .collect();
+        let y = d
+            .iter()
+            .enumerate()
+            .map(|(i, d)| d * rstd[row[i]] * g[i % cols.max(1)])
+            .collect();
+        // An ulp of the result, and f32's own error on the normalized values (about 1e-6).
+        let tol = Tol::close(<T as Float>::EPSILON, 1e-5);
+        let want = [
+            float("y", &s, y, tol),
+            float("rstd", &[rows], rstd, Tol::close(1e-5, 0.0)),
+        ];
+        let what = format!("{} layernorm, {rows} x {cols}", T::NAME);
+        assert_outputs(
+            &what,
+            &layernorm(&dev, &bx, &bg, T::from_f64(1e-3)).unwrap(),
+            &want,
+        );
+    }
+}
+
+macro_rules! half_tests {
+    ($module:ident) => {
+        mod $module {
+            use super::*;
+            use kernels::$module;
+
+            #[test]
+            fn arith() {
+                half_arith($module::arith);
+            }
+
+            #[test]
+            fn chain() {
+                half_chain($module::chain);
+            }
+
+            #[test]
+            fn compare() {
+                half_compare($module::compare);
+            }
+
+            #[test]
+            fn math() {
+                half_math($module::math);
+            }
+
+            #[test]
+            fn casts() {
+                half_casts($module::casts);
+            }
+
+            #[test]
+            fn reduce_all() {
+                half_reduce_all($module::reduce_all);
+            }
+
+            #[test]
+            fn reduce_2d() {
+                half_reduce_2d($module::reduce_rows, $module::reduce_cols);
+            }
+
+            #[test]
+            fn rows() {
+                half_rows($module::softmax, $module::layernorm);
+            }
+        }
+    };
+}
+
+half_tests!(f16s);
+half_tests!(bf16s);
+
+#[test]
+fn halfs_convert_through_f32() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let h = rng.floats_special::<fuse_runtime::f16>(n, -1000.0, 1000.0);
+        let b = rng.floats_special::<fuse_runtime::bf16>(n, -1000.0, 1000.0);
+        let got = kernels::halfs(&dev, &put(&dev, &h, &[n]), &put(&dev, &b, &[n])).unwrap();
+        let want = [
+            float(
+                "h as bf16",
+                &[n],
+                rounded::<fuse_runtime::bf16>(&f64s(&h)),
+                Tol::EXACT,
+            ),
+            float(
+                "b as f16",
+                &[n],
+                rounded::<fuse_runtime::f16>(&f64s(&b)),
+                Tol::EXACT,
+            ),
+        ];
+        assert_outputs(&format!("halfs, n = {n}"), &got, &want);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -645,6 +645,45 @@ int_tests!(i32s, i32, signed);
 int_tests!(u32s, u32);
 int_tests!(i64s, i64, signed);
 int_tests!(u64s, u64);
+int_tests!(i8s, i8, signed);
+int_tests!(u8s, u8);
+int_tests!(i16s, i16, signed);
+int_tests!(u16s, u16);
+
+/// Floats around and past the bounds of the narrow integer types, with halves and specials
+/// (NaN included: it must become 0 on both devices).
+fn narrow_castable<T: Float>(rng: &mut Rng, n: usize) -> Vec<T> {
+    let mut v = rng.floats_special::<T>(n, -70000.0, 70000.0);
+    for (i, x) in v.iter_mut().enumerate() {
+        *x = T::from_f64(match i % 4 {
+            0 => rng.uniform(-300.0, 300.0),
+            1 => (rng.below(1200) as f64 - 600.0) / 2.0,
+            _ => (*x).into(),
+        });
+    }
+    v
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn narrow_casts() {
+    let gen = (narrow_castable::<f32>, narrow_castable::<f64>);
+    each2(
+        "float_to_narrow",
+        &SIZES_AND_LARGE,
+        gen,
+        &[],
+        kernels::float_to_narrow,
+    );
+    let gen = (ints::<i64>, ints::<u32>);
+    each2(
+        "int_to_narrow",
+        &SIZES_AND_LARGE,
+        gen,
+        &[],
+        kernels::int_to_narrow,
+    );
+}
 
 // ---------------------------------------------------------------------------------------------
 // `bool`, scalars, broadcasting and fixed dims.
@@ -1502,4 +1541,209 @@ fn logsumexp_over_every_element() {
         let tols = [Tol::EXACT, Tol::EXACT];
         assert_gpu_matches_cpu(&gpu, &format!("logsumexp_all of {:?}", &x[..3]), run, &tols);
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 16-bit floats, once per type: both devices compute in f32 and round where they store, so a
+// single operation agrees bit for bit; an f32 difference (a contracted FMA, CUDA's and Rust's
+// math functions, the order of a sum) moves a result by at most an ulp of the 16-bit type.
+
+/// An ulp of `T`, with room for f32's own differences (`math_tol` of f32) and a floor of 1e-6
+/// where f32 cancels.
+fn half_math_tol<T: Float>() -> Tol {
+    Tol::close(<T as Float>::EPSILON + 1e-5, 1e-6)
+}
+
+/// The tolerance of sums of `x` over `axis`: an ulp of the result, and f32's accumulation on
+/// the GPU (`1e-5 * sum(|x|)`).
+fn half_sum_tols<T: Float>(x: &[T], shape: &[usize], axis: usize, scale: f64) -> Tol {
+    let x = f64s(x);
+    let sum = fold_axis(&x, shape, axis, 0.0, |a, v| a + v);
+    let abs = fold_axis(&x, shape, axis, 0.0, |a, v| a + v.abs());
+    let bound =
+        |(s, a): (&f64, &f64)| (<T as Float>::EPSILON * s.abs() + 1e-5 * a) * scale + T::TINY;
+    Tol::Bounds(sum.iter().zip(&abs).map(bound).collect())
+}
+
+fn half_reduce_all<T: Float, R: Outputs>(kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>) {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for n in SIZES_AND_LARGE {
+        let x = rng.floats::<T>(n, -10.0, 10.0);
+        let sum = half_sum_tols(&x, &[n], 0, 1.0);
+        let mean = half_sum_tols(&x, &[n], 0, 1.0 / n.max(1) as f64);
+        let abs = fold_axis(&f64s(&x), &[n], 0, 0.0, |a, v| a + v.abs());
+        let tols = [sum, Tol::EXACT, Tol::EXACT, mean, sum_tol::<f32>(&abs)];
+        let run = |dev: &Device| kernel(dev, &put(dev, &x, &[n]));
+        let what = format!("{} reduce_all, n = {n}", T::NAME);
+        assert_gpu_matches_cpu(&gpu, &what, run, &tols);
+    }
+}
+
+fn half_reduce_2d<T: Float, R: Outputs, C: Outputs>(
+    rows_kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>,
+    cols_kernel: impl Fn(&Device, &Buffer<T>) -> Result<C, Error>,
+) {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let large = [(4099, 1031), (3, 100_003), (100_003, 3), (64, 4096)];
+    for (rows, cols) in SHAPES_2D.into_iter().chain(large) {
+        let s = [rows, cols];
+        let x = rng.floats::<T>(rows * cols, -10.0, 10.0);
+        let mean = half_sum_tols(&x, &s, 1, 1.0 / cols.max(1) as f64);
+        let tols = [
+            half_sum_tols(&x, &s, 1, 1.0),
+            Tol::EXACT,
+            mean,
+            half_math_tol::<T>(),
+        ];
+        let run = |dev: &Device| rows_kernel(dev, &put(dev, &x, &s));
+        let what = format!("{} reduce over cols, {rows} x {cols}", T::NAME);
+        assert_gpu_matches_cpu(&gpu, &what, run, &tols);
+        let tols = [half_sum_tols(&x, &s, 0, 1.0), Tol::EXACT];
+        let run = |dev: &Device| cols_kernel(dev, &put(dev, &x, &s));
+        let what = format!("{} reduce over rows, {rows} x {cols}", T::NAME);
+        assert_gpu_matches_cpu(&gpu, &what, run, &tols);
+    }
+}
+
+fn half_rows<T: Float, S: Outputs, L: Outputs>(
+    softmax: impl Fn(&Device, &Buffer<T>) -> Result<S, Error>,
+    layernorm: impl Fn(&Device, &Buffer<T>, &Buffer<T>, T) -> Result<L, Error>,
+) {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    // Rows of a multiple of 4 up to 4096 are cached in registers, the others streamed.
+    let extra = [(3, 64), (2, 1000), (64, 4096), (5, 4100), (4099, 1031)];
+    for (rows, cols) in SHAPES_2D.into_iter().chain(extra) {
+        let s = [rows, cols];
+        let (x, g) = (
+            rng.floats::<T>(rows * cols, -4.0, 4.0),
+            rng.floats::<T>(cols, 0.5, 2.0),
+        );
+        let eps = T::from_f64(1e-3);
+        let what = format!("{} softmax, {rows} x {cols}", T::NAME);
+        let run = |dev: &Device| softmax(dev, &put(dev, &x, &s));
+        let tol = Tol::close(<T as Float>::EPSILON + 1e-5, 2.0 * T::TINY);
+        assert_gpu_matches_cpu(&gpu, &what, run, &[tol]);
+        let what = format!("{} layernorm, {rows} x {cols}", T::NAME);
+        let run = |dev: &Device| layernorm(dev, &put(dev, &x, &s), &put(dev, &g, &[cols]), eps);
+        let tols = [
+            Tol::close(<T as Float>::EPSILON, 1e-5),
+            Tol::close(1e-5, 0.0),
+        ];
+        assert_gpu_matches_cpu(&gpu, &what, run, &tols);
+    }
+}
+
+macro_rules! half_tests {
+    ($module:ident, $t:ident) => {
+        mod $module {
+            use super::*;
+            use fuse_runtime::$t;
+            use kernels::$module;
+
+            /// One operation in f32, rounded once: bit for bit.
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn arith() {
+                let gen = (special::<$t>, special::<$t>);
+                each2(
+                    "arith",
+                    &SIZES_AND_LARGE,
+                    gen,
+                    &[Tol::EXACT],
+                    $module::arith,
+                );
+            }
+
+            /// `x * s + b` may be contracted into one FMA on the GPU: an ulp apart at most.
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn chain() {
+                let s = <$t as Float>::from_f64(Rng::new().uniform(0.5, 4.0));
+                let ulp = Tol::close(<$t as Float>::EPSILON, <$t as Float>::TINY);
+                let tols = [ulp.clone(), ulp, Tol::EXACT];
+                let gen = |r: &mut Rng, n| r.floats::<$t>(n, -8.0, 8.0);
+                each2("chain", &SIZES_AND_LARGE, (gen, gen), &tols, |d, x, b| {
+                    $module::chain(d, x, b, s)
+                });
+            }
+
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn compare() {
+                let gen = |r: &mut Rng, n| r.floats_special::<$t>(n, -4.0, 4.0);
+                each2("compare", &SIZES, (gen, gen), &[], $module::compare);
+            }
+
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn math() {
+                let gen = (
+                    |r: &mut Rng, n| r.floats::<$t>(n, -6.0, 6.0),
+                    |r: &mut Rng, n| r.floats::<$t>(n, 0.01, 100.0),
+                );
+                each2("math", &SIZES, gen, &[half_math_tol::<$t>()], $module::math);
+            }
+
+            /// Conversions are exact or one rounding to nearest even on both devices.
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn casts() {
+                let gen = (
+                    |r: &mut Rng, n| r.floats_special::<$t>(n, -300.0, 300.0),
+                    |r: &mut Rng, n| r.floats_special::<f32>(n, -70000.0, 70000.0),
+                    ints::<i32>,
+                );
+                each3(
+                    "casts",
+                    &SIZES_AND_LARGE,
+                    gen,
+                    &[Tol::EXACT],
+                    $module::casts,
+                );
+            }
+
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn reduce_all() {
+                half_reduce_all($module::reduce_all);
+            }
+
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn reduce_2d() {
+                half_reduce_2d($module::reduce_rows, $module::reduce_cols);
+            }
+
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn rows() {
+                half_rows($module::softmax, $module::layernorm);
+            }
+        }
+    };
+}
+
+half_tests!(f16s, f16);
+half_tests!(bf16s, bf16);
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn halfs_convert_through_f32() {
+    let gen = (
+        |r: &mut Rng, n| r.floats_special::<fuse_runtime::f16>(n, -1000.0, 1000.0),
+        |r: &mut Rng, n| r.floats_special::<fuse_runtime::bf16>(n, -1000.0, 1000.0),
+    );
+    each2(
+        "halfs",
+        &SIZES_AND_LARGE,
+        gen,
+        &[Tol::EXACT],
+        kernels::halfs,
+    );
 }

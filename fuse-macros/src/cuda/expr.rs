@@ -18,21 +18,23 @@ impl Cuda<'_> {
                 let param = &k.params[*p];
                 let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
                 let name = crate::expand::plain_name(&param.name);
-                let at = match (scope, &k.launch) {
-                    (Scope::Lane, _) => return format!("l_{name}.v[l]"),
+                let raw = match (scope, &k.launch) {
+                    (Scope::Lane, _) => format!("l_{name}.v[l]"),
                     (Scope::Element, _) if self.row_vectors_now.contains(p) => {
-                        return format!("lv_{name}.v[j]")
+                        format!("lv_{name}.v[j]")
                     }
-                    (Scope::Element, _) if self.cached.contains(p) => {
-                        return format!("rc_{name}[q].v[j]")
-                    }
-                    (Scope::Element, _) => format!("o{s}"),
-                    (Scope::Row, Launch::Rows { .. }) => format!("b{s}"),
-                    (Scope::Row, _) => "0".into(),
+                    (Scope::Element, _) if self.cached.contains(p) => format!("rc_{name}[q].v[j]"),
+                    (Scope::Element, _) => format!("p_{name}[o{s}]"),
+                    (Scope::Row, Launch::Rows { .. }) => format!("p_{name}[b{s}]"),
+                    (Scope::Row, _) => format!("p_{name}[0]"),
                 };
-                format!("p_{name}[{at}]")
+                self.loaded(param.elem, raw)
             }
-            Op::Scalar(p) => format!("p_{}", crate::expand::plain_name(&k.params[*p].name)),
+            Op::Scalar(p) => {
+                let param = &k.params[*p];
+                let raw = format!("p_{}", crate::expand::plain_name(&param.name));
+                self.loaded(param.elem, raw)
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
                 _ => format!("((unsigned int){})", self.layout.coord(*d)),
@@ -41,12 +43,22 @@ impl Cuda<'_> {
             Op::Float(digits) => float_literal(digits, e),
             Op::Bool(b) => b.to_string(),
             Op::Unary(op, a) => self.unary(*op, e, &v(a)),
-            Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem(), &v(a), &v(b)),
-            Op::Cast(a) => cast(k.nodes[*a].elem(), e, &v(a)),
+            Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
+            Op::Cast(a) => {
+                let converted = cast(k.nodes[*a].elem(), e, &v(a));
+                match e.is_half() {
+                    // Rounded to the 16-bit type, and held in f32 again.
+                    true => {
+                        let bits = self.stored(e, &converted);
+                        self.loaded(e, bits)
+                    }
+                    false => converted,
+                }
+            }
             Op::Select(c, a, b) => format!("({} ? {} : {})", v(c), v(a), v(b)),
             Op::Call(f, args) => {
                 let args: Vec<String> = args.iter().map(v).collect();
-                let arg_elem = k.nodes[node.op.operands()[0]].elem();
+                let arg_elem = k.nodes[node.op.operands()[0]].elem().compute();
                 self.call(*f, arg_elem, &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
@@ -106,7 +118,7 @@ impl Cuda<'_> {
         use BinOp::*;
         let (t, u) = (e.c_name(), e.c_unsigned());
         match op {
-            Add | Sub | Mul if e.is_signed_int() => {
+            Add | Sub | Mul if e.wraps_via_unsigned() => {
                 format!("(({t})(({u}){a} {} ({u}){b}))", op.symbol())
             }
             Add | Sub | Mul if e.is_int() => format!("(({t})({a} {} {b}))", op.symbol()),
@@ -188,13 +200,22 @@ impl Cuda<'_> {
             IsSignNegative => format!("(signbit({x}) != 0)"),
             IsSignPositive => format!("(signbit({x}) == 0)"),
             Relu => format!("({x} < 0 ? ({})0 : {x})", e.c_name()),
-            CountOnes if e.bits() == 32 => format!("((unsigned int)__popc((unsigned int){x}))"),
+            CountOnes if e.bits() <= 32 => {
+                format!("((unsigned int)__popc((unsigned int)({}){x}))", e.c_bits())
+            }
             CountOnes => format!("((unsigned int)__popcll((unsigned long long){x}))"),
             LeadingZeros if e.bits() == 32 => format!("((unsigned int)__clz((int){x}))"),
+            // Narrower types: the zeros of their bits zero-extended to 32, less the extension.
+            LeadingZeros if e.bits() < 32 => format!(
+                "((unsigned int)__clz((int)({}){x}) - {}u)",
+                e.c_bits(),
+                32 - e.bits()
+            ),
             LeadingZeros => format!("((unsigned int)__clzll((long long){x}))"),
-            TrailingZeros if e.bits() == 32 => {
-                format!("({x} == 0 ? 32u : (unsigned int)(__ffs((int){x}) - 1))")
-            }
+            TrailingZeros if e.bits() <= 32 => format!(
+                "({x} == 0 ? {}u : (unsigned int)(__ffs((int){x}) - 1))",
+                e.bits()
+            ),
             TrailingZeros => {
                 format!("({x} == 0 ? 64u : (unsigned int)(__ffsll((long long){x}) - 1))")
             }

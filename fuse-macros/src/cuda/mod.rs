@@ -6,7 +6,7 @@ use crate::plan::{Layout, Pass, Plan, Syntax};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
 use std::fmt::Write;
-use text::{combine, helper, identity, suffixed};
+use text::{combine, half_helpers, helper, identity, suffixed};
 
 mod expr;
 mod rows;
@@ -29,8 +29,28 @@ const SYNTAX: Syntax = Syntax {
 /// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded.
 const MIN_BLOCKS: u32 = 2;
 
-/// Elements per vector load in elementwise loops.
+/// Elements per vector load in elementwise loops, as [`lanes`] picks them: 16 bytes of 4-byte
+/// types (8-byte types load two 16-byte vectors).
 const LANES: u32 = 4;
+
+/// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
+/// every tensor is of integers or `bool` of at most 2 bytes, so that each load is 16 bytes of
+/// 2-byte types (8 of 1-byte types; 16 lanes of code would cost more registers than the wider
+/// load saves). The 16-bit floats keep 4 lanes (8-byte loads): their lanes compute in f32, and
+/// at 8 lanes ptxas spilled around the slow paths of f32 division and `fmodf` (`f16s::arith`).
+fn lanes(k: &Kernel) -> u32 {
+    if tensor_elems(k).all(|e| e.bits() <= 16 && !e.is_half()) {
+        2 * LANES
+    } else {
+        LANES
+    }
+}
+
+/// The element types of every tensor a kernel reads or writes.
+fn tensor_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    let outputs = k.outputs.iter().map(|o| o.elem);
+    k.tensor_params().map(|(_, p, _)| p.elem).chain(outputs)
+}
 
 /// Elements of a row each thread keeps in registers, when the row fits.
 const CACHE: u32 = 16;
@@ -48,6 +68,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         helpers: BTreeSet::new(),
         cached: vec![],
         row_vectors_now: vec![],
+        lanes: lanes(k),
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -190,6 +211,8 @@ struct Cuda<'a> {
     row_vectors_now: Vec<usize>,
     /// Tensor parameters whose current element is in registers (`rc_<name>[q].v[j]`).
     cached: Vec<usize>,
+    /// Elements per vector load in elementwise loops.
+    lanes: u32,
 }
 
 impl Cuda<'_> {
@@ -216,23 +239,44 @@ impl Cuda<'_> {
         self.line("}");
     }
 
+    /// `raw`, an element of type `e` as memory holds it, as a value: a 16-bit float's bits
+    /// converted to f32.
+    fn loaded(&mut self, e: Elem, raw: String) -> String {
+        if !e.is_half() {
+            return raw;
+        }
+        self.helpers
+            .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
+        format!("{}({raw})", half_helpers(e).0)
+    }
+
+    /// The value `v` of type `e` as memory holds it: a 16-bit float rounded to its bits.
+    fn stored(&mut self, e: Elem, v: &str) -> String {
+        if !e.is_half() {
+            return v.to_string();
+        }
+        self.helpers
+            .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
+        format!("{}({v})", half_helpers(e).1)
+    }
+
     fn params(&self) -> String {
         let k = self.k;
         let mut ps = vec![];
         for (_, p, _) in k.tensor_params() {
             ps.push(format!(
                 "const {}* __restrict__ p_{}",
-                p.elem.c_name(),
+                p.elem.c_storage(),
                 crate::expand::plain_name(&p.name)
             ));
         }
         for (j, o) in k.outputs.iter().enumerate() {
-            ps.push(format!("{}* __restrict__ out{j}", o.elem.c_name()));
+            ps.push(format!("{}* __restrict__ out{j}", o.elem.c_storage()));
         }
         for p in k.params.iter().filter(|p| p.shape.is_none()) {
             ps.push(format!(
                 "const {} p_{}",
-                p.elem.c_name(),
+                p.elem.c_storage(),
                 crate::expand::plain_name(&p.name)
             ));
         }
@@ -301,30 +345,41 @@ impl Cuda<'_> {
             .collect();
         let broadcast = used.iter().any(|&s| shapes[s] != domain);
         let mut first = start.to_string();
+        let mut tail_rolled = false;
         match runs {
             Some(runs) if !used.is_empty() && !positions => {
                 // Broadcast tensors line up with the vectors when their runs are whole vectors.
                 let aligned: Vec<String> = runs
                     .iter()
                     .filter_map(|(_, r)| r.repeat(domain))
-                    .map(|dims| format!("({}) % {LANES} == 0", self.layout.product(dims)))
+                    .map(|dims| format!("({}) % {} == 0", self.layout.product(dims), self.lanes))
                     .collect();
                 self.line("long long i0 = 0;");
                 if !aligned.is_empty() {
                     self.open(format!("if ({})", aligned.join(" && ")));
                 }
                 self.vector_loop(pass, start, step, domain, &runs);
-                self.line(format!("i0 = nv * {LANES};"));
+                self.line(format!("i0 = nv * {};", self.lanes));
                 if !aligned.is_empty() {
                     self.close();
                 }
                 first = format!("i0 + {start}");
+                // The tail runs at most once a thread. Unrolled, ptxas (sm_80) spilled around it
+                // in a kernel reading `u16` (`u16s::casts` of the tests); elsewhere it is left to
+                // ptxas, since rolled it spilled in kernels of 8-byte inputs (`i64s::compare`).
+                tail_rolled = self
+                    .k
+                    .tensor_params()
+                    .any(|(_, p, _)| p.elem.is_int() && p.elem.bits() < 32);
             }
             _ => {}
         }
         let coordinates = positions || broadcast;
         if coordinates {
             self.divisors(domain);
+        }
+        if tail_rolled {
+            self.line("#pragma unroll 1");
         }
         self.open(format!("for (long long i = {first}; i < n; i += {step})"));
         if coordinates {
@@ -347,7 +402,7 @@ impl Cuda<'_> {
     }
 
     /// The main part of an elementwise loop whose tensors all have the domain's shape: each step
-    /// loads and stores `LANES` consecutive elements of every tensor as one aligned vector (16 bytes
+    /// loads and stores `lanes` consecutive elements of every tensor as one aligned vector (16 bytes
     /// for 4-byte types), then computes the lanes in order. Buffers come from `cudaMalloc`, and a
     /// reshape never offsets them, so every tensor is aligned; the caller's loop does the tail.
     fn vector_loop(
@@ -359,12 +414,13 @@ impl Cuda<'_> {
         runs: &[(usize, Run)],
     ) {
         self.helpers.insert("fz_vec");
-        self.line(format!("const long long nv = n / {LANES};"));
+        let lanes = self.lanes;
+        self.line(format!("const long long nv = n / {lanes};"));
         for (s, run) in runs {
             if let Some(dims) = run.repeat(domain) {
                 self.helpers.insert("fz_quot");
                 let size = self.layout.product(dims);
-                self.line(format!("const fz_divisor vr{s} = fz_divisor_of((unsigned long long)({size}) / {LANES});"));
+                self.line(format!("const fz_divisor vr{s} = fz_divisor_of((unsigned long long)({size}) / {lanes});"));
             }
         }
         self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
@@ -394,32 +450,32 @@ impl Cuda<'_> {
             .collect();
         for &p in &loaded {
             let (t, name) = (
-                k.params[p].elem.c_name(),
+                k.params[p].elem.c_storage(),
                 crate::expand::plain_name(&k.params[p].name),
             );
             let shape = k.params[p].shape.as_ref().expect("a tensor");
             let s = self.shape_index(shape);
             let run = runs.iter().find(|(r, _)| *r == s).map(|(_, run)| *run);
             match run.expect("every loaded shape has a run") {
-                Run::Whole => self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[j];")),
-                Run::Suffix(_) => self.line(format!("const fz_vec<{t}, {LANES}> l_{name} = reinterpret_cast<const fz_vec<{t}, {LANES}>*>(p_{name})[jv{s}];")),
+                Run::Whole => self.line(format!("const fz_vec<{t}, {lanes}> l_{name} = reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[j];")),
+                Run::Suffix(_) => self.line(format!("const fz_vec<{t}, {lanes}> l_{name} = reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[jv{s}];")),
                 Run::Prefix(_) => {
-                    self.line(format!("fz_vec<{t}, {LANES}> l_{name};"));
-                    let lanes: Vec<String> = (0..LANES).map(|l| format!("l_{name}.v[{l}]")).collect();
-                    self.line(format!("{} = p_{name}[jv{s}];", lanes.join(" = ")));
+                    self.line(format!("fz_vec<{t}, {lanes}> l_{name};"));
+                    let all: Vec<String> = (0..lanes).map(|l| format!("l_{name}.v[{l}]")).collect();
+                    self.line(format!("{} = p_{name}[jv{s}];", all.join(" = ")));
                 }
             }
         }
         for &o in &pass.writes {
             self.line(format!(
-                "fz_vec<{}, {LANES}> s{o};",
-                k.outputs[o].elem.c_name()
+                "fz_vec<{}, {lanes}> s{o};",
+                k.outputs[o].elem.c_storage()
             ));
         }
         // One Philox block gives the four words of four neighbouring positions.
         for &id in &pass.elems {
             if let Op::Random(_, seed, site) = k.nodes[id].op {
-                let blocks = LANES / 4;
+                let blocks = self.lanes / 4;
                 self.line(format!("fz_u4 rq{id}[{blocks}];"));
                 for b in 0..blocks {
                     self.line(format!("rq{id}[{b}] = fz_philox(v{seed}, (unsigned long long)j * {blocks} + {b}, {site}u);"));
@@ -427,20 +483,22 @@ impl Cuda<'_> {
             }
         }
         // The lanes written out rather than `#pragma unroll`ed: the loop form made ptxas spill.
-        for lane in 0..LANES {
+        for lane in 0..lanes {
             self.open("");
             self.line(format!("const int l = {lane};"));
             self.values(&pass.elems, Scope::Lane);
             self.accumulate(&pass.reduces);
             for &o in &pass.writes {
-                self.line(format!("s{o}.v[l] = v{};", k.outputs[o].node));
+                let out = &k.outputs[o];
+                let v = self.stored(out.elem, &format!("v{}", out.node));
+                self.line(format!("s{o}.v[l] = {v};"));
             }
             self.close();
         }
         for &o in &pass.writes {
-            let t = k.outputs[o].elem.c_name();
+            let t = k.outputs[o].elem.c_storage();
             self.line(format!(
-                "reinterpret_cast<fz_vec<{t}, {LANES}>*>(out{o})[j] = s{o};"
+                "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = s{o};"
             ));
         }
         self.close();
@@ -533,9 +591,10 @@ impl Cuda<'_> {
             .collect()
     }
 
+    /// A reduction's operation and the type it accumulates in (f32 for the 16-bit floats).
     fn reduction(&self, id: NodeId) -> (Reduce, Elem) {
         match self.k.nodes[id].op {
-            Op::Reduce(op, _, _) => (op, self.k.nodes[id].elem()),
+            Op::Reduce(op, _, _) => (op, self.k.nodes[id].elem().compute()),
             _ => unreachable!("the plan lists reductions"),
         }
     }
@@ -724,7 +783,8 @@ impl Cuda<'_> {
                     "0".into()
                 }
             };
-            self.line(format!("out{o}[{at}] = v{};", out.node));
+            let v = self.stored(out.elem, &format!("v{}", out.node));
+            self.line(format!("out{o}[{at}] = {v};"));
         }
     }
 
@@ -775,6 +835,10 @@ mod tests {
                         (d * rstd * gamma + beta, rstd)
                     }
                 },
+            ),
+            (
+                "softmax_f16",
+                quote! { pub fn softmax_f16(x: [f16; rows, cols]) -> [f16; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) } },
             ),
             (
                 "bias_grad",
@@ -833,6 +897,27 @@ mod tests {
         assert!(
             !text.contains("fz_sigmoid"),
             "only the helpers used are emitted"
+        );
+    }
+
+    #[test]
+    fn narrow_integers_wrap_at_their_width_and_load_eight_lanes() {
+        let text = source(
+            quote! { fn f(a: [u16; n], b: [u16; n]) -> ([u16; n], [u16; n]) { (a * b, a << 9) } },
+        );
+        assert!(
+            text.contains("((unsigned short)((unsigned int)v0 * (unsigned int)v1))"),
+            "C would multiply in `int`, which can overflow: {text}"
+        );
+        assert!(text.contains("((unsigned int)v3 & 15u)"), "{text}");
+        assert!(
+            text.contains("fz_vec<unsigned short, 8> l_a") && text.contains("n / 8"),
+            "{text}"
+        );
+        let text = source(quote! { fn f(a: [i8; n]) -> [f32; n] { a as f32 } });
+        assert!(
+            text.contains("fz_vec<signed char, 4> l_a"),
+            "a 4-byte output keeps four lanes: {text}"
         );
     }
 

@@ -61,7 +61,7 @@ impl Cuda<'_> {
             self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
             for &p in &cached {
                 let (t, name) = (
-                    self.k.params[p].elem.c_name(),
+                    self.k.params[p].elem.c_storage(),
                     crate::expand::plain_name(&self.k.params[p].name),
                 );
                 let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
@@ -125,14 +125,17 @@ impl Cuda<'_> {
                 for &o in &pass.writes {
                     self.line(format!(
                         "fz_vec<{}, 4> s{o};",
-                        self.k.outputs[o].elem.c_name()
+                        self.k.outputs[o].elem.c_storage()
                     ));
                 }
                 // Other tensors contiguous along the row (gamma, beta) load four at a time too.
                 let vectors = self.row_vectors(pass, axis, cached);
                 for &p in &vectors {
                     let param = &self.k.params[p];
-                    let (t, name) = (param.elem.c_name(), crate::expand::plain_name(&param.name));
+                    let (t, name) = (
+                        param.elem.c_storage(),
+                        crate::expand::plain_name(&param.name),
+                    );
                     let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
                     self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
                 }
@@ -150,7 +153,7 @@ impl Cuda<'_> {
                 }
                 for &o in &pass.writes {
                     let out = &self.k.outputs[o];
-                    let (t, s) = (out.elem.c_name(), self.shape_index(&out.shape));
+                    let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
                     self.line(format!(
                         "reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s})[c] = s{o};"
                     ));
@@ -206,7 +209,9 @@ impl Cuda<'_> {
             self.writes(&pass.writes, Scope::Element);
         } else {
             for &o in &pass.writes {
-                self.line(format!("s{o}.v[j] = v{};", self.k.outputs[o].node));
+                let out = &self.k.outputs[o];
+                let v = self.stored(out.elem, &format!("v{}", out.node));
+                self.line(format!("s{o}.v[j] = {v};"));
             }
         }
     }

@@ -52,6 +52,7 @@ pub(super) fn int_literal(value: i128, e: Elem) -> String {
     match e {
         Elem::F32 => format!("{value}.0f"),
         Elem::F64 => format!("{value}.0"),
+        Elem::F16 | Elem::BF16 => float_literal(&value.to_string(), e),
         Elem::I32 if value == i32::MIN as i128 => "(-2147483647 - 1)".into(),
         Elem::I64 if value == i64::MIN as i128 => "(-9223372036854775807ll - 1)".into(),
         Elem::I32 if value < 0 => format!("({value})"),
@@ -59,13 +60,16 @@ pub(super) fn int_literal(value: i128, e: Elem) -> String {
         Elem::I64 => format!("({value}ll)"),
         Elem::U32 => format!("{value}u"),
         Elem::U64 => format!("{value}ull"),
+        // Narrower than `int`: every value is an `int` literal, converted.
+        Elem::I8 | Elem::U8 | Elem::I16 | Elem::U16 => format!("(({})({value}))", e.c_name()),
         Elem::Bool => unreachable!("integer literals are never bool"),
     }
 }
 
+/// A float literal of type `e`; a 16-bit float's is the f32 of its rounded value.
 pub(super) fn float_literal(digits: &str, e: Elem) -> String {
-    let text = if e == Elem::F32 {
-        let v: f32 = digits.parse().unwrap_or(f32::NAN);
+    let text = if e.compute() == Elem::F32 {
+        let v = e.round(digits.parse().unwrap_or(f32::NAN));
         if v.is_infinite() {
             "__int_as_float(0x7f800000)".to_string()
         } else {
@@ -82,23 +86,50 @@ pub(super) fn float_literal(digits: &str, e: Elem) -> String {
     text
 }
 
+/// The conversion of `a` from `from` to `to`; 16-bit floats are converted as the f32 values
+/// they are held in (rounding to them is [`round_half`]'s).
 pub(super) fn cast(from: Elem, to: Elem, a: &str) -> String {
+    let (from, to) = (from.compute(), to.compute());
     if from == to {
         return a.to_string();
     }
     if from.is_float() && to.is_int() {
         let src = if from == Elem::F32 { "float" } else { "double" };
+        // Round toward zero and saturate, NaN to 0: Rust's `as`. Some conversions give NaN the
+        // bits of the lowest value (0x80000000...), so NaN is tested first.
+        let nan = format!("isnan({a}) ? ({})0", to.c_name());
         let dst = match to {
             Elem::I32 => "int",
             Elem::U32 => "uint",
             Elem::I64 => "ll",
-            _ => "ull",
+            Elem::U64 => "ull",
+            // Types narrower than `int`: clamp to their bounds, then convert (exactly).
+            _ => {
+                let (lo, hi) = to.int_bounds();
+                let (fmax, fmin) = (suffixed("fmax", from), suffixed("fmin", from));
+                let (lo, hi) = (
+                    float_literal(&lo.to_string(), from),
+                    float_literal(&hi.to_string(), from),
+                );
+                return format!(
+                    "({nan} : ({})__{src}2int_rz({fmin}({fmax}({a}, {lo}), {hi})))",
+                    to.c_name()
+                );
+            }
         };
-        // Round toward zero and saturate, NaN to 0: Rust's `as`. Some conversions give NaN the
-        // bits of the lowest value (0x80000000...), so NaN is tested first.
-        return format!("(isnan({a}) ? ({})0 : __{src}2{dst}_rz({a}))", to.c_name());
+        return format!("({nan} : __{src}2{dst}_rz({a}))");
     }
     format!("(({}){a})", to.c_name())
+}
+
+/// The helper that converts the bits of a 16-bit float `e` to f32, and the one that rounds an
+/// f32 to those bits.
+pub(super) fn half_helpers(e: Elem) -> (&'static str, &'static str) {
+    match e {
+        Elem::F16 => ("fz_f16_to_f32", "fz_f32_to_f16"),
+        Elem::BF16 => ("fz_bf16_to_f32", "fz_f32_to_bf16"),
+        _ => unreachable!("only f16 and bf16 are stored as bits"),
+    }
 }
 
 pub(super) fn identity(op: Reduce, e: Elem) -> String {
@@ -116,19 +147,23 @@ pub(super) fn identity(op: Reduce, e: Elem) -> String {
         (Reduce::Min, _) if e.is_float() => inf.to_string(),
         (Reduce::Max, Elem::I32) => "(-2147483647 - 1)".into(),
         (Reduce::Max, Elem::I64) => "(-9223372036854775807ll - 1)".into(),
-        (Reduce::Max, _) => "0u".into(),
+        (Reduce::Max, Elem::U32 | Elem::U64) => "0u".into(),
         (Reduce::Min, Elem::I32) => "2147483647".into(),
         (Reduce::Min, Elem::I64) => "9223372036854775807ll".into(),
         (Reduce::Min, Elem::U32) => "4294967295u".into(),
-        (Reduce::Min, _) => "18446744073709551615ull".into(),
+        (Reduce::Min, Elem::U64) => "18446744073709551615ull".into(),
+        (Reduce::Max, _) => int_literal(e.int_bounds().0, e),
+        (Reduce::Min, _) => int_literal(e.int_bounds().1, e),
     }
 }
 
 pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
     let (t, u) = (e.c_name(), e.c_unsigned());
     match op {
-        Reduce::Sum | Reduce::Mean if e.is_signed_int() => format!("({t})(({u}){a} + ({u}){b})"),
-        Reduce::Prod if e.is_signed_int() => format!("({t})(({u}){a} * ({u}){b})"),
+        Reduce::Sum | Reduce::Mean if e.wraps_via_unsigned() => {
+            format!("({t})(({u}){a} + ({u}){b})")
+        }
+        Reduce::Prod if e.wraps_via_unsigned() => format!("({t})(({u}){a} * ({u}){b})"),
         Reduce::Sum | Reduce::Mean => format!("{a} + {b}"),
         Reduce::Prod => format!("{a} * {b}"),
         Reduce::Max if e.is_float() => format!("{}({a}, {b})", suffixed("fmax", e)),
@@ -164,6 +199,21 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    const int e = ilogb(m);\n",
             "    const double x = ldexp(a, -e), y = ldexp(b, -e);\n",
             "    return ldexp(sqrt(x * x + y * y), e);\n",
+            "}\n",
+        ),
+        // f16 conversions in PTX, which every architecture has (cuda_fp16.h is not needed).
+        "fz_f16" => concat!(
+            "static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : \"h\"(h)); return f; }\n",
+            "static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : \"=h\"(h) : \"f\"(f)); return h; }\n",
+        ),
+        // bf16 is the high half of an f32; rounding to nearest even on the bits, as the `half`
+        // crate does, works on every architecture (PTX's cvt.rn.bf16.f32 needs sm_80).
+        "fz_bf16" => concat!(
+            "static __device__ __forceinline__ float fz_bf16_to_f32(unsigned short h) { return __uint_as_float((unsigned int)h << 16); }\n",
+            "static __device__ __forceinline__ unsigned short fz_f32_to_bf16(float f) {\n",
+            "    const unsigned int u = __float_as_uint(f);\n",
+            "    if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);\n",
+            "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n",
             "}\n",
         ),
         "fz_div" => concat!(

@@ -249,6 +249,107 @@ int_kernels!(i32s, i32, signed);
 int_kernels!(u32s, u32);
 int_kernels!(i64s, i64, signed);
 int_kernels!(u64s, u64);
+int_kernels!(i8s, i8, signed);
+int_kernels!(u8s, u8);
+int_kernels!(i16s, i16, signed);
+int_kernels!(u16s, u16);
+
+/// The 16-bit float kernels of element type `$t` (`f16` or `bf16`), which compute in f32 and
+/// round where they store: arithmetic, a chain rounded once, comparisons, math functions, casts,
+/// and reductions over every element, each dim, and rows cached in registers.
+macro_rules! half_kernels {
+    ($module:ident, $t:ident) => {
+        #[doc = concat!("Kernels over `", stringify!($t), "`.")]
+        pub mod $module {
+            use super::fuse;
+
+            fuse! {
+                pub fn arith(a: [$t; n], b: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (a + b, a - b, a * b, a / b, a % b, -a)
+                }
+
+                /// In f32, rounded once at the store; `as` rounds where it is written.
+                pub fn chain(x: [$t; n], b: [$t; n], s: $t) -> ([$t; n], [$t; n], [$t; n]) {
+                    (x * s + b, (x * 3.0 - b) * 0.5, ((x * x) as $t) * 3)
+                }
+
+                pub fn compare(a: [$t; n], b: [$t; n])
+                    -> ([bool; n], [bool; n], [bool; n], [bool; n], [bool; n], [bool; n])
+                {
+                    (a == b, a != b, a < b, a <= b, a > b, a >= b)
+                }
+
+                pub fn math(x: [$t; n], p: [$t; n])
+                    -> ([$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (x.exp(), p.ln(), sqrt(p), x.tanh(), sigmoid(x), gelu(x), x.sin(), x.powi(3))
+                }
+
+                pub fn casts(x: [$t; n], f: [f32; n], i: [i32; n])
+                    -> ([f32; n], [f64; n], [i32; n], [u8; n], [$t; n], [$t; n], [$t; n])
+                {
+                    (x as f32, x as f64, x as i32, x as u8, f as $t, i as $t, (f as f64) as $t)
+                }
+
+                pub fn reduce_all(x: [$t; n]) -> ($t, $t, $t, $t, f32) {
+                    (sum(x), max(x), min(x), mean(x), sum(x as f32))
+                }
+
+                pub fn reduce_rows(x: [$t; rows, cols])
+                    -> ([$t; rows], [$t; rows], [$t; rows], [$t; rows])
+                {
+                    (sum(x, cols), max(x, cols), mean(x, cols), logsumexp(x, cols))
+                }
+
+                pub fn reduce_cols(x: [$t; rows, cols]) -> ([$t; cols], [$t; cols], [u32; cols]) {
+                    (sum(x, rows), min(x, rows), argmax(x, rows))
+                }
+
+                /// Rows cached in registers: three passes, one read of each row.
+                pub fn softmax(x: [$t; rows, cols]) -> [$t; rows, cols] {
+                    let e = (x - max(x, cols)).exp();
+                    e / sum(e, cols)
+                }
+
+                pub fn layernorm(x: [$t; rows, cols], gamma: [$t; cols], eps: $t)
+                    -> ([$t; rows, cols], [f32; rows])
+                {
+                    let d = x - mean(x, cols);
+                    let rstd = rsqrt(mean(d * d, cols) + eps);
+                    (d * rstd * gamma, rstd as f32)
+                }
+            }
+        }
+    };
+}
+
+half_kernels!(f16s, f16);
+half_kernels!(bf16s, bf16);
+
+// Conversions between the two 16-bit floats, through f32.
+fuse! {
+    pub fn halfs(h: [f16; n], b: [bf16; n]) -> ([bf16; n], [f16; n]) {
+        (h as bf16, b as f16)
+    }
+}
+
+// Casts into the integer types narrower than 32 bits: floats saturate at the type's bounds
+// (NaN to 0), integers keep their low bits.
+fuse! {
+    pub fn float_to_narrow(x: [f32; n], d: [f64; n])
+        -> ([i8; n], [u8; n], [i16; n], [u16; n], [i8; n], [u8; n], [i16; n], [u16; n])
+    {
+        (x as i8, x as u8, x as i16, x as u16, d as i8, d as u8, d as i16, d as u16)
+    }
+
+    pub fn int_to_narrow(i: [i64; n], u: [u32; n])
+        -> ([i8; n], [u8; n], [i16; n], [u16; n], [i8; n], [u8; n], [i16; n], [u16; n])
+    {
+        (i as i8, i as u8, i as i16, i as u16, u as i8, u as u8, u as i16, u as u16)
+    }
+}
 
 // `bool`, scalars, and shapes: broadcasting, fixed dims, 3-D tensors.
 fuse! {

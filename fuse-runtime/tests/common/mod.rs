@@ -11,7 +11,7 @@ use std::fmt::{Debug, Display};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use fuse_runtime::{Buffer, Device, Element, Error};
+use fuse_runtime::{bf16, f16, Buffer, Device, Element, Error};
 
 /// The sizes of one-dimensional tests: one element, around a warp (31, 33), just past a
 /// 4096-element block multiple, and empty.
@@ -303,6 +303,60 @@ impl Float for f64 {
     }
 }
 
+/// Implements [`Float`] for a 16-bit float: an ulp relative for elementwise results (one
+/// rounding of an f32 computation), and f32's accumulation for sums.
+macro_rules! half_float {
+    ($t:ident, $tiny:expr) => {
+        impl Float for $t {
+            const EPSILON: f64 = $t::EPSILON.to_f64_const();
+            const TINY: f64 = $tiny;
+            const MAX: f64 = $t::MAX.to_f64_const();
+            const SPECIALS: &'static [$t] = &[
+                $t::NAN,
+                $t::from_bits($t::NAN.to_bits() | 0x8000),
+                $t::INFINITY,
+                $t::NEG_INFINITY,
+                $t::ZERO,
+                $t::NEG_ZERO,
+                $t::from_f64_const(0.5),
+                $t::from_f64_const(-2.5),
+                $t::MAX,
+                $t::MIN,
+                $t::MIN_POSITIVE,
+                $t::from_bits(0x8003),
+            ];
+            /// Correctly rounded: `half`'s own `from_f64` drops low bits before it rounds.
+            fn from_f64(v: f64) -> $t {
+                $t::from_f32(f32_rounded_to_odd(v))
+            }
+            fn math_tol() -> Tol {
+                Tol::close(<Self as Float>::EPSILON, 2.0 * <Self as Float>::TINY)
+            }
+            fn sum_rel() -> f64 {
+                1e-5
+            }
+        }
+    };
+}
+
+/// `v` rounded to f32 toward zero, with the last bit set if that was inexact ("round to odd"):
+/// rounding this to a type of at most 22 significant bits gives the correctly rounded `v`.
+fn f32_rounded_to_odd(v: f64) -> f32 {
+    let f = v as f32;
+    if !f.is_finite() || f64::from(f) == v {
+        return f;
+    }
+    let toward_zero = if f64::from(f).abs() > v.abs() {
+        f32::from_bits(f.to_bits() - 1)
+    } else {
+        f
+    };
+    f32::from_bits(toward_zero.to_bits() | 1)
+}
+
+half_float!(f16, 5.960464477539063e-8);
+half_float!(bf16, 9.183549615799121e-41);
+
 /// The integer element types, with exact reference arithmetic done in i128 and wrapped back.
 pub trait Int: Exact + Eq + Ord + Display {
     const BITS: u32;
@@ -336,6 +390,10 @@ int!(i32, true);
 int!(u32, false);
 int!(i64, true);
 int!(u64, false);
+int!(i8, true);
+int!(u8, false);
+int!(i16, true);
+int!(u16, false);
 
 // ---------------------------------------------------------------------------------------------
 // Reference helpers: floats in f64, integers exact in i128 and wrapped to the element type.
@@ -567,6 +625,18 @@ impl ToValues for f32 {
     }
 }
 
+impl ToValues for f16 {
+    fn values(v: Vec<f16>) -> Values {
+        Values::Float(f64s(&v))
+    }
+}
+
+impl ToValues for bf16 {
+    fn values(v: Vec<bf16>) -> Values {
+        Values::Float(f64s(&v))
+    }
+}
+
 impl ToValues for f64 {
     fn values(v: Vec<f64>) -> Values {
         Values::Float(v)
@@ -594,7 +664,7 @@ macro_rules! exact {
     )*};
 }
 
-exact!(i32, u32, i64, u64, bool);
+exact!(i8, u8, i16, u16, i32, u32, i64, u64, bool);
 
 /// What a kernel returns: one buffer or a tuple of them, read back as [`Output`]s.
 pub trait Outputs {

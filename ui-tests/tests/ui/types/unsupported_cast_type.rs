@@ -2,7 +2,7 @@ use fuse_runtime::fuse;
 
 fuse! {
     fn f(x: [f32; n]) -> [f32; n] {
-        (x as u8) as f32
+        (x as usize) as f32
     }
 }
 

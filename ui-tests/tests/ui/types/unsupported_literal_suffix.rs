@@ -2,7 +2,7 @@ use fuse_runtime::fuse;
 
 fuse! {
     fn f(x: [i32; n]) -> [i32; n] {
-        x + 1u8
+        x + 1usize
     }
 }
 
