@@ -108,7 +108,7 @@ pub fn copy() -> Workload {
 
 /// Every workload the language expresses today, in WORKLOADS.md's order.
 pub fn all() -> Vec<Workload> {
-    vec![w1(), w2(), w3(), w4(), w5(), w6(), w8(), w9(), w10()]
+    vec![w1(), w2(), w3(), w4(), w5(), w6(), w7(), w8(), w9(), w10()]
 }
 
 /// A buffer for an intermediate result.
@@ -358,6 +358,69 @@ fn w6_unfused(dev: &Device, d: Dims) -> Result<Run, Error> {
         op_mul_col::into(&dev, &normed, gamma, &mut scaled)?;
         op_add_col::into(&dev, &scaled, beta, &mut shifted)?;
         op_gelu::into(&dev, &shifted_flat, &mut flat_view(&o[0])?)
+    }))
+}
+
+/// W7's output is the int8 tensor and a scale per row. The harness checks `f32` outputs, so the
+/// variants keep `q` in a buffer of their own and return the scales, which depend on the whole
+/// layernorm; the GPU tests check `q` itself (`layernorm_quantize`).
+pub fn w7() -> Workload {
+    Workload {
+        id: "W7",
+        what: "y = layernorm(x); scale = max_row(|y|) / 127; q = i8(round(y / scale))",
+        formula: "5n + 4 rows + 8 cols",
+        bytes: |d| 5 * d.n as u64 + F32 * d.rows as u64 + 2 * F32 * d.cols as u64,
+        rows: true,
+        inputs: |d| vec![grid(d), vec![d.cols], vec![d.cols]],
+        outputs: |d| vec![vec![d.rows]],
+        variants: vec![
+            Variant {
+                name: "fused (1 kernel)",
+                build: |dev, d| {
+                    let dev = dev.clone();
+                    let mut q = dev.zeros::<i8>(&[d.rows, d.cols])?;
+                    Ok(Box::new(move |i, o| {
+                        w7_layernorm_quantize::into(&dev, &i[0], &i[1], &i[2], &mut q, &mut o[0])
+                    }))
+                },
+            },
+            Variant {
+                name: "unfused (13 kernels)",
+                build: w7_unfused,
+            },
+        ],
+    }
+}
+
+fn w7_unfused(dev: &Device, d: Dims) -> Result<Run, Error> {
+    let dev = dev.clone();
+    let row = || scratch(&dev, &[d.rows]);
+    let (mut mu, mut var, mut var_eps, mut rstd, mut absmax) =
+        (row()?, row()?, row()?, row()?, row()?);
+    let whole = || scratch(&dev, &[d.rows, d.cols]);
+    let (mut centred, mut normed, mut scaled, mut y) = (whole()?, whole()?, whole()?, whole()?);
+    let centred_flat = flat_view(&centred)?;
+    let y_flat = flat_view(&y)?;
+    let mut squares_flat = scratch(&dev, &[d.n])?;
+    let squares = squares_flat.reshape(&[d.rows, d.cols])?;
+    let mut abs_flat = scratch(&dev, &[d.n])?;
+    let abs = abs_flat.reshape(&[d.rows, d.cols])?;
+    let mut q = dev.zeros::<i8>(&[d.rows, d.cols])?;
+    Ok(Box::new(move |i, o| {
+        let (x, gamma, beta) = (&i[0], &i[1], &i[2]);
+        op_row_mean::into(&dev, x, &mut mu)?;
+        op_sub_row::into(&dev, x, &mu, &mut centred)?;
+        op_square::into(&dev, &centred_flat, &mut squares_flat)?;
+        op_row_mean::into(&dev, &squares, &mut var)?;
+        op_add_scalar::into(&dev, &var, 1e-5, &mut var_eps)?;
+        op_rsqrt::into(&dev, &var_eps, &mut rstd)?;
+        op_mul_row::into(&dev, &centred, &rstd, &mut normed)?;
+        op_mul_col::into(&dev, &normed, gamma, &mut scaled)?;
+        op_add_col::into(&dev, &scaled, beta, &mut y)?;
+        op_abs::into(&dev, &y_flat, &mut abs_flat)?;
+        op_row_max::into(&dev, &abs, &mut absmax)?;
+        op_div_127::into(&dev, &absmax, &mut o[0])?;
+        op_quantize::into(&dev, &y, &o[0], &mut q)
     }))
 }
 

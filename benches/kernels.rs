@@ -43,6 +43,18 @@ fuse! {
         gelu(d * rstd * gamma + beta)
     }
 
+    /// W7: layernorm, then int8 quantization by each row's absolute maximum: `q` rounds half
+    /// away from zero and saturates to [-127, 127].
+    pub fn w7_layernorm_quantize(x: [f32; rows, cols], gamma: [f32; cols], beta: [f32; cols])
+        -> ([i8; rows, cols], [f32; rows])
+    {
+        let mu = mean(x, cols);
+        let d = x - mu;
+        let y = d * rsqrt(mean(d * d, cols) + 1e-5) * gamma + beta;
+        let scale = max(y.abs(), cols) / 127.0;
+        ((y / scale).round().clamp(-127.0, 127.0) as i8, scale)
+    }
+
     /// W8: RMSNorm.
     pub fn w8_rmsnorm(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
         x * rsqrt(mean(x * x, cols) + 1e-6) * w
@@ -88,6 +100,18 @@ fuse! {
     /// `a + b`.
     pub fn op_add(a: [f32; n], b: [f32; n]) -> [f32; n] {
         a + b
+    }
+    /// `|x|`.
+    pub fn op_abs(x: [f32; n]) -> [f32; n] {
+        x.abs()
+    }
+    /// `x / 127`.
+    pub fn op_div_127(x: [f32; n]) -> [f32; n] {
+        x / 127.0
+    }
+    /// The int8 quantization of `x` by a scale per row.
+    pub fn op_quantize(x: [f32; rows, cols], scale: [f32; rows]) -> [i8; rows, cols] {
+        (x / scale).round().clamp(-127.0, 127.0) as i8
     }
     /// `x + bias`, the bias broadcast over the rows.
     pub fn op_add_bias(x: [f32; rows, cols], bias: [f32; cols]) -> [f32; rows, cols] {
