@@ -198,11 +198,43 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
         }
         else {
             float acc1 = (-__int_as_float(0x7f800000));
-            #pragma unroll 4
-            for (long long r = lane; r < len; r += width) {
-                const long long o0 = b0 + r;
-                const float v0 = fz_f16_to_f32(p_x[o0]);
-                acc1 = fmaxf(acc1, v0);
+            if ((len & 3) == 0) {
+                #pragma unroll 2
+                for (long long c = lane; c * 4 < len; c += width) {
+                    const fz_vec<unsigned short, 4> lv_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                }
+            }
+            else {
+                #pragma unroll 4
+                for (long long r = lane; r < len; r += width) {
+                    const long long o0 = b0 + r;
+                    const float v0 = fz_f16_to_f32(p_x[o0]);
+                    acc1 = fmaxf(acc1, v0);
+                }
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -227,13 +259,53 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
             }
             const float v1 = acc1;
             float acc4 = (float)0;
-            #pragma unroll 4
-            for (long long r = lane; r < len; r += width) {
-                const long long o0 = b0 + r;
-                const float v0 = fz_f16_to_f32(p_x[o0]);
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
-                acc4 = acc4 + v3;
+            if ((len & 3) == 0) {
+                #pragma unroll 2
+                for (long long c = lane; c * 4 < len; c += width) {
+                    const fz_vec<unsigned short, 4> lv_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+            }
+            else {
+                #pragma unroll 4
+                for (long long r = lane; r < len; r += width) {
+                    const long long o0 = b0 + r;
+                    const float v0 = fz_f16_to_f32(p_x[o0]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -257,14 +329,60 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                 }
             }
             const float v4 = acc4;
-            #pragma unroll 4
-            for (long long r = lane; live && r < len; r += width) {
-                const long long o0 = b0 + r;
-                const float v0 = fz_f16_to_f32(p_x[o0]);
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
-                const float v5 = (v3 / v4);
-                out0[o0] = fz_f32_to_f16(v5);
+            if ((len & 3) == 0) {
+                #pragma unroll 2
+                for (long long c = lane; live && c * 4 < len; c += width) {
+                    fz_vec<unsigned short, 4> s0;
+                    const fz_vec<unsigned short, 4> lv_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = (v3 / v4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = (v3 / v4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = (v3 / v4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = (v3 / v4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0)[c] = s0;
+                }
+            }
+            else {
+                #pragma unroll 4
+                for (long long r = lane; live && r < len; r += width) {
+                    const long long o0 = b0 + r;
+                    const float v0 = fz_f16_to_f32(p_x[o0]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = (v3 / v4);
+                    out0[o0] = fz_f32_to_f16(v5);
+                }
             }
         }
     }

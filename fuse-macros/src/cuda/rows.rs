@@ -110,54 +110,36 @@ impl Cuda<'_> {
                 "live && "
             };
             if cached.is_empty() {
+                // Rows contiguous in memory whose length is a multiple of four stream as 16-byte
+                // vectors (four times the bytes in flight per load); others element by element.
+                let contiguous = matches!(&self.k.launch, Launch::Rows { domain, .. } if domain.last() == Some(&axis));
+                if contiguous {
+                    self.open("if ((len & 3) == 0)");
+                    // Two vectors a thread in flight.
+                    self.line("#pragma unroll 2");
+                    self.open(format!(
+                        "for (long long c = lane; {guard}c * 4 < len; c += width)"
+                    ));
+                    self.vector_row_step(pass, axis, &[], &shapes);
+                    self.close();
+                    self.close();
+                    self.open("else");
+                }
                 self.line("#pragma unroll 4");
                 self.open(format!(
                     "for (long long r = lane; {guard}r < len; r += width)"
                 ));
-                self.row_step(pass, axis, &[], &shapes);
+                self.row_step(pass, axis, &[], &shapes, false);
                 self.close();
+                if contiguous {
+                    self.close();
+                }
             } else {
-                self.helpers.insert("fz_vec");
                 self.line("#pragma unroll");
                 self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
                 self.line("const int c = lane + q * width;");
                 self.open(format!("if ({guard}c * 4 < len)"));
-                for &o in &pass.writes {
-                    self.line(format!(
-                        "fz_vec<{}, 4> s{o};",
-                        self.k.outputs[o].elem.c_storage()
-                    ));
-                }
-                // Other tensors contiguous along the row (gamma, beta) load four at a time too.
-                let vectors = self.row_vectors(pass, axis, cached);
-                for &p in &vectors {
-                    let param = &self.k.params[p];
-                    let (t, name) = (
-                        param.elem.c_storage(),
-                        crate::expand::plain_name(&param.name),
-                    );
-                    let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
-                    self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
-                }
-                let mut in_registers = cached.to_vec();
-                in_registers.extend(&vectors);
-                // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
-                for j in 0..4 {
-                    self.open("");
-                    self.line(format!("const int j = {j};"));
-                    self.line("const long long r = c * 4 + j;");
-                    self.row_vectors_now = vectors.clone();
-                    self.row_step(pass, axis, &in_registers, &shapes);
-                    self.row_vectors_now.clear();
-                    self.close();
-                }
-                for &o in &pass.writes {
-                    let out = &self.k.outputs[o];
-                    let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
-                    self.line(format!(
-                        "reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s})[c] = s{o};"
-                    ));
-                }
+                self.vector_row_step(pass, axis, cached, &shapes);
                 self.close();
                 self.close();
             }
@@ -169,6 +151,55 @@ impl Cuda<'_> {
             self.open("if (live && lane == 0)");
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
+        }
+    }
+
+    /// Four elements of a row pass, at `r = c * 4 + j` for `j < 4`: the `cached` tensors from
+    /// registers, the others contiguous along the row loaded as vectors, and the writes
+    /// gathered into vectors.
+    fn vector_row_step(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+    ) {
+        self.helpers.insert("fz_vec");
+        for &o in &pass.writes {
+            self.line(format!(
+                "fz_vec<{}, 4> s{o};",
+                self.k.outputs[o].elem.c_storage()
+            ));
+        }
+        // Other tensors contiguous along the row (gamma, beta) load four at a time too.
+        let vectors = self.row_vectors(pass, axis, cached);
+        for &p in &vectors {
+            let param = &self.k.params[p];
+            let (t, name) = (
+                param.elem.c_storage(),
+                crate::expand::plain_name(&param.name),
+            );
+            let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
+            self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+        }
+        let mut in_registers = cached.to_vec();
+        in_registers.extend(&vectors);
+        // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
+        for j in 0..4 {
+            self.open("");
+            self.line(format!("const int j = {j};"));
+            self.line("const long long r = c * 4 + j;");
+            self.row_vectors_now = vectors.clone();
+            self.row_step(pass, axis, &in_registers, shapes, true);
+            self.row_vectors_now.clear();
+            self.close();
+        }
+        for &o in &pass.writes {
+            let out = &self.k.outputs[o];
+            let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
+            self.line(format!(
+                "reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s})[c] = s{o};"
+            ));
         }
     }
 
@@ -188,15 +219,23 @@ impl Cuda<'_> {
     }
 
     /// One element of a row pass at `r`: offsets, values, accumulation and writes; with `cached`
-    /// tensors in registers (`rc_<name>[q].v[j]`) and the writes gathered into vectors `s<o>`.
-    fn row_step(&mut self, pass: &Pass, axis: DimId, cached: &[usize], shapes: &[Vec<DimId>]) {
+    /// tensors in registers (`rc_<name>[q].v[j]` or `lv_<name>.v[j]`), and with `gather` the
+    /// writes into vectors `s<o>`.
+    fn row_step(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+        gather: bool,
+    ) {
         let loads: Vec<NodeId> = pass
             .elems
             .iter()
             .copied()
             .filter(|&id| !matches!(self.k.nodes[id].op, Op::Load(p) if cached.contains(&p)))
             .collect();
-        let writes: &[usize] = if cached.is_empty() { &pass.writes } else { &[] };
+        let writes: &[usize] = if gather { &[] } else { &pass.writes };
         for s in self.used_shapes(&loads, writes) {
             let offset = self.layout.row_offset(s, &shapes[s], axis);
             self.line(format!("const long long o{s} = {offset};"));
@@ -205,7 +244,7 @@ impl Cuda<'_> {
         self.values(&pass.elems, Scope::Element);
         self.cached.clear();
         self.accumulate(&pass.reduces);
-        if cached.is_empty() {
+        if !gather {
             self.writes(&pass.writes, Scope::Element);
         } else {
             for &o in &pass.writes {
