@@ -223,43 +223,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
         }
         else {
             float acc4 = (float)0;
-            if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (long long c = lane; c * 4 < len; c += width) {
-                    const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc4 = acc4 + v0;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc4 = acc4 + v0;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc4 = acc4 + v0;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc4 = acc4 + v0;
-                    }
-                }
-            }
-            else {
-                #pragma unroll 4
-                for (long long r = lane; r < len; r += width) {
-                    const long long o0 = b0 + r;
-                    const float v0 = p_x[o0];
-                    acc4 = acc4 + v0;
-                }
+            #pragma unroll 4
+            for (long long r = lane; r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                acc4 = acc4 + v0;
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -284,53 +252,13 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
             }
             const float v4 = acc4 * inv_len_f32;
             float acc7 = (float)0;
-            if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (long long c = lane; c * 4 < len; c += width) {
-                    const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                    }
-                }
-            }
-            else {
-                #pragma unroll 4
-                for (long long r = lane; r < len; r += width) {
-                    const long long o0 = b0 + r;
-                    const float v0 = p_x[o0];
-                    const float v5 = (v0 - v4);
-                    const float v6 = (v5 * v5);
-                    acc7 = acc7 + v6;
-                }
+            #pragma unroll 4
+            for (long long r = lane; r < len; r += width) {
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v5 = (v0 - v4);
+                const float v6 = (v5 * v5);
+                acc7 = acc7 + v6;
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -356,78 +284,18 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
             const float v7 = acc7 * inv_len_f32;
             const float v8 = (v7 + v3);
             const float v9 = rsqrtf(v8);
-            if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (long long c = lane; live && c * 4 < len; c += width) {
-                    fz_vec<float, 4> s0;
-                    const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
-                    const fz_vec<float, 4> lv_gamma = reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1)[c];
-                    const fz_vec<float, 4> lv_beta = reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1)[c];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
-                }
-            }
-            else {
-                #pragma unroll 4
-                for (long long r = lane; live && r < len; r += width) {
-                    const long long o0 = b0 + r;
-                    const long long o1 = b1 + r;
-                    const float v0 = p_x[o0];
-                    const float v1 = p_gamma[o1];
-                    const float v2 = p_beta[o1];
-                    const float v5 = (v0 - v4);
-                    const float v10 = (v5 * v9);
-                    const float v11 = (v10 * v1);
-                    const float v12 = (v11 + v2);
-                    out0[o0] = v12;
-                }
+            #pragma unroll 4
+            for (long long r = lane; live && r < len; r += width) {
+                const long long o0 = b0 + r;
+                const long long o1 = b1 + r;
+                const float v0 = p_x[o0];
+                const float v1 = p_gamma[o1];
+                const float v2 = p_beta[o1];
+                const float v5 = (v0 - v4);
+                const float v10 = (v5 * v9);
+                const float v11 = (v10 * v1);
+                const float v12 = (v11 + v2);
+                out0[o0] = v12;
             }
             if (live && lane == 0) {
                 out1[b2] = v9;

@@ -197,7 +197,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
         else {
             float acc1 = (-__int_as_float(0x7f800000));
             if ((len & 3) == 0) {
-                #pragma unroll 2
                 for (long long c = lane; c * 4 < len; c += width) {
                     const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
                     {
@@ -258,7 +257,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             const float v1 = acc1;
             float acc4 = (float)0;
             if ((len & 3) == 0) {
-                #pragma unroll 2
                 for (long long c = lane; c * 4 < len; c += width) {
                     const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
                     {
@@ -328,7 +326,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             }
             const float v4 = acc4;
             if ((len & 3) == 0) {
-                #pragma unroll 2
                 for (long long c = lane; live && c * 4 < len; c += width) {
                     fz_vec<float, 4> s0;
                     const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];

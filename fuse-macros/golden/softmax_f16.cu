@@ -199,7 +199,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
         else {
             float acc1 = (-__int_as_float(0x7f800000));
             if ((len & 3) == 0) {
-                #pragma unroll 2
                 for (long long c = lane; c * 4 < len; c += width) {
                     const fz_vec<unsigned short, 4> lv_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
                     {
@@ -260,7 +259,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
             const float v1 = acc1;
             float acc4 = (float)0;
             if ((len & 3) == 0) {
-                #pragma unroll 2
                 for (long long c = lane; c * 4 < len; c += width) {
                     const fz_vec<unsigned short, 4> lv_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
                     {
@@ -330,7 +328,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
             }
             const float v4 = acc4;
             if ((len & 3) == 0) {
-                #pragma unroll 2
                 for (long long c = lane; live && c * 4 < len; c += width) {
                     fz_vec<unsigned short, 4> s0;
                     const fz_vec<unsigned short, 4> lv_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];

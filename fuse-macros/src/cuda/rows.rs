@@ -112,11 +112,9 @@ impl Cuda<'_> {
             if cached.is_empty() {
                 // Rows contiguous in memory whose length is a multiple of four stream as 16-byte
                 // vectors (four times the bytes in flight per load); others element by element.
-                let contiguous = matches!(&self.k.launch, Launch::Rows { domain, .. } if domain.last() == Some(&axis));
+                let contiguous = self.streams_vectors(axis);
                 if contiguous {
                     self.open("if ((len & 3) == 0)");
-                    // Two vectors a thread in flight.
-                    self.line("#pragma unroll 2");
                     self.open(format!(
                         "for (long long c = lane; {guard}c * 4 < len; c += width)"
                     ));
@@ -152,6 +150,22 @@ impl Cuda<'_> {
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
         }
+    }
+
+    /// Whether rows stream as vectors (when their length allows): rows contiguous in memory, in
+    /// a kernel without a register cache or with one tensor along the row. The vector step of a
+    /// wider kernel beside its cached one spilled (`w6_layernorm_gelu` on sm_80: x, gamma and
+    /// beta at four blocks per SM).
+    fn streams_vectors(&self, axis: DimId) -> bool {
+        let Launch::Rows { domain, .. } = &self.k.launch else {
+            return false;
+        };
+        let along = self
+            .k
+            .tensor_params()
+            .filter(|(_, _, s)| s.last() == Some(&axis))
+            .count();
+        domain.last() == Some(&axis) && (self.cached_params(domain).is_empty() || along <= 1)
     }
 
     /// Four elements of a row pass, at `r = c * 4 + j` for `j < 4`: the `cached` tensors from
