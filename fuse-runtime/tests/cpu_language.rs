@@ -1792,6 +1792,179 @@ fn issue_layernorm() {
     }
 }
 
+/// `(rows, cols)` of the quantize tests: prime numbers of rows; rows of 1, 3 and 33 values, of
+/// 4096 (the longest row the GPU caches in registers) and of 4097 (just past it); empty dims.
+const QUANTIZE_SHAPES: [(usize, usize); 8] = [
+    (37, 33),
+    (31, 1),
+    (13, 3),
+    (7, 4096),
+    (5, 4097),
+    (1, 4097),
+    (0, 5),
+    (5, 0),
+];
+
+/// Inputs of `layernorm_quantize`: rows with offsets, so that centring matters, and row 1 (when
+/// there is one) all one random value, so that its `y` is `beta`.
+fn quantize_inputs(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let offsets: Vec<f64> = (0..rows).map(|_| rng.uniform(-5.0, 5.0)).collect();
+    let constant = rng.uniform(-5.0, 5.0) as f32;
+    let x = (0..rows * cols)
+        .map(|i| match i / cols {
+            1 => constant,
+            r => (rng.uniform(-3.0, 3.0) + offsets[r]) as f32,
+        })
+        .collect();
+    let g = rng.floats::<f32>(cols, -2.0, 2.0);
+    (x, g, rng.floats::<f32>(cols, -2.0, 2.0))
+}
+
+/// Asserts that every `q` lies in [-127, 127], and that each row whose scale is positive
+/// reaches ±127 exactly: its largest `|y|` divided by the scale is 127, to an ulp.
+#[track_caller]
+fn assert_saturated(what: &str, q: &[i8], scale: &[f32], cols: usize) {
+    if let Some(i) = q.iter().position(|&v| v == i8::MIN) {
+        panic!("{what}: q[{i}] is -128, outside [-127, 127]");
+    }
+    for (r, row) in q.chunks(cols.max(1)).enumerate() {
+        assert!(
+            scale[r] <= 0.0 || row.iter().any(|v| v.unsigned_abs() == 127),
+            "{what}: row {r} (scale {:e}) never reaches ±127: {row:?}",
+            scale[r]
+        );
+    }
+}
+
+/// Asserts that `got` equals `want`, except that an off-by-one is allowed at element `i` where
+/// `r[i]` (the value that was rounded) is within `r_tol[i]` of a half-integer: there a
+/// difference in `y` as small as the rounding error of f32 can move it across the boundary.
+#[track_caller]
+fn assert_quantized(what: &str, got: &[i8], want: &[i8], r: &[f64], r_tol: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: number of values");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let to_half = (r[i].abs().fract() - 0.5).abs();
+        let near_half = to_half <= r_tol[i] && (i16::from(g) - i16::from(w)).abs() == 1;
+        assert!(
+            g == w || near_half,
+            "{what}: element {i} of {}: got {g}, want {w}; y / scale = {:.9} is {to_half:e} \
+             from a half-integer, tolerance {:e}",
+            got.len(),
+            r[i],
+            r_tol[i]
+        );
+    }
+}
+
+/// `round(r)` (halves away from zero, as `f64::round`), clamped to [-127, 127]; NaN is 0.
+fn quantize_ref(r: f64) -> i8 {
+    if r.is_nan() {
+        0
+    } else {
+        r.round().clamp(-127.0, 127.0) as i8
+    }
+}
+
+/// W7: layernorm, then int8 quantization per row, against f64.
+///
+/// `scale` is checked against `max(|y|) / 127` in f64. `q` is checked exactly against
+/// `round(y / scale)` with `y` in f64 and `scale` the kernel's own, so that an error in the scale
+/// is not counted twice. The kernel's `y` is f32: the CPU rounds the f64 mean once to f32, which
+/// shifts `y` by `|mean as f32 - mean| * rstd * |gamma|`, and the rest of the chain rounds a few
+/// times (8 ulp of its terms is generous). Where that error, divided by the scale, can carry
+/// `y / scale` across a half-integer, `q` may be off by one.
+#[test]
+fn layernorm_quantize_against_f64() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let eps = 1e-5f32;
+    let u = f64::from(f32::EPSILON);
+    for (rows, cols) in QUANTIZE_SHAPES {
+        let s = [rows, cols];
+        let (x, g, b) = quantize_inputs(&mut rng, rows, cols);
+        let (bx, bg, bb) = (
+            put(&dev, &x, &s),
+            put(&dev, &g, &[cols]),
+            put(&dev, &b, &[cols]),
+        );
+        let (q, scale) = kernels::layernorm_quantize(&dev, &bx, &bg, &bb, eps).unwrap();
+        let what = format!("layernorm_quantize, {rows} x {cols}");
+        assert_eq!((q.shape(), scale.shape()), (&s[..], &[rows][..]), "{what}");
+        let (q, scale) = (host(&q), host(&scale));
+
+        let (x, g, b) = (f64s(&x), f64s(&g), f64s(&b));
+        let (mean, rstd) = moments(&x, rows, cols, f64::from(eps));
+        let (mut y, mut y_err) = (vec![0.0; rows * cols], vec![0.0; rows * cols]);
+        for i in 0..rows * cols {
+            let (r, c) = (i / cols, i % cols);
+            let term = (x[i] - mean[r]) * rstd[r] * g[c];
+            let centring = (f64::from(mean[r] as f32) - mean[r]).abs();
+            y[i] = term + b[c];
+            y_err[i] = centring * rstd[r] * g[c].abs() + 8.0 * u * (term.abs() + b[c].abs());
+        }
+        let max_abs = fold_axis(&y, &s, 1, f64::NEG_INFINITY, |a, v| a.max(v.abs()));
+        let max_err = fold_axis(&y_err, &s, 1, 0.0, f64::max);
+        let want_scale: Vec<f64> = max_abs.iter().map(|m| m / 127.0).collect();
+        let scale_tol = (0..rows).map(|r| max_err[r] / 127.0 + u * want_scale[r].abs());
+        let scale_tol = Tol::Bounds(scale_tol.collect());
+        assert_close(&format!("{what}: `scale`"), &scale, &want_scale, &scale_tol);
+
+        let ratio: Vec<f64> = (0..rows * cols)
+            .map(|i| y[i] / f64::from(scale[i / cols]))
+            .collect();
+        let r_tol: Vec<f64> = (0..rows * cols)
+            .map(|i| y_err[i] / f64::from(scale[i / cols]) + u * ratio[i].abs() + 1e-6)
+            .collect();
+        let want: Vec<i8> = ratio.iter().map(|&r| quantize_ref(r)).collect();
+        assert_quantized(&format!("{what}: `q`"), &q, &want, &ratio, &r_tol);
+        assert_saturated(&what, &q, &scale, cols);
+    }
+}
+
+/// `beta` values whose quantized values are known exactly: with `gamma` zero, `y` is `beta`,
+/// the largest `|beta|` is 127/8, so the scale is 1/8 and `y / scale` is `8 * beta`, exact
+/// in f32. Halves round away from zero (`0.5 -> 1`, `2.5 -> 3`, `-126.5 -> -127`), where
+/// rounding half to even or truncating would not.
+const QUANTIZE_EXACT: [(f32, i8); 14] = [
+    (127.0 / 8.0, 127),
+    (-127.0 / 8.0, -127),
+    (0.5 / 8.0, 1),
+    (-0.5 / 8.0, -1),
+    (1.5 / 8.0, 2),
+    (-1.5 / 8.0, -2),
+    (2.5 / 8.0, 3),
+    (-2.5 / 8.0, -3),
+    (63.5 / 8.0, 64),
+    (126.5 / 8.0, 127),
+    (-126.5 / 8.0, -127),
+    (100.25 / 8.0, 100),
+    (-100.75 / 8.0, -101),
+    (0.0, 0),
+];
+
+#[test]
+fn quantize_rounds_halves_away_from_zero() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (rows, cols) = (3, QUANTIZE_EXACT.len());
+    let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+    let b: Vec<f32> = QUANTIZE_EXACT.iter().map(|&(b, _)| b).collect();
+    let got = kernels::layernorm_quantize(
+        &dev,
+        &put(&dev, &x, &[rows, cols]),
+        &put(&dev, &vec![0.0f32; cols], &[cols]),
+        &put(&dev, &b, &[cols]),
+        1e-5,
+    )
+    .unwrap();
+    let q: Vec<i8> = (0..rows * cols)
+        .map(|i| QUANTIZE_EXACT[i % cols].1)
+        .collect();
+    let want = [
+        exact("q", &[rows, cols], &q),
+        float("scale", &[rows], vec![0.125; rows], Tol::EXACT),
+    ];
+    assert_outputs("layernorm_quantize, gamma = 0", &got, &want);
+}
+
 #[test]
 fn issue_rmsnorm() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());
@@ -2146,6 +2319,7 @@ fn every_kernel_of_the_suite_is_registered() {
         "sum_exp",
         "softmax",
         "layernorm",
+        "layernorm_quantize",
         "bias_grad",
         "rmsnorm",
         "col_softmax",

@@ -1140,6 +1140,215 @@ fn issue_layernorm_and_rmsnorm() {
     );
 }
 
+/// Inputs of `layernorm_quantize`: rows with offsets, and row 1 (when there is one) all zero,
+/// so that its `y` is `beta` on both devices. (A row of another value `v` would not do: the GPU
+/// takes the mean as `sum * (1 / cols)`, which can miss `v` by an ulp, and `rsqrt(eps)` then
+/// magnifies that ulp some 300 times.)
+fn quantize_inputs(rng: &mut Rng, rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let offsets: Vec<f64> = (0..rows).map(|_| rng.uniform(-5.0, 5.0)).collect();
+    let x = (0..rows * cols)
+        .map(|i| match i / cols {
+            1 => 0.0,
+            r => (rng.uniform(-3.0, 3.0) + offsets[r]) as f32,
+        })
+        .collect();
+    let g = rng.floats::<f32>(cols, -2.0, 2.0);
+    (x, g, rng.floats::<f32>(cols, -2.0, 2.0))
+}
+
+/// Layernorm in f64, and for each element a bound on how far either device's f32 `y` may be
+/// from it: the mean's error (the documented `1e-5 * sum(|x|) / cols`, plus its rounding)
+/// times `rstd * |gamma|`, the variance's relative error (`1e-5`, halved by the square root)
+/// on the normalised term, and a few ulp of rounding of the terms.
+fn layernorm_f64(x: &[f32], g: &[f32], b: &[f32], cols: usize) -> (Vec<f64>, Vec<f64>) {
+    let u = f64::from(f32::EPSILON);
+    let (mut y, mut err) = (Vec::with_capacity(x.len()), Vec::with_capacity(x.len()));
+    for row in x.chunks(cols.max(1)) {
+        let row = f64s(row);
+        let mean = row.iter().sum::<f64>() / cols as f64;
+        let abs_mean = row.iter().map(|v| v.abs()).sum::<f64>() / cols as f64;
+        let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
+        let rstd = 1.0 / (var + 1e-5).sqrt();
+        // The mean of one value is that value, exactly, on both devices.
+        let centring = if cols == 1 {
+            0.0
+        } else {
+            1e-5 * abs_mean + u * mean.abs()
+        };
+        for (j, v) in row.iter().enumerate() {
+            let (g, b) = (f64::from(g[j]), f64::from(b[j]));
+            let term = (v - mean) * rstd * g;
+            y.push(term + b);
+            err.push(centring * rstd * g.abs() + (1e-5 + 8.0 * u) * term.abs() + 8.0 * u * b.abs());
+        }
+    }
+    (y, err)
+}
+
+/// Asserts that `got` equals `want`, except that an off-by-one is allowed at element `i` where
+/// `r[i]` (the value that was rounded) is within `r_tol[i]` of a half-integer: there the two
+/// devices' `y` may round to different sides.
+#[track_caller]
+fn assert_quantized(what: &str, got: &[i8], want: &[i8], r: &[f64], r_tol: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{what}: number of values");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let to_half = (r[i].abs().fract() - 0.5).abs();
+        let near_half = to_half <= r_tol[i] && (i16::from(g) - i16::from(w)).abs() == 1;
+        assert!(
+            g == w || near_half,
+            "{what}: element {i} of {}: GPU {g}, CPU {w}; y / scale = {:.9} is {to_half:e} \
+             from a half-integer, tolerance {:e}",
+            got.len(),
+            r[i],
+            r_tol[i]
+        );
+    }
+}
+
+/// Runs `layernorm_quantize` on `dev`, returning `(q, scale)` on the host.
+fn layernorm_quantize_on(
+    dev: &Device,
+    (x, g, b): &(Vec<f32>, Vec<f32>, Vec<f32>),
+    rows: usize,
+    cols: usize,
+) -> (Vec<i8>, Vec<f32>) {
+    let (q, scale) = kernels::layernorm_quantize(
+        dev,
+        &put(dev, x, &[rows, cols]),
+        &put(dev, g, &[cols]),
+        &put(dev, b, &[cols]),
+        1e-5,
+    )
+    .unwrap_or_else(|e| panic!("layernorm_quantize, {rows} x {cols}, on {dev}: {e}"));
+    (host(&q), host(&scale))
+}
+
+/// `(rows, cols)` of the quantize tests: rows of 1, 3 and 33 values, register-cached widths
+/// (4, 1024, 4096) and just past them (4097, 4100), many rows, one long row, empty dims.
+const QUANTIZE_SHAPES: [(usize, usize); 12] = [
+    (37, 33),
+    (31, 1),
+    (13, 3),
+    (37, 4),
+    (37, 1024),
+    (9, 4096),
+    (5, 4097),
+    (7, 4100),
+    (4099, 1031),
+    (3, 100_003),
+    (0, 5),
+    (5, 0),
+];
+
+/// The bounds of one quantize comparison, from the f64 `y`, its error bound `y_err` (see
+/// [`layernorm_f64`]) and the CPU's scales.
+struct QuantizeBounds {
+    /// Per row: twice the error of `max(|y|) / 127`, since each device may miss it.
+    scale_tol: Vec<f64>,
+    /// Per element: `y / scale`, with the CPU's scale.
+    ratio: Vec<f64>,
+    /// Per element: how far either device's `y / scale` may be from `ratio`: the error of `y`
+    /// and that of the scale, each relative to the scale, and the division's rounding.
+    ratio_tol: Vec<f64>,
+}
+
+impl QuantizeBounds {
+    fn new(y: &[f64], y_err: &[f64], scale: &[f32], cols: usize) -> QuantizeBounds {
+        let u = f64::from(f32::EPSILON);
+        let scale_tol: Vec<f64> = (0..scale.len())
+            .map(|r| {
+                let worst = y_err[r * cols..(r + 1) * cols].iter().copied();
+                2.0 * (worst.fold(0.0, f64::max) / 127.0 + u * f64::from(scale[r]).abs())
+            })
+            .collect();
+        let ratio: Vec<f64> = (0..y.len())
+            .map(|i| y[i] / f64::from(scale[i / cols]))
+            .collect();
+        let ratio_tol = (0..y.len())
+            .map(|i| {
+                let (r, s) = (ratio[i].abs(), f64::from(scale[i / cols]));
+                (y_err[i] + r * scale_tol[i / cols]) / s + 2.0 * u * r + 1e-6
+            })
+            .collect();
+        QuantizeBounds {
+            scale_tol,
+            ratio,
+            ratio_tol,
+        }
+    }
+}
+
+/// Asserts that every `q` is in [-127, 127] and that every row reaches ±127 (at its largest
+/// `|y|`, whose `y / scale` is 127 to an ulp).
+#[track_caller]
+fn assert_saturated(what: &str, q: &[i8], cols: usize) {
+    if let Some(i) = q.iter().position(|&v| v == i8::MIN) {
+        panic!("{what}: q[{i}] is -128, outside [-127, 127]");
+    }
+    for (r, row) in q.chunks(cols.max(1)).enumerate() {
+        assert!(
+            row.iter().any(|v| v.unsigned_abs() == 127),
+            "{what}: row {r} never reaches ±127: {row:?}"
+        );
+    }
+}
+
+/// W7 on the GPU against the CPU: `scale` within [`QuantizeBounds::scale_tol`]; `q` equal,
+/// except an off-by-one where `y / scale` (f64 `y`, the CPU's scale) lies within the devices'
+/// combined error of a half-integer; every `q` in [-127, 127], and ±127 in every row.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn layernorm_quantize_matches_the_cpu() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for (rows, cols) in QUANTIZE_SHAPES {
+        let what = format!("layernorm_quantize, {rows} x {cols}");
+        let inputs = quantize_inputs(&mut rng, rows, cols);
+        let (q_gpu, scale_gpu) = layernorm_quantize_on(&gpu, &inputs, rows, cols);
+        let (q_cpu, scale_cpu) = layernorm_quantize_on(&Device::cpu(), &inputs, rows, cols);
+        let (y, y_err) = layernorm_f64(&inputs.0, &inputs.1, &inputs.2, cols);
+        let bounds = QuantizeBounds::new(&y, &y_err, &scale_cpu, cols);
+        let scale_tol = Tol::Bounds(bounds.scale_tol);
+        let scale_what = format!("{what}: `scale`");
+        assert_close(&scale_what, &scale_gpu, &f64s(&scale_cpu), &scale_tol);
+        let (ratio, ratio_tol) = (&bounds.ratio, &bounds.ratio_tol);
+        assert_quantized(&format!("{what}: `q`"), &q_gpu, &q_cpu, ratio, ratio_tol);
+        assert_saturated(&what, &q_gpu, cols);
+    }
+}
+
+/// With `gamma` zero, `y` is `beta`, exactly: values `(k + 0.5) / 8` beside a largest `|beta|`
+/// of 127/8 make the scale 1/8 and every `y / scale` an exact half-integer, so the two devices
+/// must round alike (away from zero), bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn layernorm_quantize_rounds_halves_like_the_cpu() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let (rows, cols) = (5, 257);
+    let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+    let mut b: Vec<f32> = (0..cols)
+        .map(|_| (rng.below(254) as f32 - 126.5) / 8.0)
+        .collect();
+    (b[0], b[1]) = (127.0 / 8.0, -127.0 / 8.0);
+    let inputs = (x, vec![0.0f32; cols], b);
+    let (q, scale) = layernorm_quantize_on(&gpu, &inputs, rows, cols);
+    let (want_q, want_scale) = layernorm_quantize_on(&Device::cpu(), &inputs, rows, cols);
+    assert_exact("layernorm_quantize, gamma = 0: `q`", &q, &want_q);
+    assert_exact(
+        "layernorm_quantize, gamma = 0: `scale`",
+        &scale,
+        &want_scale,
+    );
+    assert_exact(
+        "layernorm_quantize, gamma = 0: `scale`",
+        &scale,
+        &[0.125; 5],
+    );
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn issue_bias_grad_and_products() {

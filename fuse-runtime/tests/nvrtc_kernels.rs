@@ -25,6 +25,18 @@ mod softmax;
 #[path = "../../examples/layernorm.rs"]
 mod layernorm;
 
+#[allow(dead_code)]
+#[path = "../../examples/dropout.rs"]
+mod dropout;
+
+#[allow(dead_code)]
+#[path = "../../examples/cross_entropy.rs"]
+mod cross_entropy;
+
+#[allow(dead_code)]
+#[path = "../../examples/quantize.rs"]
+mod quantize;
+
 use fuse_runtime::nvrtc;
 
 #[test]

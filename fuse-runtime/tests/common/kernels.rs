@@ -534,6 +534,18 @@ fuse! {
         (d * rstd * gamma + beta, rstd)
     }
 
+    /// W7: layernorm, then int8 quantization with a scale per row (its absolute maximum over
+    /// 127), rounding halves away from zero and saturating to [-127, 127].
+    pub fn layernorm_quantize(x: [f32; rows, cols], gamma: [f32; cols], beta: [f32; cols], eps: f32)
+        -> ([i8; rows, cols], [f32; rows])
+    {
+        let mu = mean(x, cols);
+        let d = x - mu;
+        let y = d * rsqrt(mean(d * d, cols) + eps) * gamma + beta;
+        let scale = max(y.abs(), cols) / 127.0;
+        ((y / scale).round().clamp(-127.0, 127.0) as i8, scale)
+    }
+
     pub fn rmsnorm(x: [f32; rows, cols], w: [f32; cols], eps: f32) -> [f32; rows, cols] {
         x * rsqrt(mean(x * x, cols) + eps) * w
     }
