@@ -155,17 +155,18 @@ pub fn slot_count(op: Reduce) -> usize {
     }
 }
 
-/// How a tensor lines up with `LANES` consecutive elements of an elementwise loop's domain.
+/// How a tensor lines up with the consecutive elements of one vector step (`lanes` of them) of
+/// an elementwise loop's domain.
 #[derive(Clone, Copy, PartialEq, Debug)]
 enum Run {
-    /// The tensor has the domain's shape: its own `LANES` consecutive elements.
+    /// The tensor has the domain's shape: its own consecutive elements.
     Whole,
     /// Its dims are the domain's dims from the `k`-th on (a bias over `cols`): it repeats along
     /// the others, so the lanes are consecutive elements of it when its size is a multiple of
-    /// `LANES`.
+    /// the lane count.
     Suffix(usize),
     /// Its dims are the domain's first `k` (a scale per row): the lanes share one of its
-    /// elements when the size of the remaining dims is a multiple of `LANES`.
+    /// elements when the size of the remaining dims is a multiple of the lane count.
     Prefix(usize),
 }
 
@@ -183,7 +184,7 @@ impl Run {
     }
 
     /// The dims of the run a broadcast tensor repeats along (`Suffix`) or is constant over
-    /// (`Prefix`): their size must be a multiple of `LANES`. None for `Whole`.
+    /// (`Prefix`): their size must be a multiple of the lane count. None for `Whole`.
     fn repeat(self, domain: &[DimId]) -> Option<&[DimId]> {
         match self {
             Run::Whole => None,
@@ -329,7 +330,7 @@ impl Cuda<'_> {
     }
 
     /// A grid-stride (or block-stride) loop over the linear index `i` of `domain`: a vector loop
-    /// over groups of `LANES` elements where every tensor lines up with them, then a scalar loop
+    /// over groups of `lanes` elements where every tensor lines up with them, then a scalar loop
     /// for the rest (the tail, or everything when they do not line up).
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass, start: &str, step: &str) {
         let used = self.used_shapes(&pass.elems, &pass.writes);
@@ -472,7 +473,7 @@ impl Cuda<'_> {
                 k.outputs[o].elem.c_storage()
             ));
         }
-        // One Philox block gives the four words of four neighbouring positions.
+        // One Philox block gives the four words of four neighbouring positions (lanes is 4 or 8).
         for &id in &pass.elems {
             if let Op::Random(_, seed, site) = k.nodes[id].op {
                 let blocks = self.lanes / 4;
