@@ -1,0 +1,86 @@
+"""Runs one kernel of fuse!'s generated CUDA C on the CPU: compiles it with g++ against shim.h (each
+CUDA thread a std::thread, blocks one after another), feeds it the inputs of a JSON spec and
+prints the outputs' bytes. Used by tests/emulated.rs; usage: emulate.py SPEC BUILD_DIR."""
+import json, re, subprocess, sys, os, hashlib, struct
+spec = json.load(open(sys.argv[1]))
+src = spec["source"]
+src = re.sub(r'static __device__ __forceinline__ float fz_f16_to_f32\(unsigned short h\) \{[^\n]*\n',
+  'static inline float fz_f16_to_f32(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }\n', src)
+src = re.sub(r'static __device__ __forceinline__ unsigned short fz_f32_to_f16\(float f\) \{[^\n]*\n',
+  'static inline unsigned short fz_f32_to_f16(float f) { _Float16 g = (_Float16)f; unsigned short h; std::memcpy(&h, &g, 2); return h; }\n', src)
+src = src.replace('extern "C" __global__', 'static')
+m = re.search(r"void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(\n(.*?)\n\)\s*\{", src, re.S)
+name, plist = m.group(1), m.group(2)
+params = []
+for line in plist.split('\n'):
+    line = line.strip().rstrip(',')
+    pm = re.match(r'(const\s+)?(.*?)(\*)?\s*(__restrict__\s+)?(\w+)$', line)
+    const, ty, ptr, _, pname = pm.groups()
+    params.append((ty.strip(), bool(ptr), pname))
+tens, outs, scal, dims = list(spec["tensors"]), list(spec["outputs"]), list(spec["scalars"]), dict(spec["dims"])
+decl, args, load, post, blob = [], [], [], [], b""
+ti = oi = si = di = 0
+u64 = lambda v: struct.pack("<Q", v)
+for ty, ptr, pname in params:
+    if pname == "fz_scratch":
+        decl.append("static unsigned long long scratch[1<<16];"); args.append("scratch"); continue
+    if pname == "fz_counter":
+        decl.append("static unsigned int counter = 0;"); args.append("&counter"); continue
+    if ptr:
+        decl.append(f"static unsigned char* {pname}_b; static unsigned long long {pname}_n;")
+        load.append(f"{pname}_n = rd(); {pname}_b = (unsigned char*)aligned_alloc(64, ({pname}_n + 64) / 64 * 64); ")
+        if pname.startswith("p_"):
+            b = bytes.fromhex(tens[ti]); ti += 1
+            blob += u64(len(b)) + b
+            load.append(f"fread({pname}_b, 1, {pname}_n, f);")
+        else:
+            blob += u64(outs[oi]); oi += 1
+            load.append(f"memset({pname}_b, 0xff, {pname}_n);")
+            post.append(f'fwrite({pname}_b, 1, {pname}_n, stdout);')
+        args.append(f"({ty}*){pname}_b")
+    elif pname.startswith("d_"):
+        blob += u64(dims[pname[2:]])
+        decl.append(f"static long long {pname}_v;"); load.append(f"{pname}_v = (long long)rd();")
+        args.append(f"{pname}_v")
+    else:
+        blob += u64(scal[si]); si += 1
+        decl.append(f"static {ty} {pname}_v;")
+        load.append(f"{{ unsigned long long bits = rd(); std::memcpy(&{pname}_v, &bits, sizeof({pname}_v)); }}")
+        args.append(f"{pname}_v")
+grid = spec.get("grid", 3)
+main = "\n".join(decl) + f"""
+static FILE* f;
+static unsigned long long rd() {{ unsigned long long v; fread(&v, 8, 1, f); return v; }}
+int main(int argc, char** argv) {{
+  f = fopen(argv[1], "rb");
+  {" ".join(load)}
+  gridDim.x = {grid};
+  for (unsigned b = 0; b < {grid}; ++b) {{
+    std::barrier<> block(256); g_block = &block;
+    for (int w = 0; w < 8; ++w) {{ g_warp[w] = new std::barrier<>(32); }}
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < 256; ++t) ts.emplace_back([=] {{ threadIdx = {{t,0,0}}; blockIdx = {{b,0,0}}; {name}({", ".join(args)}); }});
+    for (auto& th : ts) th.join();
+    for (int w = 0; w < 8; ++w) delete g_warp[w];
+  }}
+  {" ".join(post)}
+  return 0;
+}}
+"""
+shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shim.h')
+code = f'#include "{shim}"\n' + src + main
+key = hashlib.sha1(code.encode() + open(shim, 'rb').read()).hexdigest()[:16]
+build = sys.argv[2]
+cpp, exe = os.path.join(build, key + ".cpp"), os.path.join(build, key)
+os.makedirs(build, exist_ok=True)
+if not os.path.exists(exe):
+    open(cpp, "w").write(code)
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-w", "-o", exe, cpp, "-lpthread"], capture_output=True, text=True)
+    if r.returncode:
+        sys.stderr.write(r.stderr[:4000]); sys.exit(2)
+inp = sys.argv[1] + ".bin"
+open(inp, "wb").write(blob)
+r = subprocess.run([exe, inp], capture_output=True, timeout=900)
+if r.returncode:
+    sys.stderr.write("run failed %d %s\n" % (r.returncode, r.stderr[:2000])); sys.exit(3)
+sys.stdout.buffer.write(r.stdout)

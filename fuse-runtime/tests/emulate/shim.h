@@ -1,0 +1,69 @@
+// A CPU stand-in for the CUDA runtime pieces fuse!'s kernels use: each CUDA thread is a
+// std::thread; blocks run one after another, so `static` stands in for __shared__.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <cstdint>
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <atomic>
+#include <algorithm>
+using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
+struct dim3_ { unsigned int x, y, z; };
+static thread_local dim3_ threadIdx, blockIdx;
+static dim3_ blockDim{256,1,1}, gridDim{1,1,1};
+static std::barrier<>* g_block;
+static std::barrier<>* g_warp[8];
+static unsigned long long g_xchg[256];
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static
+#define __launch_bounds__(...)
+static inline void __syncthreads() { g_block->arrive_and_wait(); }
+static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
+  unsigned t = threadIdx.x; unsigned long long bits = 0; static_assert(sizeof(T) <= 8);
+  std::memcpy(&bits, &v, sizeof(T)); g_warp[t / 32]->arrive_and_wait(); g_xchg[t] = bits;
+  g_warp[t / 32]->arrive_and_wait(); unsigned long long o = g_xchg[(t & ~31u) | ((t & 31u) ^ (unsigned)off)];
+  g_warp[t / 32]->arrive_and_wait(); T r; std::memcpy(&r, &o, sizeof(T)); return r; }
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }
+static inline int __float_as_int(float f) { int i; std::memcpy(&i, &f, 4); return i; }
+static inline double __longlong_as_double(long long i) { double f; std::memcpy(&f, &i, 8); return f; }
+static inline long long __double_as_longlong(double f) { long long i; std::memcpy(&i, &f, 8); return i; }
+static inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) { return (unsigned long long)(((__uint128_t)a * b) >> 64); }
+static inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
+static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+static inline float __uint2float_rn(unsigned a) { return (float)a; }
+static inline float __int2float_rn(int a) { return (float)a; }
+static inline int __popc(unsigned a) { return __builtin_popcount(a); }
+static inline int __popcll(unsigned long long a) { return __builtin_popcountll(a); }
+static inline int __clz(int a) { return a == 0 ? 32 : __builtin_clz((unsigned)a); }
+static inline int __clzll(long long a) { return a == 0 ? 64 : __builtin_clzll((unsigned long long)a); }
+static inline int __ffs(int a) { return __builtin_ffs(a); }
+static inline int __ffsll(long long a) { return __builtin_ffsll(a); }
+template <typename I, typename F> static inline I sat(F x) { if (x != x) return 0; F t = std::trunc(x);
+  if (t <= (F)std::numeric_limits<I>::min()) return std::numeric_limits<I>::min();
+  if (t >= (F)std::numeric_limits<I>::max()) return std::numeric_limits<I>::max(); return (I)t; }
+#define CV(src, S, dst, D) static inline D __##src##2##dst##_rz(S x) { return sat<D, S>(x); }
+CV(float, float, int, int) CV(float, float, uint, unsigned) CV(float, float, ll, long long) CV(float, float, ull, unsigned long long)
+CV(double, double, int, int) CV(double, double, uint, unsigned) CV(double, double, ll, long long) CV(double, double, ull, unsigned long long)
+static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+#define __expf(x) expf(x)
+#define __logf(x) logf(x)
+#define __log2f(x) log2f(x)
+#define __log10f(x) log10f(x)
+#define __sinf(x) sinf(x)
+#define __cosf(x) cosf(x)
+#define __tanf(x) tanf(x)
+#define __powf(x, y) powf(x, y)

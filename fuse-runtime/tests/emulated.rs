@@ -1,0 +1,563 @@
+//! The generated CUDA C, run on the CPU: `emulate/emulate.py` compiles a kernel's source with
+//! g++ against `emulate/shim.h`, a stand-in for the CUDA runtime in which each CUDA thread is a
+//! `std::thread` (blocks of 256, run one after another, with real barriers for `__syncthreads`
+//! and warp shuffles), and the outputs are compared with the CPU backend.
+//!
+//! This checks the CUDA text's indexing, loops, vector paths, reductions, random numbers and
+//! 16-bit conversions on every CI run, without a GPU. It does not replace the GPU tests: the
+//! math functions are the host's, the intrinsics are their exact counterparts, and the GPU's
+//! memory model and scheduling are not modelled. Each case uses a grid of three blocks, so the
+//! grid-stride loops and the full reductions' last-block step run. It needs `g++` (C++20) and
+//! `python3`; without them it is skipped with a note, except under `CI=true`, where it fails.
+mod common;
+use common::kernels;
+use common::*;
+use fuse_runtime::{Device, Element};
+
+/// The bytes of `v` as memory holds them (the kernel's view), in hex.
+fn hex<T: Element>(v: &[T]) -> String {
+    // SAFETY: every element type is a number, `bool` or a 16-bit float: plain bytes without
+    // padding, so viewing the slice's memory as `u8` reads initialised bytes only.
+    let bytes =
+        unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) };
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// An output's bytes, of element type `ty`, as the values the tests compare.
+fn values(ty: &str, b: &[u8]) -> Values {
+    let f = |n: usize, g: &dyn Fn(&[u8]) -> f64| Values::Float(b.chunks(n).map(g).collect());
+    let e = |n: usize, g: &dyn Fn(&[u8]) -> i128| Values::Exact(b.chunks(n).map(g).collect());
+    match ty {
+        "f32" => f(4, &|c| f32::from_le_bytes(c.try_into().unwrap()) as f64),
+        "f64" => f(8, &|c| f64::from_le_bytes(c.try_into().unwrap())),
+        "f16" => f(2, &|c| {
+            fuse_runtime::f16::from_bits(u16::from_le_bytes(c.try_into().unwrap())).to_f64()
+        }),
+        "bf16" => f(2, &|c| {
+            fuse_runtime::bf16::from_bits(u16::from_le_bytes(c.try_into().unwrap())).to_f64()
+        }),
+        "i8" => e(1, &|c| c[0] as i8 as i128),
+        "u8" | "bool" => e(1, &|c| c[0] as i128),
+        "i16" => e(2, &|c| i16::from_le_bytes(c.try_into().unwrap()) as i128),
+        "u16" => e(2, &|c| u16::from_le_bytes(c.try_into().unwrap()) as i128),
+        "i32" => e(4, &|c| i32::from_le_bytes(c.try_into().unwrap()) as i128),
+        "u32" => e(4, &|c| u32::from_le_bytes(c.try_into().unwrap()) as i128),
+        "i64" => e(8, &|c| i64::from_le_bytes(c.try_into().unwrap()) as i128),
+        "u64" => e(8, &|c| u64::from_le_bytes(c.try_into().unwrap()) as i128),
+        _ => panic!("{ty}"),
+    }
+}
+
+fn size(ty: &str) -> usize {
+    match ty {
+        "f64" | "i64" | "u64" => 8,
+        "f32" | "i32" | "u32" => 4,
+        "f16" | "bf16" | "i16" | "u16" => 2,
+        _ => 1,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emulate<R: Outputs>(
+    what: &str,
+    source: &str,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+) {
+    let want = cpu.read();
+    let outs: Vec<usize> = want
+        .iter()
+        .zip(types)
+        .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
+        .collect();
+    let spec = format!(
+        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]}}",
+        json_str(source),
+        tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
+        scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+        dims.iter().map(|(n, v)| format!("\"{n}\": {v}")).collect::<Vec<_>>().join(","),
+        outs.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+    );
+    let build = concat!(env!("CARGO_TARGET_TMPDIR"), "/emulated");
+    std::fs::create_dir_all(build).unwrap();
+    let name = what.replace(|c: char| !c.is_alphanumeric(), "_");
+    let path = format!("{build}/{name}.json");
+    std::fs::write(&path, spec).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/emulate/emulate.py");
+    let r = std::process::Command::new("python3")
+        .args([script, &path, build])
+        .output()
+        .unwrap();
+    assert!(
+        r.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let mut at = 0;
+    for (k, (w, t)) in want.iter().zip(types).enumerate() {
+        let n = outs[k];
+        let got = values(t, &r.stdout[at..at + n]);
+        at += n;
+        let name = format!("{what} output {k}");
+        match (&got, &w.values) {
+            (Values::Float(g), Values::Float(w)) => assert_close(&name, g, w, &tols[k]),
+            (Values::Exact(g), Values::Exact(w)) => assert_exact(&name, g, w),
+            _ => panic!("{name}: kinds differ"),
+        }
+    }
+}
+
+fn json_str(s: &str) -> String {
+    let mut o = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+/// Whether g++ and python3 can run here; under `CI=true` they must.
+fn available() -> bool {
+    let runs = |cmd: &str| {
+        std::process::Command::new(cmd)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let ok = runs("g++") && runs("python3");
+    if !ok {
+        assert!(
+            std::env::var("CI").is_err(),
+            "CI=true but g++ or python3 is missing"
+        );
+        eprintln!("skipped: the emulation needs g++ and python3");
+    }
+    ok
+}
+
+#[test]
+fn generated_cuda_runs_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    // Softmax, f32: cached rows, streamed vector rows (4100), scalar streamed rows (4099), short rows.
+    for (rows, cols) in [(5, 36), (3, 4100), (2, 4099), (9, 2), (7, 5)] {
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        emulate(
+            &format!("softmax {rows}x{cols}"),
+            kernels::softmax::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+    }
+
+    let f32t = Tol::close(2e-5, 1e-6);
+    let bits = |v: f32| Element::to_bits(v);
+    for (rows, cols) in [(5, 36), (3, 4100), (4, 33), (6, 4)] {
+        let n = rows * cols;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let g = rng.floats::<f32>(cols, -2.0, 2.0);
+        let b = rng.floats::<f32>(cols, -2.0, 2.0);
+        let r = rng.floats::<f32>(rows, -2.0, 2.0);
+        let d = [("rows", rows), ("cols", cols)];
+        let cpu = kernels::layernorm(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            &put(&dev, &b, &[cols]),
+            1e-5,
+        )
+        .unwrap();
+        emulate(
+            &format!("layernorm {rows}x{cols}"),
+            kernels::layernorm::CUDA_SOURCE,
+            vec![hex(&x), hex(&g), hex(&b)],
+            vec![bits(1e-5)],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 0.0)],
+        );
+        let cpu = kernels::layernorm_quantize(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            &put(&dev, &b, &[cols]),
+            1e-5,
+        )
+        .unwrap();
+        emulate(
+            &format!("layernorm_quantize {rows}x{cols}"),
+            kernels::layernorm_quantize::CUDA_SOURCE,
+            vec![hex(&x), hex(&g), hex(&b)],
+            vec![bits(1e-5)],
+            &d,
+            &cpu,
+            &["i8", "f32"],
+            &[Tol::EXACT, Tol::close(1e-4, 0.0)],
+        );
+        let cpu = kernels::rmsnorm(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            1e-6,
+        )
+        .unwrap();
+        emulate(
+            &format!("rmsnorm {rows}x{cols}"),
+            kernels::rmsnorm::CUDA_SOURCE,
+            vec![hex(&x), hex(&g)],
+            vec![bits(1e-6)],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-4, 1e-5)],
+        );
+        let cpu = kernels::bcast(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &r, &[rows]),
+            &put(&dev, &g, &[cols]),
+            0.5,
+        )
+        .unwrap();
+        emulate(
+            &format!("bcast {rows}x{cols}"),
+            kernels::bcast::CUDA_SOURCE,
+            vec![hex(&x), hex(&r), hex(&g)],
+            vec![bits(0.5)],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(0.0, 3e-6)],
+        );
+        let seed = rng.next_u64();
+        let cpu = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), seed).unwrap();
+        emulate(
+            &format!("noise {rows}x{cols}"),
+            kernels::noise::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![seed],
+            &d,
+            &cpu,
+            &["f32", "f32", "f32"],
+            &[Tol::EXACT; 3],
+        );
+        let cpu = kernels::softmax_dropout(&dev, &put(&dev, &x, &[rows, cols]), 0.3, seed).unwrap();
+        emulate(
+            &format!("softmax_dropout {rows}x{cols}"),
+            kernels::softmax_dropout::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![bits(0.3), seed],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::EXACT],
+        );
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let cpu = kernels::cross_entropy(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &label, &[rows]),
+        )
+        .unwrap();
+        emulate(
+            &format!("cross_entropy {rows}x{cols}"),
+            kernels::cross_entropy::CUDA_SOURCE,
+            vec![hex(&x), hex(&label)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            std::slice::from_ref(&f32t),
+        );
+        let k: Vec<i32> = rng.ints_in::<i32>(n, -4, 4);
+        let cpu = kernels::arg_rows(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &k, &[rows, cols]),
+        )
+        .unwrap();
+        emulate(
+            &format!("arg_rows {rows}x{cols}"),
+            kernels::arg_rows::CUDA_SOURCE,
+            vec![hex(&x), hex(&k)],
+            vec![],
+            &d,
+            &cpu,
+            &["u32", "u32", "u32"],
+            &[Tol::EXACT; 3],
+        );
+        // 16-bit floats.
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let hb: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
+        emulate(
+            &format!("f16 softmax {rows}x{cols}"),
+            kernels::f16s::softmax::CUDA_SOURCE,
+            vec![hex(&h)],
+            vec![],
+            &d,
+            &cpu,
+            &["f16"],
+            &[Tol::close(2e-3, 1e-6)],
+        );
+        let cpu = kernels::bf16s::reduce_rows(&dev, &put(&dev, &hb, &[rows, cols])).unwrap();
+        emulate(
+            &format!("bf16 reduce_rows {rows}x{cols}"),
+            kernels::bf16s::reduce_rows::CUDA_SOURCE,
+            vec![hex(&hb)],
+            vec![],
+            &d,
+            &cpu,
+            &["bf16"; 4],
+            &[
+                Tol::close(1e-2, 1e-2),
+                Tol::close(1e-2, 0.0),
+                Tol::close(1e-2, 1e-2),
+                Tol::close(1e-2, 1e-2),
+            ],
+        );
+        let cpu = kernels::f16s::reduce_all(&dev, &put(&dev, &h, &[n])).unwrap();
+        emulate(
+            &format!("f16 reduce_all {n}"),
+            kernels::f16s::reduce_all::CUDA_SOURCE,
+            vec![hex(&h)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["f16", "f16", "f16", "f16", "f32"],
+            &[
+                Tol::close(2e-3, 1e-2),
+                Tol::EXACT,
+                Tol::EXACT,
+                Tol::close(2e-3, 1e-3),
+                Tol::close(1e-5, 1e-4),
+            ],
+        );
+        let cpu = kernels::halfs(&dev, &put(&dev, &h, &[n]), &put(&dev, &hb, &[n])).unwrap();
+        emulate(
+            &format!("halfs {n}"),
+            kernels::halfs::CUDA_SOURCE,
+            vec![hex(&h), hex(&hb)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["bf16", "f16"],
+            &[Tol::EXACT; 2],
+        );
+        let y = rng.floats::<f32>(n, -3.0, 3.0);
+        let hy: Vec<fuse_runtime::f16> =
+            y.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let cpu = kernels::f16s::arith(&dev, &put(&dev, &h, &[n]), &put(&dev, &hy, &[n])).unwrap();
+        emulate(
+            &format!("f16 arith {n}"),
+            kernels::f16s::arith::CUDA_SOURCE,
+            vec![hex(&h), hex(&hy)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["f16"; 6],
+            &[Tol::EXACT; 6],
+        );
+        let iv: Vec<i32> = rng.ints_in::<i32>(n, -1000, 1000);
+        let cpu = kernels::f16s::casts(
+            &dev,
+            &put(&dev, &h, &[n]),
+            &put(&dev, &y, &[n]),
+            &put(&dev, &iv, &[n]),
+        )
+        .unwrap();
+        emulate(
+            &format!("f16 casts {n}"),
+            kernels::f16s::casts::CUDA_SOURCE,
+            vec![hex(&h), hex(&y), hex(&iv)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["f32", "f64", "i32", "u8", "f16", "f16", "f16"],
+            &[Tol::EXACT; 7],
+        );
+        // Small integers.
+        let a8: Vec<i8> = rng.ints::<i8>(n);
+        let b8: Vec<i8> = rng.ints::<i8>(n);
+        let cpu = kernels::i8s::arith(&dev, &put(&dev, &a8, &[n]), &put(&dev, &b8, &[n])).unwrap();
+        emulate(
+            &format!("i8 arith {n}"),
+            kernels::i8s::arith::CUDA_SOURCE,
+            vec![hex(&a8), hex(&b8)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["i8"; 5],
+            &[Tol::EXACT; 5],
+        );
+        let a16: Vec<u16> = rng.ints::<u16>(n);
+        let cpu = kernels::u16s::casts(&dev, &put(&dev, &a16, &[n])).unwrap();
+        emulate(
+            &format!("u16 casts {n}"),
+            kernels::u16s::casts::CUDA_SOURCE,
+            vec![hex(&a16)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["i32", "u32", "i64", "u64", "f32", "f64"],
+            &[Tol::EXACT; 6],
+        );
+        let s16: Vec<u32> = rng.ints::<u32>(n);
+        let cpu = kernels::u16s::bits(
+            &dev,
+            &put(&dev, &a16, &[n]),
+            &put(&dev, &a16.iter().rev().copied().collect::<Vec<_>>(), &[n]),
+            &put(&dev, &s16, &[n]),
+        )
+        .unwrap();
+        let rev: Vec<u16> = a16.iter().rev().copied().collect();
+        emulate(
+            &format!("u16 bits {n}"),
+            kernels::u16s::bits::CUDA_SOURCE,
+            vec![hex(&a16), hex(&rev), hex(&s16)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["u16"; 8],
+            &[Tol::EXACT; 8],
+        );
+    }
+    for n in [1usize, 31, 4097, 100_003] {
+        let x = rng.floats::<f32>(n, -30.0, 30.0);
+        let cpu = kernels::logsumexp_all(&dev, &put(&dev, &x, &[n])).unwrap();
+        let abs: f64 = x.iter().map(|v| f64::from(v.abs())).sum();
+        emulate(
+            &format!("logsumexp_all {n}"),
+            kernels::logsumexp_all::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(2e-6, 1e-6), sum_tol::<f32>(&[abs])],
+        );
+        let y = rng.floats::<f32>(n, 0.5, 2.0);
+        let cpu =
+            kernels::fast_functions(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n])).unwrap();
+        emulate(
+            &format!("fast_functions {n}"),
+            kernels::fast_functions::CUDA_SOURCE,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["f32"; 8],
+            &vec![Tol::close(1e-5, 1e-6); 8],
+        );
+        let seed = rng.next_u64();
+        let xd = rng.floats::<f64>(n, -3.0, 3.0);
+        let pd = rng.floats::<f64>(n, 0.0, 1.0);
+        let cpu =
+            kernels::noisy_sum(&dev, &put(&dev, &xd, &[n]), &put(&dev, &pd, &[n]), seed).unwrap();
+        emulate(
+            &format!("noisy_sum {n}"),
+            kernels::noisy_sum::CUDA_SOURCE,
+            vec![hex(&xd), hex(&pd)],
+            vec![seed],
+            &[("n", n)],
+            &cpu,
+            &["f64", "f64"],
+            &[Tol::EXACT, Tol::close(1e-12, 1e-10)],
+        );
+    }
+
+    for (rows, cols) in [(37, 6), (3, 4100), (5, 4096)] {
+        let n = rows * cols;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let d = [("rows", rows), ("cols", cols)];
+        let cpu = kernels::col_softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        emulate(
+            &format!("col_softmax {rows}x{cols}"),
+            kernels::col_softmax::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        let cpu = kernels::softmax_mid(&dev, &put(&dev, &x, &[rows, 2, cols / 2])).unwrap();
+        emulate(
+            &format!("softmax_mid {rows}x2x{}", cols / 2),
+            kernels::softmax_mid::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("b", rows), ("t", 2), ("c", cols / 2)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        let hb: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &hb, &[rows, cols])).unwrap();
+        emulate(
+            &format!("bf16 softmax {rows}x{cols}"),
+            kernels::bf16s::softmax::CUDA_SOURCE,
+            vec![hex(&hb)],
+            vec![],
+            &d,
+            &cpu,
+            &["bf16"],
+            &[Tol::close(1e-2, 1e-6)],
+        );
+        let g: Vec<fuse_runtime::f16> = rng
+            .floats::<f32>(cols, -2.0, 2.0)
+            .iter()
+            .map(|&v| fuse_runtime::f16::from_f32(v))
+            .collect();
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let eps = fuse_runtime::f16::from_f32(1e-3);
+        let cpu = kernels::f16s::layernorm(
+            &dev,
+            &put(&dev, &h, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            eps,
+        )
+        .unwrap();
+        emulate(
+            &format!("f16 layernorm {rows}x{cols}"),
+            kernels::f16s::layernorm::CUDA_SOURCE,
+            vec![hex(&h), hex(&g)],
+            vec![Element::to_bits(eps)],
+            &d,
+            &cpu,
+            &["f16", "f32"],
+            &[Tol::close(4e-3, 4e-3), Tol::close(1e-4, 0.0)],
+        );
+        let a: Vec<u8> = rng.ints::<u8>(n);
+        let cpu = kernels::u8s::casts(&dev, &put(&dev, &a, &[n])).unwrap();
+        emulate(
+            &format!("u8 casts {n}"),
+            kernels::u8s::casts::CUDA_SOURCE,
+            vec![hex(&a)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["i32", "u32", "i64", "u64", "f32", "f64"],
+            &[Tol::EXACT; 6],
+        );
+    }
+}
