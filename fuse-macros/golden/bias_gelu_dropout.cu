@@ -169,7 +169,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
         const float v1 = p_bias[o1];
         const float v3 = (v0 + v1);
         const float v4 = fz_gelu(v3);
-        const float v6 = fz_rand(v2, (unsigned long long)i, 0u);
+        const float v6 = fz_rand(v2, (unsigned long long)(i), 0u);
         const bool v7 = (v6 < v5);
         const float v11 = (v4 * v10);
         const float v13 = (v7 ? v12 : v11);

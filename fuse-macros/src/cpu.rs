@@ -278,28 +278,11 @@ impl Cpu<'_> {
         }
     }
 
-    /// The position a random value is drawn at: the linear index of the current element in its
-    /// shape.
+    /// The position a random value is drawn at (see [`Layout::position`]).
     fn position(&self, id: NodeId, scope: Scope) -> String {
-        let shape = &self.k.nodes[id].shape;
-        let axis = match &self.k.launch {
-            Launch::Map { domain } | Launch::Full { domain }
-                if scope == Scope::Element && shape == domain =>
-            {
-                return "(i as u64)".into()
-            }
-            Launch::Rows { axis, .. } => Some(*axis),
-            _ => None,
-        };
-        let coord = |d| {
-            if Some(d) == axis {
-                "r".to_string()
-            } else {
-                self.layout.coord(d)
-            }
-        };
+        let element = scope == Scope::Element;
         self.layout
-            .linear(shape, coord, |x| format!("({x} as u64)"))
+            .position(id, element, |x| format!("({x} as u64)"))
     }
 }
 

@@ -235,14 +235,26 @@ impl Layout<'_> {
         lines
     }
 
-    /// The row-major index of the current element in `shape`, by Horner's rule over the
-    /// coordinates (`coord` names each, as its backend has it), widened to 64 bits by `wide`.
-    pub fn linear(
-        &self,
-        shape: &[DimId],
-        coord: impl Fn(DimId) -> String,
-        wide: impl Fn(String) -> String,
-    ) -> String {
+    /// The position a random value `id` is drawn at: the row-major index of the current element
+    /// in the value's shape, widened to 64 bits by `wide`. In an element loop (`element`) over a
+    /// value of the domain's shape that is the loop's index `i`; otherwise Horner's rule over the
+    /// coordinates (`r` along a row kernel's reduced dim), which both backends declare.
+    pub fn position(&self, id: NodeId, element: bool, wide: impl Fn(String) -> String) -> String {
+        let shape = &self.k.nodes[id].shape;
+        let axis = match &self.k.launch {
+            Launch::Map { domain } | Launch::Full { domain } if element && shape == domain => {
+                return wide("i".into());
+            }
+            Launch::Rows { axis, .. } => Some(*axis),
+            _ => None,
+        };
+        let coord = |d: DimId| {
+            if Some(d) == axis {
+                "r".to_string()
+            } else {
+                self.coord(d)
+            }
+        };
         let Some((&first, rest)) = shape.split_first() else {
             return wide("0".into());
         };
