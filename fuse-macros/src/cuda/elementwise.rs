@@ -1,0 +1,259 @@
+//! Elementwise loops: a vector loop over groups of lanes where every tensor lines up with them,
+//! then a scalar loop with coordinates for the rest.
+
+use super::{Cuda, Scope, LANES, SYNTAX};
+use crate::ir::{DimId, Kernel, Op};
+use crate::plan::{Pass, Plan};
+use crate::ty::Elem;
+use std::collections::BTreeSet;
+
+/// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
+/// every tensor is of integers or `bool` of at most 2 bytes, so that each load is 16 bytes of
+/// 2-byte types (8 of 1-byte types; 16 lanes of code would cost more registers than the wider
+/// load saves). The 16-bit floats keep 4 lanes (8-byte loads): their lanes compute in f32, and
+/// at 8 lanes ptxas spilled around the slow paths of f32 division and `fmodf` (`f16s::arith`).
+pub(super) fn lanes(k: &Kernel) -> u32 {
+    if tensor_elems(k).all(|e| e.bits() <= 16 && !e.is_half()) {
+        2 * LANES
+    } else {
+        LANES
+    }
+}
+
+/// The element types of every tensor a kernel reads or writes.
+fn tensor_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    let outputs = k.outputs.iter().map(|o| o.elem);
+    k.tensor_params().map(|(_, p, _)| p.elem).chain(outputs)
+}
+
+/// How a tensor lines up with the consecutive elements of one vector step (`lanes` of them) of
+/// an elementwise loop's domain.
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Run {
+    /// The tensor has the domain's shape: its own consecutive elements.
+    Whole,
+    /// Its dims are the domain's dims from the `k`-th on (a bias over `cols`): it repeats along
+    /// the others, so the lanes are consecutive elements of it when its size is a multiple of
+    /// the lane count.
+    Suffix(usize),
+    /// Its dims are the domain's first `k` (a scale per row): the lanes share one of its
+    /// elements when the size of the remaining dims is a multiple of the lane count.
+    Prefix(usize),
+}
+
+impl Run {
+    fn of(shape: &[DimId], domain: &[DimId]) -> Option<Run> {
+        if shape == domain {
+            Some(Run::Whole)
+        } else if !shape.is_empty() && domain.ends_with(shape) {
+            Some(Run::Suffix(domain.len() - shape.len()))
+        } else if domain.starts_with(shape) {
+            Some(Run::Prefix(shape.len()))
+        } else {
+            None
+        }
+    }
+
+    /// The dims of the run a broadcast tensor repeats along (`Suffix`) or is constant over
+    /// (`Prefix`): their size must be a multiple of the lane count. None for `Whole`.
+    fn repeat(self, domain: &[DimId]) -> Option<&[DimId]> {
+        match self {
+            Run::Whole => None,
+            Run::Suffix(k) | Run::Prefix(k) => Some(&domain[k..]),
+        }
+    }
+}
+
+impl Cuda<'_> {
+    pub(super) fn map_body(&mut self, domain: &[DimId], plan: &Plan) {
+        self.line(format!(
+            "const long long n = {};",
+            self.layout.product(domain)
+        ));
+        self.values(&plan.prologue, Scope::Row);
+        for pass in &plan.passes {
+            self.element_loop(
+                domain,
+                pass,
+                "(long long)blockIdx.x * blockDim.x + threadIdx.x",
+                "(long long)gridDim.x * blockDim.x",
+            );
+        }
+    }
+
+    /// A grid-stride (or block-stride) loop over the linear index `i` of `domain`: a vector loop
+    /// over groups of `lanes` elements where every tensor lines up with them, then a scalar loop
+    /// for the rest (the tail, or everything when they do not line up).
+    pub(super) fn element_loop(&mut self, domain: &[DimId], pass: &Pass, start: &str, step: &str) {
+        let used = self.used_shapes(&pass.elems, &pass.writes);
+        let shapes = self.layout.shapes();
+        // Positions (`index`) come from the coordinates, which only the scalar loop computes.
+        let positions = pass
+            .elems
+            .iter()
+            .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
+        let runs: Option<Vec<(usize, Run)>> = used
+            .iter()
+            .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
+            .collect();
+        let broadcast = used.iter().any(|&s| shapes[s] != domain);
+        let mut first = start.to_string();
+        let mut tail_rolled = false;
+        match runs {
+            Some(runs) if !used.is_empty() && !positions => {
+                // Broadcast tensors line up with the vectors when their runs are whole vectors.
+                let aligned: Vec<String> = runs
+                    .iter()
+                    .filter_map(|(_, r)| r.repeat(domain))
+                    .map(|dims| format!("({}) % {} == 0", self.layout.product(dims), self.lanes))
+                    .collect();
+                self.line("long long i0 = 0;");
+                if !aligned.is_empty() {
+                    self.open(format!("if ({})", aligned.join(" && ")));
+                }
+                self.vector_loop(pass, start, step, domain, &runs);
+                self.line(format!("i0 = nv * {};", self.lanes));
+                if !aligned.is_empty() {
+                    self.close();
+                }
+                first = format!("i0 + {start}");
+                // The tail runs at most once a thread. Unrolled, ptxas (sm_80) spilled around it
+                // in a kernel reading `u16` (`u16s::casts` of the tests); elsewhere it is left to
+                // ptxas, since rolled it spilled in kernels of 8-byte inputs (`i64s::compare`).
+                tail_rolled = self
+                    .k
+                    .tensor_params()
+                    .any(|(_, p, _)| p.elem.is_int() && p.elem.bits() < 32);
+            }
+            _ => {}
+        }
+        let coordinates = positions || broadcast;
+        if coordinates {
+            self.divisors(domain);
+        }
+        if tail_rolled {
+            self.line("#pragma unroll 1");
+        }
+        self.open(format!("for (long long i = {first}; i < n; i += {step})"));
+        if coordinates {
+            for l in self.layout.split("i", domain, &SYNTAX) {
+                self.line(l);
+            }
+        }
+        for s in used {
+            let offset = if shapes[s] == domain {
+                "i".to_string()
+            } else {
+                self.layout.offset(&shapes[s], None)
+            };
+            self.line(format!("const long long o{s} = {offset};"));
+        }
+        self.values(&pass.elems, Scope::Element);
+        self.accumulate(&pass.reduces);
+        self.writes(&pass.writes, Scope::Element);
+        self.close();
+    }
+
+    /// The main part of an elementwise loop whose tensors all have the domain's shape: each step
+    /// loads and stores `lanes` consecutive elements of every tensor as one aligned vector (16 bytes
+    /// for 4-byte types), then computes the lanes in order. Buffers come from `cudaMalloc`, and a
+    /// reshape never offsets them, so every tensor is aligned; the caller's loop does the tail.
+    fn vector_loop(
+        &mut self,
+        pass: &Pass,
+        start: &str,
+        step: &str,
+        domain: &[DimId],
+        runs: &[(usize, Run)],
+    ) {
+        self.helpers.insert("fz_vec");
+        let lanes = self.lanes;
+        self.line(format!("const long long nv = n / {lanes};"));
+        for (s, run) in runs {
+            if let Some(dims) = run.repeat(domain) {
+                self.helpers.insert("fz_quot");
+                let size = self.layout.product(dims);
+                self.line(format!("const fz_divisor vr{s} = fz_divisor_of((unsigned long long)({size}) / {lanes});"));
+            }
+        }
+        self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
+        // The vector of each broadcast shape: `j` within the run it repeats (a suffix of the
+        // domain's dims), or the run's number (a prefix: one element for all lanes).
+        for (s, run) in runs {
+            let quot = format!("(long long)fz_quot((unsigned long long)j, vr{s})");
+            match run {
+                Run::Whole => {}
+                Run::Suffix(_) => self.line(format!(
+                    "const long long jv{s} = j - {quot} * (long long)vr{s}.d;"
+                )),
+                Run::Prefix(_) => self.line(format!("const long long jv{s} = {quot};")),
+            }
+        }
+        let k = self.k;
+        let loaded: BTreeSet<usize> = pass
+            .elems
+            .iter()
+            .filter_map(|&id| {
+                if let Op::Load(p) = k.nodes[id].op {
+                    Some(p)
+                } else {
+                    None
+                }
+            })
+            .collect();
+        for &p in &loaded {
+            let (t, name) = (
+                k.params[p].elem.c_storage(),
+                crate::expand::plain_name(&k.params[p].name),
+            );
+            let shape = k.params[p].shape.as_ref().expect("a tensor");
+            let s = self.shape_index(shape);
+            let run = runs.iter().find(|(r, _)| *r == s).map(|(_, run)| *run);
+            match run.expect("every loaded shape has a run") {
+                Run::Whole => self.line(format!("const fz_vec<{t}, {lanes}> l_{name} = reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[j];")),
+                Run::Suffix(_) => self.line(format!("const fz_vec<{t}, {lanes}> l_{name} = reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[jv{s}];")),
+                Run::Prefix(_) => {
+                    self.line(format!("fz_vec<{t}, {lanes}> l_{name};"));
+                    let all: Vec<String> = (0..lanes).map(|l| format!("l_{name}.v[{l}]")).collect();
+                    self.line(format!("{} = p_{name}[jv{s}];", all.join(" = ")));
+                }
+            }
+        }
+        for &o in &pass.writes {
+            self.line(format!(
+                "fz_vec<{}, {lanes}> s{o};",
+                k.outputs[o].elem.c_storage()
+            ));
+        }
+        // One Philox block gives the four words of four neighbouring positions (lanes is 4 or 8).
+        for &id in &pass.elems {
+            if let Op::Random(_, seed, site) = k.nodes[id].op {
+                let blocks = self.lanes / 4;
+                self.line(format!("fz_u4 rq{id}[{blocks}];"));
+                for b in 0..blocks {
+                    self.line(format!("rq{id}[{b}] = fz_philox(v{seed}, (unsigned long long)j * {blocks} + {b}, {site}u);"));
+                }
+            }
+        }
+        // The lanes written out rather than `#pragma unroll`ed: the loop form made ptxas spill.
+        for lane in 0..lanes {
+            self.open("");
+            self.line(format!("const int l = {lane};"));
+            self.values(&pass.elems, Scope::Lane);
+            self.accumulate(&pass.reduces);
+            for &o in &pass.writes {
+                let out = &k.outputs[o];
+                let v = self.stored(out.elem, &format!("v{}", out.node));
+                self.line(format!("s{o}.v[l] = {v};"));
+            }
+            self.close();
+        }
+        for &o in &pass.writes {
+            let t = k.outputs[o].elem.c_storage();
+            self.line(format!(
+                "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = s{o};"
+            ));
+        }
+        self.close();
+    }
+}
