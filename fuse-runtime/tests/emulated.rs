@@ -633,4 +633,41 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             &[Tol::close(2e-5, 2e-5)],
         );
     }
+    // 16-bit float kernels that load eight lanes (no division), at sizes around multiples of 8.
+    for n in [1usize, 7, 8, 9, 4103] {
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let y = rng.floats::<f32>(n, -3.0, 3.0);
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let hy: Vec<fuse_runtime::f16> =
+            y.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let s = fuse_runtime::f16::from_f32(0.75);
+        let cpu =
+            kernels::f16s::chain(&dev, &put(&dev, &h, &[n]), &put(&dev, &hy, &[n]), s).unwrap();
+        emulate(
+            &format!("f16 chain {n}"),
+            kernels::f16s::chain::CUDA_SOURCE,
+            vec![hex(&h), hex(&hy)],
+            vec![Element::to_bits(s)],
+            &[("n", n)],
+            &cpu,
+            &["f16"; 3],
+            &[Tol::EXACT; 3],
+        );
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let by: Vec<fuse_runtime::bf16> =
+            y.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu =
+            kernels::bf16s::compare(&dev, &put(&dev, &b, &[n]), &put(&dev, &by, &[n])).unwrap();
+        emulate(
+            &format!("bf16 compare {n}"),
+            kernels::bf16s::compare::CUDA_SOURCE,
+            vec![hex(&b), hex(&by)],
+            vec![],
+            &[("n", n)],
+            &cpu,
+            &["bool"; 6],
+            &[Tol::EXACT; 6],
+        );
+    }
 }

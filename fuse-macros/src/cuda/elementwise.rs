@@ -3,21 +3,38 @@
 
 use super::{Cuda, Scope, LANES, SYNTAX};
 use crate::ir::{DimId, Kernel, Op};
+use crate::parse::BinOp;
 use crate::plan::{Pass, Plan};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
 
 /// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
-/// every tensor is of integers or `bool` of at most 2 bytes, so that each load is 16 bytes of
-/// 2-byte types (8 of 1-byte types; 16 lanes of code would cost more registers than the wider
-/// load saves). The 16-bit floats keep 4 lanes (8-byte loads): their lanes compute in f32, and
-/// at 8 lanes ptxas spilled around the slow paths of f32 division and `fmodf` (`f16s::arith`).
+/// every tensor is of at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of 1-byte
+/// types; 16 lanes of code would cost more registers than the wider load saves). 16-bit floats
+/// compute in f32, and at 8 lanes ptxas spilled around the slow paths of f32 division and
+/// `fmodf` (`f16s::arith`): kernels of them that divide keep 4 lanes (8-byte loads).
 pub(super) fn lanes(k: &Kernel) -> u32 {
-    if tensor_elems(k).all(|e| e.bits() <= 16 && !e.is_half()) {
+    let narrow = tensor_elems(k).all(|e| e.bits() <= 16);
+    let halves = tensor_elems(k).any(Elem::is_half);
+    if narrow && !(halves && divides_floats(k)) {
         2 * LANES
     } else {
         LANES
     }
+}
+
+/// Whether a kernel divides floats or takes a float remainder (or calls a function that
+/// divides: `recip`, `rsqrt`, `sigmoid`, `silu`, `log` with a base, `powi` of a negative power).
+fn divides_floats(k: &Kernel) -> bool {
+    use crate::func::Func;
+    k.nodes.iter().any(|n| match &n.op {
+        Op::Binary(BinOp::Div | BinOp::Rem, a, _) => k.nodes[*a].elem().compute().is_float(),
+        Op::Call(f, _) => matches!(
+            f,
+            Func::Recip | Func::Rsqrt | Func::Sigmoid | Func::Silu | Func::Log | Func::Powi
+        ),
+        _ => false,
+    })
 }
 
 /// The element types of every tensor a kernel reads or writes.

@@ -395,6 +395,16 @@ mod tests {
             text.contains("fz_vec<unsigned short, 8> l_a") && text.contains("n / 8"),
             "{text}"
         );
+        let text = source(quote! { fn f(a: [f16; n], b: [f16; n]) -> [f16; n] { a * b + 1.0 } });
+        assert!(
+            text.contains("fz_vec<unsigned short, 8> l_a"),
+            "16-byte f16 loads: {text}"
+        );
+        let text = source(quote! { fn f(a: [f16; n], b: [f16; n]) -> [f16; n] { a / b } });
+        assert!(
+            text.contains("fz_vec<unsigned short, 4> l_a"),
+            "f16 division keeps four lanes: {text}"
+        );
         let text = source(quote! { fn f(a: [i8; n]) -> [f32; n] { a as f32 } });
         assert!(
             text.contains("fz_vec<signed char, 4> l_a"),
