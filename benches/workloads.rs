@@ -151,7 +151,7 @@ impl Config {
     fn wants(&self, id: &str) -> bool {
         self.only
             .as_ref()
-            .map_or(true, |only| only.iter().any(|o| o == id))
+            .is_none_or(|only| only.iter().any(|o| o == id))
     }
 }
 
