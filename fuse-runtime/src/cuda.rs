@@ -37,7 +37,7 @@ pub(crate) struct CudaDevice {
 struct Kernels {
     /// Keyed by the addresses and lengths of a kernel's `source` and `symbol`: both are
     /// `&'static str`, so an address is never reused, and a hit costs no string hashing.
-    functions: HashMap<[usize; 4], (CudaFunction, u32)>,
+    functions: HashMap<[usize; 4], CudaFunction>,
     /// Keyed by source text, so that two kernels of one source share one module; with where
     /// its CUBIN came from.
     modules: HashMap<&'static str, (Arc<CudaModule>, Origin)>,
@@ -242,13 +242,8 @@ impl CudaDevice {
         }
     }
 
-    /// The loaded function of `kernel`, compiling and loading its module on first use, with
-    /// how many of its blocks (of [`BLOCK`](crate::launch::BLOCK) threads) one multiprocessor
-    /// holds at once.
-    pub(crate) fn function(
-        &self,
-        kernel: &'static KernelInfo,
-    ) -> Result<(CudaFunction, u32), Error> {
+    /// The loaded function of `kernel`, compiling and loading its module on first use.
+    pub(crate) fn function(&self, kernel: &'static KernelInfo) -> Result<CudaFunction, Error> {
         let key = [
             kernel.source.as_ptr() as usize,
             kernel.source.len(),
@@ -256,8 +251,8 @@ impl CudaDevice {
             kernel.symbol.len(),
         ];
         let mut kernels = lock(&self.kernels);
-        if let Some(loaded) = kernels.functions.get(&key) {
-            return Ok(loaded.clone());
+        if let Some(function) = kernels.functions.get(&key) {
+            return Ok(function.clone());
         }
         if kernel.symbol.contains('\0') {
             return Err(Error::Internal {
@@ -268,12 +263,8 @@ impl CudaDevice {
             .module(&mut kernels, kernel)?
             .load_function(kernel.symbol)
             .map_err(|e| driver_error("cuModuleGetFunction", e))?;
-        // Asked once: the answer depends only on the function's registers and shared memory.
-        let resident = function
-            .occupancy_max_active_blocks_per_multiprocessor(crate::launch::BLOCK, 0, None)
-            .unwrap_or(0);
-        kernels.functions.insert(key, (function.clone(), resident));
-        Ok((function, resident))
+        kernels.functions.insert(key, function.clone());
+        Ok(function)
     }
 
     /// The module of `kernel`'s source, loaded once per source.

@@ -58,10 +58,9 @@ impl fmt::Debug for Arg<'_> {
     }
 }
 
-/// The number of blocks for `geometry` on a GPU with `sm_count` multiprocessors, each holding
-/// `resident` blocks of the kernel at once (0 if unknown), or `None` when there is nothing to
-/// launch. A pure function, so full reductions are deterministic.
-pub(crate) fn grid(geometry: Geometry, sm_count: u32, resident: u32) -> Option<u32> {
+/// The number of blocks for `geometry` on a GPU with `sm_count` multiprocessors, or `None`
+/// when there is nothing to launch. A pure function, so full reductions are deterministic.
+pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     let sm = u64::from(sm_count.max(1));
     let blocks = |elems: u64| elems.div_ceil(u64::from(BLOCK));
     let blocks = match geometry {
@@ -69,14 +68,7 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32, resident: u32) -> Option<u
         // One 4-element vector per thread, as many blocks as that takes (the grid-stride loop
         // then runs once), as Triton's elementwise kernels launch.
         Geometry::Map { elems } => elems.div_ceil(u64::from(BLOCK) * 4).min(i32::MAX as u64),
-        // Exactly the blocks the GPU holds at once, each looping over its share of the rows:
-        // a grid of more blocks runs in waves, and the last wave's blocks, each with as many
-        // rows as the others, leave most of the GPU idle at the end (65536 rows over 2112 blocks
-        // of which 528 fit: four waves, the last one short).
-        Geometry::Rows { groups, .. } => {
-            let resident = if resident == 0 { 16 } else { resident };
-            groups.min(sm * u64::from(resident))
-        }
+        Geometry::Rows { groups, .. } => groups.min(sm * 16),
         Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
     };
     // At most 16 * u32::MAX, and in practice a few thousand; saturate rather than wrap.
@@ -96,14 +88,10 @@ pub fn launch(
 ) -> Result<(), Error> {
     let cuda = dev.cuda_for(kernel.name)?;
     let mut slots = arg_slots(dev, kernel, args)?;
-    // An empty launch needs no kernel: nothing is compiled or loaded for it.
-    if grid(geometry, cuda.sm_count, 0).is_none() {
-        return Ok(());
-    }
-    let (function, resident) = cuda.function(kernel)?;
-    let Some(grid) = grid(geometry, cuda.sm_count, resident) else {
+    let Some(grid) = grid(geometry, cuda.sm_count) else {
         return Ok(());
     };
+    let function = cuda.function(kernel)?;
     let config = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (BLOCK, 1, 1),
@@ -207,14 +195,14 @@ mod tests {
 
     #[test]
     fn map_grid() {
-        assert_eq!(grid(Geometry::Map { elems: 0 }, 132, 4), None);
-        assert_eq!(grid(Geometry::Map { elems: 1 }, 132, 4), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 256 }, 132, 4), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 1024 }, 132, 4), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 1025 }, 132, 4), Some(2));
-        assert_eq!(grid(Geometry::Map { elems: 4097 }, 132, 4), Some(5));
+        assert_eq!(grid(Geometry::Map { elems: 0 }, 132), None);
+        assert_eq!(grid(Geometry::Map { elems: 1 }, 132), Some(1));
+        assert_eq!(grid(Geometry::Map { elems: 256 }, 132), Some(1));
+        assert_eq!(grid(Geometry::Map { elems: 1024 }, 132), Some(1));
+        assert_eq!(grid(Geometry::Map { elems: 1025 }, 132), Some(2));
+        assert_eq!(grid(Geometry::Map { elems: 4097 }, 132), Some(5));
         assert_eq!(
-            grid(Geometry::Map { elems: u64::MAX }, 132, 4),
+            grid(Geometry::Map { elems: u64::MAX }, 132),
             Some(i32::MAX as u32)
         );
     }
@@ -225,28 +213,19 @@ mod tests {
             groups,
             row_len: 1000,
         };
-        assert_eq!(grid(rows(0), 132, 4), None);
-        assert_eq!(grid(rows(7), 132, 4), Some(7));
-        assert_eq!(
-            grid(rows(1_000_000), 132, 4),
-            Some(132 * 4),
-            "one wave of resident blocks"
-        );
-        assert_eq!(
-            grid(rows(1_000_000), 132, 0),
-            Some(132 * 16),
-            "unknown residency"
-        );
+        assert_eq!(grid(rows(0), 132), None);
+        assert_eq!(grid(rows(7), 132), Some(7));
+        assert_eq!(grid(rows(1_000_000), 132), Some(132 * 16));
     }
 
     #[test]
     fn full_grid_always_launches() {
         let full = |elems| Geometry::Full { elems, slots: 2 };
-        assert_eq!(grid(full(0), 132, 4), Some(1));
-        assert_eq!(grid(full(1000), 132, 4), Some(4));
-        assert_eq!(grid(full(1 << 40), 132, 4), Some(132 * 4));
+        assert_eq!(grid(full(0), 132), Some(1));
+        assert_eq!(grid(full(1000), 132), Some(4));
+        assert_eq!(grid(full(1 << 40), 132), Some(132 * 4));
         assert_eq!(
-            grid(full(1 << 40), 0, 4),
+            grid(full(1 << 40), 0),
             Some(4),
             "a zero SM count still launches"
         );
