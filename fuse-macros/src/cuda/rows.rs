@@ -53,8 +53,9 @@ impl Cuda<'_> {
             ));
         }
         self.values(&plan.prologue, Scope::Row);
+        let stream = self.streams_vectors(domain, axis, !cached.is_empty());
         if cached.is_empty() {
-            self.row_passes(plan, axis, &[]);
+            self.row_passes(plan, axis, &[], stream);
         } else {
             // Rows that fit in registers are read from memory once, whatever the number of
             // passes: 16-byte vectors, `CACHE / 4` of them per thread.
@@ -72,10 +73,10 @@ impl Cuda<'_> {
                 self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
                 self.close();
             }
-            self.row_passes(plan, axis, &cached);
+            self.row_passes(plan, axis, &cached, false);
             self.close();
             self.open("else");
-            self.row_passes(plan, axis, &[]);
+            self.row_passes(plan, axis, &[], stream);
             self.close();
         }
         self.close();
@@ -98,9 +99,10 @@ impl Cuda<'_> {
             .collect()
     }
 
-    /// The passes over a row: streaming (`cached` empty: `r` strides through the row), or over
-    /// the registers holding the `cached` tensors (`r = lane + k * width` for `k < CACHE`).
-    fn row_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
+    /// The passes over a row: streaming (`cached` empty: `r` strides through the row, four
+    /// elements a step when `stream` and the length allows), or over the registers holding the
+    /// `cached` tensors (`r = lane + k * width` for `k < CACHE`).
+    fn row_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize], stream: bool) {
         let shapes = self.layout.shapes();
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
@@ -112,8 +114,7 @@ impl Cuda<'_> {
             if cached.is_empty() {
                 // Rows contiguous in memory whose length is a multiple of four stream as 16-byte
                 // vectors (four times the bytes in flight per load); others element by element.
-                let contiguous = self.streams_vectors(axis);
-                if contiguous {
+                if stream {
                     self.open("if ((len & 3) == 0)");
                     self.open(format!(
                         "for (long long c = lane; {guard}c * 4 < len; c += width)"
@@ -129,7 +130,7 @@ impl Cuda<'_> {
                 ));
                 self.row_step(pass, axis, &[], &shapes, false);
                 self.close();
-                if contiguous {
+                if stream {
                     self.close();
                 }
             } else {
@@ -156,16 +157,13 @@ impl Cuda<'_> {
     /// a kernel without a register cache or with one tensor along the row. The vector step of a
     /// wider kernel beside its cached one spilled (`w6_layernorm_gelu` on sm_80: x, gamma and
     /// beta at four blocks per SM).
-    fn streams_vectors(&self, axis: DimId) -> bool {
-        let Launch::Rows { domain, .. } = &self.k.launch else {
-            return false;
-        };
+    fn streams_vectors(&self, domain: &[DimId], axis: DimId, has_cache: bool) -> bool {
         let along = self
             .k
             .tensor_params()
             .filter(|(_, _, s)| s.last() == Some(&axis))
             .count();
-        domain.last() == Some(&axis) && (self.cached_params(domain).is_empty() || along <= 1)
+        domain.last() == Some(&axis) && (!has_cache || along <= 1)
     }
 
     /// Four elements of a row pass, at `r = c * 4 + j` for `j < 4`: the `cached` tensors from
