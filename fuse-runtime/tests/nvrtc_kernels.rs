@@ -56,6 +56,15 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
         "only {} kernels registered",
         kernels.len()
     );
+    // `FUSE_DUMP_DIR=DIR` also writes each kernel's CUDA C to `DIR/<name>.cu`, to read its
+    // SASS or to time variants of it by hand.
+    if let Some(dir) = std::env::var_os("FUSE_DUMP_DIR") {
+        std::fs::create_dir_all(&dir).expect("FUSE_DUMP_DIR is a writable folder");
+        for k in &kernels {
+            let path = std::path::Path::new(&dir).join(format!("{}.cu", k.name));
+            std::fs::write(&path, k.source).expect("FUSE_DUMP_DIR is a writable folder");
+        }
+    }
     let mut failures = vec![];
     for k in &kernels {
         for arch in [80, 90] {
