@@ -160,8 +160,18 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         return;
     }
     let (dev, mut rng) = (Device::cpu(), Rng::new());
-    // Softmax, f32: cached rows, streamed vector rows (4100), scalar streamed rows (4099), short rows.
-    for (rows, cols) in [(5, 36), (3, 4100), (2, 4099), (9, 2), (7, 5)] {
+    // Softmax, f32: cached rows, streamed vector rows (4100), scalar streamed rows (4099), short
+    // rows; cached rows over several rounds of the 3-block grid, the last one partial, so that
+    // each block copies its next rows ahead into its second buffer (7x4096, 200x36).
+    for (rows, cols) in [
+        (5, 36),
+        (3, 4100),
+        (2, 4099),
+        (9, 2),
+        (7, 5),
+        (7, 4096),
+        (200, 36),
+    ] {
         let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
         let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate(
@@ -178,7 +188,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
 
     let f32t = Tol::close(2e-5, 1e-6);
     let bits = |v: f32| Element::to_bits(v);
-    for (rows, cols) in [(5, 36), (3, 4100), (4, 33), (6, 4)] {
+    for (rows, cols) in [(5, 36), (3, 4100), (4, 33), (6, 4), (13, 1024)] {
         let n = rows * cols;
         let x = rng.floats::<f32>(n, -3.0, 3.0);
         let g = rng.floats::<f32>(cols, -2.0, 2.0);

@@ -37,6 +37,15 @@ impl Cuda<'_> {
         self.line(format!("const int per_block = {BLOCK} / width;"));
         self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
+        let prefetch = prefetches(self.k, &cached);
+        if prefetch {
+            self.prefetch_buffers(&cached);
+            self.open(format!(
+                "if ((len & 3) == 0 && len <= {CACHE} * width && (long long)blockIdx.x * per_block < groups)"
+            ));
+            self.prefetch_rows(&cached, "(long long)blockIdx.x * per_block", "0");
+            self.close();
+        }
         self.open("for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block)");
         // A segment past the last row computes on the last row (valid memory) and writes nothing.
         self.line("const long long gl = g0 + threadIdx.x / width;");
@@ -60,6 +69,9 @@ impl Cuda<'_> {
             // Rows that fit in registers are read from memory once, whatever the number of
             // passes: 16-byte vectors, `CACHE / 4` of them per thread.
             self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
+            if prefetch {
+                self.line("fz_async_wait();");
+            }
             for &p in &cached {
                 let (t, name) = (
                     self.k.params[p].elem.c_storage(),
@@ -70,8 +82,22 @@ impl Cuda<'_> {
                 self.line("#pragma unroll");
                 self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
                 self.line("const int c = lane + q * width;");
-                self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                if prefetch {
+                    self.line(format!(
+                        "if (c * 4 < len) rc_{name}[q] = pf_{name}[buf][q * {BLOCK} + threadIdx.x];"
+                    ));
+                } else {
+                    self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                }
                 self.close();
+            }
+            if prefetch {
+                // The next row's copies go to the other buffer, read last by the previous row.
+                let next = "g0 + (long long)gridDim.x * per_block";
+                self.open(format!("if ({next} < groups)"));
+                self.prefetch_rows(&cached, next, "buf ^ 1");
+                self.close();
+                self.line("buf ^= 1;");
             }
             self.row_passes(plan, axis, &cached, false);
             self.close();
@@ -80,6 +106,49 @@ impl Cuda<'_> {
             self.close();
         }
         self.close();
+        if prefetch {
+            // No copy may land in shared memory after the block has exited.
+            self.line("fz_async_wait();");
+        }
+    }
+
+    /// The two shared buffers of each `cached` tensor that the next row is copied into while
+    /// the block works on the current one (`pf_<name>[buf][q * BLOCK + threadIdx.x]`: each
+    /// thread its own vectors), and the index of the current one.
+    fn prefetch_buffers(&mut self, cached: &[usize]) {
+        self.helpers.insert("fz_async");
+        self.helpers.insert("fz_vec");
+        for &p in cached {
+            let (t, name) = (
+                self.k.params[p].elem.c_storage(),
+                crate::expand::plain_name(&self.k.params[p].name),
+            );
+            self.line(format!(
+                "__shared__ fz_vec<{t}, 4> pf_{name}[2][{}];",
+                CACHE / 4 * BLOCK
+            ));
+        }
+        self.line("int buf = 0;");
+    }
+
+    /// Starts copying the `cached` tensors' elements of this thread's row among those from
+    /// `first` into buffer `buf`. A tensor over the whole domain with the reduced dim last holds
+    /// row `g` at `g * len`; a segment past the last row copies the last row, as it computes on it.
+    fn prefetch_rows(&mut self, cached: &[usize], first: &str, buf: &str) {
+        self.line(format!(
+            "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
+        ));
+        for &p in cached {
+            let name = crate::expand::plain_name(&self.k.params[p].name);
+            self.line("#pragma unroll");
+            self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+            self.line("const int c = lane + q * width;");
+            self.line(format!(
+                "if (c * 4 < len) fz_async16(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], p_{name} + gp * len + c * 4);"
+            ));
+            self.close();
+        }
+        self.line("fz_async_commit();");
     }
 
     /// The tensors worth keeping in registers across a row's passes: those over the whole domain
@@ -266,4 +335,12 @@ impl Cuda<'_> {
             }
         }
     }
+}
+
+/// Whether the rows cached in registers are copied in ahead, a row at a time, through shared
+/// memory (`cp.async`): then the next row's bytes are in flight while the block reduces the
+/// current one, instead of each block alternating between loading and computing. Two buffers of
+/// `CACHE * BLOCK` elements per tensor: done for one tensor of 4-byte elements (32 KB).
+fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
+    matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }
