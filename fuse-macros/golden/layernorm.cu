@@ -123,7 +123,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red4[threadIdx.x >> 5] = acc4;
                 }
@@ -184,7 +183,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red7[threadIdx.x >> 5] = acc7;
                 }
@@ -278,7 +276,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red4[threadIdx.x >> 5] = acc4;
                 }
@@ -309,7 +306,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red7[threadIdx.x >> 5] = acc7;
                 }

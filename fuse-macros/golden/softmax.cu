@@ -19,6 +19,26 @@ static __device__ __forceinline__ void fz_async_wait() {
     asm volatile("cp.async.wait_group 0;" ::: "memory");
 #endif
 }
+struct fz_divider { float r; bool ok; };
+static __device__ __forceinline__ fz_divider fz_divider_of(float b) {
+    float r;
+#ifdef __CUDA_ARCH__
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+#else
+    r = 1.0f / b;
+#endif
+    r = __fmaf_rn(r, __fmaf_rn(r, -b, 1.0f), r);
+    const float m = fabsf(b);
+    return {r, m >= 0x1p-60f && m <= 0x1p60f};
+}
+static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d) {
+    const float m = fabsf(a);
+    if (d.ok && m >= 0x1p-60f && m <= 0x1p60f) {
+        const float q = __fmul_rn(a, d.r);
+        return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
+    }
+    return a / b;
+}
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     const float* __restrict__ p_x,
@@ -115,7 +135,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red1[threadIdx.x >> 5] = acc1;
                 }
@@ -176,7 +195,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red4[threadIdx.x >> 5] = acc4;
                 }
@@ -190,6 +208,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             const float v4 = acc4;
+            const fz_divider dv_4 = fz_divider_of(v4);
             #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
@@ -201,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     {
@@ -210,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     {
@@ -219,7 +238,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     {
@@ -228,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
@@ -282,7 +301,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red1[threadIdx.x >> 5] = acc1;
                 }
@@ -352,7 +370,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             if (width > 32) {
-                __syncthreads();
                 if ((threadIdx.x & 31) == 0) {
                     red4[threadIdx.x >> 5] = acc4;
                 }
@@ -366,6 +383,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
             }
             const float v4 = acc4;
+            const fz_divider dv_4 = fz_divider_of(v4);
             if ((len & 3) == 0) {
                 for (long long c = lane; live && c * 4 < len; c += width) {
                     fz_vec<float, 4> s0;
@@ -376,7 +394,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = lv_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     {
@@ -385,7 +403,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = lv_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     {
@@ -394,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = lv_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     {
@@ -403,7 +421,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = lv_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = (v3 / v4);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
                     reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
@@ -416,7 +434,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     const float v0 = p_x[o0];
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
-                    const float v5 = (v3 / v4);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
                     out0[o0] = v5;
                 }
             }

@@ -186,6 +186,31 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         );
     }
 
+    // Division by a row's value through its reciprocal: exact, over raw bits of every kind.
+    for (rows, cols) in [(7, 36), (4, 64)] {
+        let raw = |rng: &mut Rng, n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| f32::from_bits(rng.next_u64() as u32))
+                .collect()
+        };
+        let x = raw(&mut rng, rows * cols);
+        let mut y = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        y[cols..2 * cols].copy_from_slice(&raw(&mut rng, cols));
+        let shape = [rows, cols];
+        let cpu =
+            kernels::div_by_row_max(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape)).unwrap();
+        emulate(
+            &format!("div_by_row_max {rows}x{cols}"),
+            kernels::div_by_row_max::CUDA_SOURCE,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(0.0, 0.0)],
+        );
+    }
+
     let f32t = Tol::close(2e-5, 1e-6);
     let bits = |v: f32| Element::to_bits(v);
     for (rows, cols) in [(5, 36), (3, 4100), (4, 33), (6, 4), (13, 1024)] {

@@ -1293,6 +1293,61 @@ fn assert_saturated(what: &str, q: &[i8], cols: usize) {
     }
 }
 
+/// f32 bits of any sign and exponent, subnormals included, with zeros, infinities and NaN
+/// sprinkled in.
+fn any_f32s(rng: &mut Rng, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|_| match rng.below(40) {
+            0 => 0.0,
+            1 => -0.0,
+            2 => f32::INFINITY,
+            3 => f32::NEG_INFINITY,
+            4 => f32::NAN,
+            _ => f32::from_bits(rng.next_u64() as u32),
+        })
+        .collect()
+}
+
+/// Division by a value computed once per row (the GPU divides through its reciprocal) is
+/// correctly rounded like the CPU's, bit for bit: elements and row maxima of every magnitude,
+/// subnormal results, overflow, zeros, infinities and NaN. Rows whose maxima lie in the fast
+/// path's range (2^-60 to 2^60) come from uniform draws; the others from raw bits.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn division_by_a_row_value_is_correctly_rounded() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for (rows, cols) in [(257, 4096), (64, 36), (33, 1000), (9, 5)] {
+        let n = rows * cols;
+        let x = any_f32s(&mut rng, n);
+        let mut y = rng.floats::<f32>(n, -3.0, 3.0);
+        for row in 0..rows {
+            if row % 3 == 1 {
+                let raw = any_f32s(&mut rng, cols);
+                y[row * cols..(row + 1) * cols].copy_from_slice(&raw);
+            }
+        }
+        let run = |dev: &Device| {
+            let (xb, yb) = (put(dev, &x, &[rows, cols]), put(dev, &y, &[rows, cols]));
+            kernels::div_by_row_max(dev, &xb, &yb)
+                .unwrap()
+                .to_vec()
+                .unwrap()
+        };
+        let (got, want) = (run(&gpu), run(&Device::cpu()));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()),
+                "{rows} x {cols}, element {i}: {} / row max: got {g:e} ({:#x}), want {w:e} ({:#x})",
+                x[i],
+                g.to_bits(),
+                w.to_bits()
+            );
+        }
+    }
+}
+
 /// W7 on the GPU against the CPU: `scale` within [`QuantizeBounds::scale_tol`]; `q` equal,
 /// except an off-by-one where `y / scale` (f64 `y`, the CPU's scale) lies within the devices'
 /// combined error of a half-integer; every `q` in [-127, 127], and ±127 in every row.

@@ -43,6 +43,11 @@ impl Cuda<'_> {
             Op::Float(digits) => float_literal(digits, e),
             Op::Bool(b) => b.to_string(),
             Op::Unary(op, a) => self.unary(*op, e, &v(a)),
+            Op::Binary(crate::parse::BinOp::Div, a, b)
+                if scope != Scope::Row && self.uniform_divisors.contains(b) =>
+            {
+                format!("fz_div_by(v{a}, v{b}, dv_{b})")
+            }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
                 let converted = cast(k.nodes[*a].elem(), e, &v(a));

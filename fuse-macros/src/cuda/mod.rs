@@ -54,6 +54,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         cached: vec![],
         row_vectors_now: vec![],
         lanes: elementwise::lanes(k),
+        uniform_divisors: BTreeSet::new(),
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -152,6 +153,8 @@ struct Cuda<'a> {
     cached: Vec<usize>,
     /// Elements per vector load in elementwise loops.
     lanes: u32,
+    /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
+    uniform_divisors: BTreeSet<NodeId>,
 }
 
 impl Cuda<'_> {
@@ -274,6 +277,29 @@ impl Cuda<'_> {
             let e = self.expr(id, scope);
             let t = self.k.nodes[id].elem().c_name();
             self.line(format!("const {t} v{id} = {e};"));
+            if scope == Scope::Row {
+                self.divider(id);
+            }
+        }
+    }
+
+    /// After `v<id>`, a value computed once per launch or per row of a row kernel: when it
+    /// divides f32 elements (f16 and bf16 divide in f32 too), its reciprocal `dv_<id>`, which
+    /// each element's division then uses (`fz_div_by`). Elementwise kernels keep `a / b`: they
+    /// are bound by memory, and the fallback's call spilled there (`op_div_127`).
+    fn divider(&mut self, id: NodeId) {
+        if !matches!(self.k.launch, Launch::Rows { .. }) {
+            return;
+        }
+        let plan = crate::plan::plan(self.k);
+        let divides = plan.passes.iter().flat_map(|p| &p.elems).any(|&n| {
+            matches!(self.k.nodes[n].op, Op::Binary(crate::parse::BinOp::Div, a, b)
+                if b == id && self.k.nodes[a].elem().compute() == Elem::F32)
+        });
+        if divides {
+            self.helpers.insert("fz_div_by");
+            self.line(format!("const fz_divider dv_{id} = fz_divider_of(v{id});"));
+            self.uniform_divisors.insert(id);
         }
     }
 }

@@ -221,7 +221,17 @@ impl Cuda<'_> {
             // Uniform across the block: `width` depends only on the row length.
             self.open("if (width > 32)");
         }
-        self.line("__syncthreads();");
+        // The leading barrier keeps a warp from overwriting `red` while another still reads the
+        // same reduction of the previous row. A row kernel with two or more reducing passes
+        // already has another pass's barriers between those two uses, so it leaves it out.
+        let reducing = crate::plan::plan(self.k)
+            .passes
+            .iter()
+            .filter(|p| !p.reduces.is_empty())
+            .count();
+        if !segmented || reducing < 2 {
+            self.line("__syncthreads();");
+        }
         self.open("if ((threadIdx.x & 31) == 0)");
         for &r in reduces {
             self.line(format!("red{r}[threadIdx.x >> 5] = acc{r};"));
@@ -280,6 +290,7 @@ impl Cuda<'_> {
                 _ => format!("acc{r}"),
             };
             self.line(format!("const {} v{r} = {value};", e.c_name()));
+            self.divider(r);
         }
     }
 }

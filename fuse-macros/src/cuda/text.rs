@@ -177,6 +177,33 @@ pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
 /// The text of a helper function, overloaded for every type it applies to.
 pub(super) fn helper(name: &str) -> &'static str {
     match name {
+        // a / b for many a and one b, correctly rounded, as the fast path of CUDA's `div.rn.f32`
+        // computes it (the same instructions: an approximate reciprocal refined by one Newton
+        // step, then a quotient corrected by its exact remainder), with the reciprocal taken
+        // once. The fast path runs where no step can leave the normal numbers (a and b between
+        // 2^-60 and 2^60 in magnitude, so zeros, infinities and NaN excluded); elsewhere `a / b`.
+        "fz_div_by" => concat!(
+            "struct fz_divider { float r; bool ok; };\n",
+            "static __device__ __forceinline__ fz_divider fz_divider_of(float b) {\n",
+            "    float r;\n",
+            "#ifdef __CUDA_ARCH__\n",
+            "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(r) : \"f\"(b));\n",
+            "#else\n",
+            "    r = 1.0f / b;\n",
+            "#endif\n",
+            "    r = __fmaf_rn(r, __fmaf_rn(r, -b, 1.0f), r);\n",
+            "    const float m = fabsf(b);\n",
+            "    return {r, m >= 0x1p-60f && m <= 0x1p60f};\n",
+            "}\n",
+            "static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d) {\n",
+            "    const float m = fabsf(a);\n",
+            "    if (d.ok && m >= 0x1p-60f && m <= 0x1p60f) {\n",
+            "        const float q = __fmul_rn(a, d.r);\n",
+            "        return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);\n",
+            "    }\n",
+            "    return a / b;\n",
+            "}\n",
+        ),
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
         // A 16-byte copy from global to shared memory that the thread does not wait for
         // (`cp.async`, sm_80 and later; a plain copy elsewhere and on the emulator), and the wait

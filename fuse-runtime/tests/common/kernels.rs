@@ -534,6 +534,12 @@ fuse! {
         (d * rstd * gamma + beta, rstd)
     }
 
+    /// Each element over its row's largest value: f32 elements divided by a value computed
+    /// once per row, which the GPU divides by through that value's reciprocal.
+    pub fn div_by_row_max(x: [f32; rows, cols], y: [f32; rows, cols]) -> [f32; rows, cols] {
+        x / max(y, cols)
+    }
+
     /// W7: layernorm, then int8 quantization with a scale per row (its absolute maximum over
     /// 127), rounding halves away from zero and saturating to [-127, 127].
     pub fn layernorm_quantize(x: [f32; rows, cols], gamma: [f32; cols], beta: [f32; cols], eps: f32)
