@@ -63,6 +63,13 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
     for (int w = 1; w < 8; ++w) {
         acc2 = acc2 + red2[0 + w];
     }
+    if (gridDim.x == 1) {
+        const float v2 = acc2;
+        if (threadIdx.x == 0) {
+            out0[0] = v2;
+        }
+        return;
+    }
     if (threadIdx.x == 0) {
         ((float*)(fz_scratch + 0 * (long long)gridDim.x))[blockIdx.x] = acc2;
         __threadfence();

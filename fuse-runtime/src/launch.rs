@@ -69,6 +69,8 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
         // then runs once), as Triton's elementwise kernels launch.
         Geometry::Map { elems } => elems.div_ceil(u64::from(BLOCK) * 4).min(i32::MAX as u64),
         Geometry::Rows { groups, .. } => groups.min(sm * 16),
+        // Small inputs in one block, which then writes the result itself (no second round).
+        Geometry::Full { elems, .. } if elems <= u64::from(BLOCK) * 32 => 1,
         Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
     };
     // At most 16 * u32::MAX, and in practice a few thousand; saturate rather than wrap.
@@ -222,7 +224,9 @@ mod tests {
     fn full_grid_always_launches() {
         let full = |elems| Geometry::Full { elems, slots: 2 };
         assert_eq!(grid(full(0), 132), Some(1));
-        assert_eq!(grid(full(1000), 132), Some(4));
+        assert_eq!(grid(full(1000), 132), Some(1));
+        assert_eq!(grid(full(8192), 132), Some(1));
+        assert_eq!(grid(full(8193), 132), Some(33));
         assert_eq!(grid(full(1 << 40), 132), Some(132 * 4));
         assert_eq!(
             grid(full(1 << 40), 0),

@@ -63,8 +63,25 @@ fn size(ty: &str) -> usize {
     }
 }
 
+/// [`emulate_on`] a grid of 3 blocks.
 #[allow(clippy::too_many_arguments)]
 fn emulate<R: Outputs>(
+    what: &str,
+    source: &str,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+) {
+    emulate_on(3, what, source, tensors, scalars, dims, cpu, types, tols);
+}
+
+/// Runs `source` on the emulator with `grid` blocks and compares its outputs with `cpu`'s.
+#[allow(clippy::too_many_arguments)]
+fn emulate_on<R: Outputs>(
+    grid: usize,
     what: &str,
     source: &str,
     tensors: Vec<String>,
@@ -81,7 +98,7 @@ fn emulate<R: Outputs>(
         .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
         .collect();
     let spec = format!(
-        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]}}",
+        "{{\"grid\": {grid}, \"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]}}",
         json_str(source),
         tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
         scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
@@ -491,16 +508,20 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let x = rng.floats::<f32>(n, -30.0, 30.0);
         let cpu = kernels::logsumexp_all(&dev, &put(&dev, &x, &[n])).unwrap();
         let abs: f64 = x.iter().map(|v| f64::from(v.abs())).sum();
-        emulate(
-            &format!("logsumexp_all {n}"),
-            kernels::logsumexp_all::CUDA_SOURCE,
-            vec![hex(&x)],
-            vec![],
-            &[("n", n)],
-            &cpu,
-            &["f32", "f32"],
-            &[Tol::close(2e-6, 1e-6), sum_tol::<f32>(&[abs])],
-        );
+        // Three blocks finish through the partials; one block (as small inputs launch) alone.
+        for grid in [3, 1] {
+            emulate_on(
+                grid,
+                &format!("logsumexp_all {n} on {grid} blocks"),
+                kernels::logsumexp_all::CUDA_SOURCE,
+                vec![hex(&x)],
+                vec![],
+                &[("n", n)],
+                &cpu,
+                &["f32", "f32"],
+                &[Tol::close(2e-6, 1e-6), sum_tol::<f32>(&[abs])],
+            );
+        }
         let y = rng.floats::<f32>(n, 0.5, 2.0);
         let cpu =
             kernels::fast_functions(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n])).unwrap();

@@ -85,7 +85,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
 
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel. Where the rows cached in
 /// registers are of 4-byte elements and there are at most three reductions, four (64 registers)
-/// for one output and three (85) for more fit without spilling (every kernel of the tests is
+/// for one output and one such tensor, and three (85) otherwise, fit without spilling (every kernel of the tests is
 /// compiled to check) and raise occupancy: a row kernel overlaps rows only across blocks. Else
 /// [`MIN_BLOCKS`].
 fn min_blocks(k: &Kernel) -> u32 {
@@ -100,14 +100,17 @@ fn min_blocks(k: &Kernel) -> u32 {
         Launch::Rows { domain, .. } => domain.as_slice(),
         _ => &[],
     };
-    let narrow = k
+    let whole: Vec<_> = k
         .tensor_params()
         .filter(|(_, _, s)| s.as_slice() == domain)
-        .all(|(_, p, _)| p.elem.bits() <= 32);
+        .collect();
+    let narrow = whole.iter().all(|(_, p, _)| p.elem.bits() <= 32);
     let cached = matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() == Some(axis))
         && crate::plan::plan(k).passes.len() >= 2;
+    // Two rows in registers leave too few of 64 for the division's slow-path call
+    // (`div_by_row_max` spilled): three blocks then.
     match (cached && narrow && reduces <= 3, k.outputs.len()) {
-        (true, 1) => MIN_BLOCKS + 2,
+        (true, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
         (true, _) => MIN_BLOCKS + 1,
         (false, _) => MIN_BLOCKS,
     }

@@ -34,6 +34,16 @@ impl Cuda<'_> {
             "(long long)gridDim.x * blockDim.x",
         );
         self.block_reduce(&pass.reduces, false);
+        // One block (small inputs) has the whole result now: no partials, atomics or second
+        // round, which is the same value (each reduction's identity combined with it).
+        self.open("if (gridDim.x == 1)");
+        self.finish_reductions(&pass.reduces, "n");
+        self.values(&pass.after, Scope::Row);
+        self.open("if (threadIdx.x == 0)");
+        self.writes(&plan.group_writes, Scope::Row);
+        self.close();
+        self.line("return;");
+        self.close();
         self.open("if (threadIdx.x == 0)");
         let slots = self.slots(&pass.reduces);
         for (&r, &slot) in pass.reduces.iter().zip(&slots) {
