@@ -85,9 +85,9 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
 
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel. Where the rows cached in
 /// registers are of 4-byte elements and there are at most three reductions, four (64 registers)
-/// for one output and one such tensor, and three (85) otherwise, fit without spilling (every kernel of the tests is
-/// compiled to check) and raise occupancy: a row kernel overlaps rows only across blocks. Else
-/// [`MIN_BLOCKS`].
+/// for one output and one such tensor, and three (85) otherwise, fit without spilling (every
+/// kernel of the tests is compiled to check) and raise occupancy: a row kernel overlaps rows
+/// only across blocks. Else [`MIN_BLOCKS`].
 fn min_blocks(k: &Kernel) -> u32 {
     let reduces = k
         .nodes
