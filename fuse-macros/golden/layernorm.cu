@@ -20,7 +20,7 @@ static __device__ __forceinline__ void fz_async_wait() {
 #endif
 }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
     const float* __restrict__ p_x,
     const float* __restrict__ p_gamma,
     const float* __restrict__ p_beta,
@@ -68,12 +68,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
         const float v3 = p_eps;
         if ((len & 3) == 0 && len <= 16 * width) {
             fz_async_wait();
-            fz_vec<float, 4> rc_x[4];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (c * 4 < len) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
-            }
             if (g0 + (long long)gridDim.x * per_block < groups) {
                 const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
                 #pragma unroll
@@ -83,34 +77,34 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                 }
                 fz_async_commit();
             }
-            buf ^= 1;
             float acc4 = (float)0;
             #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if (c * 4 < len) {
+                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc4 = acc4 + v0;
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc4 = acc4 + v0;
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc4 = acc4 + v0;
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc4 = acc4 + v0;
                     }
                 }
@@ -141,10 +135,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if (c * 4 < len) {
+                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -152,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -160,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -168,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -205,10 +200,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     fz_vec<float, 4> s0;
                     const fz_vec<float, 4> lv_gamma = reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1)[c];
                     const fz_vec<float, 4> lv_beta = reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1)[c];
+                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
@@ -220,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
@@ -232,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
@@ -244,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
                         const float v5 = (v0 - v4);
@@ -259,6 +255,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_layernorm(
             if (live && lane == 0) {
                 out1[b2] = v9;
             }
+            buf ^= 1;
         }
         else {
             float acc4 = (float)0;

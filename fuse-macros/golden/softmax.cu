@@ -40,7 +40,7 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
     return a / b;
 }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
+extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
     const float* __restrict__ p_x,
     float* __restrict__ out0,
     const long long d_rows,
@@ -80,12 +80,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
         const long long b0 = c0 * d_cols;
         if ((len & 3) == 0 && len <= 16 * width) {
             fz_async_wait();
-            fz_vec<float, 4> rc_x[4];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (c * 4 < len) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
-            }
             if (g0 + (long long)gridDim.x * per_block < groups) {
                 const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
                 #pragma unroll
@@ -95,34 +89,34 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 }
                 fz_async_commit();
             }
-            buf ^= 1;
             float acc1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if (c * 4 < len) {
+                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                 }
@@ -153,10 +147,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if (c * 4 < len) {
+                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -164,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -172,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -180,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -214,10 +209,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 const int c = lane + q * width;
                 if (live && c * 4 < len) {
                     fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
@@ -226,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
@@ -235,7 +231,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
@@ -244,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
+                        const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
@@ -253,6 +249,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
                 }
             }
+            buf ^= 1;
         }
         else {
             float acc1 = (-__int_as_float(0x7f800000));

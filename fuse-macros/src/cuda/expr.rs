@@ -23,6 +23,9 @@ impl Cuda<'_> {
                     (Scope::Element, _) if self.row_vectors_now.contains(p) => {
                         format!("lv_{name}.v[j]")
                     }
+                    (Scope::Element, _) if self.cached.contains(p) && self.in_shared => {
+                        format!("rc_{name}.v[j]")
+                    }
                     (Scope::Element, _) if self.cached.contains(p) => format!("rc_{name}[q].v[j]"),
                     (Scope::Element, _) => format!("p_{name}[o{s}]"),
                     (Scope::Row, Launch::Rows { .. }) => format!("p_{name}[b{s}]"),

@@ -55,6 +55,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         row_vectors_now: vec![],
         lanes: elementwise::lanes(k),
         uniform_divisors: BTreeSet::new(),
+        in_shared: false,
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -83,36 +84,49 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
     text
 }
 
-/// The `__launch_bounds__` minimum of blocks per SM for a row kernel. Where the rows cached in
-/// registers are of 4-byte elements and there are at most three reductions, four (64 registers)
-/// for one output and one such tensor, and three (85) otherwise, fit without spilling (every
-/// kernel of the tests is compiled to check) and raise occupancy: a row kernel overlaps rows
-/// only across blocks. Else [`MIN_BLOCKS`].
+/// The `__launch_bounds__` minimum of blocks per SM for a row kernel, which caps its registers
+/// (65536 / 256 / blocks) and so sets how many rows an SM overlaps: a row kernel overlaps rows
+/// only across blocks. Every kernel of the tests, benches and examples is compiled to check
+/// that none spills. For rows cached on chip (4-byte elements, at most three reductions):
+/// - a row kept in shared memory (one whole-domain tensor, copied ahead; see
+///   `rows::prefetches`) and no other tensor along the row, one output: five (48 registers);
+/// - a row kept in shared memory otherwise, or one row in registers with one output: four (64);
+/// - else three (85): two rows in registers leave too few of 64 for the division's slow-path
+///   call (`div_by_row_max` spilled).
+///
+/// Other row kernels: [`MIN_BLOCKS`].
 fn min_blocks(k: &Kernel) -> u32 {
     let reduces = k
         .nodes
         .iter()
         .filter(|n| matches!(n.op, Op::Reduce(..)))
         .count();
-    // The rows kept in registers are the tensors over the whole domain; per-row operands (a
-    // label, say) cost a register or two whatever their type.
-    let domain = match &k.launch {
-        Launch::Rows { domain, .. } => domain.as_slice(),
-        _ => &[],
+    // The rows kept on chip are the tensors over the whole domain; per-row operands (a label,
+    // say) cost a register or two whatever their type.
+    let (domain, axis) = match &k.launch {
+        Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
+        _ => (&[][..], None),
     };
-    let whole: Vec<_> = k
+    let whole: Vec<usize> = k
         .tensor_params()
         .filter(|(_, _, s)| s.as_slice() == domain)
+        .map(|(i, _, _)| i)
         .collect();
-    let narrow = whole.iter().all(|(_, p, _)| p.elem.bits() <= 32);
-    let cached = matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() == Some(axis))
-        && crate::plan::plan(k).passes.len() >= 2;
-    // Two rows in registers leave too few of 64 for the division's slow-path call
-    // (`div_by_row_max` spilled): three blocks then.
-    match (cached && narrow && reduces <= 3, k.outputs.len()) {
-        (true, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
-        (true, _) => MIN_BLOCKS + 1,
-        (false, _) => MIN_BLOCKS,
+    let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
+    let cached =
+        axis.is_some() && domain.last() == axis.as_ref() && crate::plan::plan(k).passes.len() >= 2;
+    if !(cached && narrow && reduces <= 3) {
+        return MIN_BLOCKS;
+    }
+    let along = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.last() == axis.as_ref())
+        .count();
+    match (rows::prefetches(k, &whole), along, k.outputs.len()) {
+        (true, 1, 1) => MIN_BLOCKS + 3,
+        (true, _, _) => MIN_BLOCKS + 2,
+        (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
+        (false, _, _) => MIN_BLOCKS + 1,
     }
 }
 
@@ -156,6 +170,9 @@ struct Cuda<'a> {
     cached: Vec<usize>,
     /// Elements per vector load in elementwise loops.
     lanes: u32,
+    /// Whether the `cached` tensors' rows are in their shared buffers (`rc_<name>`, the
+    /// current step's vector, read from `pf_<name>`) rather than in registers.
+    in_shared: bool,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
 }

@@ -67,39 +67,36 @@ impl Cuda<'_> {
             self.row_passes(plan, axis, &[], stream);
         } else {
             // Rows that fit in registers are read from memory once, whatever the number of
-            // passes: 16-byte vectors, `CACHE / 4` of them per thread.
+            // passes: 16-byte vectors, `CACHE / 4` of them per thread. With the prefetch, the
+            // row stays in its shared buffer and each pass reads it from there.
             self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
             if prefetch {
                 self.line("fz_async_wait();");
-            }
-            for &p in &cached {
-                let (t, name) = (
-                    self.k.params[p].elem.c_storage(),
-                    crate::expand::plain_name(&self.k.params[p].name),
-                );
-                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-                self.line(format!("fz_vec<{t}, 4> rc_{name}[{}];", CACHE / 4));
-                self.line("#pragma unroll");
-                self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
-                self.line("const int c = lane + q * width;");
-                if prefetch {
-                    self.line(format!(
-                        "if (c * 4 < len) rc_{name}[q] = pf_{name}[buf][q * {BLOCK} + threadIdx.x];"
-                    ));
-                } else {
-                    self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
-                }
-                self.close();
-            }
-            if prefetch {
                 // The next row's copies go to the other buffer, read last by the previous row.
                 let next = "g0 + (long long)gridDim.x * per_block";
                 self.open(format!("if ({next} < groups)"));
                 self.prefetch_rows(&cached, next, "buf ^ 1");
                 self.close();
+                self.in_shared = true;
+                self.row_passes(plan, axis, &cached, false);
+                self.in_shared = false;
                 self.line("buf ^= 1;");
+            } else {
+                for &p in &cached {
+                    let (t, name) = (
+                        self.k.params[p].elem.c_storage(),
+                        crate::expand::plain_name(&self.k.params[p].name),
+                    );
+                    let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+                    self.line(format!("fz_vec<{t}, 4> rc_{name}[{}];", CACHE / 4));
+                    self.line("#pragma unroll");
+                    self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+                    self.line("const int c = lane + q * width;");
+                    self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                    self.close();
+                }
+                self.row_passes(plan, axis, &cached, false);
             }
-            self.row_passes(plan, axis, &cached, false);
             self.close();
             self.open("else");
             self.row_passes(plan, axis, &[], stream);
@@ -263,6 +260,17 @@ impl Cuda<'_> {
             let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
             self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
         }
+        if self.in_shared {
+            for &p in cached {
+                let (t, name) = (
+                    self.k.params[p].elem.c_storage(),
+                    crate::expand::plain_name(&self.k.params[p].name),
+                );
+                self.line(format!(
+                    "const fz_vec<{t}, 4> rc_{name} = pf_{name}[buf][q * {BLOCK} + threadIdx.x];"
+                ));
+            }
+        }
         let mut in_registers = cached.to_vec();
         in_registers.extend(&vectors);
         // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
@@ -341,6 +349,6 @@ impl Cuda<'_> {
 /// memory (`cp.async`): then the next row's bytes are in flight while the block reduces the
 /// current one, instead of each block alternating between loading and computing. Two buffers of
 /// `CACHE * BLOCK` elements per tensor: done for one tensor of 4-byte elements (32 KB).
-fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
+pub(super) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }
