@@ -74,14 +74,41 @@ fn emulate<R: Outputs>(
     types: &[&str],
     tols: &[Tol],
 ) {
+    emulate_launch(what, source, tensors, scalars, dims, cpu, types, tols, None);
+}
+
+/// A launch shaped as the runtime shapes long rows: `cluster` blocks a row, each given `bytes`
+/// of dynamic shared memory; `taken` says whether the kernel should then cache its rows there.
+#[derive(Clone, Copy)]
+struct Shared {
+    cluster: u32,
+    bytes: u64,
+    taken: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn emulate_launch<R: Outputs>(
+    what: &str,
+    source: &str,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+    shared: Option<Shared>,
+) {
     let want = cpu.read();
     let outs: Vec<usize> = want
         .iter()
         .zip(types)
         .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
         .collect();
+    let launch = shared.map_or(String::new(), |s| {
+        format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
+    });
     let spec = format!(
-        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]}}",
+        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]{launch}}}",
         json_str(source),
         tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
         scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
@@ -98,10 +125,13 @@ fn emulate<R: Outputs>(
         .args([script, &path, build])
         .output()
         .unwrap();
-    assert!(
-        r.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&r.stderr)
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{what}: {stderr}");
+    let taken = stderr.contains("rows cached in shared memory");
+    assert_eq!(
+        taken,
+        shared.is_some_and(|s| s.taken),
+        "{what}: whether rows were cached in shared memory"
     );
     let mut at = 0;
     for (k, (w, t)) in want.iter().zip(types).enumerate() {
