@@ -114,6 +114,7 @@ mod device;
 mod element;
 mod error;
 mod launch;
+mod long_rows;
 pub mod nvrtc;
 // Declared here rather than inside `__private` so that it is the file `src/ops.rs`; generated
 // code reaches it as `__private::ops`.
@@ -141,6 +142,7 @@ pub use timer::Timer;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::launch::{launch, Arg, Geometry, BLOCK};
+    pub use crate::long_rows::long_row_shared_bytes;
     pub use crate::ops;
     pub use crate::private::{
         alloc, bind, host_read, host_write, is_cpu, kernels, shape_of, AnyBuffer, DimRef,

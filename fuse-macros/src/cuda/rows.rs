@@ -5,6 +5,8 @@ use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, Launch, NodeId, Op};
 use crate::plan::{Pass, Plan};
 
+pub(super) mod long_rows;
+
 impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
@@ -37,6 +39,7 @@ impl Cuda<'_> {
         self.line(format!("const int per_block = {BLOCK} / width;"));
         self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
+        self.long_rows(domain, axis, plan);
         self.open("for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block)");
         // A segment past the last row computes on the last row (valid memory) and writes nothing.
         self.line("const long long gl = g0 + threadIdx.x / width;");
