@@ -72,6 +72,9 @@
 //!   [`Error::NoNvrtc`]; nothing panics, and the CPU device always works.
 //! - Compiled kernels are cached in `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else
 //!   `$HOME/.cache/fuse`; see [`cache`].
+//! - Row kernels read rows too long for registers into shared memory once (split over a
+//!   thread-block cluster on sm_90) rather than once per pass; `FUSE_LONG_ROWS=0` makes them
+//!   stream such rows instead, to compare the two.
 //!
 //! # Build-time CUBINs: no NVRTC at the first call
 //!

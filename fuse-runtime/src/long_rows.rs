@@ -5,7 +5,9 @@
 //! writes that path; it takes it exactly when the launch gives it enough dynamic shared memory).
 //!
 //! Rows that fit nowhere, devices without the shared memory, and kernels without the path
-//! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows.
+//! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
+//! row when the environment variable `FUSE_LONG_ROWS` is `0` when a device is first used, to
+//! compare the two.
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -184,9 +186,13 @@ impl LongRows {
 }
 
 impl DeviceLimits {
-    /// The device's shared-memory limits; `None` when the driver will not say.
+    /// The device's shared-memory limits; `None` when the driver will not say, or when
+    /// `FUSE_LONG_ROWS=0` turns the path off.
     fn read(cuda: &CudaDevice) -> Option<DeviceLimits> {
         use sys::CUdevice_attribute::*;
+        if std::env::var_os("FUSE_LONG_ROWS").is_some_and(|v| v == "0") {
+            return None;
+        }
         let context = cuda.stream.context();
         let get = |a| {
             context
