@@ -39,6 +39,47 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
     }
     return a / b;
 }
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }
+static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
+template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    if constexpr (N >= 16) {
+        for (int k = 0; k < N; k += 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + k), "l"((const unsigned char*)src + k) : "memory");
+    } else if constexpr (N >= 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(d), "l"(src), "n"(N) : "memory");
+    } else {
+        for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];
+    }
+#else
+    for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];
+#endif
+}
+static __device__ __forceinline__ void fz_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+template <typename T> static __device__ __forceinline__ void fz_slot_put(unsigned long long* slot, T value) { union { unsigned long long u; T t; } v; v.u = 0ull; v.t = value; *slot = v.u; }
+#if __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
+static __device__ __forceinline__ void fz_cluster_sync() { asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }
+template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int rank) {
+    unsigned int remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned int)__cvta_generic_to_shared(slot)), "r"(rank));
+    union { unsigned long long u; T t; } v;
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v.u) : "r"(remote) : "memory");
+    return v.t;
+}
+#else
+static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }
+static __device__ __forceinline__ void fz_cluster_sync() { __syncthreads(); }
+static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
+template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int) { union { unsigned long long u; T t; } v; v.u = *(const volatile unsigned long long*)slot; return v.t; }
+#endif
+#endif
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
     const float* __restrict__ p_x,
@@ -61,6 +102,249 @@ extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
     __shared__ float red4[8];
+    // Long rows: read once into the dynamic shared memory the launch gave, split over the
+    // blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.
+    if (fz_smem_bytes() != 0 && len < 0x40000000ll) {
+        const unsigned int blocks = fz_cluster_size();
+        const unsigned int rank = blockIdx.x % blocks;
+        const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);
+        const int begin = part * rank < len ? (int)(part * rank) : (int)len;
+        const int end = len - begin < part ? (int)len : begin + part;
+        if (fz_smem_bytes() >= 256 + (long long)part * 4) {
+            unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
+            float* const sc_x = (float*)(fz_shared() + 256);
+            unsigned int phase = 0;
+            for (long long g = blockIdx.x / blocks; g < groups; g += (long long)(gridDim.x / blocks)) {
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                if ((len & 3) == 0) {
+                    #pragma unroll 4
+                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                        fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
+                    }
+                }
+                else {
+                    #pragma unroll 4
+                    for (int r = begin + threadIdx.x; r < end; r += 256) {
+                        fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
+                    }
+                }
+                fz_copy_wait();
+                float acc1 = (-__int_as_float(0x7f800000));
+                if ((len & 3) == 0) {
+                    #pragma unroll 1
+                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                        const int q = 0;
+                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
+                }
+                else {
+                    #pragma unroll 1
+                    for (int r = begin + threadIdx.x; r < end; r += 256) {
+                        const int q = (r - begin) >> 2;
+                        const int j = (r - begin) & 3;
+                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                        const float v0 = rc_x[q].v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[0 + w]);
+                }
+                if (blocks > 1) {
+                    if (threadIdx.x == 0) {
+                        fz_slot_put(fz_slots + phase * 16 + 0, acc1);
+                    }
+                    fz_cluster_sync();
+                    acc1 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+                    for (unsigned int b = 1; b < blocks; ++b) {
+                        const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                        acc1 = fmaxf(acc1, other);
+                    }
+                    phase ^= 1u;
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                if ((len & 3) == 0) {
+                    #pragma unroll 1
+                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                        const int q = 0;
+                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
+                }
+                else {
+                    #pragma unroll 1
+                    for (int r = begin + threadIdx.x; r < end; r += 256) {
+                        const int q = (r - begin) >> 2;
+                        const int j = (r - begin) & 3;
+                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+                __syncthreads();
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                if (blocks > 1) {
+                    if (threadIdx.x == 0) {
+                        fz_slot_put(fz_slots + phase * 16 + 0, acc4);
+                    }
+                    fz_cluster_sync();
+                    acc4 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+                    for (unsigned int b = 1; b < blocks; ++b) {
+                        const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                        acc4 = acc4 + other;
+                    }
+                    phase ^= 1u;
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                if ((len & 3) == 0) {
+                    #pragma unroll 1
+                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                        const int q = 0;
+                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                        fz_vec<float, 4> s0;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                    }
+                }
+                else {
+                    #pragma unroll 1
+                    for (int r = begin + threadIdx.x; r < end; r += 256) {
+                        const int q = (r - begin) >> 2;
+                        const int j = (r - begin) & 3;
+                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                        const long long o0 = b0 + r;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        out0[o0] = v5;
+                    }
+                }
+            }
+            if (blocks > 1) fz_cluster_exit();
+            return;
+        }
+    }
     __shared__ fz_vec<float, 4> pf_x[2][1024];
     int buf = 0;
     if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {

@@ -339,7 +339,8 @@ fn geometry(k: &Kernel) -> TokenStream {
         Launch::Rows { domain, axis } => {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
-            quote!(#g::Rows { groups: #groups, row_len: #len })
+            let cache_bytes = crate::cuda::cached_bytes(k);
+            quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes })
         }
         Launch::Full { domain } => {
             let elems = product(k, domain);

@@ -30,6 +30,8 @@ pub(crate) struct CudaDevice {
     kernels: Mutex<Kernels>,
     /// The scratch and counter of full reductions; see [`crate::launch`].
     pub(crate) reduce: Mutex<ReduceScratch>,
+    /// The shared-memory limits and kernel settings of long rows; see [`crate::long_rows`].
+    pub(crate) long_rows: crate::long_rows::LongRows,
 }
 
 /// The loaded kernels of one device.
@@ -117,6 +119,7 @@ impl CudaDevice {
             ctx,
             kernels: Mutex::default(),
             reduce: Mutex::default(),
+            long_rows: Default::default(),
         })
     }
 

@@ -26,6 +26,9 @@ pub enum Geometry {
         groups: u64,
         /// The length of each group.
         row_len: u64,
+        /// The shared-memory bytes each element of a row takes when the kernel caches long
+        /// rows there (see `long_rows`); 0 when it has no such path.
+        cache_bytes: u32,
     },
     /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
     /// slots per block. Always launches, so an empty reduction still writes its result.
@@ -94,6 +97,9 @@ pub fn launch(
         return Ok(());
     };
     let function = cuda.function(kernel)?;
+    if crate::long_rows::launch(cuda, &function, geometry, &slots)? {
+        return Ok(());
+    }
     let config = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (BLOCK, 1, 1),
@@ -214,6 +220,7 @@ mod tests {
         let rows = |groups| Geometry::Rows {
             groups,
             row_len: 1000,
+            cache_bytes: 4,
         };
         assert_eq!(grid(rows(0), 132), None);
         assert_eq!(grid(rows(7), 132), Some(7));

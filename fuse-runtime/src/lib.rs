@@ -72,6 +72,9 @@
 //!   [`Error::NoNvrtc`]; nothing panics, and the CPU device always works.
 //! - Compiled kernels are cached in `FUSE_CACHE_DIR`, else `$XDG_CACHE_HOME/fuse`, else
 //!   `$HOME/.cache/fuse`; see [`cache`].
+//! - Row kernels read rows too long for registers into shared memory once (split over a
+//!   thread-block cluster on sm_90) rather than once per pass; `FUSE_LONG_ROWS=0` makes them
+//!   stream such rows instead, to compare the two.
 //!
 //! # Build-time CUBINs: no NVRTC at the first call
 //!
@@ -114,6 +117,7 @@ mod device;
 mod element;
 mod error;
 mod launch;
+mod long_rows;
 pub mod nvrtc;
 // Declared here rather than inside `__private` so that it is the file `src/ops.rs`; generated
 // code reaches it as `__private::ops`.
@@ -141,6 +145,7 @@ pub use timer::Timer;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::launch::{launch, Arg, Geometry, BLOCK};
+    pub use crate::long_rows::long_row_shared_bytes;
     pub use crate::ops;
     pub use crate::private::{
         alloc, bind, host_read, host_write, is_cpu, kernels, shape_of, AnyBuffer, DimRef,

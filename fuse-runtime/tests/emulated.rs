@@ -75,10 +75,12 @@ fn emulate<R: Outputs>(
     types: &[&str],
     tols: &[Tol],
 ) {
-    emulate_on(3, what, source, tensors, scalars, dims, cpu, types, tols);
+    emulate_launch(
+        3, what, source, tensors, scalars, dims, cpu, types, tols, None,
+    );
 }
 
-/// Runs `source` on the emulator with `grid` blocks and compares its outputs with `cpu`'s.
+/// [`emulate`] on a grid of `grid` blocks.
 #[allow(clippy::too_many_arguments)]
 fn emulate_on<R: Outputs>(
     grid: usize,
@@ -91,14 +93,46 @@ fn emulate_on<R: Outputs>(
     types: &[&str],
     tols: &[Tol],
 ) {
+    emulate_launch(
+        grid, what, source, tensors, scalars, dims, cpu, types, tols, None,
+    );
+}
+
+/// A launch shaped as the runtime shapes long rows: `cluster` blocks a row, each given `bytes`
+/// of dynamic shared memory; `taken` says whether the kernel should then cache its rows there.
+#[derive(Clone, Copy)]
+struct Shared {
+    cluster: u32,
+    bytes: u64,
+    taken: bool,
+}
+
+/// Runs `source` on the emulator with `grid` blocks (clusters, with `shared`) and compares its
+/// outputs with `cpu`'s.
+#[allow(clippy::too_many_arguments)]
+fn emulate_launch<R: Outputs>(
+    grid: usize,
+    what: &str,
+    source: &str,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+    shared: Option<Shared>,
+) {
     let want = cpu.read();
     let outs: Vec<usize> = want
         .iter()
         .zip(types)
         .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
         .collect();
+    let launch = shared.map_or(String::new(), |s| {
+        format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
+    });
     let spec = format!(
-        "{{\"grid\": {grid}, \"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]}}",
+        "{{\"grid\": {grid}, \"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]{launch}}}",
         json_str(source),
         tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
         scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
@@ -115,10 +149,13 @@ fn emulate_on<R: Outputs>(
         .args([script, &path, build])
         .output()
         .unwrap();
-    assert!(
-        r.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&r.stderr)
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{what}: {stderr}");
+    let taken = stderr.contains("rows cached in shared memory");
+    assert_eq!(
+        taken,
+        shared.is_some_and(|s| s.taken),
+        "{what}: whether rows were cached in shared memory"
     );
     let mut at = 0;
     for (k, (w, t)) in want.iter().zip(types).enumerate() {
@@ -724,6 +761,206 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             &cpu,
             &["bool"; 6],
             &[Tol::EXACT; 6],
+        );
+    }
+}
+
+/// The launch the runtime gives rows of `cols` elements of `bytes` shared bytes each, split over
+/// `cluster` blocks.
+fn long_rows(cols: usize, cluster: u32, bytes: u32) -> Option<Shared> {
+    let need = fuse_runtime::__private::long_row_shared_bytes(cols as u64, cluster, bytes);
+    Some(Shared {
+        cluster,
+        bytes: need,
+        taken: true,
+    })
+}
+
+/// Long rows cached in shared memory, launched as the runtime launches them (at small sizes: the
+/// kernel takes the path whenever the launch gives it the memory), on clusters of one to four
+/// blocks: parts that are partial or empty, lengths that are not a multiple of four, more and
+/// fewer rows than the three clusters; and one byte short of the memory, where the kernel must
+/// stream instead.
+#[test]
+fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    // (rows, cols, blocks per row)
+    for (rows, cols, cluster) in [
+        (5, 4100, 3),
+        (4, 37, 4),
+        (3, 9, 4),
+        (2, 4099, 2),
+        (5, 36, 1),
+    ] {
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        emulate_launch(
+            3,
+            &format!("long softmax {rows}x{cols} in {cluster}"),
+            kernels::softmax::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+            long_rows(cols, cluster, 4),
+        );
+    }
+    let (rows, cols) = (3, 4100);
+    let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+    let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+    let short = long_rows(cols, 2, 4).map(|s| Shared {
+        bytes: s.bytes - 1,
+        taken: false,
+        ..s
+    });
+    emulate_launch(
+        3,
+        "long softmax one byte short",
+        kernels::softmax::CUDA_SOURCE,
+        vec![hex(&x)],
+        vec![],
+        &[("rows", rows), ("cols", cols)],
+        &cpu,
+        &["f32"],
+        &[Tol::close(1e-5, 1e-7)],
+        short,
+    );
+
+    for (rows, cols, cluster) in [(5, 4100, 3), (4, 37, 4), (2, 41, 1)] {
+        let n = rows * cols;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let g = rng.floats::<f32>(cols, -2.0, 2.0);
+        let b = rng.floats::<f32>(cols, -2.0, 2.0);
+        let d = [("rows", rows), ("cols", cols)];
+        let cpu = kernels::layernorm(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            &put(&dev, &b, &[cols]),
+            1e-5,
+        )
+        .unwrap();
+        emulate_launch(
+            3,
+            &format!("long layernorm {rows}x{cols} in {cluster}"),
+            kernels::layernorm::CUDA_SOURCE,
+            vec![hex(&x), hex(&g), hex(&b)],
+            vec![Element::to_bits(1e-5f32)],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 0.0)],
+            long_rows(cols, cluster, 4),
+        );
+        let cpu = bench_kernels::w7_layernorm_quantize(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            &put(&dev, &b, &[cols]),
+        )
+        .unwrap();
+        emulate_launch(
+            3,
+            &format!("long w7 {rows}x{cols} in {cluster}"),
+            bench_kernels::w7_layernorm_quantize::CUDA_SOURCE,
+            vec![hex(&x), hex(&g), hex(&b)],
+            vec![],
+            &d,
+            &cpu,
+            &["q8", "f32"],
+            &[Tol::close(0.0, 1.0), Tol::close(1e-4, 0.0)],
+            long_rows(cols, cluster, 4),
+        );
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let cpu = kernels::cross_entropy(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &label, &[rows]),
+        )
+        .unwrap();
+        emulate_launch(
+            3,
+            &format!("long cross_entropy {rows}x{cols} in {cluster}"),
+            kernels::cross_entropy::CUDA_SOURCE,
+            vec![hex(&x), hex(&label)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(2e-5, 1e-6)],
+            long_rows(cols, cluster, 4),
+        );
+        let w = rng.floats::<f64>(n, -2.0, 2.0);
+        let m: Vec<u8> = rng.ints::<u8>(n);
+        let cpu = kernels::mixed_rows(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &w, &[rows, cols]),
+            &put(&dev, &m, &[rows, cols]),
+        )
+        .unwrap();
+        emulate_launch(
+            3,
+            &format!("long mixed_rows {rows}x{cols} in {cluster}"),
+            kernels::mixed_rows::CUDA_SOURCE,
+            vec![hex(&x), hex(&w), hex(&m)],
+            vec![],
+            &d,
+            &cpu,
+            &["f64", "f32"],
+            &[Tol::close(1e-12, 1e-12), Tol::EXACT],
+            long_rows(cols, cluster, 4 + 8 + 1),
+        );
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
+        emulate_launch(
+            3,
+            &format!("long f16 softmax {rows}x{cols} in {cluster}"),
+            kernels::f16s::softmax::CUDA_SOURCE,
+            vec![hex(&h)],
+            vec![],
+            &d,
+            &cpu,
+            &["f16"],
+            &[Tol::close(2e-3, 1e-6)],
+            long_rows(cols, cluster, 2),
+        );
+        let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let cpu = kernels::softmax_f64(&dev, &put(&dev, &xd, &[rows, cols])).unwrap();
+        emulate_launch(
+            3,
+            &format!("long f64 softmax {rows}x{cols} in {cluster}"),
+            kernels::softmax_f64::CUDA_SOURCE,
+            vec![hex(&xd)],
+            vec![],
+            &d,
+            &cpu,
+            &["f64"],
+            &[Tol::close(1e-12, 1e-15)],
+            long_rows(cols, cluster, 8),
+        );
+    }
+
+    // Rows indexed by two dims, with a per-row output.
+    for (b, t, c, cluster) in [(2, 3, 4100, 2), (2, 2, 37, 4)] {
+        let x = rng.floats::<f32>(b * t * c, -5.0, 5.0);
+        let cpu = kernels::softmax_last(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
+        emulate_launch(
+            3,
+            &format!("long softmax_last {b}x{t}x{c} in {cluster}"),
+            kernels::softmax_last::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("b", b), ("t", t), ("c", c)],
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::close(1e-5, 1e-6)],
+            long_rows(c, cluster, 4),
         );
     }
 }

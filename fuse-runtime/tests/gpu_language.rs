@@ -1069,6 +1069,77 @@ fn softmax_3d_middle_and_last() {
     });
 }
 
+/// Rows past the register cache, which the runtime caches in shared memory: in one block (6000),
+/// or on sm_90 split over a cluster of blocks (32768 in 2, 262144 in 14, 40001 in 3; one block
+/// on sm_80, or streamed where that is too small); too long for any (1_000_003): streamed.
+/// Lengths that are not a multiple of 4 take the element-wise copy.
+const LONG_SHAPES: [(usize, usize); 6] = [
+    (257, 32768),
+    (33, 262_144),
+    (17, 40001),
+    (9, 262_147),
+    (101, 6000),
+    (2, 1_000_003),
+];
+
+/// Long rows on fresh inputs: softmax and its per-row statistics, `logsumexp`'s pair, layernorm
+/// (per-row output, gamma and beta from memory), three cached tensors of three widths, and
+/// 16-bit elements; and softmax gives the same bits on every run (a cluster combines its blocks'
+/// partials in a fixed order).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn long_rows_in_shared_memory() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(rows, cols) in &LONG_SHAPES {
+        let what = format!("{rows} x {cols}");
+        let x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
+        let run = |d: &Device| kernels::softmax(d, &put(d, &x, &[rows, cols]));
+        assert_gpu_matches_cpu(&gpu, &format!("softmax, {what}"), run, &[softmax_tol()]);
+        let (once, again) = (host(&run(&gpu).unwrap()), host(&run(&gpu).unwrap()));
+        assert!(
+            once.iter()
+                .zip(&again)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "softmax, {what}: two runs differ"
+        );
+        let tols = [softmax_tol(), Tol::EXACT, logsumexp_tol()];
+        let run = |d: &Device| kernels::softmax_stats(d, &put(d, &x, &[rows, cols]));
+        assert_gpu_matches_cpu(&gpu, &format!("softmax_stats, {what}"), run, &tols);
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let run = |d: &Device| {
+            kernels::cross_entropy(d, &put(d, &x, &[rows, cols]), &put(d, &label, &[rows]))
+        };
+        let tol = Tol::close(2e-5, 2e-5);
+        assert_gpu_matches_cpu(&gpu, &format!("cross_entropy, {what}"), run, &[tol]);
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let run = |d: &Device| kernels::f16s::softmax(d, &put(d, &h, &[rows, cols]));
+        let tol = Tol::close(2e-3, 1e-6);
+        assert_gpu_matches_cpu(&gpu, &format!("f16 softmax, {what}"), run, &[tol]);
+
+        let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let (g, b) = (
+            rng.floats::<f32>(cols, -2.0, 2.0),
+            rng.floats::<f32>(cols, -2.0, 2.0),
+        );
+        let run = |d: &Device| {
+            let (g, b) = (put(d, &g, &[cols]), put(d, &b, &[cols]));
+            kernels::layernorm(d, &put(d, &x, &[rows, cols]), &g, &b, 1e-5)
+        };
+        let tols = [Tol::close(1e-4, 1e-4), Tol::close(1e-4, 0.0)];
+        assert_gpu_matches_cpu(&gpu, &format!("layernorm, {what}"), run, &tols);
+        let w = rng.floats::<f64>(rows * cols, -2.0, 2.0);
+        let m: Vec<u8> = rng.ints::<u8>(rows * cols);
+        let run = |d: &Device| {
+            let s = [rows, cols];
+            kernels::mixed_rows(d, &put(d, &x, &s), &put(d, &w, &s), &put(d, &m, &s))
+        };
+        let tols = [Tol::close(1e-10, 1e-8), Tol::EXACT];
+        assert_gpu_matches_cpu(&gpu, &format!("mixed_rows, {what}"), run, &tols);
+    }
+}
+
 /// Layernorm's error: the mean's (1e-5 of the mean magnitude, at most 8 here) scaled by
 /// `rstd * |gamma|` (at most about 1.2 here), for `y`; the sum of squares' for `rstd`.
 #[test]

@@ -236,6 +236,7 @@ fn rows_launch() {
         let geometry = Geometry::Rows {
             groups: rows as u64,
             row_len: cols as u64,
+            cache_bytes: 0,
         };
         launch(&dev, &ROW_MAX, geometry, &args).unwrap();
         let want: Vec<f32> = x

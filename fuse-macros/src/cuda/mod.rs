@@ -15,6 +15,7 @@ mod rows;
 mod text;
 
 pub use reduce::slot_count;
+pub use rows::long_rows::cached_bytes;
 
 /// Threads per block; the runtime launches every kernel with this many.
 pub const BLOCK: u32 = 256;

@@ -5,6 +5,8 @@ use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, Launch, NodeId, Op};
 use crate::plan::{Pass, Plan};
 
+pub(super) mod long_rows;
+
 impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
@@ -37,6 +39,7 @@ impl Cuda<'_> {
         self.line(format!("const int per_block = {BLOCK} / width;"));
         self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
+        self.long_rows(domain, axis, plan);
         let prefetch = prefetches(self.k, &cached);
         if prefetch {
             self.prefetch_buffers(&cached);

@@ -573,6 +573,15 @@ fuse! {
         ((x - m).exp() / s, m + s.ln())
     }
 
+    /// Three tensors over the whole domain, of three widths, which long rows cache beside each
+    /// other: an f64 sum and a max per row, then a pass that reads all three again.
+    pub fn mixed_rows(x: [f32; rows, cols], w: [f64; rows, cols], m: [u8; rows, cols])
+        -> ([f64; rows, cols], [f32; rows])
+    {
+        let s = sum(x as f64 * w, cols);
+        ((x as f64 - s * 0.001) * w + m as f64, max(x + m as f32, cols))
+    }
+
     pub fn matvec(a: [f32; rows, cols], v: [f32; cols]) -> [f32; rows] {
         sum(a * v, cols)
     }

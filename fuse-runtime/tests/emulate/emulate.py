@@ -1,6 +1,9 @@
 """Runs one kernel of fuse!'s generated CUDA C on the CPU: compiles it with g++ against shim.h (each
-CUDA thread a std::thread, blocks one after another), feeds it the inputs of a JSON spec and
-prints the outputs' bytes. Used by tests/emulated.rs; usage: emulate.py SPEC BUILD_DIR."""
+CUDA thread a std::thread, the blocks of a cluster at once, clusters one after another), feeds it
+the inputs of a JSON spec and prints the outputs' bytes. The spec's optional "cluster" (blocks per
+cluster, default 1) and "smem" (dynamic shared bytes per block, default 0) shape the launch as the
+runtime does for long rows; "grid" is the number of clusters (default 3). Used by
+tests/emulated.rs; usage: emulate.py SPEC BUILD_DIR."""
 import json, re, subprocess, sys, os, hashlib, struct
 spec = json.load(open(sys.argv[1]))
 src = spec["source"]
@@ -8,7 +11,8 @@ src = re.sub(r'static __device__ __forceinline__ float fz_f16_to_f32\(unsigned s
   'static inline float fz_f16_to_f32(unsigned short h) { _Float16 f; std::memcpy(&f, &h, 2); return (float)f; }\n', src)
 src = re.sub(r'static __device__ __forceinline__ unsigned short fz_f32_to_f16\(float f\) \{[^\n]*\n',
   'static inline unsigned short fz_f32_to_f16(float f) { _Float16 g = (_Float16)f; unsigned short h; std::memcpy(&h, &g, 2); return h; }\n', src)
-src = src.replace('extern "C" __global__', 'static')
+# A template on the block's rank in its cluster: each instance has its own statics (__shared__).
+src = src.replace('extern "C" __global__', 'template <int fz_rank> static')
 m = re.search(r"void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(\n(.*?)\n\)\s*\{", src, re.S)
 name, plist = m.group(1), m.group(2)
 params = []
@@ -18,7 +22,9 @@ for line in plist.split('\n'):
     const, ty, ptr, _, pname = pm.groups()
     params.append((ty.strip(), bool(ptr), pname))
 tens, outs, scal, dims = list(spec["tensors"]), list(spec["outputs"]), list(spec["scalars"]), dict(spec["dims"])
-decl, args, load, post, blob = [], [], [], [], b""
+decl, args, load, post = [], [], [], []
+# The dynamic shared memory comes first in the input, so one build serves every size.
+blob = struct.pack("<Q", spec.get("smem", 0))
 ti = oi = si = di = 0
 u64 = lambda v: struct.pack("<Q", v)
 for ty, ptr, pname in params:
@@ -47,22 +53,40 @@ for ty, ptr, pname in params:
         decl.append(f"static {ty} {pname}_v;")
         load.append(f"{{ unsigned long long bits = rd(); std::memcpy(&{pname}_v, &bits, sizeof({pname}_v)); }}")
         args.append(f"{pname}_v")
-grid = spec.get("grid", 3)
+grid, cluster = spec.get("grid", 3), spec.get("cluster", 1)
+instances = ", ".join(f"&{name}<{r}>" for r in range(cluster))
 main = "\n".join(decl) + f"""
 static FILE* f;
 static unsigned long long rd() {{ unsigned long long v; fread(&v, 8, 1, f); return v; }}
 int main(int argc, char** argv) {{
   f = fopen(argv[1], "rb");
+  const unsigned int smem = (unsigned int)rd();
   {" ".join(load)}
-  gridDim.x = {grid};
-  for (unsigned b = 0; b < {grid}; ++b) {{
-    std::barrier<> block(256); g_block = &block;
-    for (int w = 0; w < 8; ++w) {{ g_warp[w] = new std::barrier<>(32); }}
+  using kernel_t = decltype(&{name}<0>);
+  const kernel_t kernels[{cluster}] = {{{instances}}};
+  gridDim.x = {grid} * {cluster};
+  for (unsigned k = 0; k < {grid}; ++k) {{
+    std::barrier<> all(256 * {cluster});
+    fz_cluster_state cl{{&all, {{}}, {cluster}}};
+    for (unsigned r = 0; r < {cluster}; ++r) {{
+      fz_block_state* b = new fz_block_state();
+      for (int w = 0; w < 8; ++w) b->warp[w] = new std::barrier<>(32);
+      b->smem_bytes = smem;
+      b->smem = (unsigned char*)aligned_alloc(64, (smem + 64) / 64 * 64);
+      memset(b->smem, 0xa5, smem);
+      cl.blocks[r] = b;
+    }}
     std::vector<std::thread> ts;
-    for (unsigned t = 0; t < 256; ++t) ts.emplace_back([=] {{ threadIdx = {{t,0,0}}; blockIdx = {{b,0,0}}; {name}({", ".join(args)}); }});
+    for (unsigned r = 0; r < {cluster}; ++r)
+      for (unsigned t = 0; t < 256; ++t)
+        ts.emplace_back([=, &cl] {{ threadIdx = {{t,0,0}}; blockIdx = {{k * {cluster} + r,0,0}}; g_blk = cl.blocks[r]; g_cl = &cl; kernels[r]({", ".join(args)}); }});
     for (auto& th : ts) th.join();
-    for (int w = 0; w < 8; ++w) delete g_warp[w];
+    for (unsigned r = 0; r < {cluster}; ++r) {{
+      for (int w = 0; w < 8; ++w) delete cl.blocks[r]->warp[w];
+      free(cl.blocks[r]->smem); delete cl.blocks[r];
+    }}
   }}
+  if (g_used_shared) fprintf(stderr, "emulate: rows cached in shared memory\\n");
   {" ".join(post)}
   return 0;
 }}
@@ -83,4 +107,5 @@ open(inp, "wb").write(blob)
 r = subprocess.run([exe, inp], capture_output=True, timeout=900)
 if r.returncode:
     sys.stderr.write("run failed %d %s\n" % (r.returncode, r.stderr[:2000])); sys.exit(3)
+sys.stderr.buffer.write(r.stderr)
 sys.stdout.buffer.write(r.stdout)

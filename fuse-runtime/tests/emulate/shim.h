@@ -1,5 +1,7 @@
 // A CPU stand-in for the CUDA runtime pieces fuse!'s kernels use: each CUDA thread is a
-// std::thread; blocks run one after another, so `static` stands in for __shared__.
+// std::thread. The blocks of a cluster run at once, clusters one after another; emulate.py makes
+// the kernel a template on the block's rank in its cluster, so that `static` (standing in for
+// __shared__) gives each block of a cluster its own copy.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -13,22 +15,41 @@ using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
 struct dim3_ { unsigned int x, y, z; };
 static thread_local dim3_ threadIdx, blockIdx;
 static dim3_ blockDim{256,1,1}, gridDim{1,1,1};
-static std::barrier<>* g_block;
-static std::barrier<>* g_warp[8];
-static unsigned long long g_xchg[256];
+// One block: its barriers, the words its warps exchange, and its dynamic shared memory.
+struct fz_block_state { std::barrier<> block{256}; std::barrier<>* warp[8]; unsigned long long xchg[256];
+  unsigned char* smem = nullptr; unsigned int smem_bytes = 0; };
+// One cluster: a barrier over all its threads and its blocks, by rank.
+struct fz_cluster_state { std::barrier<>* all; fz_block_state* blocks[16]; unsigned int size; };
+static thread_local fz_block_state* g_blk;
+static thread_local fz_cluster_state* g_cl;
+static std::atomic<bool> g_used_shared{false};
 #define __global__
 #define __device__
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__ static
 #define __launch_bounds__(...)
-static inline void __syncthreads() { g_block->arrive_and_wait(); }
+static inline void __syncthreads() { g_blk->block.arrive_and_wait(); }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
   unsigned t = threadIdx.x; unsigned long long bits = 0; static_assert(sizeof(T) <= 8);
-  std::memcpy(&bits, &v, sizeof(T)); g_warp[t / 32]->arrive_and_wait(); g_xchg[t] = bits;
-  g_warp[t / 32]->arrive_and_wait(); unsigned long long o = g_xchg[(t & ~31u) | ((t & 31u) ^ (unsigned)off)];
-  g_warp[t / 32]->arrive_and_wait(); T r; std::memcpy(&r, &o, sizeof(T)); return r; }
+  std::memcpy(&bits, &v, sizeof(T)); g_blk->warp[t / 32]->arrive_and_wait(); g_blk->xchg[t] = bits;
+  g_blk->warp[t / 32]->arrive_and_wait(); unsigned long long o = g_blk->xchg[(t & ~31u) | ((t & 31u) ^ (unsigned)off)];
+  g_blk->warp[t / 32]->arrive_and_wait(); T r; std::memcpy(&r, &o, sizeof(T)); return r; }
+// The long-row helpers (`fz_long_rows`, which the generated CUDA C defines for the GPU only):
+// dynamic shared memory, copies, and the cluster's barrier and slots read across blocks.
+static inline unsigned char* fz_shared() { return g_blk->smem; }
+static inline unsigned int fz_smem_bytes() { return g_blk->smem_bytes; }
+template <int N> static inline void fz_copy_async(void* dst, const void* src) { std::memcpy(dst, src, N); }
+static inline void fz_copy_wait() { g_used_shared = true; }
+template <typename T> static inline void fz_slot_put(unsigned long long* slot, T value) {
+  unsigned long long u = 0; std::memcpy(&u, &value, sizeof(T)); *slot = u; }
+static inline unsigned int fz_cluster_size() { return g_cl->size; }
+static inline void fz_cluster_sync() { g_cl->all->arrive_and_wait(); }
+static inline void fz_cluster_exit() { g_cl->all->arrive_and_wait(); }
+template <typename T> static inline T fz_slot_get(const unsigned long long* slot, unsigned int rank) {
+  const size_t at = (const unsigned char*)slot - g_blk->smem; T v;
+  std::memcpy(&v, g_cl->blocks[rank]->smem + at, sizeof(T)); return v; }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }

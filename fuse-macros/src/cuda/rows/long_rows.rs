@@ -1,0 +1,431 @@
+//! Long rows cached in shared memory. A row too long for registers is read from memory once, into
+//! the dynamic shared memory its launch provides, and every pass over it runs from there: on
+//! sm_90 the row is split over the blocks of a thread-block cluster, each block caching a part of
+//! it, and the blocks combine each pass's partial reductions through distributed shared memory.
+//!
+//! The kernel takes this path exactly when the launch gives it enough dynamic shared memory
+//! (`%dynamic_smem_size`); the runtime decides that, and the cluster size, from the row length and
+//! [`cached_bytes`]. Otherwise the kernel streams or caches rows in registers as before.
+
+use super::super::{Cuda, Scope, BLOCK, SYNTAX};
+use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
+use crate::plan::{Pass, Plan};
+
+/// Bytes at the start of the dynamic shared memory for the partial reductions the blocks of a
+/// cluster exchange: two phases of [`SLOTS_PER_PHASE`] eight-byte slots. The runtime adds the same
+/// amount (`fuse_runtime`'s `long_rows::SLOTS`).
+pub const SLOTS: u32 = 256;
+
+/// Eight-byte slots per phase, one for each reduction of a pass.
+const SLOTS_PER_PHASE: usize = 16;
+
+/// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
+/// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
+/// kernel over contiguous rows, a single pass (which reads each element once anyway), or more
+/// reductions than the exchange slots hold.
+pub fn cached_bytes(k: &Kernel) -> u32 {
+    shared_params(k)
+        .iter()
+        .map(|&p| k.params[p].elem.bits() / 8)
+        .sum()
+}
+
+/// The tensors a long row caches in shared memory (those over the whole domain), widest elements
+/// first so that every part stays aligned for vectors of four; empty when there is no such path.
+fn shared_params(k: &Kernel) -> Vec<usize> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return vec![];
+    };
+    let plan = crate::plan::plan(k);
+    let reduces = || plan.passes.iter().flat_map(|p| &p.reduces);
+    // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
+    let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
+    let most = plan.passes.iter().map(|p| p.reduces.len()).max();
+    if plan.passes.len() < 2 || domain.last() != Some(axis) || most > Some(SLOTS_PER_PHASE) || pairs
+    {
+        return vec![];
+    }
+    let mut params: Vec<usize> = k
+        .tensor_params()
+        .filter(|(_, _, s)| s == &domain)
+        .map(|(i, _, _)| i)
+        .collect();
+    params.sort_by_key(|&p| std::cmp::Reverse(k.params[p].elem.bits()));
+    params
+}
+
+impl Cuda<'_> {
+    /// The shared-memory path of a row kernel, before its row loop: taken when the launch gives
+    /// enough dynamic shared memory, and then the whole kernel (it returns).
+    pub(super) fn long_rows(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
+        let cached = shared_params(self.k);
+        if cached.is_empty() {
+            return;
+        }
+        self.helpers.insert("fz_long_rows");
+        self.helpers.insert("fz_vec");
+        self.line("// Long rows: read once into the dynamic shared memory the launch gave, split over the");
+        self.line("// blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.");
+        // Indices within a row in 32 bits, as in the register cache (64-bit ones spilled): rows
+        // of 2^30 elements or more fit no shared memory anyway.
+        self.open("if (fz_smem_bytes() != 0 && len < 0x40000000ll)");
+        self.line("const unsigned int blocks = fz_cluster_size();");
+        self.line("const unsigned int rank = blockIdx.x % blocks;");
+        self.line("const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);");
+        self.line("const int begin = part * rank < len ? (int)(part * rank) : (int)len;");
+        self.line("const int end = len - begin < part ? (int)len : begin + part;");
+        self.open(format!(
+            "if (fz_smem_bytes() >= {SLOTS} + (long long)part * {})",
+            cached_bytes(self.k)
+        ));
+        self.shared_layout(&cached);
+        self.line("unsigned int phase = 0;");
+        self.open(
+            "for (long long g = blockIdx.x / blocks; g < groups; g += (long long)(gridDim.x / blocks))",
+        );
+        self.shared_row_start(domain, axis, plan);
+        self.shared_load(&cached);
+        self.shared_passes(plan, axis, &cached);
+        self.close();
+        // No block may leave while another can still read its slots.
+        self.line("if (blocks > 1) fz_cluster_exit();");
+        self.line("return;");
+        self.close();
+        self.close();
+    }
+
+    /// Where things lie in the dynamic shared memory: the exchange slots, then this block's part
+    /// of each cached tensor (`sc_<name>`), one after another.
+    fn shared_layout(&mut self, cached: &[usize]) {
+        self.line("unsigned long long* const fz_slots = (unsigned long long*)fz_shared();");
+        let mut offset = 0;
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            let after = match offset {
+                0 => String::new(),
+                bytes => format!(" + part * {bytes}"),
+            };
+            self.line(format!(
+                "{t}* const sc_{name} = ({t}*)(fz_shared() + {SLOTS}{after});"
+            ));
+            offset += self.k.params[p].elem.bits() / 8;
+        }
+    }
+
+    /// A parameter's storage type and plain name.
+    fn param_text(&self, p: usize) -> (&'static str, String) {
+        let param = &self.k.params[p];
+        (
+            param.elem.c_storage(),
+            crate::expand::plain_name(&param.name),
+        )
+    }
+
+    /// The coordinates of row `g`, its start `b<s>` in each shape, and its prologue values.
+    fn shared_row_start(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
+        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+        for l in self.layout.split("g", &rows, &SYNTAX) {
+            self.line(l);
+        }
+        for (s, shape) in self.layout.shapes().iter().enumerate() {
+            self.line(format!(
+                "const long long b{s} = {};",
+                self.layout.offset(shape, Some(axis))
+            ));
+        }
+        self.values(&plan.prologue, Scope::Row);
+    }
+
+    /// Copies this block's part of the row into shared memory, each thread the elements it will
+    /// read in every pass (so no barrier is needed): 16-byte copies (four elements) when the
+    /// length allows, else one element a copy; all in flight at once (`cp.async` on sm_80+).
+    fn shared_load(&mut self, cached: &[usize]) {
+        self.open("if ((len & 3) == 0)");
+        self.line("#pragma unroll 4");
+        self.open(format!(
+            "for (int c = begin / 4 + threadIdx.x; c < end / 4; c += {BLOCK})"
+        ));
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+            self.line(format!(
+                "fz_copy_async<4 * sizeof({t})>(sc_{name} + (c * 4 - begin), p_{name} + b{s} + c * 4);"
+            ));
+        }
+        self.close();
+        self.close();
+        self.open("else");
+        self.line("#pragma unroll 4");
+        self.open(format!(
+            "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
+        ));
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+            self.line(format!(
+                "fz_copy_async<sizeof({t})>(sc_{name} + (r - begin), p_{name} + b{s} + r);"
+            ));
+        }
+        self.close();
+        self.close();
+        self.line("fz_copy_wait();");
+    }
+
+    /// The passes over this block's part of the row, from shared memory: each pass's block
+    /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
+    fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
+        let shapes = self.layout.shapes();
+        for pass in &plan.passes {
+            self.init_accumulators(&pass.reduces);
+            self.shared_vector_loop(pass, axis, cached, &shapes);
+            self.shared_element_loop(pass, axis, cached, &shapes);
+            self.block_reduce(&pass.reduces, false);
+            self.cluster_reduce(&pass.reduces);
+            self.finish_reductions(&pass.reduces, "len");
+            self.values(&pass.after, Scope::Row);
+        }
+        if !plan.group_writes.is_empty() {
+            self.open("if (rank == 0 && threadIdx.x == 0)");
+            self.writes(&plan.group_writes, Scope::Row);
+            self.close();
+        }
+    }
+
+    /// Four elements a step, `c` the vector's index in the row: the cached tensors as one vector
+    /// each from shared memory (`rc_<name>[0]`, as the register cache names them).
+    fn shared_vector_loop(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+    ) {
+        self.open("if ((len & 3) == 0)");
+        // Not unrolled: unrolled steps spilled (softmax at 64 registers on sm_90), and shared
+        // memory's latency is short.
+        self.line("#pragma unroll 1");
+        self.open(format!(
+            "for (int c = begin / 4 + threadIdx.x; c < end / 4; c += {BLOCK})"
+        ));
+        self.line("const int q = 0;");
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            self.line(format!("const fz_vec<{t}, 4> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, 4>*>(sc_{name})[c - begin / 4]}};"));
+        }
+        self.vector_row_step(pass, axis, cached, shapes);
+        self.close();
+        self.close();
+    }
+
+    /// One element a step, for lengths that are not a multiple of four: the cached tensors read
+    /// through `rc_<name>[q].v[j]`, which here points into shared memory.
+    fn shared_element_loop(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+    ) {
+        self.open("else");
+        self.line("#pragma unroll 1");
+        self.open(format!(
+            "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
+        ));
+        self.line("const int q = (r - begin) >> 2;");
+        self.line("const int j = (r - begin) & 3;");
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            self.line(format!("const fz_vec<{t}, 4>* const rc_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(sc_{name});"));
+        }
+        self.row_step(pass, axis, cached, shapes, false);
+        self.close();
+        self.close();
+    }
+
+    /// Combines the blocks' results of `reduces` across the cluster: thread 0 of each block puts
+    /// its block's result in a slot, and after a cluster barrier every thread combines all the
+    /// slots in rank order, so every block gets the same value. Two phases of slots alternate,
+    /// so one barrier a pass suffices: a block writes a phase's slots again only after the next
+    /// barrier, which every block reaches after reading them.
+    fn cluster_reduce(&mut self, reduces: &[NodeId]) {
+        if reduces.is_empty() {
+            return;
+        }
+        let slot = |s: usize| format!("fz_slots + phase * {SLOTS_PER_PHASE} + {s}");
+        self.open("if (blocks > 1)");
+        self.open("if (threadIdx.x == 0)");
+        for (s, &r) in reduces.iter().enumerate() {
+            self.line(format!("fz_slot_put({}, acc{r});", slot(s)));
+        }
+        self.close();
+        self.line("fz_cluster_sync();");
+        for (s, &r) in reduces.iter().enumerate() {
+            let (op, e) = self.reduction(r);
+            let get = |rank: &str| format!("fz_slot_get<{}>({}, {rank})", e.c_name(), slot(s));
+            self.line(format!("acc{r} = {};", get("0u")));
+            self.open("for (unsigned int b = 1; b < blocks; ++b)");
+            self.line(format!("const {} other = {};", e.c_name(), get("b")));
+            let combined = super::super::text::combine(op, e, &format!("acc{r}"), "other");
+            self.line(format!("acc{r} = {combined};"));
+            self.close();
+        }
+        self.line("phase ^= 1u;");
+        self.close();
+    }
+}
+
+/// The helper functions of the shared-memory path, for the GPU only: the emulation of
+/// `fuse-runtime/tests/emulate` supplies its own.
+pub const HELPERS: &str = concat!(
+    "#ifdef __CUDA_ARCH__\n",
+    "static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }\n",
+    "static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm(\"mov.u32 %0, %%dynamic_smem_size;\" : \"=r\"(r)); return r; }\n",
+    // Copies that stay in flight until `fz_copy_wait`, without registers (sm_80+); 16 bytes
+    // bypass L1 (the row is read once).
+    "template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {\n",
+    "#if __CUDA_ARCH__ >= 800\n",
+    "    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);\n",
+    "    if constexpr (N >= 16) {\n",
+    "        for (int k = 0; k < N; k += 16) asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(d + k), \"l\"((const unsigned char*)src + k) : \"memory\");\n",
+    "    } else if constexpr (N >= 4) {\n",
+    "        asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2;\" :: \"r\"(d), \"l\"(src), \"n\"(N) : \"memory\");\n",
+    "    } else {\n",
+    "        for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];\n",
+    "    }\n",
+    "#else\n",
+    "    for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];\n",
+    "#endif\n",
+    "}\n",
+    "static __device__ __forceinline__ void fz_copy_wait() {\n",
+    "#if __CUDA_ARCH__ >= 800\n",
+    "    asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n",
+    "#endif\n",
+    "}\n",
+    "template <typename T> static __device__ __forceinline__ void fz_slot_put(unsigned long long* slot, T value) { union { unsigned long long u; T t; } v; v.u = 0ull; v.t = value; *slot = v.u; }\n",
+    "#if __CUDA_ARCH__ >= 900\n",
+    "static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(r)); return r; }\n",
+    "static __device__ __forceinline__ void fz_cluster_sync() { asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\"); }\n",
+    // The last barrier orders nothing (every slot read has been used): a relaxed arrival, so
+    // that a block need not wait for its global stores to complete before the others go on.
+    "static __device__ __forceinline__ void fz_cluster_exit() { asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\\n\\tbarrier.cluster.wait.aligned;\" ::: \"memory\"); }\n",
+    // A slot of block `rank` of the cluster, read through distributed shared memory.
+    "template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int rank) {\n",
+    "    unsigned int remote;\n",
+    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"((unsigned int)__cvta_generic_to_shared(slot)), \"r\"(rank));\n",
+    "    union { unsigned long long u; T t; } v;\n",
+    "    asm volatile(\"ld.shared::cluster.u64 %0, [%1];\" : \"=l\"(v.u) : \"r\"(remote) : \"memory\");\n",
+    "    return v.t;\n",
+    "}\n",
+    "#else\n",
+    "static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }\n",
+    "static __device__ __forceinline__ void fz_cluster_sync() { __syncthreads(); }\n",
+    "static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }\n",
+    "template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int) { union { unsigned long long u; T t; } v; v.u = *(const volatile unsigned long long*)slot; return v.t; }\n",
+    "#endif\n",
+    "#endif\n",
+);
+
+#[cfg(test)]
+mod tests {
+    use super::cached_bytes;
+    use crate::testing::kernel;
+    use quote::quote;
+
+    fn source(tokens: proc_macro2::TokenStream) -> String {
+        let k = kernel(tokens);
+        crate::cuda::source(&k, &crate::plan::plan(&k))
+    }
+
+    #[test]
+    fn multi_pass_rows_cache_their_whole_domain_tensors() {
+        let k = kernel(quote! {
+            fn f(x: [f32; r, c], w: [f64; r, c], m: [u8; r, c], g: [f32; c]) -> [f64; r, c] {
+                (x as f64 - sum(x as f64 * w, c)) * w + m as f64 + g as f64
+            }
+        });
+        assert_eq!(cached_bytes(&k), 4 + 8 + 1, "g is along the row only");
+        let text = source(quote! {
+            fn f(x: [f32; r, c], w: [f64; r, c], m: [u8; r, c], g: [f32; c]) -> [f64; r, c] {
+                (x as f64 - sum(x as f64 * w, c)) * w + m as f64 + g as f64
+            }
+        });
+        assert!(
+            text.contains("if (fz_smem_bytes() >= 256 + (long long)part * 13)"),
+            "{text}"
+        );
+        // Widest first, so that each part stays aligned for vectors of four.
+        let (w, x, m) = (
+            text.find("double* const sc_w = (double*)(fz_shared() + 256);"),
+            text.find("float* const sc_x = (float*)(fz_shared() + 256 + part * 8);"),
+            text.find(
+                "unsigned char* const sc_m = (unsigned char*)(fz_shared() + 256 + part * 12);",
+            ),
+        );
+        assert!(w.is_some() && x.is_some() && m.is_some(), "{text}");
+        assert!(text.contains(
+            "fz_copy_async<4 * sizeof(double)>(sc_w + (c * 4 - begin), p_w + b0 + c * 4);"
+        ));
+        assert!(text.contains(
+            "const fz_vec<float, 4> lv_g = reinterpret_cast<const fz_vec<float, 4>*>(p_g + b1)[c];"
+        ));
+    }
+
+    #[test]
+    fn reductions_combine_across_the_cluster_in_rank_order() {
+        let text = source(quote! {
+            fn f(x: [f32; r, c]) -> ([f32; r, c], [f32; r]) {
+                let m = max(x, c);
+                (x - m, m + sum(x, c))
+            }
+        });
+        // Both reductions of the first pass: one slot each, read from every block in order.
+        assert!(
+            text.contains("fz_slot_put(fz_slots + phase * 16 + 1, acc"),
+            "{text}"
+        );
+        assert!(
+            text.contains("for (unsigned int b = 1; b < blocks; ++b)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fz_slot_get<float>(fz_slots + phase * 16 + 1, b)"),
+            "{text}"
+        );
+        // The per-row output from rank 0 only; no block leaves before the others.
+        assert!(
+            text.contains("if (rank == 0 && threadIdx.x == 0)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("if (blocks > 1) fz_cluster_exit();\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn single_passes_and_other_axes_have_no_shared_path() {
+        let single = kernel(quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) } });
+        let columns = kernel(quote! {
+            fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, r)).exp(); e / sum(e, r) }
+        });
+        let map = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } });
+        for k in [single, columns, map] {
+            assert_eq!(cached_bytes(&k), 0);
+            assert!(!crate::cuda::source(&k, &crate::plan::plan(&k)).contains("fz_smem_bytes"));
+        }
+    }
+
+    #[test]
+    fn more_reductions_than_slots_have_no_shared_path() {
+        let k = kernel(quote! {
+            fn f(x: [f32; r, c]) -> [f32; r, c] {
+                let a = sum(x, c) + sum(x * 2.0, c) + sum(x * 3.0, c) + sum(x * 4.0, c);
+                let b = sum(x * 5.0, c) + sum(x * 6.0, c) + sum(x * 7.0, c) + sum(x * 8.0, c);
+                let d = sum(x * 9.0, c) + sum(x * 10.0, c) + sum(x * 11.0, c) + sum(x * 12.0, c);
+                let e = sum(x * 13.0, c) + sum(x * 14.0, c) + sum(x * 15.0, c) + sum(x * 16.0, c);
+                x - a - b - d - e - sum(x * 17.0, c)
+            }
+        });
+        assert_eq!(cached_bytes(&k), 0, "17 slots in one pass");
+    }
+}

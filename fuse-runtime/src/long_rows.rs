@@ -1,0 +1,389 @@
+//! Long rows cached in shared memory: the launch of a row kernel whose rows are too long for the
+//! kernel's register cache but fit in the dynamic shared memory of one block, or, on sm_90, of the
+//! blocks of a thread-block cluster, each caching a part of the row. The kernel then reads each
+//! row from memory once, whatever its number of passes (`fuse-macros/src/cuda/rows/long_rows.rs`
+//! writes that path; it takes it exactly when the launch gives it enough dynamic shared memory).
+//!
+//! Rows that fit nowhere, devices without the shared memory, and kernels without the path
+//! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
+//! row when the environment variable `FUSE_LONG_ROWS` is `0` when a device is first used, to
+//! compare the two.
+
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::{Mutex, OnceLock};
+
+use cudarc::driver::{sys, CudaFunction};
+
+use crate::cuda::{driver_error, lock, CudaDevice};
+use crate::error::Error;
+use crate::launch::{Geometry, BLOCK};
+
+/// Bytes at the start of the dynamic shared memory that hold the partial reductions the blocks
+/// of a cluster exchange (the macro's `long_rows::SLOTS`).
+const SLOTS: u64 = 256;
+
+/// Rows up to this length are left to the kernel's register cache (16 elements a thread).
+const REGISTER_ROW: u64 = 16 * BLOCK as u64;
+
+/// The blocks per SM that a block's shared memory should leave room for, so that the copy of one
+/// block's row overlaps the passes of the others.
+const BLOCKS_PER_SM: u64 = 3;
+
+/// The most blocks of a cluster: 8 is the portable limit, 16 needs the kernel's permission.
+const PORTABLE_CLUSTER: u32 = 8;
+const MAX_CLUSTER: u32 = 16;
+
+/// The elements of a row each of `cluster` blocks caches: a multiple of four, for 16-byte copies.
+fn part(row_len: u64, cluster: u32) -> u64 {
+    row_len
+        .div_ceil(u64::from(cluster.max(1)))
+        .next_multiple_of(4)
+}
+
+/// The dynamic shared memory each block of a cluster of `cluster` needs for rows of `row_len`
+/// elements of `cache_bytes` bytes: the exchange slots, then its part of the row.
+///
+/// ```
+/// use fuse_runtime::__private::long_row_shared_bytes;
+/// assert_eq!(long_row_shared_bytes(32768, 2, 4), 256 + 16384 * 4);
+/// assert_eq!(long_row_shared_bytes(9, 4, 4), 256 + 4 * 4, "parts are multiples of four");
+/// ```
+pub fn long_row_shared_bytes(row_len: u64, cluster: u32, cache_bytes: u32) -> u64 {
+    SLOTS.saturating_add(part(row_len, cluster).saturating_mul(u64::from(cache_bytes)))
+}
+
+/// What a device and a kernel allow a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Limits {
+    /// The most dynamic shared memory of one block: the device's opt-in maximum less the
+    /// kernel's static shared memory.
+    per_block: u64,
+    /// The dynamic shared memory per block that leaves room for [`BLOCKS_PER_SM`] blocks.
+    target: u64,
+    /// The most blocks of a cluster; 1 without cluster launches.
+    cluster: u32,
+}
+
+/// How rows are split: blocks per row (the cluster size) and dynamic shared bytes per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Shape {
+    cluster: u32,
+    shared: u32,
+}
+
+/// The fewest blocks per row whose parts fit in the target, else in the most one block may
+/// have; `None` (stream the rows) for rows the register cache holds, kernels without the path,
+/// and rows that fit nowhere.
+fn shape(row_len: u64, cache_bytes: u32, limits: Limits) -> Option<Shape> {
+    if cache_bytes == 0 || row_len <= REGISTER_ROW {
+        return None;
+    }
+    let fits = |budget: u64| {
+        (1..=limits.cluster.max(1))
+            .find(|&c| long_row_shared_bytes(row_len, c, cache_bytes) <= budget)
+    };
+    let cluster = fits(limits.target).or_else(|| fits(limits.per_block))?;
+    let shared = long_row_shared_bytes(row_len, cluster, cache_bytes);
+    Some(Shape {
+        cluster,
+        shared: u32::try_from(shared).ok()?,
+    })
+}
+
+/// The shared memory of one device, read once.
+#[derive(Clone, Copy, Debug)]
+struct DeviceLimits {
+    per_sm: u64,
+    per_block_optin: u64,
+    reserved_per_block: u64,
+    clusters: bool,
+}
+
+/// One kernel's settings on one device.
+struct Function {
+    limits: Limits,
+    /// The `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` set so far.
+    max_dynamic: u32,
+    /// Whether a cluster of (blocks, shared bytes) can run, as the driver answered.
+    clusters: HashMap<(u32, u32), bool>,
+}
+
+/// The long-row state of one device: its limits and each kernel's settings, keyed by the
+/// kernel's `CUfunction` (which lives as long as the device's loaded modules).
+#[derive(Default)]
+pub(crate) struct LongRows {
+    device: OnceLock<Option<DeviceLimits>>,
+    functions: Mutex<HashMap<usize, Function>>,
+}
+
+/// Launches a row kernel with its rows cached in shared memory when `geometry`, the kernel and
+/// the device allow it, and says whether it did; otherwise the caller launches it as usual.
+pub(crate) fn launch(
+    cuda: &CudaDevice,
+    function: &CudaFunction,
+    geometry: Geometry,
+    slots: &[u64],
+) -> Result<bool, Error> {
+    let Geometry::Rows {
+        groups,
+        row_len,
+        cache_bytes,
+    } = geometry
+    else {
+        return Ok(false);
+    };
+    if groups == 0 || cache_bytes == 0 || row_len <= REGISTER_ROW {
+        return Ok(false);
+    }
+    let Some(shape) = cuda.long_rows.prepare(cuda, function, row_len, cache_bytes) else {
+        return Ok(false);
+    };
+    // A cluster per row: many short-lived blocks, so a finishing one is replaced at once.
+    let clusters = groups.min(u64::from(i32::MAX as u32 / shape.cluster));
+    let grid = clusters as u32 * shape.cluster;
+    enqueue(cuda, function, slots, grid, shape).map(|()| true)
+}
+
+impl LongRows {
+    /// The shape for rows of `row_len`, with the kernel's attributes set for it; `None` when the
+    /// rows should stream instead.
+    fn prepare(
+        &self,
+        cuda: &CudaDevice,
+        function: &CudaFunction,
+        row_len: u64,
+        cache_bytes: u32,
+    ) -> Option<Shape> {
+        cuda.bind().ok()?;
+        let device = (*self.device.get_or_init(|| DeviceLimits::read(cuda)))?;
+        let mut functions = lock(&self.functions);
+        let entry = match functions.entry(function.cu_function() as usize) {
+            Entry::Occupied(entry) => entry.into_mut(),
+            Entry::Vacant(entry) => entry.insert(Function::new(function, device)?),
+        };
+        let shape = shape(row_len, cache_bytes, entry.limits)?;
+        if shape.shared > entry.max_dynamic {
+            let attribute =
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            function
+                .set_attribute(attribute, i32::try_from(shape.shared).ok()?)
+                .ok()?;
+            entry.max_dynamic = shape.shared;
+        }
+        if shape.cluster > 1 {
+            let runs = *entry
+                .clusters
+                .entry((shape.cluster, shape.shared))
+                .or_insert_with(|| cluster_runs(cuda, function, shape));
+            if !runs {
+                return None;
+            }
+        }
+        Some(shape)
+    }
+}
+
+impl DeviceLimits {
+    /// The device's shared-memory limits; `None` when the driver will not say, or when
+    /// `FUSE_LONG_ROWS=0` turns the path off.
+    fn read(cuda: &CudaDevice) -> Option<DeviceLimits> {
+        use sys::CUdevice_attribute::*;
+        if std::env::var_os("FUSE_LONG_ROWS").is_some_and(|v| v == "0") {
+            return None;
+        }
+        let context = cuda.stream.context();
+        let get = |a| {
+            context
+                .attribute(a)
+                .ok()
+                .and_then(|v| u64::try_from(v).ok())
+        };
+        Some(DeviceLimits {
+            per_sm: get(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?,
+            per_block_optin: get(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+            reserved_per_block: get(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)
+                .unwrap_or(0),
+            clusters: get(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH).unwrap_or(0) != 0,
+        })
+    }
+}
+
+impl Function {
+    /// A kernel's limits on the device: its static shared memory is read, and on a device with
+    /// cluster launches it is allowed clusters of 16 where the driver agrees.
+    fn new(function: &CudaFunction, device: DeviceLimits) -> Option<Function> {
+        let fixed = function.shared_size_bytes().ok()?;
+        let fixed = u64::try_from(fixed).ok()?;
+        let cluster = match device.clusters {
+            false => 1,
+            true => {
+                let attribute =
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED;
+                match function.set_attribute(attribute, 1) {
+                    Ok(()) => MAX_CLUSTER,
+                    Err(_) => PORTABLE_CLUSTER,
+                }
+            }
+        };
+        let target = (device.per_sm / BLOCKS_PER_SM)
+            .saturating_sub(device.reserved_per_block)
+            .saturating_sub(fixed);
+        Some(Function {
+            limits: Limits {
+                per_block: device.per_block_optin.saturating_sub(fixed),
+                target,
+                cluster,
+            },
+            max_dynamic: 0,
+            clusters: HashMap::new(),
+        })
+    }
+}
+
+/// The launch attribute of a cluster of `blocks` blocks along x.
+fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
+    let mut value = sys::CUlaunchAttributeValue { pad: [0; 64] };
+    value.clusterDim = sys::CUlaunchAttributeValue_union__bindgen_ty_1 {
+        x: blocks,
+        y: 1,
+        z: 1,
+    };
+    sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION,
+        pad: [0; 4],
+        value,
+    }
+}
+
+/// The launch configuration of `grid` blocks in clusters of `shape.cluster`, pointing at
+/// `attribute` (the cluster dimension, or nothing for clusters of one).
+fn config(
+    cuda: &CudaDevice,
+    grid: u32,
+    shape: Shape,
+    attribute: &mut sys::CUlaunchAttribute,
+) -> sys::CUlaunchConfig {
+    sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: BLOCK,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shape.shared,
+        hStream: cuda.stream.cu_stream(),
+        attrs: attribute,
+        numAttrs: u32::from(shape.cluster > 1),
+    }
+}
+
+/// Whether the driver can place at least one cluster of `shape` (clusters of 16 may not fit the
+/// SMs of one GPC with that much shared memory each).
+fn cluster_runs(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> bool {
+    let mut attribute = cluster_attribute(shape.cluster);
+    let config = config(cuda, shape.cluster, shape, &mut attribute);
+    let mut clusters: std::ffi::c_int = 0;
+    // SAFETY: `config` and the attribute it points at live until the call returns, and
+    // `function` is a loaded kernel of this device's context, which `prepare` bound.
+    let asked = unsafe {
+        sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config)
+    };
+    asked.result().is_ok() && clusters > 0
+}
+
+/// Queues `function` on `grid` blocks of `shape` with the argument `slots`.
+fn enqueue(
+    cuda: &CudaDevice,
+    function: &CudaFunction,
+    slots: &[u64],
+    grid: u32,
+    shape: Shape,
+) -> Result<(), Error> {
+    let mut params: Vec<*mut c_void> = slots
+        .iter()
+        .map(|slot| slot as *const u64 as *mut c_void)
+        .collect();
+    let mut attribute = cluster_attribute(shape.cluster);
+    let config = config(cuda, grid, shape, &mut attribute);
+    cuda.bind()?;
+    // SAFETY: as for `launch::enqueue`, the arguments are the kernel's own parameters in order
+    // (the macro wrote both from one signature), each read by the driver from its 8-byte slot
+    // during this call; `params` points into `slots`, which outlives the call. The grid is a
+    // multiple of the cluster size and the shared memory is at most the kernel's maximum, set
+    // in `prepare`; the kernel uses only the shared memory it is given (it checks the size).
+    let launched = unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            function.cu_function(),
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    launched
+        .result()
+        .map_err(|e| driver_error("cuLaunchKernelEx", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An H100: 228 KiB per SM, 227 KiB per block with opt-in, 1 KiB reserved per block.
+    fn h100(fixed: u64) -> Limits {
+        Limits {
+            per_block: 232_448 - fixed,
+            target: 233_472 / 3 - 1024 - fixed,
+            cluster: MAX_CLUSTER,
+        }
+    }
+
+    /// An A100: 164 KiB per SM, 163 KiB per block, no clusters.
+    fn a100() -> Limits {
+        Limits {
+            per_block: 166_912,
+            target: 167_936 / 3 - 1024,
+            cluster: 1,
+        }
+    }
+
+    #[test]
+    fn parts_are_multiples_of_four() {
+        assert_eq!(part(32768, 2), 16384);
+        assert_eq!(part(40001, 3), 13336);
+        assert_eq!(part(9, 4), 4);
+        assert_eq!(long_row_shared_bytes(262_144, 16, 4), 256 + 65536);
+    }
+
+    #[test]
+    fn h100_splits_long_rows_over_clusters() {
+        let f32_rows = |len| shape(len, 4, h100(64));
+        assert_eq!(
+            f32_rows(32768),
+            Some(Shape {
+                cluster: 2,
+                shared: 256 + 65536
+            })
+        );
+        assert_eq!(f32_rows(262_144).map(|s| s.cluster), Some(14));
+        assert_eq!(f32_rows(8192).map(|s| s.cluster), Some(1));
+        assert_eq!(f32_rows(40001).map(|s| s.cluster), Some(3));
+        // Up to 16 blocks of 227 KiB, one per SM, before the rows stream.
+        assert_eq!(f32_rows(900_000).map(|s| s.cluster), Some(16));
+        assert_eq!(f32_rows(1 << 20), None);
+    }
+
+    #[test]
+    fn a100_caches_in_one_block_or_streams() {
+        assert_eq!(shape(32768, 4, a100()).map(|s| s.cluster), Some(1));
+        assert_eq!(shape(262_144, 4, a100()), None);
+    }
+
+    #[test]
+    fn register_rows_and_kernels_without_the_path_stream() {
+        assert_eq!(shape(4096, 4, h100(0)), None);
+        assert_eq!(shape(1 << 15, 0, h100(0)), None);
+        assert!(shape(4097, 4, h100(0)).is_some());
+    }
+}
