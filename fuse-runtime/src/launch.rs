@@ -86,6 +86,20 @@ pub fn launch(
     geometry: Geometry,
     args: &[Arg],
 ) -> Result<(), Error> {
+    launch_with(dev, kernel, geometry, args, enqueue)
+}
+
+/// [`launch`] with `submit` in place of the call that queues the kernel: `submit` is given the
+/// device, the function, the launch shape and every argument slot (the scratch's included). The
+/// benchmark's hooks ([`crate::private::floors`]) pass one that does not call the driver, to time
+/// fuse's host code alone.
+pub(crate) fn launch_with(
+    dev: &Device,
+    kernel: &'static KernelInfo,
+    geometry: Geometry,
+    args: &[Arg],
+    submit: impl FnOnce(&CudaDevice, &CudaFunction, LaunchConfig, &[u64]) -> Result<(), Error>,
+) -> Result<(), Error> {
     let cuda = dev.cuda_for(kernel.name)?;
     let mut slots = arg_slots(dev, kernel, args)?;
     let Some(grid) = grid(geometry, cuda.sm_count) else {
@@ -107,9 +121,9 @@ pub fn launch(
             let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
             let (scratch_address, counter_address) = scratch.addresses(cuda, needed)?;
             slots.extend([scratch_address, counter_address]);
-            enqueue(cuda, &function, &slots, config)
+            submit(cuda, &function, config, &slots)
         }
-        Geometry::Map { .. } | Geometry::Rows { .. } => enqueue(cuda, &function, &slots, config),
+        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, &function, config, &slots),
     }
 }
 
@@ -140,8 +154,8 @@ fn arg_slots(dev: &Device, kernel: &KernelInfo, args: &[Arg]) -> Result<Vec<u64>
 fn enqueue(
     cuda: &CudaDevice,
     function: &CudaFunction,
-    slots: &[u64],
     config: LaunchConfig,
+    slots: &[u64],
 ) -> Result<(), Error> {
     let mut builder = cuda.stream.launch_builder(function);
     for slot in slots {

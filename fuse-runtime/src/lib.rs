@@ -142,6 +142,7 @@ pub use timer::Timer;
 pub mod __private {
     pub use crate::launch::{launch, Arg, Geometry, BLOCK};
     pub use crate::ops;
+    pub use crate::private::floors;
     pub use crate::private::{
         alloc, bind, host_read, host_write, is_cpu, kernels, shape_of, AnyBuffer, DimRef,
         KernelInfo, Signature, TensorSig,

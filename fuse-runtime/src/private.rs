@@ -7,6 +7,8 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::error::Error;
 
+pub mod floors;
+
 /// One kernel defined by `fuse!`: generated code submits one per `fn` to [`inventory`].
 #[derive(Debug)]
 pub struct KernelInfo {
