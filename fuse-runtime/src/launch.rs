@@ -1,8 +1,9 @@
 //! Kernel launches: the grid, the argument slots, and the scratch memory of full reductions.
 
+use std::ffi::c_void;
 use std::fmt;
 
-use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, CudaFunction, DevicePtr, LaunchConfig};
 
 use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::device::Device;
@@ -98,10 +99,16 @@ pub(crate) fn launch_with(
     kernel: &'static KernelInfo,
     geometry: Geometry,
     args: &[Arg],
-    submit: impl FnOnce(&CudaDevice, &CudaFunction, LaunchConfig, &[u64]) -> Result<(), Error>,
+    submit: impl FnOnce(&CudaDevice, &CudaFunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let cuda = dev.cuda_for(kernel.name)?;
-    let mut slots = arg_slots(dev, kernel, args)?;
+    let scratch_slots = match geometry {
+        Geometry::Full { .. } => 2,
+        Geometry::Map { .. } | Geometry::Rows { .. } => 0,
+    };
+    let mut slots = Inline::new(0u64, args.len() + scratch_slots);
+    let slots = slots.as_mut_slice();
+    arg_slots(dev, kernel, args, &mut slots[..args.len()])?;
     let Some(grid) = grid(geometry, cuda.sm_count) else {
         return Ok(());
     };
@@ -120,18 +127,24 @@ pub(crate) fn launch_with(
             let mut scratch = lock(&cuda.reduce);
             let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
             let (scratch_address, counter_address) = scratch.addresses(cuda, needed)?;
-            slots.extend([scratch_address, counter_address]);
-            submit(cuda, &function, config, &slots)
+            if let [.., scratch_slot, counter_slot] = &mut *slots {
+                (*scratch_slot, *counter_slot) = (scratch_address, counter_address);
+            }
+            submit(cuda, &function, config, slots)
         }
-        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, &function, config, &slots),
+        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, &function, config, slots),
     }
 }
 
-/// The 8-byte slot of each argument, checking that buffers live on `dev`.
-fn arg_slots(dev: &Device, kernel: &KernelInfo, args: &[Arg]) -> Result<Vec<u64>, Error> {
-    let mut slots = Vec::with_capacity(args.len() + 2);
-    for (position, arg) in args.iter().enumerate() {
-        let slot = match *arg {
+/// Writes the 8-byte slot of each argument into `slots`, checking that buffers live on `dev`.
+fn arg_slots(
+    dev: &Device,
+    kernel: &KernelInfo,
+    args: &[Arg],
+    slots: &mut [u64],
+) -> Result<(), Error> {
+    for (position, (arg, slot)) in args.iter().zip(slots).enumerate() {
+        *slot = match *arg {
             Arg::Buffer(buffer) => match buffer.device_address() {
                 Some(address) if buffer.device() == dev => address,
                 _ => {
@@ -146,32 +159,79 @@ fn arg_slots(dev: &Device, kernel: &KernelInfo, args: &[Arg]) -> Result<Vec<u64>
             Arg::Scalar(bits) => bits,
             Arg::Dim(size) => size as u64,
         };
-        slots.push(slot);
     }
-    Ok(slots)
+    Ok(())
 }
 
+/// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
+/// is built on the stack, so a launch allocates nothing.
 fn enqueue(
     cuda: &CudaDevice,
     function: &CudaFunction,
     config: LaunchConfig,
-    slots: &[u64],
+    slots: &mut [u64],
 ) -> Result<(), Error> {
-    let mut builder = cuda.stream.launch_builder(function);
-    for slot in slots {
-        builder.arg(slot);
+    let mut params = Inline::new(std::ptr::null_mut::<c_void>(), slots.len());
+    let params = params.as_mut_slice();
+    for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
+        *param = (slot as *mut u64).cast();
     }
+    cuda.bind()?;
     // SAFETY: the `fuse!` macro generated both the kernel's CUDA signature and this argument
     // list from one parsed signature: every parameter is an 8-byte pointer, or a scalar of at
     // most 8 bytes that the driver reads from the low (little-endian) bytes of its slot, and the
-    // reduction scratch and counter come last exactly when the geometry is `Full`. Pointers are
-    // the addresses of live allocations on this device (checked in `arg_slots`), kept alive by
-    // the caller's borrows until the launch is queued and, after that, freed only in stream
-    // order. Outputs were sized by `bind` and `shape_of`, the sizes the kernel is given.
-    let launched = unsafe { builder.launch(config) };
-    launched
-        .map(|_| ())
-        .map_err(|e| driver_error("cuLaunchKernel", e))
+    // reduction scratch and counter come last exactly when the geometry is `Full`, so `params`
+    // has one entry per parameter. Each entry is the address of its slot in `slots`, which
+    // outlives this call; the driver copies the arguments before `cuLaunchKernel` returns.
+    // Pointers are the addresses of live allocations on this device (checked in `arg_slots`),
+    // kept alive by the caller's borrows until the launch is queued and, after that, freed only
+    // in stream order. Outputs were sized by `bind` and `shape_of`, the sizes the kernel is
+    // given. The function was loaded in this device's context, bound to this thread above, and
+    // its module stays loaded while `function` lives; the stream is that context's.
+    let launched = unsafe {
+        result::launch_kernel(
+            function.cu_function(),
+            config.grid_dim,
+            config.block_dim,
+            config.shared_mem_bytes,
+            cuda.stream.cu_stream(),
+            params,
+        )
+    };
+    launched.map_err(|e| driver_error("cuLaunchKernel", e))
+}
+
+/// The argument slots a launch keeps on the stack; more (a kernel of over 14 tensors, scalars
+/// and dims, with a full reduction's two) go to the heap.
+const INLINE_SLOTS: usize = 16;
+
+/// `len` copies of a value, on the stack when there are at most [`INLINE_SLOTS`]: the argument
+/// slots of one launch and their addresses, without an allocation per launch.
+struct Inline<T> {
+    stack: [T; INLINE_SLOTS],
+    heap: Vec<T>,
+    len: usize,
+}
+
+impl<T: Copy> Inline<T> {
+    fn new(value: T, len: usize) -> Inline<T> {
+        let heap = match len > INLINE_SLOTS {
+            true => vec![value; len],
+            false => Vec::new(),
+        };
+        Inline {
+            stack: [value; INLINE_SLOTS],
+            heap,
+            len,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [T] {
+        match self.stack.get_mut(..self.len) {
+            Some(stack) => stack,
+            None => &mut self.heap,
+        }
+    }
 }
 
 /// The scratch and counter of full reductions on one device.
@@ -243,6 +303,21 @@ mod tests {
             Some(4),
             "a zero SM count still launches"
         );
+    }
+
+    #[test]
+    fn inline_slots_spill_to_the_heap() {
+        let mut few = Inline::new(7u64, 3);
+        assert_eq!(few.as_mut_slice(), [7, 7, 7]);
+        assert!(
+            few.heap.is_empty(),
+            "a launch of few arguments allocates nothing"
+        );
+        let mut many = Inline::new(1u64, INLINE_SLOTS + 1);
+        many.as_mut_slice()[INLINE_SLOTS] = 2;
+        assert_eq!(many.as_mut_slice().len(), INLINE_SLOTS + 1);
+        assert_eq!(many.heap[INLINE_SLOTS], 2);
+        assert!(Inline::new(0u64, 0).as_mut_slice().is_empty());
     }
 
     #[test]

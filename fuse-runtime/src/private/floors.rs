@@ -104,7 +104,7 @@ impl<'a> Prebuilt<'a> {
         }
         let mut resolved = None;
         launch_with(dev, kernel, geometry, args, |_, function, config, slots| {
-            resolved = Some((function.clone(), config, Box::<[u64]>::from(slots)));
+            resolved = Some((function.clone(), config, Box::<[u64]>::from(&*slots)));
             Ok(())
         })?;
         let (function, config, mut slots) = resolved.ok_or_else(|| internal("nothing to run"))?;
