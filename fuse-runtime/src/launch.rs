@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 use std::fmt;
 
-use cudarc::driver::{result, CudaFunction, DevicePtr, LaunchConfig};
+use cudarc::driver::{result, sys, DevicePtr, LaunchConfig};
 
 use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::device::Device;
@@ -99,7 +99,7 @@ pub(crate) fn launch_with(
     kernel: &'static KernelInfo,
     geometry: Geometry,
     args: &[Arg],
-    submit: impl FnOnce(&CudaDevice, &CudaFunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
+    submit: impl FnOnce(&CudaDevice, sys::CUfunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let cuda = dev.cuda_for(kernel.name)?;
     let scratch_slots = match geometry {
@@ -112,7 +112,7 @@ pub(crate) fn launch_with(
     let Some(grid) = grid(geometry, cuda.sm_count) else {
         return Ok(());
     };
-    let function = cuda.function(kernel)?;
+    let function = cuda.function_handle(kernel)?;
     let config = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (BLOCK, 1, 1),
@@ -130,9 +130,9 @@ pub(crate) fn launch_with(
             if let [.., scratch_slot, counter_slot] = &mut *slots {
                 (*scratch_slot, *counter_slot) = (scratch_address, counter_address);
             }
-            submit(cuda, &function, config, slots)
+            submit(cuda, function, config, slots)
         }
-        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, &function, config, slots),
+        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, function, config, slots),
     }
 }
 
@@ -167,7 +167,7 @@ fn arg_slots(
 /// is built on the stack, so a launch allocates nothing.
 fn enqueue(
     cuda: &CudaDevice,
-    function: &CudaFunction,
+    function: sys::CUfunction,
     config: LaunchConfig,
     slots: &mut [u64],
 ) -> Result<(), Error> {
@@ -187,10 +187,11 @@ fn enqueue(
     // kept alive by the caller's borrows until the launch is queued and, after that, freed only
     // in stream order. Outputs were sized by `bind` and `shape_of`, the sizes the kernel is
     // given. The function was loaded in this device's context, bound to this thread above, and
-    // its module stays loaded while `function` lives; the stream is that context's.
+    // its module stays loaded as long as the device (`function_handle`); the stream is that
+    // context's.
     let launched = unsafe {
         result::launch_kernel(
-            function.cu_function(),
+            function,
             config.grid_dim,
             config.block_dim,
             config.shared_mem_bytes,

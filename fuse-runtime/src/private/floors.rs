@@ -103,13 +103,14 @@ impl<'a> Prebuilt<'a> {
             return Err(internal("full reductions are not supported"));
         }
         let mut resolved = None;
-        launch_with(dev, kernel, geometry, args, |_, function, config, slots| {
-            resolved = Some((function.clone(), config, Box::<[u64]>::from(&*slots)));
+        launch_with(dev, kernel, geometry, args, |_, _, config, slots| {
+            resolved = Some((config, Box::<[u64]>::from(&*slots)));
             Ok(())
         })?;
-        let (function, config, mut slots) = resolved.ok_or_else(|| internal("nothing to run"))?;
+        let (config, mut slots) = resolved.ok_or_else(|| internal("nothing to run"))?;
         let params = slots.iter_mut().map(|slot| (slot as *mut u64).cast());
         let cuda = dev.cuda_for(kernel.name)?.clone();
+        let function = cuda.function(kernel)?;
         cuda.bind()?;
         Ok(Prebuilt {
             params: params.collect(),
