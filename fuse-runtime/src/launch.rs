@@ -8,6 +8,7 @@ use cudarc::driver::{result, sys, DevicePtr, LaunchConfig};
 use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::device::Device;
 use crate::error::Error;
+use crate::inline::Inline;
 use crate::private::{AnyBuffer, KernelInfo};
 
 /// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C).
@@ -106,7 +107,7 @@ pub(crate) fn launch_with(
         Geometry::Full { .. } => 2,
         Geometry::Map { .. } | Geometry::Rows { .. } => 0,
     };
-    let mut slots = Inline::new(0u64, args.len() + scratch_slots);
+    let mut slots = Inline::<u64, INLINE_SLOTS>::new(0, args.len() + scratch_slots);
     let slots = slots.as_mut_slice();
     arg_slots(dev, kernel, args, &mut slots[..args.len()])?;
     let Some(grid) = grid(geometry, cuda.sm_count) else {
@@ -171,7 +172,7 @@ fn enqueue(
     config: LaunchConfig,
     slots: &mut [u64],
 ) -> Result<(), Error> {
-    let mut params = Inline::new(std::ptr::null_mut::<c_void>(), slots.len());
+    let mut params = Inline::<_, INLINE_SLOTS>::new(std::ptr::null_mut::<c_void>(), slots.len());
     let params = params.as_mut_slice();
     for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
         *param = (slot as *mut u64).cast();
@@ -205,35 +206,6 @@ fn enqueue(
 /// The argument slots a launch keeps on the stack; more (a kernel of over 14 tensors, scalars
 /// and dims, with a full reduction's two) go to the heap.
 const INLINE_SLOTS: usize = 16;
-
-/// `len` copies of a value, on the stack when there are at most [`INLINE_SLOTS`]: the argument
-/// slots of one launch and their addresses, without an allocation per launch.
-struct Inline<T> {
-    stack: [T; INLINE_SLOTS],
-    heap: Vec<T>,
-    len: usize,
-}
-
-impl<T: Copy> Inline<T> {
-    fn new(value: T, len: usize) -> Inline<T> {
-        let heap = match len > INLINE_SLOTS {
-            true => vec![value; len],
-            false => Vec::new(),
-        };
-        Inline {
-            stack: [value; INLINE_SLOTS],
-            heap,
-            len,
-        }
-    }
-
-    fn as_mut_slice(&mut self) -> &mut [T] {
-        match self.stack.get_mut(..self.len) {
-            Some(stack) => stack,
-            None => &mut self.heap,
-        }
-    }
-}
 
 /// The scratch and counter of full reductions on one device.
 #[derive(Default)]
@@ -304,21 +276,6 @@ mod tests {
             Some(4),
             "a zero SM count still launches"
         );
-    }
-
-    #[test]
-    fn inline_slots_spill_to_the_heap() {
-        let mut few = Inline::new(7u64, 3);
-        assert_eq!(few.as_mut_slice(), [7, 7, 7]);
-        assert!(
-            few.heap.is_empty(),
-            "a launch of few arguments allocates nothing"
-        );
-        let mut many = Inline::new(1u64, INLINE_SLOTS + 1);
-        many.as_mut_slice()[INLINE_SLOTS] = 2;
-        assert_eq!(many.as_mut_slice().len(), INLINE_SLOTS + 1);
-        assert_eq!(many.heap[INLINE_SLOTS], 2);
-        assert!(Inline::new(0u64, 0).as_mut_slice().is_empty());
     }
 
     #[test]

@@ -113,6 +113,7 @@ mod cuda;
 mod device;
 mod element;
 mod error;
+mod inline;
 mod launch;
 pub mod nvrtc;
 // Declared here rather than inside `__private` so that it is the file `src/ops.rs`; generated
@@ -145,7 +146,7 @@ pub mod __private {
     pub use crate::private::floors;
     pub use crate::private::{
         alloc, bind, host_read, host_write, is_cpu, kernels, shape_of, AnyBuffer, DimRef,
-        KernelInfo, Signature, TensorSig,
+        KernelInfo, Signature, Sizes, TensorSig,
     };
     pub use crate::{Buffer, Device, Element, Error};
     pub use inventory;
