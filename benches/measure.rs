@@ -197,14 +197,23 @@ pub fn time_runs(
     Ok(Timing::of(ms.collect::<Result<_, _>>()?))
 }
 
-/// Host time per call of `call(i)` over `calls` calls back to back, after `warmup` calls,
-/// including the wait for the last: what a loop in a program sees.
+/// Host times per call of a loop of calls, in milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct CallTimes {
+    /// Until the last call returned: the time to queue them.
+    pub queued: f64,
+    /// Until the device had run them all.
+    pub done: f64,
+}
+
+/// Host time per call of `call(i)` over `calls` calls back to back, after `warmup` calls: until
+/// the last returned, and until the device finished them (what a loop in a program sees).
 pub fn time_calls(
     dev: &Device,
     warmup: usize,
     calls: usize,
     mut call: impl FnMut(usize) -> Result<(), Error>,
-) -> Result<f64, Error> {
+) -> Result<CallTimes, Error> {
     for i in 0..warmup {
         call(i)?;
     }
@@ -213,6 +222,12 @@ pub fn time_calls(
     for i in 0..calls {
         call(i)?;
     }
+    let queued = start.elapsed();
     dev.synchronize()?;
-    Ok(start.elapsed().as_secs_f64() * 1e3 / calls.max(1) as f64)
+    let done = start.elapsed();
+    let per_call = |t: std::time::Duration| t.as_secs_f64() * 1e3 / calls.max(1) as f64;
+    Ok(CallTimes {
+        queued: per_call(queued),
+        done: per_call(done),
+    })
 }

@@ -4,7 +4,6 @@
 use fuse_runtime::{Buffer, Device, Error};
 
 use crate::cases::{self, Dims, Variant, Workload};
-use crate::kernels::w1_softplus;
 use crate::measure::{self, Flush, Seeds, Timing};
 use crate::report::{Row, Status};
 use crate::Sizes;
@@ -126,7 +125,7 @@ impl Runner {
 
     /// Why `variant` on the device does not give the CPU's `reference` outputs for the inputs
     /// `host` at `d`, or `None` when it does.
-    fn disagreement(
+    pub fn disagreement(
         &self,
         w: &Workload,
         variant: &Variant,
@@ -145,7 +144,7 @@ impl Runner {
         }
     }
 
-    fn host_inputs(&mut self, w: &Workload, d: Dims) -> Vec<Vec<f32>> {
+    pub fn host_inputs(&mut self, w: &Workload, d: Dims) -> Vec<Vec<f32>> {
         let shapes = (w.inputs)(d);
         let lens = shapes.iter().map(|s| s.iter().product::<usize>());
         lens.map(|len| measure::normal(len, self.seeds.next()))
@@ -153,7 +152,7 @@ impl Runner {
     }
 
     /// The outputs of one run of `variant` on `dev`, written into NaN-filled buffers.
-    fn run_once(
+    pub fn run_once(
         &self,
         dev: &Device,
         w: &Workload,
@@ -197,61 +196,6 @@ impl Runner {
         })
     }
 
-    /// T1: W1 on a small input, called in a loop; the time per call includes the host's work.
-    pub fn launch_overhead(&mut self) {
-        let w = cases::w1();
-        let d = Dims::flat(self.sizes.t1_n);
-        let host = self.host_inputs(&w, d);
-        let reference = self.run_once(&Device::cpu(), &w, &w.variants[0], d, &host);
-        let names = [
-            "fused, into (1 kernel)",
-            "fused, allocating its output",
-            "unfused, into (3 kernels)",
-        ];
-        for (k, name) in names.into_iter().enumerate() {
-            let variant = &w.variants[if k == 2 { 1 } else { 0 }];
-            let mut row = Row::new("T1", name);
-            row.formula = "-".to_string();
-            match self.disagreement(&w, variant, d, &host, &reference) {
-                Some(failure) => (row.status, row.note) = failure,
-                None => match self.per_call(&w, variant, d, k == 1) {
-                    Ok(timing) => {
-                        row.note = format!("{:.2} us/call (host clock)", timing.median * 1e3);
-                        row.timing = Some(timing);
-                    }
-                    Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
-                },
-            }
-            self.push(row);
-        }
-    }
-
-    /// The host time per call, median over rounds of `t1_calls` calls.
-    fn per_call(
-        &mut self,
-        w: &Workload,
-        variant: &Variant,
-        d: Dims,
-        allocating: bool,
-    ) -> Result<Timing, Error> {
-        let shapes = (w.inputs)(d);
-        let sets = [
-            measure::random_inputs(&self.dev, &shapes, &mut self.seeds)?,
-            measure::random_inputs(&self.dev, &shapes, &mut self.seeds)?,
-        ];
-        let mut outputs = vec![self.dev.zeros::<f32>(&[d.n])?];
-        let mut run = (variant.build)(&self.dev, d)?;
-        let dev = self.dev.clone();
-        let mut call = |i: usize| match allocating {
-            true => w1_softplus(&dev, &sets[i % 2][0]).map(drop),
-            false => run(&sets[i % 2], &mut outputs),
-        };
-        let calls = self.sizes.t1_calls;
-        let rounds = (0..self.sizes.t1_rounds)
-            .map(|_| measure::time_calls(&dev, calls / 10, calls, &mut call));
-        Ok(Timing::of(rounds.collect::<Result<_, _>>()?))
-    }
-
     /// The row of a workload the language cannot express yet.
     pub fn not_yet(&mut self, id: &str) {
         let why = cases::NOT_YET.iter().find(|(known, _)| *known == id);
@@ -263,7 +207,7 @@ impl Runner {
 }
 
 /// Whether every output agrees with the CPU's, or the first disagreement.
-fn agree(got: &[Vec<f32>], want: &[Vec<f32>]) -> Result<(), String> {
+pub fn agree(got: &[Vec<f32>], want: &[Vec<f32>]) -> Result<(), String> {
     for (k, (got, want)) in got.iter().zip(want).enumerate() {
         measure::compare(got, want).map_err(|why| format!("output {k}, {why}"))?;
     }

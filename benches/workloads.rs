@@ -18,6 +18,7 @@ mod cases;
 mod firstcall;
 mod kernels;
 mod measure;
+mod overhead;
 mod report;
 mod runner;
 
@@ -230,7 +231,7 @@ fn run(mut runner: Runner, config: &Config) -> ExitCode {
     for id in IDS.into_iter().filter(|id| config.wants(id)) {
         match id {
             "S1" => runner.sweep(),
-            "T1" => runner.launch_overhead(),
+            "T1" => overhead::launch_overhead(&mut runner),
             "C1" => firstcall::first_calls(&mut runner),
             _ => match workloads.iter().find(|w| w.id == id) {
                 Some(w) => runner.full(w),

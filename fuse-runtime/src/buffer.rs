@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, DevicePtr};
 
-use crate::cuda::lock;
+use crate::cuda::{lock, CudaDevice};
 use crate::device::{Device, Kind};
 use crate::element::Element;
 use crate::error::Error;
@@ -36,7 +36,23 @@ pub struct Buffer<T: Element> {
 /// zero, because the driver does not hand out empty allocations.
 enum Storage<T: Element> {
     Cpu(Arc<Mutex<Vec<T>>>),
-    Cuda(Arc<CudaSlice<T::Repr>>),
+    Cuda {
+        slice: Arc<CudaSlice<T::Repr>>,
+        /// The allocation's device address, read once: launches pass it for every buffer.
+        address: u64,
+    },
+}
+
+impl<T: Element> Storage<T> {
+    fn cuda(slice: CudaSlice<T::Repr>, cuda: &CudaDevice) -> Storage<T> {
+        // The address never changes, and with the context's event tracking off (see
+        // `CudaDevice::open`) `device_ptr` neither waits nor records anything.
+        let address = slice.device_ptr(&cuda.stream).0;
+        Storage::Cuda {
+            slice: Arc::new(slice),
+            address,
+        }
+    }
 }
 
 impl<T: Element> Buffer<T> {
@@ -44,7 +60,7 @@ impl<T: Element> Buffer<T> {
     pub(crate) fn from_slice(device: &Device, data: &[T]) -> Result<Buffer<T>, Error> {
         let storage = match device.kind() {
             Kind::Cpu => Storage::Cpu(Arc::new(Mutex::new(data.to_vec()))),
-            Kind::Cuda(cuda) => Storage::Cuda(Arc::new(cuda.upload(&T::to_repr(data))?)),
+            Kind::Cuda(cuda) => Storage::cuda(cuda.upload(&T::to_repr(data))?, cuda),
         };
         Ok(Buffer {
             shape: vec![data.len()],
@@ -59,7 +75,7 @@ impl<T: Element> Buffer<T> {
         let len = element_count::<T>(shape)?;
         let storage = match device.kind() {
             Kind::Cpu => Storage::Cpu(Arc::new(Mutex::new(vec![T::default(); len]))),
-            Kind::Cuda(cuda) => Storage::Cuda(Arc::new(cuda.zeros(len)?)),
+            Kind::Cuda(cuda) => Storage::cuda(cuda.zeros(len)?, cuda),
         };
         Ok(Buffer {
             shape: shape.to_vec(),
@@ -75,7 +91,7 @@ impl<T: Element> Buffer<T> {
         let len = element_count::<T>(shape)?;
         let storage = match device.kind() {
             Kind::Cpu => Storage::Cpu(Arc::new(Mutex::new(vec![T::default(); len]))),
-            Kind::Cuda(cuda) => Storage::Cuda(Arc::new(cuda.uninit(len)?)),
+            Kind::Cuda(cuda) => Storage::cuda(cuda.uninit(len)?, cuda),
         };
         Ok(Buffer {
             shape: shape.to_vec(),
@@ -123,7 +139,10 @@ impl<T: Element> Buffer<T> {
         }
         let storage = match &self.storage {
             Storage::Cpu(data) => Storage::Cpu(data.clone()),
-            Storage::Cuda(slice) => Storage::Cuda(slice.clone()),
+            Storage::Cuda { slice, address } => Storage::Cuda {
+                slice: slice.clone(),
+                address: *address,
+            },
         };
         Ok(Buffer {
             shape: shape.to_vec(),
@@ -138,10 +157,10 @@ impl<T: Element> Buffer<T> {
     pub fn to_vec(&self) -> Result<Vec<T>, Error> {
         match (&self.storage, self.device.kind()) {
             (Storage::Cpu(data), _) => Ok(lock(data).clone()),
-            (Storage::Cuda(slice), Kind::Cuda(cuda)) => {
+            (Storage::Cuda { slice, .. }, Kind::Cuda(cuda)) => {
                 Ok(T::from_repr(cuda.read(slice, self.len)?))
             }
-            (Storage::Cuda(_), Kind::Cpu) => Err(self.storage_mismatch()),
+            (Storage::Cuda { .. }, Kind::Cpu) => Err(self.storage_mismatch()),
         }
     }
 
@@ -154,8 +173,8 @@ impl<T: Element> Buffer<T> {
                 lock(storage).copy_from_slice(data);
                 Ok(())
             }
-            (Storage::Cuda(slice), Kind::Cuda(cuda)) => cuda.write(slice, &T::to_repr(data)),
-            (Storage::Cuda(_), Kind::Cpu) => Err(self.storage_mismatch()),
+            (Storage::Cuda { slice, .. }, Kind::Cuda(cuda)) => cuda.write(slice, &T::to_repr(data)),
+            (Storage::Cuda { .. }, Kind::Cpu) => Err(self.storage_mismatch()),
         }
     }
 
@@ -168,14 +187,14 @@ impl<T: Element> Buffer<T> {
                 *lock(storage) = data;
                 Ok(())
             }
-            Storage::Cuda(_) => self.copy_from(&data),
+            Storage::Cuda { .. } => self.copy_from(&data),
         }
     }
 
     /// The device address of the first element, or `None` on the CPU.
     pub(crate) fn device_address(&self) -> Option<u64> {
         match (&self.storage, self.device.kind()) {
-            (Storage::Cuda(slice), Kind::Cuda(cuda)) => Some(slice.device_ptr(&cuda.stream).0),
+            (Storage::Cuda { address, .. }, Kind::Cuda(_)) => Some(*address),
             _ => None,
         }
     }

@@ -4,6 +4,7 @@
 //! raw copy); [`crate::launch`] adds the kernel launch.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use cudarc::driver::{
@@ -28,6 +29,8 @@ pub(crate) struct CudaDevice {
     ctx: Arc<CudaContext>,
     pub(crate) stream: Arc<CudaStream>,
     kernels: Mutex<Kernels>,
+    /// The handles of `kernels`' functions, which launches read without taking its lock.
+    handles: Handles,
     /// The scratch and counter of full reductions; see [`crate::launch`].
     pub(crate) reduce: Mutex<ReduceScratch>,
     /// The shared-memory limits and kernel settings of long rows; see [`crate::long_rows`].
@@ -118,6 +121,7 @@ impl CudaDevice {
             stream: ctx.default_stream(),
             ctx,
             kernels: Mutex::default(),
+            handles: Handles::new(),
             reduce: Mutex::default(),
             long_rows: Default::default(),
         })
@@ -245,6 +249,19 @@ impl CudaDevice {
         }
     }
 
+    /// The handle of `kernel`'s loaded function, for a launch: after the first call on this
+    /// device it is found without a lock or an allocation. The function stays loaded as long as
+    /// the device: its module is never unloaded.
+    pub(crate) fn function_handle(
+        &self,
+        kernel: &'static KernelInfo,
+    ) -> Result<sys::CUfunction, Error> {
+        match self.handles.get(kernel) {
+            Some(handle) => Ok(handle),
+            None => self.function(kernel).map(|function| function.cu_function()),
+        }
+    }
+
     /// The loaded function of `kernel`, compiling and loading its module on first use.
     pub(crate) fn function(&self, kernel: &'static KernelInfo) -> Result<CudaFunction, Error> {
         let key = [
@@ -255,7 +272,10 @@ impl CudaDevice {
         ];
         let mut kernels = lock(&self.kernels);
         if let Some(function) = kernels.functions.get(&key) {
-            return Ok(function.clone());
+            let function = function.clone();
+            self.handles
+                .insert(&mut kernels, kernel, function.cu_function());
+            return Ok(function);
         }
         if kernel.symbol.contains('\0') {
             return Err(Error::Internal {
@@ -267,6 +287,8 @@ impl CudaDevice {
             .load_function(kernel.symbol)
             .map_err(|e| driver_error("cuModuleGetFunction", e))?;
         kernels.functions.insert(key, function.clone());
+        self.handles
+            .insert(&mut kernels, kernel, function.cu_function());
         Ok(function)
     }
 
@@ -340,6 +362,77 @@ impl CudaDevice {
     }
 }
 
+/// The function handles of one device by kernel, for launches to find without a lock: an
+/// open-addressed table from the address of a kernel's `&'static KernelInfo` (unique, and never
+/// reused) to its `CUfunction`. Entries are added under the `kernels` lock and never removed, so
+/// a reader that sees a kernel's address also sees its handle. A kernel that finds no free
+/// entry near its hash is simply not cached: its launches take the lock, as before.
+struct Handles {
+    entries: Box<[Handle; HANDLES]>,
+}
+
+/// The entries of [`Handles`]: far more kernels than a program defines, at 16 bytes each.
+const HANDLES: usize = 1024;
+/// The entries a lookup or an insertion looks at, from the kernel's hash on.
+const PROBES: usize = 16;
+
+#[derive(Default)]
+struct Handle {
+    /// The kernel's address, or 0 while the entry is free; written last.
+    kernel: AtomicUsize,
+    function: AtomicPtr<sys::CUfunc_st>,
+}
+
+impl Handles {
+    fn new() -> Handles {
+        Handles {
+            entries: Box::new(std::array::from_fn(|_| Handle::default())),
+        }
+    }
+
+    /// The entries `kernel` may be in, in order.
+    fn probe(&self, kernel: usize) -> impl Iterator<Item = &Handle> {
+        // Fibonacci hashing of the address (statics are aligned, so its low bits carry little).
+        let hash = (kernel as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54;
+        (0..PROBES).map(move |i| &self.entries[(hash as usize + i) % HANDLES])
+    }
+
+    fn get(&self, kernel: &'static KernelInfo) -> Option<sys::CUfunction> {
+        let kernel = kernel as *const KernelInfo as usize;
+        for entry in self.probe(kernel) {
+            match entry.kernel.load(Ordering::Acquire) {
+                // The `Acquire` pairs with the `Release` in `insert`: the handle was stored
+                // before the address that names it.
+                k if k == kernel => return Some(entry.function.load(Ordering::Relaxed)),
+                0 => return None,
+                _ => {}
+            }
+        }
+        None
+    }
+
+    /// Adds `kernel`'s handle. Taking the `kernels` lock's guard makes the inserts one at a time.
+    fn insert(
+        &self,
+        _locked: &mut Kernels,
+        kernel: &'static KernelInfo,
+        function: sys::CUfunction,
+    ) {
+        let kernel = kernel as *const KernelInfo as usize;
+        for entry in self.probe(kernel) {
+            match entry.kernel.load(Ordering::Relaxed) {
+                0 => {
+                    entry.function.store(function, Ordering::Relaxed);
+                    entry.kernel.store(kernel, Ordering::Release);
+                    return;
+                }
+                k if k == kernel => return,
+                _ => {}
+            }
+        }
+    }
+}
+
 /// Locks `mutex`, recovering the data if another thread panicked while holding it: every
 /// structure behind our locks is valid between statements, so poisoning carries no meaning.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -362,4 +455,55 @@ fn named(error: Error, kernel: &KernelInfo) -> Error {
 
 fn non_negative(value: i32) -> u32 {
     u32::try_from(value).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel() -> &'static KernelInfo {
+        Box::leak(Box::new(KernelInfo {
+            name: "k",
+            symbol: "fuse_k",
+            source: "",
+            cubins: &[],
+        }))
+    }
+
+    /// A stand-in function handle: the table stores it and never dereferences it.
+    fn handle(n: usize) -> sys::CUfunction {
+        std::ptr::without_provenance_mut(n * 8)
+    }
+
+    #[test]
+    fn handles_find_what_was_inserted() {
+        let (handles, mut locked) = (Handles::new(), Kernels::default());
+        let kernels: Vec<_> = (0..200).map(|_| kernel()).collect();
+        assert_eq!(handles.get(kernels[0]), None);
+        for (n, &k) in kernels.iter().enumerate() {
+            handles.insert(&mut locked, k, handle(n + 1));
+        }
+        for (n, &k) in kernels.iter().enumerate() {
+            assert_eq!(handles.get(k), Some(handle(n + 1)), "kernel {n}");
+        }
+        // A second insert of a kernel keeps its first handle (both are the same function).
+        handles.insert(&mut locked, kernels[0], handle(999));
+        assert_eq!(handles.get(kernels[0]), Some(handle(1)));
+    }
+
+    #[test]
+    fn full_handles_fall_back_without_losing_entries() {
+        let (handles, mut locked) = (Handles::new(), Kernels::default());
+        let kernels: Vec<_> = (0..2 * HANDLES).map(|_| kernel()).collect();
+        for (n, &k) in kernels.iter().enumerate() {
+            handles.insert(&mut locked, k, handle(n + 1));
+        }
+        // Some found no free entry and are not cached; every cached one is right.
+        let cached = kernels
+            .iter()
+            .enumerate()
+            .filter_map(|(n, &k)| handles.get(k).map(|found| assert_eq!(found, handle(n + 1))));
+        let cached = cached.count();
+        assert!(cached > HANDLES / 2 && cached <= HANDLES, "{cached} cached");
+    }
 }

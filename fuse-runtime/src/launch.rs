@@ -1,12 +1,14 @@
 //! Kernel launches: the grid, the argument slots, and the scratch memory of full reductions.
 
+use std::ffi::c_void;
 use std::fmt;
 
-use cudarc::driver::{CudaFunction, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, sys, DevicePtr, LaunchConfig};
 
 use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::device::Device;
 use crate::error::Error;
+use crate::inline::Inline;
 use crate::private::{AnyBuffer, KernelInfo};
 
 /// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C).
@@ -91,15 +93,40 @@ pub fn launch(
     geometry: Geometry,
     args: &[Arg],
 ) -> Result<(), Error> {
+    launch_with(dev, kernel, geometry, args, enqueue)
+}
+
+/// [`launch`] with `submit` in place of the call that queues the kernel: `submit` is given the
+/// device, the function, the launch shape and every argument slot (the scratch's included). The
+/// benchmark's hooks ([`crate::private::floors`]) pass one that does not call the driver, to time
+/// fuse's host code alone.
+pub(crate) fn launch_with(
+    dev: &Device,
+    kernel: &'static KernelInfo,
+    geometry: Geometry,
+    args: &[Arg],
+    submit: impl FnOnce(&CudaDevice, sys::CUfunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
+) -> Result<(), Error> {
     let cuda = dev.cuda_for(kernel.name)?;
-    let mut slots = arg_slots(dev, kernel, args)?;
+    let scratch_slots = match geometry {
+        Geometry::Full { .. } => 2,
+        Geometry::Map { .. } | Geometry::Rows { .. } => 0,
+    };
+    let mut slots = Inline::<u64, INLINE_SLOTS>::new(0, args.len() + scratch_slots);
+    let slots = slots.as_mut_slice();
+    arg_slots(dev, kernel, args, &mut slots[..args.len()])?;
     let Some(grid) = grid(geometry, cuda.sm_count) else {
         return Ok(());
     };
-    let function = cuda.function(kernel)?;
-    if crate::long_rows::launch(cuda, &function, geometry, &slots)? {
-        return Ok(());
+    if crate::long_rows::taken(geometry) {
+        // Long rows take their own launch (a cluster per row, dynamic shared memory), which
+        // needs the function's attributes: the locked lookup, once per such call.
+        let function = cuda.function(kernel)?;
+        if crate::long_rows::launch(cuda, &function, geometry, slots)? {
+            return Ok(());
+        }
     }
+    let function = cuda.function_handle(kernel)?;
     let config = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (BLOCK, 1, 1),
@@ -114,18 +141,24 @@ pub fn launch(
             let mut scratch = lock(&cuda.reduce);
             let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
             let (scratch_address, counter_address) = scratch.addresses(cuda, needed)?;
-            slots.extend([scratch_address, counter_address]);
-            enqueue(cuda, &function, &slots, config)
+            if let [.., scratch_slot, counter_slot] = &mut *slots {
+                (*scratch_slot, *counter_slot) = (scratch_address, counter_address);
+            }
+            submit(cuda, function, config, slots)
         }
-        Geometry::Map { .. } | Geometry::Rows { .. } => enqueue(cuda, &function, &slots, config),
+        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, function, config, slots),
     }
 }
 
-/// The 8-byte slot of each argument, checking that buffers live on `dev`.
-fn arg_slots(dev: &Device, kernel: &KernelInfo, args: &[Arg]) -> Result<Vec<u64>, Error> {
-    let mut slots = Vec::with_capacity(args.len() + 2);
-    for (position, arg) in args.iter().enumerate() {
-        let slot = match *arg {
+/// Writes the 8-byte slot of each argument into `slots`, checking that buffers live on `dev`.
+fn arg_slots(
+    dev: &Device,
+    kernel: &KernelInfo,
+    args: &[Arg],
+    slots: &mut [u64],
+) -> Result<(), Error> {
+    for (position, (arg, slot)) in args.iter().zip(slots).enumerate() {
+        *slot = match *arg {
             Arg::Buffer(buffer) => match buffer.device_address() {
                 Some(address) if buffer.device() == dev => address,
                 _ => {
@@ -140,33 +173,52 @@ fn arg_slots(dev: &Device, kernel: &KernelInfo, args: &[Arg]) -> Result<Vec<u64>
             Arg::Scalar(bits) => bits,
             Arg::Dim(size) => size as u64,
         };
-        slots.push(slot);
     }
-    Ok(slots)
+    Ok(())
 }
 
+/// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
+/// is built on the stack, so a launch allocates nothing.
 fn enqueue(
     cuda: &CudaDevice,
-    function: &CudaFunction,
-    slots: &[u64],
+    function: sys::CUfunction,
     config: LaunchConfig,
+    slots: &mut [u64],
 ) -> Result<(), Error> {
-    let mut builder = cuda.stream.launch_builder(function);
-    for slot in slots {
-        builder.arg(slot);
+    let mut params = Inline::<_, INLINE_SLOTS>::new(std::ptr::null_mut::<c_void>(), slots.len());
+    let params = params.as_mut_slice();
+    for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
+        *param = (slot as *mut u64).cast();
     }
+    cuda.bind()?;
     // SAFETY: the `fuse!` macro generated both the kernel's CUDA signature and this argument
     // list from one parsed signature: every parameter is an 8-byte pointer, or a scalar of at
     // most 8 bytes that the driver reads from the low (little-endian) bytes of its slot, and the
-    // reduction scratch and counter come last exactly when the geometry is `Full`. Pointers are
-    // the addresses of live allocations on this device (checked in `arg_slots`), kept alive by
-    // the caller's borrows until the launch is queued and, after that, freed only in stream
-    // order. Outputs were sized by `bind` and `shape_of`, the sizes the kernel is given.
-    let launched = unsafe { builder.launch(config) };
-    launched
-        .map(|_| ())
-        .map_err(|e| driver_error("cuLaunchKernel", e))
+    // reduction scratch and counter come last exactly when the geometry is `Full`, so `params`
+    // has one entry per parameter. Each entry is the address of its slot in `slots`, which
+    // outlives this call; the driver copies the arguments before `cuLaunchKernel` returns.
+    // Pointers are the addresses of live allocations on this device (checked in `arg_slots`),
+    // kept alive by the caller's borrows until the launch is queued and, after that, freed only
+    // in stream order. Outputs were sized by `bind` and `shape_of`, the sizes the kernel is
+    // given. The function was loaded in this device's context, bound to this thread above, and
+    // its module stays loaded as long as the device (`function_handle`); the stream is that
+    // context's.
+    let launched = unsafe {
+        result::launch_kernel(
+            function,
+            config.grid_dim,
+            config.block_dim,
+            config.shared_mem_bytes,
+            cuda.stream.cu_stream(),
+            params,
+        )
+    };
+    launched.map_err(|e| driver_error("cuLaunchKernel", e))
 }
+
+/// The argument slots a launch keeps on the stack; more (a kernel of over 14 tensors, scalars
+/// and dims, with a full reduction's two) go to the heap.
+const INLINE_SLOTS: usize = 16;
 
 /// The scratch and counter of full reductions on one device.
 #[derive(Default)]

@@ -116,6 +116,7 @@ mod cuda;
 mod device;
 mod element;
 mod error;
+mod inline;
 mod launch;
 mod long_rows;
 pub mod nvrtc;
@@ -147,9 +148,10 @@ pub mod __private {
     pub use crate::launch::{launch, Arg, Geometry, BLOCK};
     pub use crate::long_rows::long_row_shared_bytes;
     pub use crate::ops;
+    pub use crate::private::floors;
     pub use crate::private::{
         alloc, bind, host_read, host_write, is_cpu, kernels, shape_of, AnyBuffer, DimRef,
-        KernelInfo, Signature, TensorSig,
+        KernelInfo, Signature, Sizes, TensorSig,
     };
     pub use crate::{Buffer, Device, Element, Error};
     pub use inventory;

@@ -134,7 +134,7 @@ pub(crate) fn launch(
     else {
         return Ok(false);
     };
-    if groups == 0 || cache_bytes == 0 || row_len <= REGISTER_ROW {
+    if !taken(geometry) {
         return Ok(false);
     }
     let Some(shape) = cuda.long_rows.prepare(cuda, function, row_len, cache_bytes) else {
@@ -144,6 +144,13 @@ pub(crate) fn launch(
     let clusters = groups.min(u64::from(i32::MAX as u32 / shape.cluster));
     let grid = clusters as u32 * shape.cluster;
     enqueue(cuda, function, slots, grid, shape).map(|()| true)
+}
+
+/// Whether `geometry` may take the long-row launch (rows past the register cache of a kernel
+/// that can cache them in shared memory); [`launch`] then decides whether the device allows it.
+pub(crate) fn taken(geometry: Geometry) -> bool {
+    matches!(geometry, Geometry::Rows { groups, row_len, cache_bytes }
+        if groups > 0 && cache_bytes > 0 && row_len > REGISTER_ROW)
 }
 
 impl LongRows {

@@ -2,10 +2,16 @@
 //!
 //! Nothing here is meant for hand-written code, and it may change with the macro.
 
+use std::fmt;
+use std::ops::Deref;
+
 use crate::buffer::Buffer;
 use crate::device::Device;
 use crate::element::Element;
 use crate::error::Error;
+use crate::inline::Inline;
+
+pub mod floors;
 
 /// One kernel defined by `fuse!`: generated code submits one per `fn` to [`inventory`].
 #[derive(Debug)]
@@ -116,11 +122,7 @@ impl<T: Element> AnyBuffer for Buffer<T> {
 /// and has the declared rank, and binds each named dim from the first tensor that has it;
 /// later tensors must agree. Returns the size of each named dim, in [`Signature::dims`] order.
 /// `tensors` may also hold the inputs alone, to bind the dims before the outputs are allocated.
-pub fn bind(
-    sig: &Signature,
-    dev: &Device,
-    tensors: &[&dyn AnyBuffer],
-) -> Result<Vec<usize>, Error> {
+pub fn bind(sig: &Signature, dev: &Device, tensors: &[&dyn AnyBuffer]) -> Result<Sizes, Error> {
     let inputs = sig.tensors.iter().filter(|t| !t.output).count();
     if tensors.len() != sig.tensors.len() && tensors.len() != inputs {
         return Err(Error::Internal {
@@ -132,21 +134,23 @@ pub fn bind(
             ),
         });
     }
-    let mut bound: Vec<Option<(usize, &'static str)>> = vec![None; sig.dims.len()];
+    let mut bound = Inline::<Option<(usize, &'static str)>, SIZES>::new(None, sig.dims.len());
+    let bound = bound.as_mut_slice();
     // Inputs first, then outputs, so that a size always comes from an input when one has it.
     for want_output in [false, true] {
         for (param, &tensor) in sig.tensors.iter().zip(tensors) {
             if param.output == want_output {
-                check_tensor(sig, param, tensor, dev, &mut bound)?;
+                check_tensor(sig, param, tensor, dev, bound)?;
             }
         }
     }
-    let dims = bound.iter().zip(sig.dims).map(|(size, name)| {
-        size.map(|(n, _)| n).ok_or_else(|| Error::Internal {
+    let mut sizes = Inline::new(0, sig.dims.len());
+    for ((size, bound), name) in sizes.as_mut_slice().iter_mut().zip(&*bound).zip(sig.dims) {
+        *size = bound.map(|(n, _)| n).ok_or_else(|| Error::Internal {
             detail: format!("kernel `{}`: no tensor has the dim `{name}`", sig.kernel),
-        })
-    });
-    dims.collect()
+        })?;
+    }
+    Ok(Sizes(sizes))
 }
 
 /// Checks one tensor's device, rank and sizes, binding the named dims it is first to have.
@@ -223,15 +227,52 @@ fn check_axis(
 
 /// The shape of tensor `index` of `sig` when the named dims have the sizes `dims` (as [`bind`]
 /// returns them). An index out of range gives an empty shape.
-pub fn shape_of(sig: &Signature, index: usize, dims: &[usize]) -> Vec<usize> {
+pub fn shape_of(sig: &Signature, index: usize, dims: &[usize]) -> Sizes {
     let Some(tensor) = sig.tensors.get(index) else {
-        return Vec::new();
+        return Sizes(Inline::new(0, 0));
     };
-    let size = |dim: &DimRef| match *dim {
-        DimRef::Named(i) => dims.get(i).copied().unwrap_or(0),
-        DimRef::Fixed(n) => n,
-    };
-    tensor.dims.iter().map(size).collect()
+    let mut shape = Inline::new(0, tensor.dims.len());
+    for (size, dim) in shape.as_mut_slice().iter_mut().zip(tensor.dims) {
+        *size = match *dim {
+            DimRef::Named(i) => dims.get(i).copied().unwrap_or(0),
+            DimRef::Fixed(n) => n,
+        };
+    }
+    Sizes(shape)
+}
+
+/// The sizes [`Sizes`] holds without a heap allocation: more named dims than any kernel of the
+/// tests has, and more axes than most tensors.
+const SIZES: usize = 8;
+
+/// Sizes, as [`bind`] (of the named dims) and [`shape_of`] (of a tensor's axes) return them:
+/// read as a `[usize]`. Up to eight are kept inline, so that a call allocates nothing for them.
+pub struct Sizes(Inline<usize, SIZES>);
+
+impl Deref for Sizes {
+    type Target = [usize];
+
+    fn deref(&self) -> &[usize] {
+        self.0.as_slice()
+    }
+}
+
+impl fmt::Debug for Sizes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl PartialEq for Sizes {
+    fn eq(&self, other: &Sizes) -> bool {
+        **self == **other
+    }
+}
+
+impl<const N: usize> PartialEq<[usize; N]> for Sizes {
+    fn eq(&self, other: &[usize; N]) -> bool {
+        **self == *other
+    }
 }
 
 /// Allocates an output of `shape` on `dev`. Its contents are unspecified (zeros on the CPU):
