@@ -73,13 +73,29 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
         // One 4-element vector per thread, as many blocks as that takes (the grid-stride loop
         // then runs once), as Triton's elementwise kernels launch.
         Geometry::Map { elems } => elems.div_ceil(u64::from(BLOCK) * 4).min(i32::MAX as u64),
-        Geometry::Rows { groups, .. } => groups.min(sm * 16),
+        Geometry::Rows { groups, .. } => match row_blocks_per_sm() {
+            0 => groups,
+            per_sm => groups.min(sm * per_sm),
+        },
         // Small inputs in one block, which then writes the result itself (no second round).
         Geometry::Full { elems, .. } if elems <= u64::from(BLOCK) * 32 => 1,
         Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
     };
     // At most 16 * u32::MAX, and in practice a few thousand; saturate rather than wrap.
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
+}
+
+/// The most blocks per SM a row kernel's grid holds (its grid-stride loop takes the rest): 16,
+/// or `FUSE_ROW_BLOCKS_PER_SM` (0: a block per row), read once, for the benchmark to compare
+/// grids in one build.
+fn row_blocks_per_sm() -> u64 {
+    static PER_SM: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PER_SM.get_or_init(|| {
+        std::env::var("FUSE_ROW_BLOCKS_PER_SM")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(16)
+    })
 }
 
 /// Loads `kernel` on first use on `dev` (its embedded CUBIN for the device's architecture, else
