@@ -90,12 +90,13 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
 /// only across blocks. Every kernel of the tests, benches and examples is compiled to check
 /// that none spills. For rows cached on chip (4-byte elements, at most three reductions):
 /// - a row kept in shared memory (one whole-domain tensor, copied ahead; see
-///   `rows::prefetches`) and no other tensor along the row, one output: five (48 registers);
+///   `rows::prefetches`), no other tensor along the row and one output: five (48 registers);
 /// - a row kept in shared memory otherwise, or one row in registers with one output: four (64);
-/// - else three (85): two rows in registers leave too few of 64 for the division's slow-path
-///   call (`div_by_row_max` spilled).
+/// - one row in registers otherwise: three (85);
+/// - two or more rows in registers: two (128), as they leave too little for the division's
+///   slow-path call (`div_by_row_max` spilled at three).
 ///
-/// Other row kernels: [`MIN_BLOCKS`].
+/// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`].
 fn min_blocks(k: &Kernel) -> u32 {
     let reduces = k
         .nodes
@@ -123,11 +124,16 @@ fn min_blocks(k: &Kernel) -> u32 {
         .tensor_params()
         .filter(|(_, _, s)| s.last() == axis.as_ref())
         .count();
+    // Philox's state and rounds take registers of their own: `softmax_dropout` needs 91.
+    if k.nodes.iter().any(|n| matches!(n.op, Op::Random(..))) {
+        return MIN_BLOCKS;
+    }
     match (rows::prefetches(k, &whole), along, k.outputs.len()) {
         (true, 1, 1) => MIN_BLOCKS + 3,
         (true, _, _) => MIN_BLOCKS + 2,
         (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
-        (false, _, _) => MIN_BLOCKS + 1,
+        (false, _, _) if whole.len() == 1 => MIN_BLOCKS + 1,
+        (false, _, _) => MIN_BLOCKS,
     }
 }
 
