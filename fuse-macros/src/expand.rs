@@ -340,7 +340,8 @@ fn geometry(k: &Kernel) -> TokenStream {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
             let cache_bytes = crate::cuda::cached_bytes(k);
-            quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes })
+            let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
+            quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, writes_rows: #writes_rows })
         }
         Launch::Full { domain } => {
             let elems = product(k, domain);

@@ -31,6 +31,9 @@ pub enum Geometry {
         /// The shared-memory bytes each element of a row takes when the kernel caches long
         /// rows there (see `long_rows`); 0 when it has no such path.
         cache_bytes: u32,
+        /// Whether the kernel writes whole rows (an output over the whole domain), which sets
+        /// the grid: see [`grid`].
+        writes_rows: bool,
     },
     /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
     /// slots per block. Always launches, so an empty reduction still writes its result.
@@ -73,7 +76,11 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
         // One 4-element vector per thread, as many blocks as that takes (the grid-stride loop
         // then runs once), as Triton's elementwise kernels launch.
         Geometry::Map { elems } => elems.div_ceil(u64::from(BLOCK) * 4).min(i32::MAX as u64),
-        Geometry::Rows { groups, .. } => match row_blocks_per_sm() {
+        Geometry::Rows {
+            groups,
+            writes_rows,
+            ..
+        } => match row_blocks_per_sm(writes_rows) {
             0 => groups,
             per_sm => groups.min(sm * per_sm),
         },
@@ -85,17 +92,20 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
 }
 
-/// The most blocks per SM a row kernel's grid holds (its grid-stride loop takes the rest): 16,
-/// or `FUSE_ROW_BLOCKS_PER_SM` (0: a block per row), read once, for the benchmark to compare
-/// grids in one build.
-fn row_blocks_per_sm() -> u64 {
-    static PER_SM: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *PER_SM.get_or_init(|| {
+/// The most blocks per SM a row kernel's grid holds; its grid-stride loop takes the rest, with
+/// the next row copied ahead while a row is reduced. Measured on an H100 (NOTES.md, item 14):
+/// kernels that write whole rows stream best in many short-lived blocks (160 per SM: W5, W6 and
+/// W8 at 98 to 99% of copy, against 92 to 95% at 16); kernels that write a value per row keep
+/// fewer, longer-lived blocks (40: W9 at 90%, 71% with a block per row). `FUSE_ROW_BLOCKS_PER_SM`
+/// (0: a block per row), read once, overrides both, for the benchmark to compare grids.
+fn row_blocks_per_sm(writes_rows: bool) -> u64 {
+    static PER_SM: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let set = PER_SM.get_or_init(|| {
         std::env::var("FUSE_ROW_BLOCKS_PER_SM")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(16)
-    })
+    });
+    set.unwrap_or(if writes_rows { 160 } else { 40 })
 }
 
 /// Loads `kernel` on first use on `dev` (its embedded CUBIN for the device's architecture, else
@@ -285,14 +295,18 @@ mod tests {
 
     #[test]
     fn rows_grid() {
-        let rows = |groups| Geometry::Rows {
+        let rows = |groups, writes_rows| Geometry::Rows {
             groups,
             row_len: 1000,
             cache_bytes: 4,
+            writes_rows,
         };
-        assert_eq!(grid(rows(0), 132), None);
-        assert_eq!(grid(rows(7), 132), Some(7));
-        assert_eq!(grid(rows(1_000_000), 132), Some(132 * 16));
+        assert_eq!(grid(rows(0, true), 132), None);
+        assert_eq!(grid(rows(7, true), 132), Some(7));
+        if std::env::var_os("FUSE_ROW_BLOCKS_PER_SM").is_none() {
+            assert_eq!(grid(rows(1_000_000, true), 132), Some(132 * 160));
+            assert_eq!(grid(rows(1_000_000, false), 132), Some(132 * 40));
+        }
     }
 
     #[test]

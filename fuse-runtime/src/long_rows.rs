@@ -130,6 +130,7 @@ pub(crate) fn launch(
         groups,
         row_len,
         cache_bytes,
+        ..
     } = geometry
     else {
         return Ok(false);
@@ -149,7 +150,7 @@ pub(crate) fn launch(
 /// Whether `geometry` may take the long-row launch (rows past the register cache of a kernel
 /// that can cache them in shared memory); [`launch`] then decides whether the device allows it.
 pub(crate) fn taken(geometry: Geometry) -> bool {
-    matches!(geometry, Geometry::Rows { groups, row_len, cache_bytes }
+    matches!(geometry, Geometry::Rows { groups, row_len, cache_bytes, .. }
         if groups > 0 && cache_bytes > 0 && row_len > REGISTER_ROW)
 }
 
