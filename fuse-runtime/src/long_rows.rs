@@ -28,8 +28,10 @@ const SLOTS: u64 = 256;
 const REGISTER_ROW: u64 = 16 * BLOCK as u64;
 
 /// The blocks per SM that a block's shared memory should leave room for, so that the copy of one
-/// block's row overlaps the passes of the others.
-const BLOCKS_PER_SM: u64 = 3;
+/// block's row overlaps the passes of the others: three where the cluster sizes allow, else two
+/// (a kernel's static shared memory, such as the row kernels' 32 KiB prefetch buffers, leaves
+/// three blocks of a 262144-float row's part too little room).
+const BLOCKS_PER_SM: [u64; 2] = [3, 2];
 
 /// The most blocks of a cluster: 8 is the portable limit, 16 needs the kernel's permission.
 const PORTABLE_CLUSTER: u32 = 8;
@@ -60,8 +62,8 @@ struct Limits {
     /// The most dynamic shared memory of one block: the device's opt-in maximum less the
     /// kernel's static shared memory.
     per_block: u64,
-    /// The dynamic shared memory per block that leaves room for [`BLOCKS_PER_SM`] blocks.
-    target: u64,
+    /// The dynamic shared memory per block that leaves room for each of [`BLOCKS_PER_SM`].
+    targets: [u64; 2],
     /// The most blocks of a cluster; 1 without cluster launches.
     cluster: u32,
 }
@@ -84,7 +86,11 @@ fn shape(row_len: u64, cache_bytes: u32, limits: Limits) -> Option<Shape> {
         (1..=limits.cluster.max(1))
             .find(|&c| long_row_shared_bytes(row_len, c, cache_bytes) <= budget)
     };
-    let cluster = fits(limits.target).or_else(|| fits(limits.per_block))?;
+    let cluster = limits
+        .targets
+        .iter()
+        .find_map(|&target| fits(target))
+        .or_else(|| fits(limits.per_block))?;
     let shared = long_row_shared_bytes(row_len, cluster, cache_bytes);
     Some(Shape {
         cluster,
@@ -235,13 +241,15 @@ impl Function {
                 }
             }
         };
-        let target = (device.per_sm / BLOCKS_PER_SM)
-            .saturating_sub(device.reserved_per_block)
-            .saturating_sub(fixed);
+        let targets = BLOCKS_PER_SM.map(|blocks| {
+            (device.per_sm / blocks)
+                .saturating_sub(device.reserved_per_block)
+                .saturating_sub(fixed)
+        });
         Some(Function {
             limits: Limits {
                 per_block: device.per_block_optin.saturating_sub(fixed),
-                target,
+                targets,
                 cluster,
             },
             max_dynamic: 0,
@@ -342,7 +350,7 @@ mod tests {
     fn h100(fixed: u64) -> Limits {
         Limits {
             per_block: 232_448 - fixed,
-            target: 233_472 / 3 - 1024 - fixed,
+            targets: [233_472 / 3 - 1024 - fixed, 233_472 / 2 - 1024 - fixed],
             cluster: MAX_CLUSTER,
         }
     }
@@ -351,7 +359,7 @@ mod tests {
     fn a100() -> Limits {
         Limits {
             per_block: 166_912,
-            target: 167_936 / 3 - 1024,
+            targets: [167_936 / 3 - 1024, 167_936 / 2 - 1024],
             cluster: 1,
         }
     }
@@ -380,6 +388,10 @@ mod tests {
         // Up to 16 blocks of 227 KiB, one per SM, before the rows stream.
         assert_eq!(f32_rows(900_000).map(|s| s.cluster), Some(16));
         assert_eq!(f32_rows(1 << 20), None);
+        // With the row kernels' 32 KiB of prefetch buffers: two blocks per SM for 262144.
+        let with_prefetch = |len| shape(len, 4, h100(32_832));
+        assert_eq!(with_prefetch(32768).map(|s| s.cluster), Some(3));
+        assert_eq!(with_prefetch(262_144).map(|s| s.cluster), Some(13));
     }
 
     #[test]
