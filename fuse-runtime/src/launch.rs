@@ -32,7 +32,7 @@ pub enum Geometry {
         /// rows there (see `long_rows`); 0 when it has no such path.
         cache_bytes: u32,
         /// Whether the kernel writes whole rows (an output over the whole domain), which sets
-        /// the grid: see [`grid`].
+        /// the grid: 160 blocks per SM when it does, else 40 (measured: benches/NOTES.md, item 14).
         writes_rows: bool,
     },
     /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
