@@ -348,10 +348,10 @@ impl Cuda<'_> {
     }
 }
 
-/// Whether the rows cached in registers are copied in ahead, a row at a time, through shared
-/// memory (`cp.async`): then the next row's bytes are in flight while the block reduces the
-/// current one, instead of each block alternating between loading and computing. Two buffers of
-/// `CACHE * BLOCK` elements per tensor: done for one tensor of 4-byte elements (32 KB).
+/// Whether the rows that fit on chip are kept in shared memory instead of registers, the next
+/// row copied in ahead (`cp.async`) while the block reduces the current one, so that each block
+/// keeps bytes in flight instead of alternating between loading and computing. Two buffers of
+/// `CACHE * BLOCK` elements: done for one whole-domain tensor of 4-byte elements (32 KB).
 pub(super) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }
