@@ -54,6 +54,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         cached: vec![],
         row_vectors_now: vec![],
         lanes: elementwise::lanes(k),
+        functions: String::new(),
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -69,6 +70,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
     for h in &w.helpers {
         text.push_str(helper(h));
     }
+    text.push_str(&w.functions);
     let bound = match &k.launch {
         Launch::Rows { .. } => format!(", {}", min_blocks(k)),
         _ => String::new(),
@@ -152,6 +154,8 @@ struct Cuda<'a> {
     cached: Vec<usize>,
     /// Elements per vector load in elementwise loops.
     lanes: u32,
+    /// Device functions of this kernel's own, written after the helpers and before the kernel.
+    functions: String,
 }
 
 impl Cuda<'_> {

@@ -28,7 +28,9 @@ for ty, ptr, pname in params:
         decl.append("static unsigned int counter = 0;"); args.append("&counter"); continue
     if ptr:
         decl.append(f"static unsigned char* {pname}_b; static unsigned long long {pname}_n;")
-        load.append(f"{pname}_n = rd(); {pname}_b = (unsigned char*)aligned_alloc(64, ({pname}_n + 64) / 64 * 64); ")
+        # With "misalign", each buffer starts one element past a 64-byte boundary.
+        shift = f"sizeof({ty})" if spec.get("misalign") else "0"
+        load.append(f"{pname}_n = rd(); {pname}_b = (unsigned char*)aligned_alloc(64, ({pname}_n + 128) / 64 * 64) + {shift}; ")
         if pname.startswith("p_"):
             b = bytes.fromhex(tens[ti]); ti += 1
             blob += u64(len(b)) + b
