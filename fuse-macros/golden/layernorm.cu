@@ -36,16 +36,16 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
         }
         __syncthreads();
         for (int fz_l0 = 0; fz_l0 < fz_rows_here; fz_l0 += per_block) {
-            const int fz_lr = fz_l0 + (int)threadIdx.x / width;
-            const bool live = fz_lr < fz_rows_here;
-            const int fz_row = live ? fz_lr : fz_rows_here - 1;
-            const long long g = fz_t0 + fz_row;
+            const int fz_row = fz_l0 + (int)threadIdx.x / width;
+            const bool live = fz_row < fz_rows_here;
+            const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);
             const long long c0 = g;
             const long long b0 = 0;
             const long long b1 = 0;
             const long long b2 = c0;
             const float* __restrict__ p_x = ts_p_x + fz_row * (int)len;
             float* __restrict__ out0 = ts_out0 + fz_row * (int)len;
+            const bool fz_second = lane + width < len;
             const float v3 = p_eps;
             float acc4 = (float)0;
             {
@@ -54,11 +54,13 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 const float v0 = p_x[o0];
                 acc4 = acc4 + v0;
             }
-            if (lane + width < len) {
-                const int r = lane + width;
+            {
+                const int r = fz_second ? lane + width : lane;
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
-                acc4 = acc4 + v0;
+                if (fz_second) {
+                    acc4 = acc4 + v0;
+                }
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -91,13 +93,15 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 const float v6 = (v5 * v5);
                 acc7 = acc7 + v6;
             }
-            if (lane + width < len) {
-                const int r = lane + width;
+            {
+                const int r = fz_second ? lane + width : lane;
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
                 const float v5 = (v0 - v4);
                 const float v6 = (v5 * v5);
-                acc7 = acc7 + v6;
+                if (fz_second) {
+                    acc7 = acc7 + v6;
+                }
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -123,7 +127,7 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
             const float v7 = acc7 * inv_len_f32;
             const float v8 = (v7 + v3);
             const float v9 = rsqrtf(v8);
-            if (live) {
+            {
                 const int r = lane;
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;
@@ -136,8 +140,8 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 const float v12 = (v11 + v2);
                 out0[o0] = v12;
             }
-            if (live && lane + width < len) {
-                const int r = lane + width;
+            {
+                const int r = fz_second ? lane + width : lane;
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;
                 const float v0 = p_x[o0];

@@ -35,14 +35,14 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
         }
         __syncthreads();
         for (int fz_l0 = 0; fz_l0 < fz_rows_here; fz_l0 += per_block) {
-            const int fz_lr = fz_l0 + (int)threadIdx.x / width;
-            const bool live = fz_lr < fz_rows_here;
-            const int fz_row = live ? fz_lr : fz_rows_here - 1;
-            const long long g = fz_t0 + fz_row;
+            const int fz_row = fz_l0 + (int)threadIdx.x / width;
+            const bool live = fz_row < fz_rows_here;
+            const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);
             const long long c0 = g;
             const long long b0 = 0;
             const float* __restrict__ p_x = ts_p_x + fz_row * (int)len;
             float* __restrict__ out0 = ts_out0 + fz_row * (int)len;
+            const bool fz_second = lane + width < len;
             float acc1 = (-__int_as_float(0x7f800000));
             {
                 const int r = lane;
@@ -50,11 +50,13 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 const float v0 = p_x[o0];
                 acc1 = fmaxf(acc1, v0);
             }
-            if (lane + width < len) {
-                const int r = lane + width;
+            {
+                const int r = fz_second ? lane + width : lane;
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
-                acc1 = fmaxf(acc1, v0);
+                if (fz_second) {
+                    acc1 = fmaxf(acc1, v0);
+                }
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -87,13 +89,15 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 const float v3 = expf(v2);
                 acc4 = acc4 + v3;
             }
-            if (lane + width < len) {
-                const int r = lane + width;
+            {
+                const int r = fz_second ? lane + width : lane;
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
                 const float v2 = (v0 - v1);
                 const float v3 = expf(v2);
-                acc4 = acc4 + v3;
+                if (fz_second) {
+                    acc4 = acc4 + v3;
+                }
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
@@ -117,7 +121,7 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 }
             }
             const float v4 = acc4;
-            if (live) {
+            {
                 const int r = lane;
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
@@ -126,8 +130,8 @@ static __device__ __forceinline__ void fz_short_rows(const float* __restrict__ p
                 const float v5 = (v3 / v4);
                 out0[o0] = v5;
             }
-            if (live && lane + width < len) {
-                const int r = lane + width;
+            {
+                const int r = fz_second ? lane + width : lane;
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
                 const float v2 = (v0 - v1);

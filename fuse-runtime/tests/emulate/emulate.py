@@ -73,13 +73,18 @@ shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shim.h')
 code = f'#include "{shim}"\n' + src + main
 key = hashlib.sha1(code.encode() + open(shim, 'rb').read()).hexdigest()[:16]
 build = sys.argv[2]
-cpp, exe = os.path.join(build, key + ".cpp"), os.path.join(build, key)
+exe = os.path.join(build, key)
 os.makedirs(build, exist_ok=True)
 if not os.path.exists(exe):
+    # Built under a name of this process's own and renamed when complete: tests running at
+    # the same time may build the same kernel, and must not run a half-written binary.
+    tmp = f"{exe}.{os.getpid()}"
+    cpp = tmp + ".cpp"
     open(cpp, "w").write(code)
-    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-w", "-o", exe, cpp, "-lpthread"], capture_output=True, text=True)
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-w", "-o", tmp, cpp, "-lpthread"], capture_output=True, text=True)
     if r.returncode:
         sys.stderr.write(r.stderr[:4000]); sys.exit(2)
+    os.replace(tmp, exe)
 inp = sys.argv[1] + ".bin"
 open(inp, "wb").write(blob)
 r = subprocess.run([exe, inp], capture_output=True, timeout=900)

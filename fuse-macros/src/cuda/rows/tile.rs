@@ -13,7 +13,7 @@
 
 use super::super::{Cuda, Scope, BLOCK, SYNTAX};
 use crate::ir::DimId;
-use crate::plan::Plan;
+use crate::plan::{Pass, Plan};
 
 /// The longest row the tiled path takes.
 const SHORT: u32 = 32;
@@ -289,10 +289,12 @@ impl Cuda<'_> {
     /// segment past the tile's last row computes on that row and writes nothing.
     fn tile_row_passes(&mut self, domain: &[DimId], axis: DimId, plan: &Plan, tiled: &[Tiled]) {
         self.open("for (int fz_l0 = 0; fz_l0 < fz_rows_here; fz_l0 += per_block)");
-        self.line("const int fz_lr = fz_l0 + (int)threadIdx.x / width;");
-        self.line("const bool live = fz_lr < fz_rows_here;");
-        self.line("const int fz_row = live ? fz_lr : fz_rows_here - 1;");
-        self.line("const long long g = fz_t0 + fz_row;");
+        // On a tile's last row step, a segment past its rows computes on the tile's unused
+        // rows of shared memory (whose contents are stale) and writes only there, so the
+        // element steps need no guard; its global accesses are those of the tile's last row.
+        self.line("const int fz_row = fz_l0 + (int)threadIdx.x / width;");
+        self.line("const bool live = fz_row < fz_rows_here;");
+        self.line("const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);");
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
         for l in self.layout.split("g", &rows, &SYNTAX) {
             self.line(l);
@@ -315,21 +317,20 @@ impl Cuda<'_> {
                 t.shared()
             ));
         }
+        // Each thread takes elements `lane` and, where the row is longer than `width`,
+        // `lane + width` (`width <= len` always).
+        self.line("const bool fz_second = lane + width < len;");
         self.values(&plan.prologue, Scope::Row);
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
-            // Each thread takes elements `lane` and `lane + width` (`width <= len` always); a
-            // pass that writes leaves out the segments past the tile's last row.
-            let writes = !pass.writes.is_empty();
-            self.open(if writes { "if (live)" } else { "" });
-            self.line("const int r = lane;");
-            self.row_step(pass, axis, &[], &shapes, false);
-            self.close();
-            let live = if writes { "live && " } else { "" };
-            self.open(format!("if ({live}lane + width < len)"));
-            self.line("const int r = lane + width;");
-            self.row_step(pass, axis, &[], &shapes, false);
-            self.close();
+            self.tile_step(pass, axis, &shapes, "lane", None);
+            self.tile_step(
+                pass,
+                axis,
+                &shapes,
+                "fz_second ? lane + width : lane",
+                Some("fz_second"),
+            );
             self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);
@@ -339,6 +340,39 @@ impl Cuda<'_> {
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
         }
+        self.close();
+    }
+
+    /// One element of a pass at row position `r`. Its values are computed whether or not the
+    /// element exists (a missing one is element `lane` again), so the loads and values of an
+    /// element in successive passes are the same expressions, which the compiler computes once;
+    /// only the accumulation depends on `valid`. A missing element's writes store the values of
+    /// element `lane` again, where this thread has just stored them.
+    fn tile_step(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        shapes: &[Vec<DimId>],
+        r: &str,
+        valid: Option<&str>,
+    ) {
+        self.open("");
+        self.line(format!("const int r = {r};"));
+        for s in self.used_shapes(&pass.elems, &pass.writes) {
+            let offset = self.layout.row_offset(s, &shapes[s], axis);
+            self.line(format!("const long long o{s} = {offset};"));
+        }
+        self.values(&pass.elems, Scope::Element);
+        if !pass.reduces.is_empty() {
+            if let Some(valid) = valid {
+                self.open(format!("if ({valid})"));
+            }
+            self.accumulate(&pass.reduces);
+            if valid.is_some() {
+                self.close();
+            }
+        }
+        self.writes(&pass.writes, Scope::Element);
         self.close();
     }
 }
