@@ -5,8 +5,6 @@ use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, Launch, NodeId, Op};
 use crate::plan::{Pass, Plan};
 
-mod tile;
-
 impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
@@ -17,7 +15,6 @@ impl Cuda<'_> {
         self.line(format!("const long long len = {};", self.layout.size(axis)));
         self.divisors(&rows);
         self.reciprocals(plan, "len");
-        self.short_rows(domain, axis, plan);
         let cached = self.cached_params(domain);
         // Threads per row: a power of two up to a warp for short rows (several rows per block,
         // reduced by shuffles within each segment), else the whole block. Rows cached in

@@ -9,7 +9,15 @@ src = re.sub(r'static __device__ __forceinline__ float fz_f16_to_f32\(unsigned s
 src = re.sub(r'static __device__ __forceinline__ unsigned short fz_f32_to_f16\(float f\) \{[^\n]*\n',
   'static inline unsigned short fz_f32_to_f16(float f) { _Float16 g = (_Float16)f; unsigned short h; std::memcpy(&h, &g, 2); return h; }\n', src)
 src = src.replace('extern "C" __global__', 'static')
-m = re.search(r"void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(\n(.*?)\n\)\s*\{", src, re.S)
+# The kernel to run, as the runtime picks it: the entry point for short rows when the source
+# has one and the rows are 1 to 32 elements long, else the source's first kernel.
+entry = r"\w+"
+short = re.search(r"static\s+void\s+__launch_bounds__\([^)]*\)\s+(\w+_short_rows)\s*\(\n.*?\n\)\s*\{\n\s*__shared__[^\n]*\n\s*const long long len = (?:d_(\w+)|(\d+));", src, re.S)
+if short:
+    length = spec["dims"][short.group(2)] if short.group(2) else int(short.group(3))
+    if 1 <= length <= 32:
+        entry = short.group(1)
+m = re.search(r"static\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(" + entry + r")\s*\(\n(.*?)\n\)\s*\{", src, re.S)
 name, plist = m.group(1), m.group(2)
 params = []
 for line in plist.split('\n'):
