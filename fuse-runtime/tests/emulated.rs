@@ -832,16 +832,16 @@ fn short_rows_run_on_an_emulated_gpu() {
             &[Tol::close(0.0, 1.0), Tol::close(1e-4, 0.0)],
         );
         let seed = rng.next_u64();
-        let cpu = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), seed).unwrap();
+        let cpu = kernels::softmax_dropout(&dev, &put(&dev, &x, &[rows, cols]), 0.3, seed).unwrap();
         emulate(
-            &format!("short noise {rows}x{cols}"),
-            kernels::noise::CUDA_SOURCE,
+            &format!("short softmax_dropout {rows}x{cols}"),
+            kernels::softmax_dropout::CUDA_SOURCE,
             vec![hex(&x)],
-            vec![seed],
+            vec![Element::to_bits(0.3f32), seed],
             &d,
             &cpu,
-            &["f32", "f32", "f32"],
-            &[Tol::EXACT; 3],
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::EXACT],
         );
         let k: Vec<i32> = rng.ints_in::<i32>(rows * cols, -4, 4);
         let cpu = kernels::arg_rows(
@@ -859,6 +859,33 @@ fn short_rows_run_on_an_emulated_gpu() {
             &cpu,
             &["u32", "u32", "u32"],
             &[Tol::EXACT; 3],
+        );
+    }
+    // Rows over two dims, and a fixed number of rows.
+    for (b, t, c) in [(7, 301, 3), (3, 50, 32), (2, 1, 17)] {
+        let x = rng.floats::<f32>(b * t * c, -5.0, 5.0);
+        let cpu = kernels::softmax_last(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
+        emulate(
+            &format!("short softmax_last {b}x{t}x{c}"),
+            kernels::softmax_last::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("b", b), ("t", t), ("c", c)],
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::close(1e-6, 2e-5)],
+        );
+        let x = rng.floats::<f32>(4 * c, -5.0, 5.0);
+        let cpu = kernels::fixed_rows(&dev, &put(&dev, &x, &[4, c])).unwrap();
+        emulate(
+            &format!("short fixed_rows 4x{c}"),
+            kernels::fixed_rows::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("n", c)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-6, 1e-6)],
         );
     }
     // Rows of length 0 (the general path), and no rows at all.
