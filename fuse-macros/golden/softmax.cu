@@ -723,3 +723,178 @@ extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
     }
     fz_async_wait();
 }
+template <int width>
+static __device__ __forceinline__ void fz_short_rows(
+    const float* __restrict__ p_x,
+    float* __restrict__ out0,
+    const long long d_rows,
+    const long long d_cols,
+    fz_vec<unsigned int, 4>* __restrict__ fz_tile
+) {
+    const long long groups = d_rows;
+    const long long len = d_cols;
+    float* const ts_p_x = reinterpret_cast<float*>(fz_tile + 0);
+    float* const ts_out0 = reinterpret_cast<float*>(fz_tile + 1024);
+    const bool fz_aligned = (((unsigned long long)p_x | (unsigned long long)out0) & 15) == 0;
+    __shared__ float red1[8];
+    __shared__ float red4[8];
+    const int per_block = 256 / width;
+    const int lane = threadIdx.x & (width - 1);
+    const int fz_most = (4096 / (int)len) / per_block * per_block;
+    const long long fz_spread = (groups + gridDim.x - 1) / gridDim.x;
+    const int fz_tile_rows = fz_spread < fz_most ? (int)(fz_spread + per_block - 1) / per_block * per_block : fz_most;
+    for (long long fz_t0 = (long long)blockIdx.x * fz_tile_rows; fz_t0 < groups; fz_t0 += (long long)gridDim.x * fz_tile_rows) {
+        const int fz_rows_here = groups - fz_t0 < fz_tile_rows ? (int)(groups - fz_t0) : fz_tile_rows;
+        const int fz_n = fz_rows_here * (int)len;
+        const long long fz_e0 = fz_t0 * len;
+        const int fz_nv0 = fz_aligned ? (fz_n * 4) >> 4 : 0;
+        {
+            fz_vec<unsigned int, 4> fz_ld[4];
+            if (threadIdx.x + 0 < fz_nv0) fz_ld[0] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(p_x + fz_e0)[threadIdx.x + 0];
+            if (threadIdx.x + 256 < fz_nv0) fz_ld[1] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(p_x + fz_e0)[threadIdx.x + 256];
+            if (threadIdx.x + 512 < fz_nv0) fz_ld[2] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(p_x + fz_e0)[threadIdx.x + 512];
+            if (threadIdx.x + 768 < fz_nv0) fz_ld[3] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(p_x + fz_e0)[threadIdx.x + 768];
+            if (threadIdx.x + 0 < fz_nv0) reinterpret_cast<fz_vec<unsigned int, 4>*>(ts_p_x)[threadIdx.x + 0] = fz_ld[0];
+            if (threadIdx.x + 256 < fz_nv0) reinterpret_cast<fz_vec<unsigned int, 4>*>(ts_p_x)[threadIdx.x + 256] = fz_ld[1];
+            if (threadIdx.x + 512 < fz_nv0) reinterpret_cast<fz_vec<unsigned int, 4>*>(ts_p_x)[threadIdx.x + 512] = fz_ld[2];
+            if (threadIdx.x + 768 < fz_nv0) reinterpret_cast<fz_vec<unsigned int, 4>*>(ts_p_x)[threadIdx.x + 768] = fz_ld[3];
+        }
+        #pragma unroll 1
+        for (int e = fz_nv0 * 4 + threadIdx.x; e < fz_n; e += 256) {
+            ts_p_x[e] = p_x[fz_e0 + e];
+        }
+        __syncthreads();
+        #pragma unroll 1
+        for (int fz_l0 = 0; fz_l0 < fz_rows_here; fz_l0 += per_block) {
+            const int fz_row = fz_l0 + (int)threadIdx.x / width;
+            const bool live = fz_row < fz_rows_here;
+            const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);
+            const long long c0 = g;
+            const long long b0 = 0;
+            const float* __restrict__ p_x = ts_p_x + fz_row * (int)len;
+            float* __restrict__ out0 = ts_out0 + fz_row * (int)len;
+            const bool fz_second = lane + width < len;
+            float acc1 = (-__int_as_float(0x7f800000));
+            {
+                const int r = lane;
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                acc1 = fmaxf(acc1, v0);
+            }
+            {
+                const int r = fz_second ? lane + width : lane;
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                if (fz_second) {
+                    acc1 = fmaxf(acc1, v0);
+                }
+            }
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
+            }
+            if (width > 32) {
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    if (w < (width >> 5)) {
+                        acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                    }
+                }
+            }
+            const float v1 = acc1;
+            float acc4 = (float)0;
+            {
+                const int r = lane;
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            {
+                const int r = fz_second ? lane + width : lane;
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                if (fz_second) {
+                    acc4 = acc4 + v3;
+                }
+            }
+            #pragma unroll
+            for (int off = 16; off > 0; off >>= 1) {
+                if (off < width) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+            }
+            if (width > 32) {
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    if (w < (width >> 5)) {
+                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                    }
+                }
+            }
+            const float v4 = acc4;
+            const fz_divider dv_4 = fz_divider_of(v4);
+            {
+                const int r = lane;
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                const float v5 = fz_div_by(v3, v4, dv_4);
+                out0[o0] = v5;
+            }
+            {
+                const int r = fz_second ? lane + width : lane;
+                const long long o0 = b0 + r;
+                const float v0 = p_x[o0];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                const float v5 = fz_div_by(v3, v4, dv_4);
+                out0[o0] = v5;
+            }
+        }
+        __syncthreads();
+        const int fz_nv1 = fz_aligned ? (fz_n * 4) >> 4 : 0;
+        #pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int v = threadIdx.x + i * 256;
+            if (v < fz_nv1) reinterpret_cast<fz_vec<unsigned int, 4>*>(out0 + fz_e0)[v] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(ts_out0)[v];
+        }
+        #pragma unroll 1
+        for (int e = fz_nv1 * 4 + threadIdx.x; e < fz_n; e += 256) {
+            out0[fz_e0 + e] = ts_out0[e];
+        }
+    }
+}
+// Kernel `softmax` for rows of 1 to 32 elements, which its launch picks for them: tiles of whole rows through shared memory, 16-byte loads and stores.
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_short_rows(
+    const float* __restrict__ p_x,
+    float* __restrict__ out0,
+    const long long d_rows,
+    const long long d_cols
+) {
+    __shared__ fz_vec<unsigned int, 4> fz_tile[2048];
+    const long long len = d_cols;
+    if (len <= 2) fz_short_rows<1>(p_x, out0, d_rows, d_cols, fz_tile);
+    else if (len <= 4) fz_short_rows<2>(p_x, out0, d_rows, d_cols, fz_tile);
+    else if (len <= 8) fz_short_rows<4>(p_x, out0, d_rows, d_cols, fz_tile);
+    else if (len <= 16) fz_short_rows<8>(p_x, out0, d_rows, d_cols, fz_tile);
+    else fz_short_rows<16>(p_x, out0, d_rows, d_cols, fz_tile);
+}

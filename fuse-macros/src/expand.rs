@@ -422,6 +422,8 @@ fn module_items(
     let dims = local("dims");
     let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(#dims[#i])));
     let geometry = geometry(k);
+    let picked = local("geometry");
+    let (short_rows, kernel_info) = short_rows_items(k, &picked);
     let cpu = cpu_items(k, plan, sig);
     let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate.");
     quote! {
@@ -437,6 +439,7 @@ fn module_items(
             #rt::__private::inventory::submit! {
                 #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS }
             }
+            #short_rows
             #signature
         }
         #[doc = #into_doc]
@@ -450,7 +453,8 @@ fn module_items(
             if #rt::__private::is_cpu(#dev) {
                 return self::cpu(&#dims, #(#tensor_inputs,)* #(#scalars,)* #(#out_names),*);
             }
-            #rt::__private::launch(#dev, &self::__fuse::KERNEL, #geometry, &[
+            let #picked = #geometry;
+            #rt::__private::launch(#dev, #kernel_info, #picked, &[
                 #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
                 #(#rt::__private::Arg::Buffer(&*#out_names),)*
                 #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
@@ -459,6 +463,30 @@ fn module_items(
         }
         #cpu
     }
+}
+
+/// For a kernel with an entry point for short rows: its `KernelInfo` (in `__fuse`, beside
+/// `KERNEL`, and like it but for the symbol), and the expression that picks it for rows of 1
+/// to [`SHORT`](crate::cuda::SHORT) elements from the launch's `geometry`. Otherwise nothing,
+/// and `KERNEL`.
+fn short_rows_items(k: &Kernel, geometry: &Ident) -> (TokenStream, TokenStream) {
+    let rt = rt();
+    let Some(symbol) = crate::cuda::short_rows_symbol(k) else {
+        return (quote!(), quote!(&self::__fuse::KERNEL));
+    };
+    let (kernel, short) = (plain_name(&k.name), crate::cuda::SHORT as u64);
+    let doc = format!("The entry point for rows of 1 to {short} elements, in the same module.");
+    let info = quote! {
+        #[doc = #doc]
+        pub static SHORT_ROWS: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS };
+    };
+    let pick = quote! {
+        match #geometry {
+            #rt::__private::Geometry::Rows { row_len: 1..=#short, .. } => &self::__fuse::SHORT_ROWS,
+            _ => &self::__fuse::KERNEL,
+        }
+    };
+    (info, pick)
 }
 
 fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream {

@@ -75,15 +75,13 @@ fn emulate<R: Outputs>(
     types: &[&str],
     tols: &[Tol],
 ) {
-    emulate_launch(
-        3, what, source, tensors, scalars, dims, cpu, types, tols, None,
-    );
+    Emulation::default().run(what, source, tensors, scalars, dims, cpu, types, tols);
 }
 
 /// [`emulate`] on a grid of `grid` blocks.
 #[allow(clippy::too_many_arguments)]
 fn emulate_on<R: Outputs>(
-    grid: usize,
+    grid: u32,
     what: &str,
     source: &str,
     tensors: Vec<String>,
@@ -93,9 +91,31 @@ fn emulate_on<R: Outputs>(
     types: &[&str],
     tols: &[Tol],
 ) {
-    emulate_launch(
-        grid, what, source, tensors, scalars, dims, cpu, types, tols, None,
-    );
+    let how = Emulation {
+        grid: Some(grid),
+        ..Emulation::default()
+    };
+    how.run(what, source, tensors, scalars, dims, cpu, types, tols);
+}
+
+/// [`emulate`] on a launch shaped as the runtime shapes long rows (`shared`).
+#[allow(clippy::too_many_arguments)]
+fn emulate_launch<R: Outputs>(
+    what: &str,
+    source: &str,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+    shared: Option<Shared>,
+) {
+    let how = Emulation {
+        shared,
+        ..Emulation::default()
+    };
+    how.run(what, source, tensors, scalars, dims, cpu, types, tols);
 }
 
 /// A launch shaped as the runtime shapes long rows: `cluster` blocks a row, each given `bytes`
@@ -107,70 +127,89 @@ struct Shared {
     taken: bool,
 }
 
-/// Runs `source` on the emulator with `grid` blocks (clusters, with `shared`) and compares its
-/// outputs with `cpu`'s.
-#[allow(clippy::too_many_arguments)]
-fn emulate_launch<R: Outputs>(
-    grid: usize,
-    what: &str,
-    source: &str,
-    tensors: Vec<String>,
-    scalars: Vec<u64>,
-    dims: &[(&str, usize)],
-    cpu: &R,
-    types: &[&str],
-    tols: &[Tol],
+/// How `emulate.py` runs a kernel: blocks in the grid (clusters, with `shared`), and whether
+/// every buffer starts one element past a 64-byte boundary (as no allocation of the runtime
+/// does, to check that the kernels' 16-byte vector paths step aside).
+#[derive(Default)]
+struct Emulation {
+    grid: Option<u32>,
+    misalign: bool,
     shared: Option<Shared>,
-) {
-    let want = cpu.read();
-    let outs: Vec<usize> = want
-        .iter()
-        .zip(types)
-        .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
-        .collect();
-    let launch = shared.map_or(String::new(), |s| {
-        format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
-    });
-    let spec = format!(
-        "{{\"grid\": {grid}, \"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}]{launch}}}",
+}
+
+impl Emulation {
+    #[allow(clippy::too_many_arguments)]
+    fn run<R: Outputs>(
+        &self,
+        what: &str,
+        source: &str,
+        tensors: Vec<String>,
+        scalars: Vec<u64>,
+        dims: &[(&str, usize)],
+        cpu: &R,
+        types: &[&str],
+        tols: &[Tol],
+    ) {
+        let want = cpu.read();
+        let outs: Vec<usize> = want
+            .iter()
+            .zip(types)
+            .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
+            .collect();
+        let grid = self
+            .grid
+            .map(|g| format!(", \"grid\": {g}"))
+            .unwrap_or_default();
+        let launch = self.shared.map_or(String::new(), |s| {
+            format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
+        });
+        let spec = format!(
+        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}], \"misalign\": {}{grid}{launch}}}",
         json_str(source),
         tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
         scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         dims.iter().map(|(n, v)| format!("\"{n}\": {v}")).collect::<Vec<_>>().join(","),
         outs.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
+        self.misalign,
     );
-    let build = concat!(env!("CARGO_TARGET_TMPDIR"), "/emulated");
-    std::fs::create_dir_all(build).unwrap();
-    let name = what.replace(|c: char| !c.is_alphanumeric(), "_");
-    let path = format!("{build}/{name}.json");
-    std::fs::write(&path, spec).unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/emulate/emulate.py");
-    let r = std::process::Command::new("python3")
-        .args([script, &path, build])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&r.stderr);
-    assert!(r.status.success(), "{what}: {stderr}");
-    let taken = stderr.contains("rows cached in shared memory");
-    assert_eq!(
-        taken,
-        shared.is_some_and(|s| s.taken),
-        "{what}: whether rows were cached in shared memory"
-    );
-    let mut at = 0;
-    for (k, (w, t)) in want.iter().zip(types).enumerate() {
-        let n = outs[k];
-        let got = values(t, &r.stdout[at..at + n]);
-        at += n;
-        let name = format!("{what} output {k}");
-        match (&got, &w.values) {
-            (Values::Float(g), Values::Float(w)) => assert_close(&name, g, w, &tols[k]),
-            (Values::Exact(g), Values::Exact(w)) => assert_exact(&name, g, w),
-            (Values::Float(g), Values::Exact(w)) => {
-                let w: Vec<f64> = w.iter().map(|&v| v as f64).collect();
-                assert_close(&name, g, &w, &tols[k])
+        let build = concat!(env!("CARGO_TARGET_TMPDIR"), "/emulated");
+        std::fs::create_dir_all(build).unwrap();
+        let name = what.replace(|c: char| !c.is_alphanumeric(), "_");
+        let name = if self.misalign {
+            format!("{name}_misaligned")
+        } else {
+            name
+        };
+        let path = format!("{build}/{name}.json");
+        std::fs::write(&path, spec).unwrap();
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/emulate/emulate.py");
+        let r = std::process::Command::new("python3")
+            .args([script, &path, build])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(r.status.success(), "{what}: {stderr}");
+        let taken = stderr.contains("rows cached in shared memory");
+        assert_eq!(
+            taken,
+            self.shared.is_some_and(|s| s.taken),
+            "{what}: whether rows were cached in shared memory"
+        );
+        let mut at = 0;
+        for (k, (w, t)) in want.iter().zip(types).enumerate() {
+            let n = outs[k];
+            let got = values(t, &r.stdout[at..at + n]);
+            at += n;
+            let name = format!("{what} output {k}");
+            match (&got, &w.values) {
+                (Values::Float(g), Values::Float(w)) => assert_close(&name, g, w, &tols[k]),
+                (Values::Exact(g), Values::Exact(w)) => assert_exact(&name, g, w),
+                (Values::Float(g), Values::Exact(w)) => {
+                    let w: Vec<f64> = w.iter().map(|&v| v as f64).collect();
+                    assert_close(&name, g, &w, &tols[k])
+                }
+                _ => panic!("{name}: kinds differ"),
             }
-            _ => panic!("{name}: kinds differ"),
         }
     }
 }
@@ -798,7 +837,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
         let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate_launch(
-            3,
             &format!("long softmax {rows}x{cols} in {cluster}"),
             kernels::softmax::CUDA_SOURCE,
             vec![hex(&x)],
@@ -819,7 +857,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         ..s
     });
     emulate_launch(
-        3,
         "long softmax one byte short",
         kernels::softmax::CUDA_SOURCE,
         vec![hex(&x)],
@@ -846,7 +883,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         )
         .unwrap();
         emulate_launch(
-            3,
             &format!("long layernorm {rows}x{cols} in {cluster}"),
             kernels::layernorm::CUDA_SOURCE,
             vec![hex(&x), hex(&g), hex(&b)],
@@ -865,7 +901,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         )
         .unwrap();
         emulate_launch(
-            3,
             &format!("long w7 {rows}x{cols} in {cluster}"),
             bench_kernels::w7_layernorm_quantize::CUDA_SOURCE,
             vec![hex(&x), hex(&g), hex(&b)],
@@ -884,7 +919,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         )
         .unwrap();
         emulate_launch(
-            3,
             &format!("long cross_entropy {rows}x{cols} in {cluster}"),
             kernels::cross_entropy::CUDA_SOURCE,
             vec![hex(&x), hex(&label)],
@@ -905,7 +939,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         )
         .unwrap();
         emulate_launch(
-            3,
             &format!("long mixed_rows {rows}x{cols} in {cluster}"),
             kernels::mixed_rows::CUDA_SOURCE,
             vec![hex(&x), hex(&w), hex(&m)],
@@ -919,7 +952,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
         let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
         emulate_launch(
-            3,
             &format!("long f16 softmax {rows}x{cols} in {cluster}"),
             kernels::f16s::softmax::CUDA_SOURCE,
             vec![hex(&h)],
@@ -933,7 +965,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let cpu = kernels::softmax_f64(&dev, &put(&dev, &xd, &[rows, cols])).unwrap();
         emulate_launch(
-            3,
             &format!("long f64 softmax {rows}x{cols} in {cluster}"),
             kernels::softmax_f64::CUDA_SOURCE,
             vec![hex(&xd)],
@@ -951,7 +982,6 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let x = rng.floats::<f32>(b * t * c, -5.0, 5.0);
         let cpu = kernels::softmax_last(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
         emulate_launch(
-            3,
             &format!("long softmax_last {b}x{t}x{c} in {cluster}"),
             kernels::softmax_last::CUDA_SOURCE,
             vec![hex(&x)],
@@ -961,6 +991,202 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &["f32", "f32"],
             &[Tol::close(1e-5, 1e-7), Tol::close(1e-5, 1e-6)],
             long_rows(c, cluster, 4),
+        );
+    }
+}
+
+/// Rows of up to 32 elements take the tiled path: tiles of whole rows through shared memory.
+/// Each length has enough rows for several tiles per block of the grid of three and a partial
+/// last tile; the element sizes 1, 2, 4 and 8 bytes; per-row and broadcast tensors beside the
+/// tiled ones; and buffers that start off a 16-byte boundary, which the vector copies skip.
+#[test]
+fn short_rows_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let misaligned = Emulation {
+        misalign: true,
+        ..Emulation::default()
+    };
+    for cols in [1usize, 2, 3, 4, 5, 7, 17, 31, 32] {
+        // About four 4096-element tiles and a partial one.
+        let rows = 16384 / cols + 37;
+        let d = [("rows", rows), ("cols", cols)];
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        for how in [&Emulation::default(), &misaligned] {
+            how.run(
+                &format!("short softmax {rows}x{cols}"),
+                kernels::softmax::CUDA_SOURCE,
+                vec![hex(&x)],
+                vec![],
+                &d,
+                &cpu,
+                &["f32"],
+                &[Tol::close(1e-5, 1e-7)],
+            );
+        }
+        let g = rng.floats::<f32>(cols, -2.0, 2.0);
+        let b = rng.floats::<f32>(cols, -2.0, 2.0);
+        let cpu = kernels::layernorm(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            &put(&dev, &b, &[cols]),
+            1e-5,
+        )
+        .unwrap();
+        for how in [&Emulation::default(), &misaligned] {
+            how.run(
+                &format!("short layernorm {rows}x{cols}"),
+                kernels::layernorm::CUDA_SOURCE,
+                vec![hex(&x), hex(&g), hex(&b)],
+                vec![Element::to_bits(1e-5f32)],
+                &d,
+                &cpu,
+                &["f32", "f32"],
+                &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 0.0)],
+            );
+        }
+    }
+    // Other element sizes, at a length per width of threads a row.
+    for cols in [2usize, 3, 7, 17, 32] {
+        let rows = 4096 / cols + 11;
+        let d = [("rows", rows), ("cols", cols)];
+        let x = rng.floats::<f64>(rows * cols, -5.0, 5.0);
+        let cpu = kernels::softmax_f64(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        emulate(
+            &format!("short softmax_f64 {rows}x{cols}"),
+            kernels::softmax_f64::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f64"],
+            &[Tol::close(1e-12, 1e-15)],
+        );
+        let h: Vec<fuse_runtime::f16> = rng
+            .floats::<f32>(rows * cols, -5.0, 5.0)
+            .iter()
+            .map(|&v| fuse_runtime::f16::from_f32(v))
+            .collect();
+        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
+        for how in [&Emulation::default(), &misaligned] {
+            how.run(
+                &format!("short f16 softmax {rows}x{cols}"),
+                kernels::f16s::softmax::CUDA_SOURCE,
+                vec![hex(&h)],
+                vec![],
+                &d,
+                &cpu,
+                &["f16"],
+                &[Tol::close(2e-3, 1e-6)],
+            );
+        }
+        let a: Vec<bool> = (0..rows * cols).map(|_| rng.below(2) == 1).collect();
+        let cpu = kernels::count_true(&dev, &put(&dev, &a, &[rows, cols])).unwrap();
+        emulate(
+            &format!("short count_true {rows}x{cols}"),
+            kernels::count_true::CUDA_SOURCE,
+            vec![hex(&a)],
+            vec![],
+            &d,
+            &cpu,
+            &["u32"],
+            &[Tol::EXACT],
+        );
+        let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let g = rng.floats::<f32>(cols, -2.0, 2.0);
+        let b = rng.floats::<f32>(cols, -2.0, 2.0);
+        let cpu = kernels::layernorm_quantize(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &g, &[cols]),
+            &put(&dev, &b, &[cols]),
+            1e-5,
+        )
+        .unwrap();
+        emulate(
+            &format!("short layernorm_quantize {rows}x{cols}"),
+            kernels::layernorm_quantize::CUDA_SOURCE,
+            vec![hex(&x), hex(&g), hex(&b)],
+            vec![Element::to_bits(1e-5f32)],
+            &d,
+            &cpu,
+            &["q8", "f32"],
+            &[Tol::close(0.0, 1.0), Tol::close(1e-4, 0.0)],
+        );
+        let seed = rng.next_u64();
+        let cpu = kernels::softmax_dropout(&dev, &put(&dev, &x, &[rows, cols]), 0.3, seed).unwrap();
+        emulate(
+            &format!("short softmax_dropout {rows}x{cols}"),
+            kernels::softmax_dropout::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![Element::to_bits(0.3f32), seed],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::EXACT],
+        );
+        let k: Vec<i32> = rng.ints_in::<i32>(rows * cols, -4, 4);
+        let cpu = kernels::arg_rows(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &k, &[rows, cols]),
+        )
+        .unwrap();
+        emulate(
+            &format!("short arg_rows {rows}x{cols}"),
+            kernels::arg_rows::CUDA_SOURCE,
+            vec![hex(&x), hex(&k)],
+            vec![],
+            &d,
+            &cpu,
+            &["u32", "u32", "u32"],
+            &[Tol::EXACT; 3],
+        );
+    }
+    // Rows over two dims, and a fixed number of rows.
+    for (b, t, c) in [(7, 301, 3), (3, 50, 32), (2, 1, 17)] {
+        let x = rng.floats::<f32>(b * t * c, -5.0, 5.0);
+        let cpu = kernels::softmax_last(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
+        emulate(
+            &format!("short softmax_last {b}x{t}x{c}"),
+            kernels::softmax_last::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("b", b), ("t", t), ("c", c)],
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::close(1e-6, 2e-5)],
+        );
+        let x = rng.floats::<f32>(4 * c, -5.0, 5.0);
+        let cpu = kernels::fixed_rows(&dev, &put(&dev, &x, &[4, c])).unwrap();
+        emulate(
+            &format!("short fixed_rows 4x{c}"),
+            kernels::fixed_rows::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("n", c)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-6, 1e-6)],
+        );
+    }
+    // Rows of length 0 (the general path), and no rows at all.
+    for (rows, cols) in [(5, 0), (0, 3)] {
+        let x: Vec<f32> = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let cpu = kernels::softmax_stats(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        emulate(
+            &format!("short softmax_stats {rows}x{cols}"),
+            kernels::softmax_stats::CUDA_SOURCE,
+            vec![hex(&x)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32", "f32", "f32"],
+            &[Tol::close(1e-5, 1e-7), Tol::EXACT, Tol::close(1e-6, 2e-5)],
         );
     }
 }

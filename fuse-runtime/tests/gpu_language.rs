@@ -1142,63 +1142,136 @@ fn long_rows_in_shared_memory() {
 
 /// Layernorm's error: the mean's (1e-5 of the mean magnitude, at most 8 here) scaled by
 /// `rstd * |gamma|` (at most about 1.2 here), for `y`; the sum of squares' for `rstd`.
+/// Layernorm's inputs: rows of values around an offset of their own, and `gamma`, `beta`.
+fn layernorm_inputs(r: &mut Rng, rows: usize, cols: usize) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let offsets: Vec<f64> = (0..rows).map(|_| r.uniform(-5.0, 5.0)).collect();
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|i| (r.uniform(-3.0, 3.0) + offsets[i / cols]) as f32)
+        .collect();
+    (
+        x,
+        r.floats::<f32>(cols, -2.0, 2.0),
+        r.floats::<f32>(cols, -2.0, 2.0),
+    )
+}
+
+/// Layernorm's bounds for `y` and `rstd`. The GPU centres each row in f32, the CPU in f64:
+/// `x - mean` carries an error of a few ulp of `x`, which `rstd` magnifies in rows whose values
+/// nearly agree (three columns of random values sometimes do). The bounds grow with that
+/// magnification.
+fn layernorm_tols(x: &[f32], g: &[f32], rows: usize, cols: usize) -> [Tol; 2] {
+    let magnified: Vec<f64> = (0..rows)
+        .map(|r| {
+            let row = f64s(&x[r * cols..(r + 1) * cols]);
+            let mean = row.iter().sum::<f64>() / cols as f64;
+            let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
+            let big = row.iter().fold(0.0f64, |a, v| a.max(v.abs()));
+            16.0 * f64::from(f32::EPSILON) * big / (var + 1e-5).sqrt()
+        })
+        .collect();
+    let y_tol = Tol::Bounds(
+        (0..rows * cols)
+            .map(|i| 1e-4 + 2e-5 * 10.0 + magnified[i / cols] * f64::from(g[i % cols].abs()))
+            .collect(),
+    );
+    let rstd_tol = Tol::Bounds(
+        (0..rows)
+            .map(|r| {
+                let row = f64s(&x[r * cols..(r + 1) * cols]);
+                let mean = row.iter().sum::<f64>() / cols as f64;
+                let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
+                (2e-5 + magnified[r]) / (var + 1e-5).sqrt()
+            })
+            .collect(),
+    );
+    [y_tol, rstd_tol]
+}
+
+/// Runs `layernorm` on the GPU and the CPU with `x`, `g`, `b` of `rows` x `cols`.
+fn check_layernorm(gpu: &Device, x: &[f32], g: &[f32], b: &[f32], rows: usize, cols: usize) {
+    let run = |d: &Device| {
+        kernels::layernorm(
+            d,
+            &put(d, x, &[rows, cols]),
+            &put(d, g, &[cols]),
+            &put(d, b, &[cols]),
+            1e-5,
+        )
+    };
+    let what = format!("layernorm, {rows} x {cols}");
+    assert_gpu_matches_cpu(gpu, &what, run, &layernorm_tols(x, g, rows, cols));
+}
+
+/// Rows of 1 to 32 elements, which the kernels' second entry point moves through shared memory
+/// a tile of rows at a time (4096 f32 elements' worth): each length with a row count that leaves
+/// a partial last tile, and at 2, 17 and 32 so many rows that each block of the grid takes
+/// several tiles.
+const SHORT_ROWS: [(usize, usize); 12] = [
+    (16421, 1),
+    (8229, 2),
+    (5498, 3),
+    (4133, 4),
+    (3313, 5),
+    (2377, 7),
+    (1001, 17),
+    (565, 31),
+    (549, 32),
+    ((1 << 24) / 2 + 37, 2),
+    ((1 << 24) / 17 + 37, 17),
+    ((1 << 24) / 32 + 37, 32),
+];
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn short_rows_in_tiles() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(rows, cols) in &SHORT_ROWS {
+        let what = format!("{rows} x {cols}");
+        let x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
+        let run = |d: &Device| kernels::softmax(d, &put(d, &x, &[rows, cols]));
+        assert_gpu_matches_cpu(&gpu, &format!("softmax, {what}"), run, &[softmax_tol()]);
+        let run = |d: &Device| kernels::softmax_stats(d, &put(d, &x, &[rows, cols]));
+        let tols = [softmax_tol(), Tol::EXACT, logsumexp_tol()];
+        assert_gpu_matches_cpu(&gpu, &format!("softmax_stats, {what}"), run, &tols);
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let run = |d: &Device| {
+            kernels::cross_entropy(d, &put(d, &x, &[rows, cols]), &put(d, &label, &[rows]))
+        };
+        let tol = Tol::close(2e-5, 2e-5);
+        assert_gpu_matches_cpu(&gpu, &format!("cross_entropy, {what}"), run, &[tol]);
+        let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
+        let run = |d: &Device| kernels::softmax_f64(d, &put(d, &x64, &[rows, cols]));
+        let tol = Tol::close(1e-12, 0.0);
+        assert_gpu_matches_cpu(&gpu, &format!("softmax_f64, {what}"), run, &[tol]);
+        let seed = rng.next_u64();
+        let run = |d: &Device| kernels::softmax_dropout(d, &put(d, &x, &[rows, cols]), 0.2, seed);
+        let tols = [softmax_tol(), Tol::EXACT];
+        assert_gpu_matches_cpu(&gpu, &format!("softmax_dropout, {what}"), run, &tols);
+        let a: Vec<bool> = (0..rows * cols).map(|_| rng.below(2) == 1).collect();
+        let run = |d: &Device| kernels::count_true(d, &put(d, &a, &[rows, cols]));
+        assert_gpu_matches_cpu(&gpu, &format!("count_true, {what}"), run, &[Tol::EXACT]);
+        let (x, g, b) = layernorm_inputs(&mut rng, rows, cols);
+        check_layernorm(&gpu, &x, &g, &b, rows, cols);
+        let run = |d: &Device| {
+            kernels::rmsnorm(d, &put(d, &x, &[rows, cols]), &put(d, &g, &[cols]), 1e-6)
+        };
+        let tol = Tol::close(2e-5, 1e-6);
+        assert_gpu_matches_cpu(&gpu, &format!("rmsnorm, {what}"), run, &[tol]);
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn issue_layernorm_and_rmsnorm() {
-    let gen = |r: &mut Rng, rows, cols| {
-        let offsets: Vec<f64> = (0..rows).map(|_| r.uniform(-5.0, 5.0)).collect();
-        let x: Vec<f32> = (0..rows * cols)
-            .map(|i| (r.uniform(-3.0, 3.0) + offsets[i / cols]) as f32)
-            .collect();
-        (
-            x,
-            r.floats::<f32>(cols, -2.0, 2.0),
-            r.floats::<f32>(cols, -2.0, 2.0),
-        )
-    };
-    // The GPU centres each row in f32, the CPU in f64: `x - mean` carries an error of a few
-    // ulp of `x`, which `rstd` magnifies in rows whose values nearly agree (three columns of
-    // random values sometimes do). The bounds grow with that magnification.
+    let gen = layernorm_inputs;
     let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
         return;
     };
     for &(rows, cols) in SHAPES_2D.iter().chain(&SOFTMAX_SHAPES) {
         let (x, g, b) = gen(&mut rng, rows, cols);
-        let magnified: Vec<f64> = (0..rows)
-            .map(|r| {
-                let row = f64s(&x[r * cols..(r + 1) * cols]);
-                let mean = row.iter().sum::<f64>() / cols as f64;
-                let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
-                let big = row.iter().fold(0.0f64, |a, v| a.max(v.abs()));
-                16.0 * f64::from(f32::EPSILON) * big / (var + 1e-5).sqrt()
-            })
-            .collect();
-        let y_tol = Tol::Bounds(
-            (0..rows * cols)
-                .map(|i| 1e-4 + 2e-5 * 10.0 + magnified[i / cols] * f64::from(g[i % cols].abs()))
-                .collect(),
-        );
-        let rstd_tol = Tol::Bounds(
-            (0..rows)
-                .map(|r| {
-                    let row = f64s(&x[r * cols..(r + 1) * cols]);
-                    let mean = row.iter().sum::<f64>() / cols as f64;
-                    let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / cols as f64;
-                    (2e-5 + magnified[r]) / (var + 1e-5).sqrt()
-                })
-                .collect(),
-        );
-        let run = |d: &Device| {
-            kernels::layernorm(
-                d,
-                &put(d, &x, &[rows, cols]),
-                &put(d, &g, &[cols]),
-                &put(d, &b, &[cols]),
-                1e-5,
-            )
-        };
-        let what = format!("layernorm, {rows} x {cols}");
-        assert_gpu_matches_cpu(&gpu, &what, run, &[y_tol, rstd_tol]);
+        check_layernorm(&gpu, &x, &g, &b, rows, cols);
     }
     each_2d(
         "rmsnorm",
@@ -1951,8 +2024,18 @@ fn half_rows<T: Float, S: Outputs, L: Outputs>(
     let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
         return;
     };
-    // Rows of a multiple of 4 up to 4096 are cached in registers, the others streamed.
-    let extra = [(3, 64), (2, 1000), (64, 4096), (5, 4100), (4099, 1031)];
+    // Rows of a multiple of 4 up to 4096 are cached in registers, the others streamed; rows
+    // of up to 32 go through shared memory, 8192 16-bit elements' worth at a time.
+    let extra = [
+        (3, 64),
+        (2, 1000),
+        (64, 4096),
+        (5, 4100),
+        (4099, 1031),
+        (16421, 2),
+        (1001, 17),
+        (1037, 32),
+    ];
     for (rows, cols) in SHAPES_2D.into_iter().chain(extra) {
         let s = [rows, cols];
         let (x, g) = (

@@ -13,7 +13,15 @@ src = re.sub(r'static __device__ __forceinline__ unsigned short fz_f32_to_f16\(f
   'static inline unsigned short fz_f32_to_f16(float f) { _Float16 g = (_Float16)f; unsigned short h; std::memcpy(&h, &g, 2); return h; }\n', src)
 # A template on the block's rank in its cluster: each instance has its own statics (__shared__).
 src = src.replace('extern "C" __global__', 'template <int fz_rank> static')
-m = re.search(r"void\s+(?:__launch_bounds__\([^)]*\)\s+)?(\w+)\s*\(\n(.*?)\n\)\s*\{", src, re.S)
+# The kernel to run, as the runtime picks it: the entry point for short rows when the source
+# has one and the rows are 1 to 32 elements long, else the source's first kernel.
+entry = r"\w+"
+short = re.search(r"static\s+void\s+__launch_bounds__\([^)]*\)\s+(\w+_short_rows)\s*\(\n.*?\n\)\s*\{\n\s*__shared__[^\n]*\n\s*const long long len = (?:d_(\w+)|(\d+));", src, re.S)
+if short:
+    length = spec["dims"][short.group(2)] if short.group(2) else int(short.group(3))
+    if 1 <= length <= 32:
+        entry = short.group(1)
+m = re.search(r"static\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(" + entry + r")\s*\(\n(.*?)\n\)\s*\{", src, re.S)
 name, plist = m.group(1), m.group(2)
 params = []
 for line in plist.split('\n'):
@@ -34,7 +42,9 @@ for ty, ptr, pname in params:
         decl.append("static unsigned int counter = 0;"); args.append("&counter"); continue
     if ptr:
         decl.append(f"static unsigned char* {pname}_b; static unsigned long long {pname}_n;")
-        load.append(f"{pname}_n = rd(); {pname}_b = (unsigned char*)aligned_alloc(64, ({pname}_n + 64) / 64 * 64); ")
+        # With "misalign", each buffer starts one element past a 64-byte boundary.
+        shift = f"sizeof({ty})" if spec.get("misalign") else "0"
+        load.append(f"{pname}_n = rd(); {pname}_b = (unsigned char*)aligned_alloc(64, ({pname}_n + 128) / 64 * 64) + {shift}; ")
         if pname.startswith("p_"):
             b = bytes.fromhex(tens[ti]); ti += 1
             blob += u64(len(b)) + b
@@ -95,13 +105,18 @@ shim = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'shim.h')
 code = f'#include "{shim}"\n' + src + main
 key = hashlib.sha1(code.encode() + open(shim, 'rb').read()).hexdigest()[:16]
 build = sys.argv[2]
-cpp, exe = os.path.join(build, key + ".cpp"), os.path.join(build, key)
+exe = os.path.join(build, key)
 os.makedirs(build, exist_ok=True)
 if not os.path.exists(exe):
+    # Built under a name of this process's own and renamed when complete: tests running at
+    # the same time may build the same kernel, and must not run a half-written binary.
+    tmp = f"{exe}.{os.getpid()}"
+    cpp = tmp + ".cpp"
     open(cpp, "w").write(code)
-    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-w", "-o", exe, cpp, "-lpthread"], capture_output=True, text=True)
+    r = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-w", "-o", tmp, cpp, "-lpthread"], capture_output=True, text=True)
     if r.returncode:
         sys.stderr.write(r.stderr[:4000]); sys.exit(2)
+    os.replace(tmp, exe)
 inp = sys.argv[1] + ".bin"
 open(inp, "wb").write(blob)
 r = subprocess.run([exe, inp], capture_output=True, timeout=900)

@@ -1,0 +1,512 @@
+//! Short rows, tiled: rows of 1 to [`SHORT`] elements, contiguous in memory, move through
+//! shared memory a tile of whole rows at a time, so that every load and store of the tensors
+//! over the whole domain is a 16-byte vector and a block has a whole tile's loads in flight.
+//!
+//! The row kernel's short case (a segment of one to eight threads a row, scalar loads, row
+//! after row) keeps about eight bytes in flight per thread and runs a row's bookkeeping for
+//! every two elements; S1's softmax at two columns reached 47% of copy bandwidth that way.
+//! Here a block copies its tile of each tensor over the whole domain into shared memory (all
+//! of a thread's loads issued before its first store), runs the row passes there with a
+//! segment of `width` threads a row, two elements a thread, and stores each output's tile.
+//!
+//! It is a second entry point of the kernel's module, `fuse_<name>_short_rows`, which the
+//! launch picks for those lengths (`expand.rs`); the row kernel itself is unchanged. Its body
+//! is a function template, `fz_short_rows<width>`, instantiated for the five widths a short row
+//! can take, so the shuffle reductions and lane arithmetic are specialized. (NVRTC compiles no
+//! lambda in device code without flags that every kernel would then carry.)
+
+use super::{Cuda, Scope, BLOCK, SYNTAX};
+use crate::ir::{DimId, Kernel, Launch, Op};
+use crate::plan::{Pass, Plan};
+
+/// The longest row the tiled kernel takes.
+pub const SHORT: u32 = 32;
+
+/// Shared memory for one block's tiles, in bytes: [`SHORT_BLOCKS`] blocks fit in sm_80's
+/// 164 KB. A tile of 4096 f32 elements of a softmax's input and of its output.
+const TILE_BYTES: u32 = 32 * 1024;
+
+/// The 16-byte loads a thread has in flight while it copies a tile in, all issued before their
+/// stores: 16 KB a block, up to 64 KB an SM against the 20 KB or so that the H100's bandwidth
+/// times its latency asks of one; the tile's inputs take at most that, and the copy 16
+/// registers.
+/// (With 32 KB of inputs, ptxas hoisted all eight loads a thread, at some 30 registers.)
+const IN_FLIGHT: u32 = 4;
+
+/// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
+/// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
+/// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
+const SHORT_BLOCKS: u32 = 4;
+
+/// The fewest elements a tile may hold: 16 rows of the longest short row.
+const MIN_TILE: u32 = 16 * SHORT;
+
+/// Elements per tile are a multiple of this, so that each tensor's part of the tile is a whole
+/// number of 16-byte vectors per thread step for any element size.
+const TILE_STEP: u32 = 256;
+
+/// A tensor over the whole domain that moves through the tile: an input the passes read or an
+/// output they write.
+struct Tiled {
+    /// Its name in the kernel's parameters: `p_<name>` or `out<o>`.
+    global: String,
+    /// Its element type as memory holds it.
+    storage: &'static str,
+    /// Bytes per element.
+    size: u32,
+    input: bool,
+}
+
+impl Tiled {
+    /// The name of its part of the tile (a pointer to elements of shared memory).
+    fn shared(&self) -> String {
+        format!("ts_{}", self.global)
+    }
+}
+
+/// Where `k` reduces contiguous rows and their tiles fit in [`TILE_BYTES`]: the tensors its
+/// tile carries, and the elements of each one's part.
+fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return None;
+    };
+    if domain.last() != Some(axis) {
+        return None;
+    }
+    let tiled = tiled_tensors(k, domain, plan);
+    let bytes: u32 = tiled.iter().map(|t| t.size).sum();
+    let input: u32 = tiled.iter().filter(|t| t.input).map(|t| t.size).sum();
+    let loads = IN_FLIGHT * 16 * BLOCK;
+    let tile = (TILE_BYTES / bytes.max(1)).min(loads / input.max(1)) / TILE_STEP * TILE_STEP;
+    (bytes > 0 && tile >= MIN_TILE).then_some((tiled, tile))
+}
+
+/// The entry point of `k`'s kernel for rows of 1 to [`SHORT`] elements, when it has one; the
+/// launch picks it for those lengths.
+pub fn short_rows_symbol(k: &Kernel) -> Option<String> {
+    tiling(k, &crate::plan::plan(k)).map(|_| format!("{}_short_rows", super::symbol(k)))
+}
+
+/// The tensors over the whole domain that the tile carries: inputs that some pass reads,
+/// then outputs.
+fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Tiled> {
+    let read = |p: usize| {
+        plan.passes
+            .iter()
+            .flat_map(|pass| &pass.elems)
+            .any(|&id| matches!(k.nodes[id].op, Op::Load(q) if q == p))
+    };
+    let inputs = k
+        .tensor_params()
+        .filter(|&(i, _, s)| s.as_slice() == domain && read(i))
+        .map(|(_, p, _)| Tiled {
+            global: format!("p_{}", crate::expand::plain_name(&p.name)),
+            storage: p.elem.c_storage(),
+            size: p.elem.bits() / 8,
+            input: true,
+        });
+    let outputs = k
+        .outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.shape.as_slice() == domain)
+        .map(|(i, o)| Tiled {
+            global: format!("out{i}"),
+            storage: o.elem.c_storage(),
+            size: o.elem.bits() / 8,
+            input: false,
+        });
+    inputs.chain(outputs).collect()
+}
+
+impl Cuda<'_> {
+    /// The text of the kernel's entry point for rows of 1 to [`SHORT`] elements and of the
+    /// function template it calls; empty when the kernel has none. A kernel of its own rather
+    /// than a branch of the row kernel: in one function ptxas allocated the other paths'
+    /// registers differently (W6's row kernel spilled on sm_80, and row kernels bounded at 128
+    /// registers took up to 15 more), and every launch, long rows included, would reserve the
+    /// tile's static shared memory.
+    pub(super) fn short_rows_kernel(&mut self, plan: &Plan) -> String {
+        let (Some((tiled, tile)), Launch::Rows { domain, axis }) =
+            (tiling(self.k, plan), &self.k.launch)
+        else {
+            return String::new();
+        };
+        self.helpers.insert("fz_vec");
+        let function = self.short_rows_function(domain, *axis, plan, &tiled, tile);
+        let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
+        self.indent = 1;
+        let bytes: u32 = tiled.iter().map(|t| t.size).sum();
+        self.line(format!(
+            "__shared__ fz_vec<unsigned int, 4> fz_tile[{}];",
+            tile * bytes / 16
+        ));
+        self.line(format!(
+            "const long long len = {};",
+            self.layout.size(*axis)
+        ));
+        // Threads per row: the fewest that take at most two elements each. With two, a warp's
+        // accesses to a tile's rows meet at most two to a shared-memory bank.
+        let args = self.param_names().join(", ");
+        self.line(format!("if (len <= 2) fz_short_rows<1>({args}, fz_tile);"));
+        for w in [2, 4, 8] {
+            self.line(format!(
+                "else if (len <= {}) fz_short_rows<{w}>({args}, fz_tile);",
+                2 * w
+            ));
+        }
+        self.line(format!("else fz_short_rows<16>({args}, fz_tile);"));
+        let entry = std::mem::replace(&mut self.out, kernel_body);
+        self.indent = kernel_indent;
+        format!(
+            "{function}// Kernel `{}` for rows of 1 to {SHORT} elements, which its launch picks for them: tiles of whole rows through shared memory, 16-byte loads and stores.\nextern \"C\" __global__ void __launch_bounds__({BLOCK}, {}) {}_short_rows(\n{}) {{\n{entry}}}\n",
+            crate::expand::plain_name(&self.k.name),
+            SHORT_BLOCKS,
+            super::symbol(self.k),
+            self.params()
+        )
+    }
+
+    /// The names of the kernel's parameters, in order.
+    fn param_names(&self) -> Vec<String> {
+        self.params()
+            .lines()
+            .filter_map(|l| l.trim().trim_end_matches(',').rsplit(' ').next())
+            .map(str::to_string)
+            .collect()
+    }
+
+    /// The text of `fz_short_rows<width>`, the tiled path for `width` threads a row: it takes
+    /// the kernel's parameters and the block's tile.
+    fn short_rows_function(
+        &mut self,
+        domain: &[DimId],
+        axis: DimId,
+        plan: &Plan,
+        tiled: &[Tiled],
+        tile: u32,
+    ) -> String {
+        let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
+        self.indent = 1;
+        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+        self.line(format!(
+            "const long long groups = {};",
+            self.layout.product(&rows)
+        ));
+        self.line(format!("const long long len = {};", self.layout.size(axis)));
+        self.divisors(&rows);
+        self.reciprocals(plan, "len");
+        self.tile_memory(tiled, tile);
+        self.shared_reduction_buffers(plan);
+        self.line(format!("const int per_block = {BLOCK} / width;"));
+        self.line("const int lane = threadIdx.x & (width - 1);");
+        // Rows per tile: whole segments (at least 16 rows, so every tile starts 16-byte aligned
+        // in every tensor whatever its element size), up to `tile` elements, and no more than
+        // it takes to give every block of the grid a tile.
+        self.line(format!(
+            "const int fz_most = ({tile} / (int)len) / per_block * per_block;"
+        ));
+        self.line("const long long fz_spread = (groups + gridDim.x - 1) / gridDim.x;");
+        self.line("const int fz_tile_rows = fz_spread < fz_most ? (int)(fz_spread + per_block - 1) / per_block * per_block : fz_most;");
+        self.open("for (long long fz_t0 = (long long)blockIdx.x * fz_tile_rows; fz_t0 < groups; fz_t0 += (long long)gridDim.x * fz_tile_rows)");
+        self.line("const int fz_rows_here = groups - fz_t0 < fz_tile_rows ? (int)(groups - fz_t0) : fz_tile_rows;");
+        self.line("const int fz_n = fz_rows_here * (int)len;");
+        self.line("const long long fz_e0 = fz_t0 * len;");
+        self.copy_in(tiled, tile);
+        self.line("__syncthreads();");
+        self.tile_row_passes(domain, axis, plan, tiled);
+        self.line("__syncthreads();");
+        self.copy_out(tiled, tile);
+        self.close();
+        let body = std::mem::replace(&mut self.out, kernel_body);
+        self.indent = kernel_indent;
+        format!(
+            "template <int width>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
+            self.params().trim_end()
+        )
+    }
+
+    /// Each tensor's part of the block's tile (`tile` elements, one part after another), and
+    /// whether every tensor starts 16-byte aligned, as the vector copies need.
+    fn tile_memory(&mut self, tiled: &[Tiled], tile: u32) {
+        let mut at = 0;
+        for t in tiled {
+            self.line(format!(
+                "{}* const {} = reinterpret_cast<{}*>(fz_tile + {});",
+                t.storage,
+                t.shared(),
+                t.storage,
+                at / 16
+            ));
+            at += t.size * tile;
+        }
+        let addresses: Vec<String> = tiled
+            .iter()
+            .map(|t| format!("(unsigned long long){}", t.global))
+            .collect();
+        self.line(format!(
+            "const bool fz_aligned = (({}) & 15) == 0;",
+            addresses.join(" | ")
+        ));
+    }
+
+    /// Copies this tile of each input into shared memory: the whole 16-byte vectors (none when
+    /// a tensor is misaligned), every load issued before the first store, then the elements
+    /// after the last whole vector one by one.
+    fn copy_in(&mut self, tiled: &[Tiled], tile: u32) {
+        let mut steps = vec![];
+        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| t.input) {
+            self.line(format!(
+                "const int fz_nv{k} = fz_aligned ? (fz_n * {}) >> 4 : 0;",
+                t.size
+            ));
+            let count = (tile * t.size / 16).div_ceil(BLOCK);
+            steps.extend((0..count).map(|i| (k, t, i * BLOCK)));
+        }
+        if !steps.is_empty() {
+            self.open("");
+            self.line(format!("fz_vec<unsigned int, 4> fz_ld[{}];", steps.len()));
+            for (j, &(k, t, at)) in steps.iter().enumerate() {
+                self.line(format!("if (threadIdx.x + {at} < fz_nv{k}) fz_ld[{j}] = reinterpret_cast<const fz_vec<unsigned int, 4>*>({} + fz_e0)[threadIdx.x + {at}];", t.global));
+            }
+            for (j, &(k, t, at)) in steps.iter().enumerate() {
+                self.line(format!("if (threadIdx.x + {at} < fz_nv{k}) reinterpret_cast<fz_vec<unsigned int, 4>*>({})[threadIdx.x + {at}] = fz_ld[{j}];", t.shared()));
+            }
+            self.close();
+        }
+        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| t.input) {
+            self.scalar_tail(
+                k,
+                t,
+                &format!("{}[e] = {}[fz_e0 + e];", t.shared(), t.global),
+            );
+        }
+    }
+
+    /// Stores this tile of each output from shared memory: whole 16-byte vectors, then the
+    /// elements after the last one.
+    fn copy_out(&mut self, tiled: &[Tiled], tile: u32) {
+        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| !t.input) {
+            let steps = (tile * t.size / 16).div_ceil(BLOCK);
+            self.line(format!(
+                "const int fz_nv{k} = fz_aligned ? (fz_n * {}) >> 4 : 0;",
+                t.size
+            ));
+            self.line("#pragma unroll");
+            self.open(format!("for (int i = 0; i < {steps}; ++i)"));
+            self.line(format!("const int v = threadIdx.x + i * {BLOCK};"));
+            self.line(format!("if (v < fz_nv{k}) reinterpret_cast<fz_vec<unsigned int, 4>*>({} + fz_e0)[v] = reinterpret_cast<const fz_vec<unsigned int, 4>*>({})[v];", t.global, t.shared()));
+            self.close();
+            self.scalar_tail(
+                k,
+                t,
+                &format!("{}[fz_e0 + e] = {}[e];", t.global, t.shared()),
+            );
+        }
+    }
+
+    /// The elements of tensor `k` after its last whole 16-byte vector (all of them when a
+    /// tensor is misaligned), one by one: at most 15 when aligned, so the loop is not unrolled
+    /// (ptxas spilled around the unrolled copies).
+    fn scalar_tail(&mut self, k: usize, t: &Tiled, copy: &str) {
+        self.line("#pragma unroll 1");
+        self.open(format!(
+            "for (int e = fz_nv{k} * {} + threadIdx.x; e < fz_n; e += {BLOCK})",
+            16 / t.size
+        ));
+        self.line(copy);
+        self.close();
+    }
+
+    /// The passes over the tile's rows, `per_block` rows at a time. Inside, each tiled tensor's
+    /// name stands for its row in shared memory, so the row steps read and write the tile; a
+    /// segment past the tile's last row computes on that row and writes nothing.
+    fn tile_row_passes(&mut self, domain: &[DimId], axis: DimId, plan: &Plan, tiled: &[Tiled]) {
+        // Not unrolled: ptxas interleaved rows where the register bound allowed, raising row
+        // kernels bounded at 128 registers (a sum over rows: 46 to 56) and so lowering the
+        // occupancy of their other paths; 32 warps an SM have latency enough to hide.
+        self.line("#pragma unroll 1");
+        self.open("for (int fz_l0 = 0; fz_l0 < fz_rows_here; fz_l0 += per_block)");
+        // On a tile's last row step, a segment past its rows computes on the tile's unused
+        // rows of shared memory (whose contents are stale) and writes only there, so the
+        // element steps need no guard; its global accesses are those of the tile's last row.
+        self.line("const int fz_row = fz_l0 + (int)threadIdx.x / width;");
+        self.line("const bool live = fz_row < fz_rows_here;");
+        self.line("const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);");
+        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+        for l in self.layout.split("g", &rows, &SYNTAX) {
+            self.line(l);
+        }
+        let shapes = self.layout.shapes();
+        for (s, shape) in shapes.iter().enumerate() {
+            let offset = if shape.as_slice() == domain {
+                "0".to_string()
+            } else {
+                self.layout.offset(shape, Some(axis))
+            };
+            self.line(format!("const long long b{s} = {offset};"));
+        }
+        for t in tiled {
+            let constness = if t.input { "const " } else { "" };
+            self.line(format!(
+                "{constness}{}* __restrict__ {} = {} + fz_row * (int)len;",
+                t.storage,
+                t.global,
+                t.shared()
+            ));
+        }
+        // Each thread takes elements `lane` and, where the row is longer than `width`,
+        // `lane + width` (`width <= len` always).
+        self.line("const bool fz_second = lane + width < len;");
+        self.values(&plan.prologue, Scope::Row);
+        for pass in &plan.passes {
+            self.init_accumulators(&pass.reduces);
+            self.tile_step(pass, axis, &shapes, "lane", None);
+            self.tile_step(
+                pass,
+                axis,
+                &shapes,
+                "fz_second ? lane + width : lane",
+                Some("fz_second"),
+            );
+            self.block_reduce(&pass.reduces, true);
+            self.finish_reductions(&pass.reduces, "len");
+            self.values(&pass.after, Scope::Row);
+        }
+        if !plan.group_writes.is_empty() {
+            self.open("if (live && lane == 0)");
+            self.writes(&plan.group_writes, Scope::Row);
+            self.close();
+        }
+        self.close();
+    }
+
+    /// One element of a pass at row position `r`. Its values are computed whether or not the
+    /// element exists (a missing one is element `lane` again), so the loads and values of an
+    /// element in successive passes are the same expressions, which the compiler computes once;
+    /// only the accumulation depends on `valid`. A missing element's writes store the values of
+    /// element `lane` again, where this thread has just stored them.
+    fn tile_step(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        shapes: &[Vec<DimId>],
+        r: &str,
+        valid: Option<&str>,
+    ) {
+        self.open("");
+        self.line(format!("const int r = {r};"));
+        for s in self.used_shapes(&pass.elems, &pass.writes) {
+            let offset = self.layout.row_offset(s, &shapes[s], axis);
+            self.line(format!("const long long o{s} = {offset};"));
+        }
+        self.values(&pass.elems, Scope::Element);
+        if !pass.reduces.is_empty() {
+            if let Some(valid) = valid {
+                self.open(format!("if ({valid})"));
+            }
+            self.accumulate(&pass.reduces);
+            if valid.is_some() {
+                self.close();
+            }
+        }
+        self.writes(&pass.writes, Scope::Element);
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::kernel;
+    use quote::quote;
+
+    fn source(tokens: proc_macro2::TokenStream) -> String {
+        let k = kernel(tokens);
+        super::super::source(&k, &crate::plan::plan(&k))
+    }
+
+    /// The number of 16-byte vectors of the block's tile, when the kernel has the tiled entry.
+    fn tile_vectors(text: &str) -> Option<usize> {
+        let at = text.find("__shared__ fz_vec<unsigned int, 4> fz_tile[")?;
+        let rest = &text[at + "__shared__ fz_vec<unsigned int, 4> fz_tile[".len()..];
+        rest[..rest.find(']')?].parse().ok()
+    }
+
+    #[test]
+    fn contiguous_rows_get_an_entry_with_tiles_of_32_kb() {
+        let tokens = quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } };
+        let k = kernel(tokens.clone());
+        assert_eq!(
+            super::short_rows_symbol(&k).as_deref(),
+            Some("fuse_f_short_rows")
+        );
+        let text = source(tokens);
+        let main = text.find("fuse_f(").expect("the row kernel");
+        let function = text.find("template <int width>").expect("the tiled path");
+        let entry = text
+            .find("void __launch_bounds__(256, 4) fuse_f_short_rows(")
+            .expect("the entry");
+        assert!(
+            main < function && function < entry && !text[main..function].contains("fz_tile"),
+            "the row kernel first, without the tile, then the tiled entry: {text}"
+        );
+        assert_eq!(tile_vectors(&text), Some(2048), "{text}");
+        for w in [1, 2, 4, 8, 16] {
+            assert!(text.contains(&format!(
+                "fz_short_rows<{w}>(p_x, out0, d_r, d_c, fz_tile);"
+            )));
+        }
+        assert!(
+            text.contains("(4096 / (int)len)"),
+            "4096 elements of x and of the output"
+        );
+        let text = source(
+            quote! { fn f(x: [f64; r, c]) -> [f64; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } },
+        );
+        assert_eq!(tile_vectors(&text), Some(2048));
+        assert!(text.contains("(2048 / (int)len)"), "{text}");
+        // A row reduction's tile holds 16 KB of input, what a block loads at once.
+        let text = source(quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) } });
+        assert_eq!(tile_vectors(&text), Some(1024), "{text}");
+    }
+
+    #[test]
+    fn only_tensors_over_the_whole_domain_move_through_the_tile() {
+        let text = source(quote! {
+            fn f(x: [f32; r, c], unused: [f32; r, c], g: [f32; c], b: [f32; r]) -> ([f32; r, c], [f32; r]) {
+                (x * g + b, sum(x, c))
+            }
+        });
+        assert!(
+            text.contains("ts_p_x") && text.contains("ts_out0"),
+            "{text}"
+        );
+        for name in ["ts_p_unused", "ts_p_g", "ts_p_b", "ts_out1"] {
+            assert!(!text.contains(name), "{name}: {text}");
+        }
+    }
+
+    #[test]
+    fn other_reductions_have_no_tiled_entry() {
+        for tokens in [
+            quote! { fn f(x: [f32; r, c]) -> [f32; c] { sum(x, r) } },
+            quote! { fn f(x: [f32; b, t, c]) -> [f32; b, c] { sum(x, t) } },
+            quote! { fn f(x: [f32; n]) -> f32 { sum(x) } },
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } },
+            // 72 bytes an element: a tile of 32 KB would hold fewer than 16 rows of 32.
+            quote! {
+                fn f(a: [f64; r, c], b: [f64; r, c], d: [f64; r, c], e: [f64; r, c], g: [f64; r, c])
+                    -> ([f64; r, c], [f64; r, c], [f64; r, c], [f64; r, c])
+                {
+                    let m = sum(a + b + d + e + g, c);
+                    (a - m, b - m, d - m, e - m)
+                }
+            },
+        ] {
+            assert_eq!(super::short_rows_symbol(&kernel(tokens.clone())), None);
+            let text = source(tokens);
+            assert_eq!(tile_vectors(&text), None, "{text}");
+            assert!(!text.contains("fz_short_rows"));
+        }
+    }
+}
