@@ -830,7 +830,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
     for (rows, cols, cluster) in [
         (5, 4100, 3),
         (4, 37, 4),
-        (3, 9, 4),
+        (3, 33, 4),
         (2, 4099, 2),
         (5, 36, 1),
     ] {
