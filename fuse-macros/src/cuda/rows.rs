@@ -9,14 +9,7 @@ pub(super) mod long_rows;
 
 impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
-        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-        self.line(format!(
-            "const long long groups = {};",
-            self.layout.product(&rows)
-        ));
-        self.line(format!("const long long len = {};", self.layout.size(axis)));
-        self.divisors(&rows);
-        self.reciprocals(plan, "len");
+        let rows = self.row_counts(domain, axis, plan);
         let cached = self.cached_params(domain);
         // Threads per row: a power of two up to a warp for short rows (several rows per block,
         // reduced by shuffles within each segment), else the whole block. Rows cached in
@@ -149,6 +142,20 @@ impl Cuda<'_> {
             self.close();
         }
         self.line("fz_async_commit();");
+    }
+
+    /// Declares a row kernel's `groups` (rows) and `len` (their length), the divisors that split
+    /// a row index into the other dims and the reciprocals of `len` for means; returns those dims.
+    pub(super) fn row_counts(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) -> Vec<DimId> {
+        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
+        self.line(format!(
+            "const long long groups = {};",
+            self.layout.product(&rows)
+        ));
+        self.line(format!("const long long len = {};", self.layout.size(axis)));
+        self.divisors(&rows);
+        self.reciprocals(plan, "len");
+        rows
     }
 
     /// The tensors worth keeping in registers across a row's passes: those over the whole domain

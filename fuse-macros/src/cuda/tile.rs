@@ -188,14 +188,7 @@ impl Cuda<'_> {
     ) -> String {
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
-        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-        self.line(format!(
-            "const long long groups = {};",
-            self.layout.product(&rows)
-        ));
-        self.line(format!("const long long len = {};", self.layout.size(axis)));
-        self.divisors(&rows);
-        self.reciprocals(plan, "len");
+        self.row_counts(domain, axis, plan);
         self.tile_memory(tiled, tile);
         self.shared_reduction_buffers(plan);
         self.line(format!("const int per_block = {BLOCK} / width;"));
