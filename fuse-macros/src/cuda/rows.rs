@@ -67,7 +67,7 @@ impl Cuda<'_> {
             // row stays in its shared buffer and each pass reads it from there.
             self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
             if prefetch {
-                self.line("fz_async_wait();");
+                self.line("fz_copy_wait();");
                 // The next row's copies go to the other buffer, read last by the previous row.
                 let next = "g0 + (long long)gridDim.x * per_block";
                 self.open(format!("if ({next} < groups)"));
@@ -101,7 +101,7 @@ impl Cuda<'_> {
         self.close();
         if prefetch {
             // No copy may land in shared memory after the block has exited.
-            self.line("fz_async_wait();");
+            self.line("fz_copy_wait();");
         }
     }
 
@@ -109,7 +109,8 @@ impl Cuda<'_> {
     /// the block works on the current one (`pf_<name>[buf][q * BLOCK + threadIdx.x]`: each
     /// thread its own vectors), and the index of the current one.
     fn prefetch_buffers(&mut self, cached: &[usize]) {
-        self.helpers.insert("fz_async");
+        // `fz_copy_async` and `fz_copy_wait`, which the long-row path uses too.
+        self.helpers.insert("fz_long_rows");
         self.helpers.insert("fz_vec");
         for &p in cached {
             let (t, name) = (
@@ -137,11 +138,10 @@ impl Cuda<'_> {
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
             self.line(format!(
-                "if (c * 4 < len) fz_async16(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], p_{name} + gp * len + c * 4);"
+                "if (c * 4 < len) fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], p_{name} + gp * len + c * 4);"
             ));
             self.close();
         }
-        self.line("fz_async_commit();");
     }
 
     /// Declares a row kernel's `groups` (rows) and `len` (their length), the divisors that split

@@ -205,30 +205,6 @@ pub(super) fn helper(name: &str) -> &'static str {
             "}\n",
         ),
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
-        // A 16-byte copy from global to shared memory that the thread does not wait for
-        // (`cp.async`, sm_80 and later; a plain copy elsewhere and on the emulator), and the wait
-        // for all of the thread's copies. Each thread reads back only what it copied itself.
-        "fz_async" => concat!(
-            "static __device__ __forceinline__ void fz_async16(void* dst, const void* src) {\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "    asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"((unsigned)__cvta_generic_to_shared(dst)), \"l\"(src) : \"memory\");\n",
-            "#elif defined(__CUDA_ARCH__)\n",
-            "    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);\n",
-            "#else\n",
-            "    memcpy(dst, src, 16);\n",
-            "#endif\n",
-            "}\n",
-            "static __device__ __forceinline__ void fz_async_commit() {\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "    asm volatile(\"cp.async.commit_group;\" ::: \"memory\");\n",
-            "#endif\n",
-            "}\n",
-            "static __device__ __forceinline__ void fz_async_wait() {\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "    asm volatile(\"cp.async.wait_group 0;\" ::: \"memory\");\n",
-            "#endif\n",
-            "}\n",
-        ),
         // Division by a reciprocal taken once per launch: q = hi64(t * m) is t / d or one less
         // (m = floor((2^64 - 1) / d)), and one comparison corrects it; exact for every 64-bit t.
         "fz_quot" => concat!(

@@ -38,10 +38,10 @@ template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
   g_blk->warp[t / 32]->arrive_and_wait(); T r; std::memcpy(&r, &o, sizeof(T)); return r; }
 // The long-row helpers (`fz_long_rows`, which the generated CUDA C defines for the GPU only):
 // dynamic shared memory, copies, and the cluster's barrier and slots read across blocks.
-static inline unsigned char* fz_shared() { return g_blk->smem; }
+static inline unsigned char* fz_shared() { g_used_shared = true; return g_blk->smem; }
 static inline unsigned int fz_smem_bytes() { return g_blk->smem_bytes; }
 template <int N> static inline void fz_copy_async(void* dst, const void* src) { std::memcpy(dst, src, N); }
-static inline void fz_copy_wait() { g_used_shared = true; }
+static inline void fz_copy_wait() {}
 template <typename T> static inline void fz_slot_put(unsigned long long* slot, T value) {
   unsigned long long u = 0; std::memcpy(&u, &value, sizeof(T)); *slot = u; }
 static inline unsigned int fz_cluster_size() { return g_cl->size; }
