@@ -904,6 +904,32 @@ const SOFTMAX_SHAPES: [(usize, usize); 14] = [
     (3, 8192),
 ];
 
+/// Rows on chip over several rounds of the grid: more rows than the runtime's row grid holds
+/// (160 blocks per SM for kernels that write whole rows, 40 for those that write a value per row,
+/// on GPUs of up to about 180 SMs), so that each block copies its next row ahead while it reduces
+/// the current one, and hands the two shared buffers over, many times.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn rows_on_chip_go_round_the_grid() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    // A block per row per round at 4096 columns: 30011 rows are two rounds of 21120 blocks.
+    let (rows, cols) = (30_011, 4096);
+    let x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
+    let what = format!("softmax, {rows} x {cols}");
+    let run = |d: &Device| kernels::softmax(d, &put(d, &x, &[rows, cols]));
+    assert_gpu_matches_cpu(&gpu, &what, run, &[softmax_tol()]);
+    let (rows, cols) = (7_331, 4096);
+    let x = rng.floats::<f32>(rows * cols, -20.0, 20.0);
+    let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+    let run = |d: &Device| {
+        kernels::cross_entropy(d, &put(d, &x, &[rows, cols]), &put(d, &label, &[rows]))
+    };
+    let what = format!("cross_entropy, {rows} x {cols}");
+    assert_gpu_matches_cpu(&gpu, &what, run, &[Tol::close(2e-5, 2e-5)]);
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn index_logsumexp_cross_entropy_and_outer() {
