@@ -50,6 +50,7 @@ pub fn symbol(k: &Kernel) -> String {
 pub fn source(k: &Kernel, plan: &Plan) -> String {
     let mut w = Cuda {
         k,
+        plan,
         layout: Layout { k },
         out: String::new(),
         indent: 1,
@@ -76,7 +77,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         text.push_str(helper(h));
     }
     let bound = match &k.launch {
-        Launch::Rows { .. } => format!(", {}", min_blocks(k)),
+        Launch::Rows { .. } => format!(", {}", min_blocks(k, plan)),
         _ => String::new(),
     };
     let _ = write!(
@@ -101,7 +102,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
 ///   slow-path call (`div_by_row_max` spilled at three).
 ///
 /// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`].
-fn min_blocks(k: &Kernel) -> u32 {
+fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     let reduces = k
         .nodes
         .iter()
@@ -119,8 +120,7 @@ fn min_blocks(k: &Kernel) -> u32 {
         .map(|(i, _, _)| i)
         .collect();
     let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
-    let cached =
-        axis.is_some() && domain.last() == axis.as_ref() && crate::plan::plan(k).passes.len() >= 2;
+    let cached = axis.is_some() && domain.last() == axis.as_ref() && plan.passes.len() >= 2;
     if !(cached && narrow && reduces <= 3) {
         return MIN_BLOCKS;
     }
@@ -171,6 +171,8 @@ enum Scope {
 
 struct Cuda<'a> {
     k: &'a Kernel,
+    /// The kernel's plan, which `source` was given.
+    plan: &'a Plan,
     layout: Layout<'a>,
     out: String,
     indent: usize,
@@ -322,8 +324,7 @@ impl Cuda<'_> {
         if !matches!(self.k.launch, Launch::Rows { .. }) {
             return;
         }
-        let plan = crate::plan::plan(self.k);
-        let divides = plan.passes.iter().flat_map(|p| &p.elems).any(|&n| {
+        let divides = self.plan.passes.iter().flat_map(|p| &p.elems).any(|&n| {
             matches!(self.k.nodes[n].op, Op::Binary(crate::parse::BinOp::Div, a, b)
                 if b == id && self.k.nodes[a].elem().compute() == Elem::F32)
         });

@@ -234,7 +234,8 @@ impl Cuda<'_> {
         // The leading barrier keeps a warp from overwriting `red` while another still reads the
         // same reduction of the previous row. A row kernel with two or more reducing passes
         // already has another pass's barriers between those two uses, so it leaves it out.
-        let reducing = crate::plan::plan(self.k)
+        let reducing = self
+            .plan
             .passes
             .iter()
             .filter(|p| !p.reduces.is_empty())

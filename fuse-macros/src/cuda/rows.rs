@@ -164,7 +164,7 @@ impl Cuda<'_> {
         let Launch::Rows { axis, .. } = self.k.launch else {
             return vec![];
         };
-        let passes = crate::plan::plan(self.k).passes.len();
+        let passes = self.plan.passes.len();
         if passes < 2 || domain.last() != Some(&axis) {
             return vec![];
         }

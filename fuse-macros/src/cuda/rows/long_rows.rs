@@ -24,19 +24,20 @@ const SLOTS_PER_PHASE: usize = 16;
 /// kernel over contiguous rows, a single pass (which reads each element once anyway), or more
 /// reductions than the exchange slots hold.
 pub fn cached_bytes(k: &Kernel) -> u32 {
-    shared_params(k)
-        .iter()
-        .map(|&p| k.params[p].elem.bits() / 8)
-        .sum()
+    bytes(k, &shared_params(k, &crate::plan::plan(k)))
+}
+
+/// The bytes an element of each of `params` takes, summed.
+fn bytes(k: &Kernel, params: &[usize]) -> u32 {
+    params.iter().map(|&p| k.params[p].elem.bits() / 8).sum()
 }
 
 /// The tensors a long row caches in shared memory (those over the whole domain), widest elements
 /// first so that every part stays aligned for vectors of four; empty when there is no such path.
-fn shared_params(k: &Kernel) -> Vec<usize> {
+fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
     let Launch::Rows { domain, axis } = &k.launch else {
         return vec![];
     };
-    let plan = crate::plan::plan(k);
     let reduces = || plan.passes.iter().flat_map(|p| &p.reduces);
     // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
     let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
@@ -58,7 +59,7 @@ impl Cuda<'_> {
     /// The shared-memory path of a row kernel, before its row loop: taken when the launch gives
     /// enough dynamic shared memory, and then the whole kernel (it returns).
     pub(super) fn long_rows(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
-        let cached = shared_params(self.k);
+        let cached = shared_params(self.k, plan);
         if cached.is_empty() {
             return;
         }
@@ -76,7 +77,7 @@ impl Cuda<'_> {
         self.line("const int end = len - begin < part ? (int)len : begin + part;");
         self.open(format!(
             "if (fz_smem_bytes() >= {SLOTS} + (long long)part * {})",
-            cached_bytes(self.k)
+            bytes(self.k, &cached)
         ));
         self.shared_layout(&cached);
         self.line("unsigned int phase = 0;");
