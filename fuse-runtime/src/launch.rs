@@ -205,17 +205,24 @@ fn arg_slots(
 
 /// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
 /// is built on the stack, so a launch allocates nothing.
+/// The driver's parameter array for `slots`: the address of each slot, on the stack for up to
+/// `INLINE_SLOTS` arguments.
+pub(crate) fn param_array(slots: &mut [u64]) -> Inline<*mut c_void, INLINE_SLOTS> {
+    let mut params = Inline::new(std::ptr::null_mut::<c_void>(), slots.len());
+    for (param, slot) in params.as_mut_slice().iter_mut().zip(slots.iter_mut()) {
+        *param = (slot as *mut u64).cast();
+    }
+    params
+}
+
 fn enqueue(
     cuda: &CudaDevice,
     function: sys::CUfunction,
     config: LaunchConfig,
     slots: &mut [u64],
 ) -> Result<(), Error> {
-    let mut params = Inline::<_, INLINE_SLOTS>::new(std::ptr::null_mut::<c_void>(), slots.len());
+    let mut params = param_array(slots);
     let params = params.as_mut_slice();
-    for (param, slot) in params.iter_mut().zip(slots.iter_mut()) {
-        *param = (slot as *mut u64).cast();
-    }
     cuda.bind()?;
     // SAFETY: the `fuse!` macro generated both the kernel's CUDA signature and this argument
     // list from one parsed signature: every parameter is an 8-byte pointer, or a scalar of at

@@ -11,7 +11,6 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::sync::{Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaFunction};
@@ -130,7 +129,7 @@ pub(crate) fn launch(
     cuda: &CudaDevice,
     function: &CudaFunction,
     geometry: Geometry,
-    slots: &[u64],
+    slots: &mut [u64],
 ) -> Result<bool, Error> {
     let Geometry::Rows {
         groups,
@@ -313,14 +312,11 @@ fn cluster_runs(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> boo
 fn enqueue(
     cuda: &CudaDevice,
     function: &CudaFunction,
-    slots: &[u64],
+    slots: &mut [u64],
     grid: u32,
     shape: Shape,
 ) -> Result<(), Error> {
-    let mut params: Vec<*mut c_void> = slots
-        .iter()
-        .map(|slot| slot as *const u64 as *mut c_void)
-        .collect();
+    let mut params = crate::launch::param_array(slots);
     let mut attribute = cluster_attribute(shape.cluster);
     let config = config(cuda, grid, shape, &mut attribute);
     cuda.bind()?;
@@ -333,7 +329,7 @@ fn enqueue(
         sys::cuLaunchKernelEx(
             &config,
             function.cu_function(),
-            params.as_mut_ptr(),
+            params.as_mut_slice().as_mut_ptr(),
             std::ptr::null_mut(),
         )
     };
