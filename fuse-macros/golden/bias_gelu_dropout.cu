@@ -8,6 +8,13 @@ static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long 
     unsigned long long q = __umul64hi(t, v.m);
     return t - q * v.d >= v.d ? q + 1 : q;
 }
+struct fz_qr { unsigned long long q, r; };
+static __device__ __forceinline__ fz_qr fz_divmod(unsigned long long t, fz_divisor v, bool small) {
+    if (!small) { const unsigned long long q = fz_quot(t, v); return {q, t - q * v.d}; }
+    const unsigned int t32 = (unsigned int)t, d32 = (unsigned int)v.d;
+    const unsigned int q = __umulhi(t32, (unsigned int)(v.m >> 32)), r = t32 - q * d32;
+    return r >= d32 ? fz_qr{q + 1u, r - d32} : fz_qr{q, r};
+}
 struct fz_u4 { unsigned int v[4]; };
 static __device__ __forceinline__ fz_u4 fz_philox(unsigned long long seed, unsigned long long counter, unsigned int stream) {
     unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = stream, c3 = 0u;
@@ -77,6 +84,11 @@ static __device__ __forceinline__ float fz_randn(unsigned long long seed, unsign
     const unsigned int k = (unsigned int)i & 2u;
     return fz_box_muller(fz_word(w, k), fz_word(w, k | 1u), (i & 1) != 0);
 }
+static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {
+    if (!(p > 0.0f)) return 0u;
+    if (p >= 1.0f) return 1u << 24;
+    return (unsigned int)ceilf(p * 16777216.0f);
+}
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const float* __restrict__ p_x,
@@ -84,7 +96,9 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     float* __restrict__ out0,
     const unsigned long long p_seed,
     const long long d_rows,
-    const long long d_cols
+    const long long d_cols,
+    const unsigned long long fz_recip_0,
+    const unsigned long long fz_recip_1
 ) {
     const long long n = d_rows * d_cols;
     const unsigned long long v2 = p_seed;
@@ -96,9 +110,11 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     long long i0 = 0;
     if ((d_cols) % 4 == 0) {
         const long long nv = n / 4;
-        const fz_divisor vr1 = fz_divisor_of((unsigned long long)(d_cols) / 4);
+        const bool small = nv <= 0xffffffffll;
+        const fz_divisor vr1 = {(unsigned long long)(d_cols) / 4, fz_recip_0};
+        #pragma unroll 1
         for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
-            const long long jv1 = j - (long long)fz_quot((unsigned long long)j, vr1) * (long long)vr1.d;
+            const long long jv1 = (long long)fz_divmod((unsigned long long)j, vr1, small).r;
             const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
             const fz_vec<float, 4> l_bias = reinterpret_cast<const fz_vec<float, 4>*>(p_bias)[jv1];
             fz_vec<float, 4> s0;
@@ -111,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v3 = (v0 + v1);
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = (v6 < v5);
+                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
                 const float v11 = (v4 * v10);
                 const float v13 = (v7 ? v12 : v11);
                 s0.v[l] = v13;
@@ -123,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v3 = (v0 + v1);
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = (v6 < v5);
+                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
                 const float v11 = (v4 * v10);
                 const float v13 = (v7 ? v12 : v11);
                 s0.v[l] = v13;
@@ -135,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v3 = (v0 + v1);
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = (v6 < v5);
+                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
                 const float v11 = (v4 * v10);
                 const float v13 = (v7 ? v12 : v11);
                 s0.v[l] = v13;
@@ -147,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
                 const float v3 = (v0 + v1);
                 const float v4 = fz_gelu(v3);
                 const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = (v6 < v5);
+                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
                 const float v11 = (v4 * v10);
                 const float v13 = (v7 ? v12 : v11);
                 s0.v[l] = v13;
@@ -156,7 +172,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
         }
         i0 = nv * 4;
     }
-    const fz_divisor dv1 = fz_divisor_of((unsigned long long)d_cols);
+    const fz_divisor dv1 = {(unsigned long long)d_cols, fz_recip_1};
     for (long long i = i0 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const long long q1 = (long long)fz_quot((unsigned long long)t, dv1);

@@ -215,7 +215,7 @@ fn stub(def: &KernelDef) -> TokenStream {
 fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
     let plan = crate::plan::plan(k);
     let source = crate::cuda::source(k, &plan);
-    let (cubins, cubin_error) = crate::cubin::embed(&k.name, &source, archs);
+    let (cubins, cubin_error) = crate::cubin::embed(&k.name, &source.text, archs);
     let sig = RustSig::from_kernel(k);
     let rt = rt();
     let (vis, name, attrs) = (&k.vis, &k.name, &k.attrs);
@@ -402,7 +402,7 @@ fn module_items(
     k: &Kernel,
     plan: &crate::plan::Plan,
     sig: &RustSig,
-    source: &str,
+    source: &crate::cuda::Source,
     cubins: &TokenStream,
 ) -> TokenStream {
     let rt = rt();
@@ -421,6 +421,11 @@ fn module_items(
         .collect();
     let dims = local("dims");
     let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(#dims[#i])));
+    let recip_args = source.divisors.iter().map(|d| {
+        let (size, by) = (product(k, &d.dims), u64::from(d.by));
+        quote!(#rt::__private::Arg::Scalar(#rt::__private::reciprocal(#size / #by)))
+    });
+    let source = &source.text;
     let geometry = geometry(k);
     let picked = local("geometry");
     let (short_rows, kernel_info) = short_rows_items(k, &picked);
@@ -459,6 +464,7 @@ fn module_items(
                 #(#rt::__private::Arg::Buffer(&*#out_names),)*
                 #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
                 #(#dim_args,)*
+                #(#recip_args,)*
             ])
         }
         #cpu

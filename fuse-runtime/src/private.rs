@@ -292,6 +292,13 @@ pub fn host_write<T: Element>(b: &mut Buffer<T>, data: Vec<T>) -> Result<(), Err
     b.replace(data)
 }
 
+/// The reciprocal an elementwise kernel divides its indices by (`fz_recip_<j>`):
+/// `floor((2^64 - 1) / d)`, with which `fz_quot` is exact for every 64-bit dividend. Computed
+/// here once per launch rather than by every thread; 0 for `d = 0`, which no launch divides by.
+pub fn reciprocal(d: u64) -> u64 {
+    u64::MAX.checked_div(d).unwrap_or(0)
+}
+
 /// Whether `dev` is the CPU, so generated code runs its CPU version.
 pub fn is_cpu(dev: &Device) -> bool {
     dev.is_cpu()

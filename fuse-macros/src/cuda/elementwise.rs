@@ -2,7 +2,7 @@
 //! then a scalar loop with coordinates for the rest.
 
 use super::{Cuda, Scope, LANES, SYNTAX};
-use crate::ir::{DimId, Kernel, Op};
+use crate::ir::{DimId, Kernel, Launch, Op};
 use crate::parse::BinOp;
 use crate::plan::{Pass, Plan};
 use crate::ty::Elem;
@@ -186,24 +186,36 @@ impl Cuda<'_> {
         self.helpers.insert("fz_vec");
         let lanes = self.lanes;
         self.line(format!("const long long nv = n / {lanes};"));
+        // Each vector's index `j`, and the size of each run it is divided by, are below `nv`.
+        let broadcast = runs.iter().any(|(_, run)| run.repeat(domain).is_some());
+        if broadcast {
+            self.line("const bool small = nv <= 0xffffffffll;");
+        }
         for (s, run) in runs {
             if let Some(dims) = run.repeat(domain) {
-                self.helpers.insert("fz_quot");
-                let size = self.layout.product(dims);
-                self.line(format!("const fz_divisor vr{s} = fz_divisor_of((unsigned long long)({size}) / {lanes});"));
+                let divisor = self.divisor(dims, lanes);
+                self.line(format!("const fz_divisor vr{s} = {divisor};"));
             }
+        }
+        // An elementwise grid gives each thread one vector, so the loop runs once: unrolled,
+        // ptxas computed its trip count with a 64-bit division in every thread. (Rolled, loops
+        // that divide floats spilled around the division's slow path, so broadcasts only.)
+        if matches!(self.k.launch, Launch::Map { .. }) && broadcast {
+            self.line("#pragma unroll 1");
         }
         self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
         // The vector of each broadcast shape: `j` within the run it repeats (a suffix of the
         // domain's dims), or the run's number (a prefix: one element for all lanes).
         for (s, run) in runs {
-            let quot = format!("(long long)fz_quot((unsigned long long)j, vr{s})");
+            let divmod = format!("fz_divmod((unsigned long long)j, vr{s}, small)");
             match run {
                 Run::Whole => {}
-                Run::Suffix(_) => self.line(format!(
-                    "const long long jv{s} = j - {quot} * (long long)vr{s}.d;"
-                )),
-                Run::Prefix(_) => self.line(format!("const long long jv{s} = {quot};")),
+                Run::Suffix(_) => {
+                    self.line(format!("const long long jv{s} = (long long){divmod}.r;"))
+                }
+                Run::Prefix(_) => {
+                    self.line(format!("const long long jv{s} = (long long){divmod}.q;"))
+                }
             }
         }
         let k = self.k;

@@ -51,6 +51,16 @@ impl Cuda<'_> {
             {
                 format!("fz_div_by(v{a}, v{b}, dv_{b})")
             }
+            // A uniform draw below a launch-wide value (dropout's mask), compared as integers.
+            Op::Binary(BinOp::Lt, a, b)
+                if scope == Scope::Lane
+                    && matches!(k.nodes[*a].op, Op::Random(Random::Uniform, ..))
+                    && k.nodes[*b].shape.is_empty()
+                    && k.nodes[*b].elem() == Elem::F32 =>
+            {
+                self.helpers.insert("fz_u01_bound");
+                format!("((rq{a}[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v{b}))")
+            }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
                 let converted = cast(k.nodes[*a].elem(), e, &v(a));

@@ -47,7 +47,25 @@ pub fn symbol(k: &Kernel) -> String {
     format!("fuse_{}", crate::expand::plain_name(&k.name))
 }
 
-pub fn source(k: &Kernel, plan: &Plan) -> String {
+/// A kernel's CUDA C, with the divisors whose reciprocals its launch passes.
+pub struct Source {
+    pub text: String,
+    /// The divisor behind each `fz_recip_<j>` parameter, in order: the host computes
+    /// `floor((2^64 - 1) / d)` for each (see [`Divisor`]).
+    pub divisors: Vec<Divisor>,
+}
+
+/// A divisor of an elementwise kernel's index arithmetic: the product of the sizes of `dims`,
+/// divided by `by`. Its reciprocal is a kernel parameter, computed once per launch on the host:
+/// in the kernel it was a 64-bit division (a subroutine of about 80 instructions) that every
+/// thread ran before its first element, and an elementwise grid gives each thread one vector.
+#[derive(Clone, PartialEq, Debug)]
+pub struct Divisor {
+    pub dims: Vec<DimId>,
+    pub by: u32,
+}
+
+pub fn source(k: &Kernel, plan: &Plan) -> Source {
     let mut w = Cuda {
         k,
         plan,
@@ -60,6 +78,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         lanes: elementwise::lanes(k),
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
+        host_divisors: vec![],
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -87,7 +106,10 @@ pub fn source(k: &Kernel, plan: &Plan) -> String {
         w.params()
     );
     text.push_str(&short_rows);
-    text
+    Source {
+        text,
+        divisors: w.host_divisors,
+    }
 }
 
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel, which caps its registers
@@ -188,6 +210,8 @@ struct Cuda<'a> {
     in_shared: bool,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
+    /// The divisors whose reciprocals are parameters (`fz_recip_<j>`), in order.
+    host_divisors: Vec<Divisor>,
 }
 
 impl Cuda<'_> {
@@ -258,6 +282,9 @@ impl Cuda<'_> {
         for (_, name) in k.named_dims() {
             ps.push(format!("const long long d_{name}"));
         }
+        for j in 0..self.host_divisors.len() {
+            ps.push(format!("const unsigned long long fz_recip_{j}"));
+        }
         if matches!(k.launch, Launch::Full { .. }) {
             ps.push("unsigned long long* __restrict__ fz_scratch".into());
             ps.push("unsigned int* __restrict__ fz_counter".into());
@@ -267,6 +294,35 @@ impl Cuda<'_> {
             .collect::<Vec<_>>()
             .join(",\n")
             + "\n"
+    }
+
+    /// The initializer of an `fz_divisor` for the product of `dims` over `by`. In an elementwise
+    /// kernel whose divisor depends on the launch, the reciprocal is a parameter the host
+    /// computes (see [`Divisor`]); elsewhere the kernel takes it once per thread, which the
+    /// row and full kernels' grid-stride loops amortize (or ptxas folds, for fixed dims).
+    fn divisor(&mut self, dims: &[DimId], by: u32) -> String {
+        self.helpers.insert("fz_quot");
+        let size = match (dims, by) {
+            ([d], 1) => format!("(unsigned long long){}", self.layout.size(*d)),
+            (_, 1) => format!("(unsigned long long)({})", self.layout.product(dims)),
+            _ => format!("(unsigned long long)({}) / {by}", self.layout.product(dims)),
+        };
+        let launched = dims.iter().any(|&d| self.k.named_index(d).is_some());
+        if !(launched && matches!(self.k.launch, Launch::Map { .. })) {
+            return format!("fz_divisor_of({size})");
+        }
+        let divisor = Divisor {
+            dims: dims.to_vec(),
+            by,
+        };
+        let j = match self.host_divisors.iter().position(|d| *d == divisor) {
+            Some(j) => j,
+            None => {
+                self.host_divisors.push(divisor);
+                self.host_divisors.len() - 1
+            }
+        };
+        format!("{{{size}, fz_recip_{j}}}")
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
@@ -344,7 +400,7 @@ mod tests {
 
     fn source(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        super::source(&k, &crate::plan::plan(&k))
+        super::source(&k, &crate::plan::plan(&k)).text
     }
 
     /// The CUDA text of the language reference's kernels, reviewed as diffs when codegen changes.

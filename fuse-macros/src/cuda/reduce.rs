@@ -125,11 +125,8 @@ impl Cuda<'_> {
     /// Declares the reciprocal `dv<d>` of each dim `split` will divide `dims` by.
     pub(super) fn divisors(&mut self, dims: &[DimId]) {
         for &d in Layout::divisors(dims) {
-            self.helpers.insert("fz_quot");
-            self.line(format!(
-                "const fz_divisor dv{d} = fz_divisor_of((unsigned long long){});",
-                self.layout.size(d)
-            ));
+            let divisor = self.divisor(&[d], 1);
+            self.line(format!("const fz_divisor dv{d} = {divisor};"));
         }
     }
 

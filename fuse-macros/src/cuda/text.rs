@@ -214,6 +214,16 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    unsigned long long q = __umul64hi(t, v.m);\n",
             "    return t - q * v.d >= v.d ? q + 1 : q;\n",
             "}\n",
+            // The quotient and remainder. Where the caller knows t and d are below 2^32 (`small`),
+            // in 32 bits: the high half of m is floor((2^32 - 1) / d), for which the argument
+            // above holds, and both take 4 instructions instead of about 25.
+            "struct fz_qr { unsigned long long q, r; };\n",
+            "static __device__ __forceinline__ fz_qr fz_divmod(unsigned long long t, fz_divisor v, bool small) {\n",
+            "    if (!small) { const unsigned long long q = fz_quot(t, v); return {q, t - q * v.d}; }\n",
+            "    const unsigned int t32 = (unsigned int)t, d32 = (unsigned int)v.d;\n",
+            "    const unsigned int q = __umulhi(t32, (unsigned int)(v.m >> 32)), r = t32 - q * d32;\n",
+            "    return r >= d32 ? fz_qr{q + 1u, r - d32} : fz_qr{q, r};\n",
+            "}\n",
         ),
         // CUDA's f64 hypot overflows at f64::MAX; scaling by a power of two is exact.
         "fz_hypot" => concat!(
@@ -302,6 +312,17 @@ pub(super) fn helper(name: &str) -> &'static str {
         ),
         // The generator of `fuse_runtime::random`, step for step: the float steps use the
         // correctly rounded intrinsics, so no flag can contract or approximate them.
+        // `fz_u01(w) < p` for a launch-wide p, without the conversion: fz_u01(w) is (w >> 8)
+        // scaled by 2^-24 exactly, and so is p * 2^24 by 2^24 (p < 1), so for the integer k =
+        // w >> 8, k * 2^-24 < p exactly when k < ceil(p * 2^24). NaN and p <= 0 keep nothing
+        // below; p >= 1 keeps every k (at most 2^24 - 1) below. ptxas hoists it out of the loop.
+        "fz_u01_bound" => concat!(
+            "static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {\n",
+            "    if (!(p > 0.0f)) return 0u;\n",
+            "    if (p >= 1.0f) return 1u << 24;\n",
+            "    return (unsigned int)ceilf(p * 16777216.0f);\n",
+            "}\n",
+        ),
         "fz_random" => concat!(
             "struct fz_u4 { unsigned int v[4]; };\n",
             "static __device__ __forceinline__ fz_u4 fz_philox(unsigned long long seed, unsigned long long counter, unsigned int stream) {\n",
@@ -385,5 +406,110 @@ pub(super) fn helper(name: &str) -> &'static str {
         ),
         "fz_long_rows" => super::rows::long_rows::HELPERS,
         _ => unreachable!("unknown helper {name}"),
+    }
+}
+
+/// The integer arithmetic of two helpers, mirrored in Rust line for line and checked against
+/// the plain operations they replace.
+#[cfg(test)]
+mod tests {
+    /// xorshift64*: reproducible, with every bit exercised.
+    fn words(seed: u64) -> impl Iterator<Item = u64> {
+        let mut s = seed | 1;
+        std::iter::repeat_with(move || {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            s.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        })
+    }
+
+    /// `fz_divmod` with `small`: the high half of the host's 64-bit reciprocal divides in 32 bits.
+    #[test]
+    fn divmod_in_32_bits_is_exact() {
+        let divmod = |t: u32, d: u32| {
+            let m = u64::MAX / u64::from(d);
+            let q = ((u64::from(t) * (m >> 32)) >> 32) as u32;
+            let r = t.wrapping_sub(q.wrapping_mul(d));
+            if r >= d {
+                (q + 1, r - d)
+            } else {
+                (q, r)
+            }
+        };
+        let edges = [
+            1,
+            2,
+            3,
+            4,
+            5,
+            7,
+            255,
+            256,
+            4095,
+            4096,
+            65535,
+            1 << 31,
+            u32::MAX - 1,
+            u32::MAX,
+        ];
+        let mut w = words(0x5eed);
+        let mut cases: Vec<(u32, u32)> = vec![];
+        for &d in &edges {
+            for &t in &edges {
+                cases.push((t, d));
+            }
+            cases.extend([(0, d), (d - 1, d), (d.saturating_mul(3), d)]);
+        }
+        for _ in 0..200_000 {
+            let (t, d) = (
+                w.next().unwrap() as u32,
+                w.next().unwrap() >> (32 + w.next().unwrap() % 32),
+            );
+            cases.push((t, (d as u32).max(1)));
+        }
+        for (t, d) in cases {
+            assert_eq!(divmod(t, d), (t / d, t % d), "{t} / {d}");
+        }
+    }
+
+    /// `fz_u01_bound`: `(w >> 8) < bound(p)` exactly when `fz_u01(w) < p`.
+    #[test]
+    fn uniform_draws_compare_as_integers() {
+        let u01 = |k: u32| k as f32 * 5.960_464_5e-8;
+        let bound = |p: f32| -> u32 {
+            if p.is_nan() || p <= 0.0 {
+                0
+            } else if p >= 1.0 {
+                1 << 24
+            } else {
+                (p * 16_777_216.0).ceil() as u32
+            }
+        };
+        let mut ps = vec![
+            0.1,
+            0.5,
+            1.0,
+            1.5,
+            0.0,
+            -0.0,
+            -0.3,
+            f32::NAN,
+            f32::INFINITY,
+            f32::MIN_POSITIVE,
+            1e-45,
+            5.960_464_5e-8,
+            0.999_999_94,
+        ];
+        let mut w = words(7);
+        ps.extend((0..20_000).map(|_| f32::from_bits(w.next().unwrap() as u32)));
+        ps.extend((0..20_000).map(|_| u01((w.next().unwrap() >> 40) as u32)));
+        for p in ps {
+            let b = bound(p);
+            let near = [0, 1, b.saturating_sub(1), b, b + 1, (1 << 24) - 1];
+            for k in near.into_iter().filter(|&k| k < 1 << 24) {
+                assert_eq!(k < b, u01(k) < p, "k = {k}, p = {p:e}");
+            }
+        }
     }
 }

@@ -415,7 +415,7 @@ mod tests {
 
     fn source(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        super::super::source(&k, &crate::plan::plan(&k))
+        super::super::source(&k, &crate::plan::plan(&k)).text
     }
 
     /// The number of 16-byte vectors of the block's tile, when the kernel has the tiled entry.

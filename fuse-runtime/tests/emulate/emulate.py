@@ -54,6 +54,14 @@ for ty, ptr, pname in params:
             load.append(f"memset({pname}_b, 0xff, {pname}_n);")
             post.append(f'fwrite({pname}_b, 1, {pname}_n, stdout);')
         args.append(f"({ty}*){pname}_b")
+    elif pname.startswith("fz_recip_"):
+        # An elementwise kernel's divisor, whose reciprocal the runtime computes: evaluate the
+        # divisor the source initializes with it, `{(unsigned long long)(SIZE) / BY, NAME}`.
+        dm = re.search(r"\{\(unsigned long long\)\(?(.*?)\)?(?: / (\d+))?, " + pname + r"\}", src)
+        d = eval(dm.group(1), {}, {f"d_{k}": v for k, v in dims.items()}) // int(dm.group(2) or 1)
+        blob += u64((2**64 - 1) // d if d else 0)
+        decl.append(f"static unsigned long long {pname}_v;"); load.append(f"{pname}_v = rd();")
+        args.append(f"{pname}_v")
     elif pname.startswith("d_"):
         blob += u64(dims[pname[2:]])
         decl.append(f"static long long {pname}_v;"); load.append(f"{pname}_v = (long long)rd();")

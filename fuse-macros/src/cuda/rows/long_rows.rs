@@ -334,7 +334,7 @@ mod tests {
 
     fn source(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        crate::cuda::source(&k, &crate::plan::plan(&k))
+        crate::cuda::source(&k, &crate::plan::plan(&k)).text
     }
 
     #[test]
@@ -412,7 +412,9 @@ mod tests {
         let map = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } });
         for k in [single, columns, map] {
             assert_eq!(cached_bytes(&k), 0);
-            assert!(!crate::cuda::source(&k, &crate::plan::plan(&k)).contains("fz_smem_bytes"));
+            assert!(!crate::cuda::source(&k, &crate::plan::plan(&k))
+                .text
+                .contains("fz_smem_bytes"));
         }
     }
 
