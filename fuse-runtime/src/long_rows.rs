@@ -32,6 +32,17 @@ const REGISTER_ROW: u64 = 16 * BLOCK as u64;
 /// three blocks of a 262144-float row's part too little room).
 const BLOCKS_PER_SM: [u64; 2] = [3, 2];
 
+/// [`BLOCKS_PER_SM`], or the one target `FUSE_LONG_ROWS_PER_SM` names (read once), for the
+/// benchmark to compare cluster sizes in one build.
+fn blocks_per_sm() -> [u64; 2] {
+    static SET: OnceLock<Option<u64>> = OnceLock::new();
+    let set = SET.get_or_init(|| {
+        let text = std::env::var("FUSE_LONG_ROWS_PER_SM").ok()?;
+        text.trim().parse().ok().filter(|&n| n > 0)
+    });
+    set.map_or(BLOCKS_PER_SM, |n| [n, n])
+}
+
 /// The most blocks of a cluster: 8 is the portable limit, 16 needs the kernel's permission.
 const PORTABLE_CLUSTER: u32 = 8;
 const MAX_CLUSTER: u32 = 16;
@@ -240,7 +251,7 @@ impl Function {
                 }
             }
         };
-        let targets = BLOCKS_PER_SM.map(|blocks| {
+        let targets = blocks_per_sm().map(|blocks| {
             (device.per_sm / blocks)
                 .saturating_sub(device.reserved_per_block)
                 .saturating_sub(fixed)
