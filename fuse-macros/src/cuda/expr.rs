@@ -63,6 +63,9 @@ impl Cuda<'_> {
             }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
+                if let Some(converted) = self.float_to_int(*a, e) {
+                    return converted;
+                }
                 let converted = cast(k.nodes[*a].elem(), e, &v(a));
                 match e.is_half() {
                     // Rounded to the 16-bit type, and held in f32 again.
@@ -96,6 +99,91 @@ impl Cuda<'_> {
                     }
                 }
             }
+        }
+    }
+
+    /// `a as to` for an f32 `a` and an integer type of at most 32 bits: one conversion (the
+    /// `fz_f2i` helpers), into which a `round`, `floor`, `ceil` or `trunc` of `a`, and before
+    /// that a clamp of it between constants, are folded. `as` is monotone, so for `lo <= hi`,
+    /// `clamp(x, lo, hi) as T == clamp(x as T, lo as T, hi as T)` for every x but NaN, which both
+    /// sides send to 0 where `lo as T <= 0 <= hi as T`; and `x.round() as T` is x converted
+    /// rounding half away from zero, as `fz_f2i_ra` does. The nodes folded in are still written
+    /// (and left to the compiler to drop where nothing else reads them).
+    fn float_to_int(&mut self, a: NodeId, to: Elem) -> Option<String> {
+        let k = self.k;
+        let p = match to {
+            Elem::I8 => "s8",
+            Elem::U8 => "u8",
+            Elem::I16 => "s16",
+            Elem::U16 => "u16",
+            Elem::I32 => "s32",
+            Elem::U32 => "u32",
+            _ => return None,
+        };
+        if k.nodes[a].elem().compute() != Elem::F32 {
+            return None;
+        }
+        let (min, max) = to.int_bounds();
+        // Rust's `as` from f32 (NaN excluded by `lo <= hi`).
+        let conv = |x: f32| (x as i128).clamp(min, max);
+        let mut x = a;
+        let mut bounds = (min, max);
+        if let Op::Call(Func::Clamp, args) = &k.nodes[x].op {
+            if let (Elem::F32, Some(lo), Some(hi)) = (
+                k.nodes[x].elem(),
+                self.const_f32(args[1]),
+                self.const_f32(args[2]),
+            ) {
+                if lo <= hi && conv(lo) <= 0 && conv(hi) >= 0 {
+                    bounds = (conv(lo), conv(hi));
+                    x = args[0];
+                }
+            }
+        }
+        let mut mode = "rz";
+        if let Op::Call(f @ (Func::Round | Func::Floor | Func::Ceil | Func::Trunc), args) =
+            &k.nodes[x].op
+        {
+            if k.nodes[x].elem() == Elem::F32 && k.nodes[args[0]].elem() == Elem::F32 {
+                mode = match f {
+                    Func::Round => "ra",
+                    Func::Floor => "rm",
+                    Func::Ceil => "rp",
+                    _ => "rz",
+                };
+                x = args[0];
+            }
+        }
+        self.helpers.insert("fz_f2i");
+        let converted = format!("fz_f2i_{mode}_{p}(v{x})");
+        // The helpers give an int (an unsigned int for u32), clamped as one.
+        let int = if to == Elem::U32 {
+            Elem::U32
+        } else {
+            Elem::I32
+        };
+        // The conversion saturates already: a bound at the type's own limit is left out.
+        let (lo, hi) = (int_literal(bounds.0, int), int_literal(bounds.1, int));
+        let clamped = match (bounds.0 > min, bounds.1 < max) {
+            (true, true) => format!("fz_iclamp({converted}, {lo}, {hi})"),
+            (true, false) => format!("fz_imax({converted}, {lo})"),
+            (false, true) => format!("fz_imin({converted}, {hi})"),
+            (false, false) => converted,
+        };
+        Some(format!("(({}){clamped})", to.c_name()))
+    }
+
+    /// The value of an f32 node that is a constant: a literal, or the negation of one.
+    fn const_f32(&self, id: NodeId) -> Option<f32> {
+        let node = &self.k.nodes[id];
+        if node.elem() != Elem::F32 {
+            return None;
+        }
+        match &node.op {
+            Op::Float(digits) => digits.parse().ok(),
+            Op::Int(value) => Some(*value as f32),
+            Op::Unary(UnOp::Neg, a) => self.const_f32(*a).map(|v| -v),
+            _ => None,
         }
     }
 

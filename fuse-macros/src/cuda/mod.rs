@@ -532,12 +532,76 @@ mod tests {
             quote! { fn f(x: [f32; n]) -> ([i32; n], [u64; n], [f64; n]) { (x as i32, x as u64, x as f64) } },
         );
         assert!(
-            text.contains("(isnan(v0) ? (int)0 : __float2int_rz(v0))")
+            text.contains("((int)fz_f2i_rz_s32(v0))")
                 && text.contains("isnan(v0) ? (unsigned long long)0")
                 && text.contains("__float2ull_rz(v0)")
                 && text.contains("((double)v0)"),
             "{text}"
         );
+        let text = source(quote! { fn f(x: [f64; n]) -> [i32; n] { x as i32 } });
+        assert!(
+            text.contains("(isnan(v0) ? (int)0 : __double2int_rz(v0))"),
+            "an f64 NaN converts to the lowest int: {text}"
+        );
+    }
+
+    #[test]
+    fn roundings_and_clamps_fold_into_conversions() {
+        let text = source(quote! {
+            fn f(x: [f32; n]) -> ([i8; n], [u8; n], [i16; n], [u32; n], [i32; n], [i8; n], [i8; n]) {
+                (
+                    x.round().clamp(-127.0, 127.0) as i8,
+                    x.floor().clamp(0.0, 300.0) as u8,
+                    x.ceil() as i16,
+                    x.trunc().clamp(-5.0, 7.5) as u32,
+                    x.round().clamp(-9.5, 9.0) as i32,
+                    x.round().clamp(1.0, 5.0) as i8,
+                    x.clamp(-1.0, -0.5).round() as i8,
+                )
+            }
+        });
+        for expected in [
+            "((signed char)fz_imax(fz_f2i_ra_s8(v0), (-127)))",
+            "((unsigned char)fz_f2i_rm_u8(v0))",
+            "((short)fz_f2i_rp_s16(v0))",
+            "((unsigned int)fz_imin(fz_f2i_rz_u32(v0), 7u))",
+            "((int)fz_iclamp(fz_f2i_ra_s32(v0), (-9), 9))",
+        ] {
+            assert!(text.contains(expected), "{expected} in {text}");
+        }
+        // A clamp that would send NaN elsewhere than 0 (to 1) stays a float clamp, converted;
+        // a rounding of a clamp folds, the clamp under it stays.
+        assert!(
+            text.contains("((signed char)fz_f2i_rz_s8(v29))")
+                && text.contains("((signed char)fz_f2i_ra_s8(v35))"),
+            "{text}"
+        );
+    }
+
+    /// `fz_f2i_ra`'s rounding: x + copysign(0.5, x) rounded toward zero, then truncated, is
+    /// `x.round()` (half away from zero), for every positive f32 in [2^-2, 2^24] (below: both
+    /// are zeros; above: integers, left as they are; negative x: both sides are odd). The sum is
+    /// exact in f64, and rounding it toward zero to f32 is the nearest f32 stepped toward zero
+    /// where it lies past the sum. (Checked over all 2^32 bit patterns, with the CPU's own
+    /// round-toward-zero addition, while writing this.)
+    #[test]
+    fn round_half_away_by_rz_add() {
+        let rz_add_half = |x: f32| {
+            let s = x as f64 + 0.5f64.copysign(x as f64);
+            let n = s as f32;
+            match (n as f64).abs() > s.abs() {
+                true => f32::from_bits(n.to_bits() - 1),
+                false => n,
+            }
+        };
+        let (lo, hi) = (0.25f32.to_bits(), 16777216.0f32.to_bits());
+        let special = [0, 1, 0x3e7f_ffff, 0x4b80_0001, 0x7f80_0000, 0x7f7f_ffff];
+        for bits in (lo..=hi).chain(special.into_iter().flat_map(|b| [b, b | 0x8000_0000])) {
+            let x = f32::from_bits(bits);
+            let (got, want) = (rz_add_half(x).trunc(), x.round());
+            assert_eq!(got.to_bits(), want.to_bits(), "{x:e}");
+        }
+        assert!(rz_add_half(f32::NAN).trunc().is_nan());
     }
 
     #[test]

@@ -204,6 +204,38 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return a / b;\n",
             "}\n",
         ),
+        // f32 to an integer of at most 32 bits as Rust's `as` converts (saturated, NaN to 0), after
+        // a rounding: `rz` toward zero (`as` itself), `rm` floor, `rp` ceil, `ra` round (half
+        // away from zero). One PTX cvt each, which saturates to the destination's range and
+        // gives 0 for NaN when the source is f32 and the destination at most 32 bits (PTX ISA,
+        // cvt); `ra` adds 0.5 with the sign of a, rounded toward zero, first: for |a| < 2^23
+        // trunc(a +rz 0.5) is floor(a + 0.5), as no integer lies between the rounded and the
+        // exact sum; larger a are integers, which the addition leaves as they are (tested over
+        // every f32 by `round_half_away_by_rz_add`). Elsewhere (the emulator) the C functions. The
+        // result is an int (unsigned int for u32), which integer clamps take in one instruction.
+        "fz_f2i" => concat!(
+            "template <typename T> static __device__ __forceinline__ T fz_imax(T x, T lo) { return x < lo ? lo : x; }\n",
+            "template <typename T> static __device__ __forceinline__ T fz_imin(T x, T hi) { return x > hi ? hi : x; }\n",
+            "template <typename T> static __device__ __forceinline__ T fz_iclamp(T x, T lo, T hi) { return fz_imin(fz_imax(x, lo), hi); }\n",
+            "#ifdef __CUDA_ARCH__\n",
+            "#define FZ_F2I(P, T, LO, HI) \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { T r; asm(\"cvt.rzi.\" #P \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return r; } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { T r; asm(\"cvt.rmi.\" #P \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return r; } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { T r; asm(\"cvt.rpi.\" #P \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return r; } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_ra_##P(float a) { return fz_f2i_rz_##P(__fadd_rz(a, copysignf(0.5f, a))); }\n",
+            "#else\n",
+            "#define FZ_F2I(P, T, LO, HI) \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_##P(float t) { return isnan(t) ? (T)0 : t <= (float)(LO) ? (T)(LO) : t >= (float)(HI) ? (T)(HI) : (T)t; } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { return fz_f2i_##P(truncf(a)); } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { return fz_f2i_##P(floorf(a)); } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { return fz_f2i_##P(ceilf(a)); } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_ra_##P(float a) { return fz_f2i_##P(roundf(a)); }\n",
+            "#endif\n",
+            "FZ_F2I(s8, int, -128, 127) FZ_F2I(u8, int, 0, 255)\n",
+            "FZ_F2I(s16, int, -32768, 32767) FZ_F2I(u16, int, 0, 65535)\n",
+            "FZ_F2I(s32, int, -2147483647 - 1, 2147483647) FZ_F2I(u32, unsigned int, 0u, 4294967295u)\n",
+            "#undef FZ_F2I\n",
+        ),
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
         // Division by a reciprocal taken once per launch: q = hi64(t * m) is t / d or one less
         // (m = floor((2^64 - 1) / d)), and one comparison corrects it; exact for every 64-bit t.
