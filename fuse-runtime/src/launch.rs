@@ -75,7 +75,9 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
         Geometry::Map { elems: 0 } | Geometry::Rows { groups: 0, .. } => return None,
         // One 4-element vector per thread, as many blocks as that takes (the grid-stride loop
         // then runs once), as Triton's elementwise kernels launch.
-        Geometry::Map { elems } => elems.div_ceil(u64::from(BLOCK) * 4).min(i32::MAX as u64),
+        Geometry::Map { elems } => elems
+            .div_ceil(u64::from(BLOCK) * 4 * map_vectors())
+            .min(i32::MAX as u64),
         Geometry::Rows {
             groups,
             writes_rows,
@@ -90,6 +92,19 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     };
     // At most 16 * u32::MAX, and in practice a few thousand; saturate rather than wrap.
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
+}
+
+/// The 4-element vectors each thread of an elementwise grid takes: 1, or what
+/// `FUSE_MAP_VECTORS` says (read once), for the benchmark to compare grids in one build.
+fn map_vectors() -> u64 {
+    static SET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    let set = SET.get_or_init(|| {
+        std::env::var("FUSE_MAP_VECTORS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&v| v > 0)
+    });
+    set.unwrap_or(1)
 }
 
 /// The most blocks per SM a row kernel's grid holds; its grid-stride loop takes the rest, with
