@@ -98,7 +98,10 @@ fn rows(dev: &Device, config: &Config) -> Result<(), Error> {
     let x = dev.upload(&vec![0.5f32; N])?;
     let mut out = dev.zeros::<f32>(&[N])?;
     let (signature, kernel) = (&softplus::__fuse::SIGNATURE, &softplus::__fuse::KERNEL);
-    let geometry = Geometry::Map { elems: N as u64 };
+    let geometry = Geometry::Map {
+        elems: N as u64,
+        vectors: 1,
+    };
     row(config, "bind (the wrapper's checks)", || {
         bind(signature, dev, &[&x, &out]).map(drop)
     })?;

@@ -150,7 +150,10 @@ fn floor_row(
         Floor::Empty => &floors::EMPTY,
         _ => &w1_softplus::__fuse::KERNEL,
     };
-    let geometry = Geometry::Map { elems: n as u64 };
+    let geometry = Geometry::Map {
+        elems: n as u64,
+        vectors: 1,
+    };
     let prebuilt = |x| {
         Prebuilt::new(
             dev,

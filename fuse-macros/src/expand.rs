@@ -329,12 +329,32 @@ fn product(k: &Kernel, dims: &[usize]) -> TokenStream {
     quote!((1u64 #(* (#sizes as u64))*))
 }
 
+/// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
+/// four where a thread sets up more than one vector's work (the reciprocals of a broadcast's
+/// index, Philox's keys), else one.
+fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
+    let broadcast = k
+        .tensor_params()
+        .any(|(_, _, shape)| shape.as_slice() != domain)
+        || k.outputs.iter().any(|o| o.shape.as_slice() != domain);
+    let random = k
+        .nodes
+        .iter()
+        .any(|n| matches!(n.op, crate::ir::Op::Random(..)));
+    if broadcast || random {
+        4
+    } else {
+        1
+    }
+}
+
 fn geometry(k: &Kernel) -> TokenStream {
     let g = quote!(::fuse_runtime::__private::Geometry);
     match &k.launch {
         Launch::Map { domain } => {
             let elems = product(k, domain);
-            quote!(#g::Map { elems: #elems })
+            let vectors = map_vectors(k, domain);
+            quote!(#g::Map { elems: #elems, vectors: #vectors })
         }
         Launch::Rows { domain, axis } => {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();

@@ -21,6 +21,10 @@ pub enum Geometry {
     Map {
         /// The number of elements.
         elems: u64,
+        /// The 4-element vectors each thread takes: 1 for kernels that only stream (as Triton
+        /// launches), more for those whose threads set up more than a vector's work (index
+        /// divisors, Philox keys), which a longer grid-stride loop amortizes.
+        vectors: u32,
     },
     /// One block per group, grid-striding over `groups`; no launch when `groups` is 0.
     Rows {
@@ -72,11 +76,11 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     let sm = u64::from(sm_count.max(1));
     let blocks = |elems: u64| elems.div_ceil(u64::from(BLOCK));
     let blocks = match geometry {
-        Geometry::Map { elems: 0 } | Geometry::Rows { groups: 0, .. } => return None,
-        // One 4-element vector per thread, as many blocks as that takes (the grid-stride loop
-        // then runs once), as Triton's elementwise kernels launch.
-        Geometry::Map { elems } => elems
-            .div_ceil(u64::from(BLOCK) * 4 * map_vectors())
+        Geometry::Map { elems: 0, .. } | Geometry::Rows { groups: 0, .. } => return None,
+        // `vectors` 4-element vectors per thread, as many blocks as that takes (the grid-stride
+        // loop then runs `vectors` times).
+        Geometry::Map { elems, vectors } => elems
+            .div_ceil(u64::from(BLOCK) * 4 * map_vectors(vectors))
             .min(i32::MAX as u64),
         Geometry::Rows {
             groups,
@@ -94,9 +98,11 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
 }
 
-/// The 4-element vectors each thread of an elementwise grid takes: 1, or what
-/// `FUSE_MAP_VECTORS` says (read once), for the benchmark to compare grids in one build.
-fn map_vectors() -> u64 {
+/// The 4-element vectors each thread of an elementwise grid takes: the kernel's `vectors`, or
+/// what `FUSE_MAP_VECTORS` says (read once), for the benchmark to compare grids in one build.
+/// Measured on an H100 (NOTES.md, item 21): W3 (a bias, GELU and Philox dropout) at 79, 88 and
+/// 91% of copy with 1, 2 and 4; W1, W2 and W10 a point lower with 2 or 4 than with 1.
+fn map_vectors(vectors: u32) -> u64 {
     static SET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let set = SET.get_or_init(|| {
         std::env::var("FUSE_MAP_VECTORS")
@@ -104,7 +110,7 @@ fn map_vectors() -> u64 {
             .and_then(|v| v.parse().ok())
             .filter(|&v| v > 0)
     });
-    set.unwrap_or(1)
+    set.unwrap_or(u64::from(vectors.max(1)))
 }
 
 /// The most blocks per SM a row kernel's grid holds; its grid-stride loop takes the rest, with
@@ -303,16 +309,83 @@ mod tests {
 
     #[test]
     fn map_grid() {
-        assert_eq!(grid(Geometry::Map { elems: 0 }, 132), None);
-        assert_eq!(grid(Geometry::Map { elems: 1 }, 132), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 256 }, 132), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 1024 }, 132), Some(1));
-        assert_eq!(grid(Geometry::Map { elems: 1025 }, 132), Some(2));
-        assert_eq!(grid(Geometry::Map { elems: 4097 }, 132), Some(5));
         assert_eq!(
-            grid(Geometry::Map { elems: u64::MAX }, 132),
+            grid(
+                Geometry::Map {
+                    elems: 0,
+                    vectors: 1
+                },
+                132
+            ),
+            None
+        );
+        assert_eq!(
+            grid(
+                Geometry::Map {
+                    elems: 1,
+                    vectors: 1
+                },
+                132
+            ),
+            Some(1)
+        );
+        assert_eq!(
+            grid(
+                Geometry::Map {
+                    elems: 256,
+                    vectors: 1
+                },
+                132
+            ),
+            Some(1)
+        );
+        assert_eq!(
+            grid(
+                Geometry::Map {
+                    elems: 1024,
+                    vectors: 1
+                },
+                132
+            ),
+            Some(1)
+        );
+        assert_eq!(
+            grid(
+                Geometry::Map {
+                    elems: 1025,
+                    vectors: 1
+                },
+                132
+            ),
+            Some(2)
+        );
+        assert_eq!(
+            grid(
+                Geometry::Map {
+                    elems: 4097,
+                    vectors: 1
+                },
+                132
+            ),
+            Some(5)
+        );
+        assert_eq!(
+            grid(
+                Geometry::Map {
+                    elems: u64::MAX,
+                    vectors: 1
+                },
+                132
+            ),
             Some(i32::MAX as u32)
         );
+        if std::env::var_os("FUSE_MAP_VECTORS").is_none() {
+            let four = |elems| grid(Geometry::Map { elems, vectors: 4 }, 132);
+            assert_eq!(
+                (four(4096), four(4097), four(1 << 20)),
+                (Some(1), Some(2), Some(256))
+            );
+        }
     }
 
     #[test]

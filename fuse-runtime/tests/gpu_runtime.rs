@@ -159,6 +159,7 @@ fn saxpy(dev: &Device, x: &Buffer<f32>, y: &Buffer<f32>, a: f32) -> Result<Buffe
         &SAXPY,
         Geometry::Map {
             elems: dims[0] as u64,
+            vectors: 1,
         },
         &args,
     )?;
@@ -208,6 +209,7 @@ fn bool_output_and_negative_int_scalar() {
         &THRESHOLD,
         Geometry::Map {
             elems: x.len() as u64,
+            vectors: 1,
         },
         &args,
     )
@@ -306,13 +308,31 @@ fn wrong_device_is_an_error() {
         Arg::Scalar(0),
         Arg::Dim(9),
     ];
-    let err = launch(&dev, &SAXPY, Geometry::Map { elems: 9 }, &args).unwrap_err();
+    let err = launch(
+        &dev,
+        &SAXPY,
+        Geometry::Map {
+            elems: 9,
+            vectors: 1,
+        },
+        &args,
+    )
+    .unwrap_err();
     assert!(
         matches!(err, Error::DeviceMismatch { ref param, .. } if param == "argument 1"),
         "{err}"
     );
     // And on the CPU device, launch refuses rather than crashing.
-    let err = launch(&Device::cpu(), &SAXPY, Geometry::Map { elems: 9 }, &args).unwrap_err();
+    let err = launch(
+        &Device::cpu(),
+        &SAXPY,
+        Geometry::Map {
+            elems: 9,
+            vectors: 1,
+        },
+        &args,
+    )
+    .unwrap_err();
     assert!(matches!(err, Error::NotCuda { .. }), "{err}");
 }
 
@@ -339,7 +359,16 @@ fn compiled_kernels_are_cached_on_disk() {
         Arg::Scalar(Element::to_bits(2.0f32)),
         Arg::Dim(3),
     ];
-    launch(&dev, kernel, Geometry::Map { elems: 3 }, &args).unwrap();
+    launch(
+        &dev,
+        kernel,
+        Geometry::Map {
+            elems: 3,
+            vectors: 1,
+        },
+        &args,
+    )
+    .unwrap();
     assert_eq!(out.to_vec().unwrap(), [3.0, 6.0, 9.0]);
     let (major, minor) = dev.compute_capability().unwrap();
     let arch = major * 10 + minor;
@@ -387,7 +416,10 @@ fn compile_error_through_launch() {
     let err = launch(
         &dev,
         &BROKEN,
-        Geometry::Map { elems: 1 },
+        Geometry::Map {
+            elems: 1,
+            vectors: 1,
+        },
         &[Arg::Buffer(&x)],
     )
     .unwrap_err();
@@ -442,12 +474,30 @@ fn launch_overhead_is_small() {
         Arg::Scalar(0),
         Arg::Dim(4097),
     ];
-    launch(&dev, &SAXPY, Geometry::Map { elems: 4097 }, &args).unwrap();
+    launch(
+        &dev,
+        &SAXPY,
+        Geometry::Map {
+            elems: 4097,
+            vectors: 1,
+        },
+        &args,
+    )
+    .unwrap();
     dev.synchronize().unwrap();
     let runs = 2000;
     let start = std::time::Instant::now();
     for _ in 0..runs {
-        launch(&dev, &SAXPY, Geometry::Map { elems: 4097 }, &args).unwrap();
+        launch(
+            &dev,
+            &SAXPY,
+            Geometry::Map {
+                elems: 4097,
+                vectors: 1,
+            },
+            &args,
+        )
+        .unwrap();
     }
     dev.synchronize().unwrap();
     let per_launch = start.elapsed() / runs;

@@ -63,7 +63,10 @@ pub fn host_only_into(
         return Ok(());
     }
     let n = dims.first().copied().unwrap_or(0);
-    let geometry = Geometry::Map { elems: n as u64 };
+    let geometry = Geometry::Map {
+        elems: n as u64,
+        vectors: 1,
+    };
     host_only(
         dev,
         kernel,

@@ -263,7 +263,10 @@ fn launch_on_cpu_is_an_error_not_a_panic() {
     let err = crate::launch::launch(
         &cpu(),
         &KERNEL,
-        crate::launch::Geometry::Map { elems: 3 },
+        crate::launch::Geometry::Map {
+            elems: 3,
+            vectors: 1,
+        },
         &args,
     )
     .unwrap_err();
