@@ -62,7 +62,7 @@ template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsi
 #endif
 #endif
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     const float* __restrict__ p_x,
     float* __restrict__ out0,
     const long long d_rows,
@@ -330,33 +330,38 @@ extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
     int buf = 0;
     if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
         const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
+        const float* const pr_x = p_x + gp * len + lane * 4;
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
-            if (c * 4 < len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], p_x + gp * len + c * 4);
+            if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 4);
         }
     }
-    for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
-        const long long gl = g0 + threadIdx.x / width;
-        const bool live = gl < groups;
-        const long long g = live ? gl : groups - 1;
-        const long long c0 = g;
-        const long long b0 = c0 * d_cols;
-        if ((len & 3) == 0 && len <= 16 * width) {
+    #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    if (width == 256 && (len & 3) == 0 && len <= 16 * 256) {
+        const int width = 256;
+        const int per_block = 1;
+        const int lane = threadIdx.x;
+        for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+            const bool live = true;
+            const long long g = g0;
+            const long long c0 = g;
+            const long long b0 = c0 * d_cols;
             fz_copy_wait();
             if (g0 + (long long)gridDim.x * per_block < groups) {
-                const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
+                const long long gp = g0 + (long long)gridDim.x * per_block;
+                const float* const pr_x = p_x + gp * len + lane * 4;
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    if (c * 4 < len) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], p_x + gp * len + c * 4);
+                    if ((q < 2 || c * 4 < (int)len)) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
                 }
             }
             float acc1 = (-__int_as_float(0x7f800000));
             #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
-                if (c * 4 < len) {
+                if ((q < 2 || c * 4 < (int)len)) {
                     const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
@@ -386,30 +391,24 @@ extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                    acc1 = fmaxf(acc1, other);
-                }
+                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                acc1 = fmaxf(acc1, other);
             }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red1[threadIdx.x >> 5] = acc1;
-                }
-                __syncthreads();
-                acc1 = red1[(threadIdx.x / width) * (width >> 5)];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
-                    }
-                }
+            if ((threadIdx.x & 31) == 0) {
+                red1[threadIdx.x >> 5] = acc1;
+            }
+            __syncthreads();
+            acc1 = red1[0];
+            #pragma unroll
+            for (int w = 1; w < 8; ++w) {
+                acc1 = fmaxf(acc1, red1[0 + w]);
             }
             const float v1 = acc1;
             float acc4 = (float)0;
             #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
-                if (c * 4 < len) {
+                if ((q < 2 || c * 4 < (int)len)) {
                     const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
@@ -447,30 +446,24 @@ extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
             }
             #pragma unroll
             for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                    acc4 = acc4 + other;
-                }
+                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                acc4 = acc4 + other;
             }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red4[threadIdx.x >> 5] = acc4;
-                }
-                __syncthreads();
-                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
-                    }
-                }
+            if ((threadIdx.x & 31) == 0) {
+                red4[threadIdx.x >> 5] = acc4;
+            }
+            __syncthreads();
+            acc4 = red4[0];
+            #pragma unroll
+            for (int w = 1; w < 8; ++w) {
+                acc4 = acc4 + red4[0 + w];
             }
             const float v4 = acc4;
             const fz_divider dv_4 = fz_divider_of(v4);
             #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
-                if (live && c * 4 < len) {
+                if (live && (q < 2 || c * 4 < (int)len)) {
                     fz_vec<float, 4> s0;
                     const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
@@ -509,193 +502,377 @@ extern "C" __global__ void __launch_bounds__(256, 5) fuse_softmax(
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = v5;
                     }
-                    reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                    (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
                 }
             }
             buf ^= 1;
         }
-        else {
-            float acc1 = (-__int_as_float(0x7f800000));
-            if ((len & 3) == 0) {
-                for (long long c = lane; c * 4 < len; c += width) {
-                    const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        acc1 = fmaxf(acc1, v0);
+    }
+    else
+    #endif
+    {
+        for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
+            const long long gl = g0 + threadIdx.x / width;
+            const bool live = gl < groups;
+            const long long g = live ? gl : groups - 1;
+            const long long c0 = g;
+            const long long b0 = c0 * d_cols;
+            if ((len & 3) == 0 && len <= 16 * width) {
+                fz_copy_wait();
+                if (g0 + (long long)gridDim.x * per_block < groups) {
+                    const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
+                    const float* const pr_x = p_x + gp * len + lane * 4;
+                    #pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int c = lane + q * width;
+                        if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
                     }
                 }
-            }
-            else {
-                #pragma unroll 4
-                for (long long r = lane; r < len; r += width) {
-                    const long long o0 = b0 + r;
-                    const float v0 = p_x[o0];
-                    acc1 = fmaxf(acc1, v0);
-                }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                    acc1 = fmaxf(acc1, other);
-                }
-            }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red1[threadIdx.x >> 5] = acc1;
-                }
-                __syncthreads();
-                acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                float acc1 = (-__int_as_float(0x7f800000));
                 #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (c * 4 < (int)len) {
+                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
                     }
                 }
-            }
-            const float v1 = acc1;
-            float acc4 = (float)0;
-            if ((len & 3) == 0) {
-                for (long long c = lane; c * 4 < len; c += width) {
-                    const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                }
-            }
-            else {
-                #pragma unroll 4
-                for (long long r = lane; r < len; r += width) {
-                    const long long o0 = b0 + r;
-                    const float v0 = p_x[o0];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                    acc4 = acc4 + other;
-                }
-            }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red4[threadIdx.x >> 5] = acc4;
-                }
-                __syncthreads();
-                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
                 #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                        acc1 = fmaxf(acc1, other);
                     }
                 }
-            }
-            const float v4 = acc4;
-            const fz_divider dv_4 = fz_divider_of(v4);
-            if ((len & 3) == 0) {
-                for (long long c = lane; live && c * 4 < len; c += width) {
-                    fz_vec<float, 4> s0;
-                    const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red1[threadIdx.x >> 5] = acc1;
                     }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
+                    __syncthreads();
+                    acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                        }
                     }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
                 }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (c * 4 < (int)len) {
+                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (live && c * 4 < (int)len) {
+                        fz_vec<float, 4> s0;
+                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                    }
+                }
+                buf ^= 1;
             }
             else {
-                #pragma unroll 4
-                for (long long r = lane; live && r < len; r += width) {
-                    const long long o0 = b0 + r;
-                    const float v0 = p_x[o0];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    out0[o0] = v5;
+                float acc1 = (-__int_as_float(0x7f800000));
+                if ((len & 3) == 0) {
+                    for (long long c = lane; c * 4 < len; c += width) {
+                        const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
+                }
+                else {
+                    #pragma unroll 4
+                    for (long long r = lane; r < len; r += width) {
+                        const long long o0 = b0 + r;
+                        const float v0 = p_x[o0];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                        acc1 = fmaxf(acc1, other);
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red1[threadIdx.x >> 5] = acc1;
+                    }
+                    __syncthreads();
+                    acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                        }
+                    }
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                if ((len & 3) == 0) {
+                    for (long long c = lane; c * 4 < len; c += width) {
+                        const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
+                }
+                else {
+                    #pragma unroll 4
+                    for (long long r = lane; r < len; r += width) {
+                        const long long o0 = b0 + r;
+                        const float v0 = p_x[o0];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                if ((len & 3) == 0) {
+                    for (long long c = lane; live && c * 4 < len; c += width) {
+                        fz_vec<float, 4> s0;
+                        const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                    }
+                }
+                else {
+                    #pragma unroll 4
+                    for (long long r = lane; live && r < len; r += width) {
+                        const long long o0 = b0 + r;
+                        const float v0 = p_x[o0];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        out0[o0] = v5;
+                    }
                 }
             }
         }

@@ -306,7 +306,9 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
 
     let f32t = Tol::close(2e-5, 1e-6);
     let bits = |v: f32| Element::to_bits(v);
-    for (rows, cols) in [(5, 36), (3, 4100), (4, 33), (6, 4), (13, 1024)] {
+    // 5x2600: a row a block (`width == 256`), the third of each thread's four vectors in the row
+    // for some threads only, rows round the 3-block grid.
+    for (rows, cols) in [(5, 36), (3, 4100), (4, 33), (6, 4), (13, 1024), (5, 2600)] {
         let n = rows * cols;
         let x = rng.floats::<f32>(n, -3.0, 3.0);
         let g = rng.floats::<f32>(cols, -2.0, 2.0);

@@ -78,6 +78,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         lanes: elementwise::lanes(k),
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
+        whole_rows: false,
         host_divisors: vec![],
     };
     match &k.launch {
@@ -117,7 +118,8 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
 /// only across blocks. Every kernel of the tests, benches and examples is compiled to check
 /// that none spills. For rows cached on chip (4-byte elements, at most three reductions):
 /// - a row kept in shared memory (one whole-domain tensor, copied ahead; see
-///   `rows::prefetches`), no other tensor along the row and one output: five (48 registers);
+///   `rows::prefetches`), no other tensor along the row and one output, a value per row:
+///   five (48 registers);
 /// - a row kept in shared memory otherwise, or one row in registers with one output: four (64);
 /// - one row in registers otherwise: three (85);
 /// - two or more rows in registers: two (128), as they leave too little for the division's
@@ -154,8 +156,11 @@ fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     if k.nodes.iter().any(|n| matches!(n.op, Op::Random(..))) {
         return MIN_BLOCKS;
     }
+    // A kernel that writes whole rows keeps the output's vectors too: softmax spilled the
+    // row-a-block copy of its loop (see `rows`) at five.
+    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
     match (rows::prefetches(k, &whole), along, k.outputs.len()) {
-        (true, 1, 1) => MIN_BLOCKS + 3,
+        (true, 1, 1) if !writes_rows => MIN_BLOCKS + 3,
         (true, _, _) => MIN_BLOCKS + 2,
         (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
         (false, _, _) if whole.len() == 1 => MIN_BLOCKS + 1,
@@ -208,6 +213,10 @@ struct Cuda<'a> {
     /// Whether the `cached` tensors' rows are in their shared buffers (`rc_<name>`, the
     /// current step's vector, read from `pf_<name>`) rather than in registers.
     in_shared: bool,
+    /// Whether the row loop being written is the one for a row a block (`width == BLOCK`, a
+    /// constant there): no segments, every thread live, and cached rows longer than half the
+    /// cache (see `rows::Cuda::row_loop`).
+    whole_rows: bool,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
     /// The divisors whose reciprocals are parameters (`fz_recip_<j>`), in order.

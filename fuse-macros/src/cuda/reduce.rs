@@ -195,6 +195,10 @@ impl Cuda<'_> {
         if reduces.is_empty() {
             return;
         }
+        // A row a block (`width == BLOCK`): the whole block's reduction, in the same order as
+        // the segmented one (every shuffle, then warps 0 to 7), without its run-time tests.
+        let whole = segmented && self.whole_rows;
+        let segmented = segmented && !self.whole_rows;
         // Constant trip counts, so the loops unroll: a loop bounded by `width` made ptxas spill.
         for &r in reduces {
             let (op, e) = self.reduction(r);
@@ -237,7 +241,7 @@ impl Cuda<'_> {
             .iter()
             .filter(|p| !p.reduces.is_empty())
             .count();
-        if !segmented || reducing < 2 {
+        if !(segmented || whole) || reducing < 2 {
             self.line("__syncthreads();");
         }
         self.open("if ((threadIdx.x & 31) == 0)");

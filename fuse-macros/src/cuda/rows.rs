@@ -42,12 +42,64 @@ impl Cuda<'_> {
             self.prefetch_rows(&cached, "(long long)blockIdx.x * per_block", "0");
             self.close();
         }
-        self.open("for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block)");
-        // A segment past the last row computes on the last row (valid memory) and writes nothing.
-        self.line("const long long gl = g0 + threadIdx.x / width;");
-        self.line("const bool live = gl < groups;");
-        self.line("const long long g = live ? gl : groups - 1;");
-        for l in self.layout.split("g", &rows, &SYNTAX) {
+        if cached.is_empty() {
+            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+        } else {
+            // A cached row a block, the usual case (rows of `CACHE * BLOCK / 2` to
+            // `CACHE * BLOCK` elements), has its own copy of the row loop in which `width`,
+            // `lane` and `per_block` are constants: the block reductions lose their run-time
+            // segment tests, every thread is live, and the passes skip the bounds tests that
+            // such a row always passes. Only the cached path: the streaming one, with a constant
+            // stride, had its 64-bit indices hoisted out of the row loop and spilled.
+            // Compiled for sm_90 and later (and the emulator): ptxas for sm_80 spilled this copy
+            // of `w7_layernorm_quantize` around the division's slow-path calls at 64 registers.
+            self.line("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900");
+            self.open(format!(
+                "if (width == {BLOCK} && (len & 3) == 0 && len <= {CACHE} * {BLOCK})"
+            ));
+            self.line(format!("const int width = {BLOCK};"));
+            self.line("const int per_block = 1;");
+            self.line("const int lane = threadIdx.x;");
+            self.whole_rows = true;
+            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.whole_rows = false;
+            self.close();
+            self.line("else");
+            self.line("#endif");
+            self.open("");
+            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.close();
+        }
+        if prefetch {
+            // No copy may land in shared memory after the block has exited.
+            self.line("fz_copy_wait();");
+        }
+    }
+
+    /// The grid-stride loop over rows (`g0`, the block's first row), `per_block` rows a step;
+    /// with `whole_rows` one row a block.
+    fn row_loop(
+        &mut self,
+        domain: &[DimId],
+        axis: DimId,
+        plan: &Plan,
+        rows: &[DimId],
+        cached: &[usize],
+        prefetch: bool,
+    ) {
+        if self.whole_rows {
+            self.open("for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x)");
+            self.line("const bool live = true;");
+            self.line("const long long g = g0;");
+        } else {
+            self.open("for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block)");
+            // A segment past the last row computes on the last row (valid memory) and writes
+            // nothing.
+            self.line("const long long gl = g0 + threadIdx.x / width;");
+            self.line("const bool live = gl < groups;");
+            self.line("const long long g = live ? gl : groups - 1;");
+        }
+        for l in self.layout.split("g", rows, &SYNTAX) {
             self.line(l);
         }
         let shapes = self.layout.shapes();
@@ -65,20 +117,23 @@ impl Cuda<'_> {
             // Rows that fit in registers are read from memory once, whatever the number of
             // passes: 16-byte vectors, `CACHE / 4` of them per thread. With the prefetch, the
             // row stays in its shared buffer and each pass reads it from there.
-            self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
+            let whole = self.whole_rows;
+            if !whole {
+                self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
+            }
             if prefetch {
                 self.line("fz_copy_wait();");
                 // The next row's copies go to the other buffer, read last by the previous row.
                 let next = "g0 + (long long)gridDim.x * per_block";
                 self.open(format!("if ({next} < groups)"));
-                self.prefetch_rows(&cached, next, "buf ^ 1");
+                self.prefetch_rows(cached, next, "buf ^ 1");
                 self.close();
                 self.in_shared = true;
-                self.row_passes(plan, axis, &cached, false);
+                self.row_passes(plan, axis, cached, false);
                 self.in_shared = false;
                 self.line("buf ^= 1;");
             } else {
-                for &p in &cached {
+                for &p in cached {
                     let (t, name) = (
                         self.k.params[p].elem.c_storage(),
                         crate::expand::plain_name(&self.k.params[p].name),
@@ -88,21 +143,20 @@ impl Cuda<'_> {
                     self.line("#pragma unroll");
                     self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
                     self.line("const int c = lane + q * width;");
-                    self.line(format!("if (c * 4 < len) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+                    let inside = self.in_cached_row();
+                    self.line(format!("if ({inside}) rc_{name}[q] = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
                     self.close();
                 }
-                self.row_passes(plan, axis, &cached, false);
+                self.row_passes(plan, axis, cached, false);
             }
-            self.close();
-            self.open("else");
-            self.row_passes(plan, axis, &[], stream);
-            self.close();
+            if !whole {
+                self.close();
+                self.open("else");
+                self.row_passes(plan, axis, &[], stream);
+                self.close();
+            }
         }
         self.close();
-        if prefetch {
-            // No copy may land in shared memory after the block has exited.
-            self.line("fz_copy_wait();");
-        }
     }
 
     /// The two shared buffers of each `cached` tensor that the next row is copied into while
@@ -129,18 +183,42 @@ impl Cuda<'_> {
     /// `first` into buffer `buf`. A tensor over the whole domain with the reduced dim last holds
     /// row `g` at `g * len`; a segment past the last row copies the last row, as it computes on it.
     fn prefetch_rows(&mut self, cached: &[usize], first: &str, buf: &str) {
-        self.line(format!(
-            "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
-        ));
+        if self.whole_rows {
+            self.line(format!("const long long gp = {first};"));
+        } else {
+            self.line(format!(
+                "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
+            ));
+        }
+        let inside = self.in_cached_row();
         for &p in cached {
-            let name = crate::expand::plain_name(&self.k.params[p].name);
+            let (t, name) = (
+                self.k.params[p].elem.c_storage(),
+                crate::expand::plain_name(&self.k.params[p].name),
+            );
+            // The row's address once (64-bit), then 32-bit steps: the address was recomputed
+            // from `gp * len` for each vector.
+            self.line(format!(
+                "const {t}* const pr_{name} = p_{name} + gp * len + lane * 4;"
+            ));
             self.line("#pragma unroll");
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
             self.line(format!(
-                "if (c * 4 < len) fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], p_{name} + gp * len + c * 4);"
+                "if ({inside}) fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * 4);"
             ));
             self.close();
+        }
+    }
+
+    /// Whether vector `c = lane + q * width` of a cached row is in the row. A cached row has at
+    /// most `CACHE * BLOCK` elements, so the test is 32-bit; a row a block is longer than
+    /// `CACHE * BLOCK / 2` (else `width` would be smaller), so its first half always is.
+    fn in_cached_row(&self) -> String {
+        if self.whole_rows {
+            format!("(q < {} || c * 4 < (int)len)", CACHE / 8)
+        } else {
+            "c * 4 < (int)len".to_string()
         }
     }
 
@@ -195,7 +273,7 @@ impl Cuda<'_> {
                     self.open(format!(
                         "for (long long c = lane; {guard}c * 4 < len; c += width)"
                     ));
-                    self.vector_row_step(pass, axis, &[], &shapes);
+                    self.vector_row_step(pass, axis, &[], &shapes, false);
                     self.close();
                     self.close();
                     self.open("else");
@@ -213,8 +291,16 @@ impl Cuda<'_> {
                 self.line("#pragma unroll");
                 self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
                 self.line("const int c = lane + q * width;");
-                self.open(format!("if ({guard}c * 4 < len)"));
-                self.vector_row_step(pass, axis, cached, &shapes);
+                // In a pass that also loads other tensors along the row (gamma, beta), the
+                // unconditional loads of the first half were hoisted and spilled
+                // (`w7_layernorm_quantize` at 64 registers): the test stays there.
+                let inside = if self.row_vectors(pass, axis, cached).is_empty() {
+                    self.in_cached_row()
+                } else {
+                    "c * 4 < (int)len".to_string()
+                };
+                self.open(format!("if ({guard}{inside})"));
+                self.vector_row_step(pass, axis, cached, &shapes, true);
                 self.close();
                 self.close();
             }
@@ -244,13 +330,14 @@ impl Cuda<'_> {
 
     /// Four elements of a row pass, at `r = c * 4 + j` for `j < 4`: the `cached` tensors from
     /// registers, the others contiguous along the row loaded as vectors, and the writes
-    /// gathered into vectors.
+    /// gathered into vectors; with `at_q`, vector `c` is `lane + q * width`.
     fn vector_row_step(
         &mut self,
         pass: &Pass,
         axis: DimId,
         cached: &[usize],
         shapes: &[Vec<DimId>],
+        at_q: bool,
     ) {
         self.helpers.insert("fz_vec");
         for &o in &pass.writes {
@@ -259,6 +346,13 @@ impl Cuda<'_> {
                 self.k.outputs[o].elem.c_storage()
             ));
         }
+        // Vector `c`: with `at_q` (a cached pass) `c = lane + q * width`, indexed so that the
+        // unrolled `q`s share one address plus constant offsets where `width` is a constant.
+        let (open, at) = if !at_q {
+            ("", "[c]")
+        } else {
+            ("(", " + lane)[q * width]")
+        };
         // Other tensors contiguous along the row (gamma, beta) load four at a time too.
         let vectors = self.row_vectors(pass, axis, cached);
         for &p in &vectors {
@@ -268,7 +362,7 @@ impl Cuda<'_> {
                 crate::expand::plain_name(&param.name),
             );
             let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
-            self.line(format!("const fz_vec<{t}, 4> lv_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c];"));
+            self.line(format!("const fz_vec<{t}, 4> lv_{name} = {open}reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}){at};"));
         }
         if self.in_shared {
             for &p in cached {
@@ -297,7 +391,7 @@ impl Cuda<'_> {
             let out = &self.k.outputs[o];
             let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
             self.line(format!(
-                "reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s})[c] = s{o};"
+                "{open}reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s}){at} = s{o};"
             ));
         }
     }

@@ -213,7 +213,7 @@ impl Cuda<'_> {
             let (t, name) = self.param_text(p);
             self.line(format!("const fz_vec<{t}, 4> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, 4>*>(sc_{name})[c - begin / 4]}};"));
         }
-        self.vector_row_step(pass, axis, cached, shapes);
+        self.vector_row_step(pass, axis, cached, shapes, false);
         self.close();
         self.close();
     }
