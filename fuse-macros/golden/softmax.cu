@@ -20,6 +20,12 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
     }
     return a / b;
 }
+static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider d, bool &bad) {
+    const float m = fabsf(a);
+    bad |= !(d.ok && m >= 0x1p-60f && m <= 0x1p60f);
+    const float q = __fmul_rn(a, d.r);
+    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
+}
 #ifdef __CUDA_ARCH__
 static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }
 static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
@@ -466,13 +472,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 if (live && (q < 2 || c * 4 < (int)len)) {
                     fz_vec<float, 4> s0;
                     const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                    bool fz_bad = false;
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
                         const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
@@ -481,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
@@ -490,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
@@ -499,8 +506,46 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v0 = rc_x.v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
+                    }
+                    if (fz_bad) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
                     }
                     (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
                 }

@@ -20,6 +20,12 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
     }
     return a / b;
 }
+static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider d, bool &bad) {
+    const float m = fabsf(a);
+    bad |= !(d.ok && m >= 0x1p-60f && m <= 0x1p60f);
+    const float q = __fmul_rn(a, d.r);
+    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
+}
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #ifdef __CUDA_ARCH__
@@ -450,13 +456,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                 const int c = lane + q * width;
                 if (live && (q < 2 || c * 4 < (int)len)) {
                     fz_vec<unsigned short, 4> s0;
+                    bool fz_bad = false;
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
                         const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
@@ -465,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                         const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
@@ -474,7 +481,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                         const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
@@ -483,8 +490,46 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                         const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    if (fz_bad) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
                     }
                     (reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + lane)[q * width] = s0;
                 }

@@ -49,7 +49,10 @@ impl Cuda<'_> {
             Op::Binary(crate::parse::BinOp::Div, a, b)
                 if scope != Scope::Row && self.uniform_divisors.contains(b) =>
             {
-                format!("fz_div_by(v{a}, v{b}, dv_{b})")
+                match self.fast_division {
+                    true => format!("fz_div_fast(v{a}, v{b}, dv_{b}, fz_bad)"),
+                    false => format!("fz_div_by(v{a}, v{b}, dv_{b})"),
+                }
             }
             // A uniform draw below a launch-wide value (dropout's mask), compared as integers.
             Op::Binary(BinOp::Lt, a, b)

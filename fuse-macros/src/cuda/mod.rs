@@ -79,6 +79,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
         whole_rows: false,
+        fast_division: false,
         host_divisors: vec![],
     };
     match &k.launch {
@@ -217,6 +218,9 @@ struct Cuda<'a> {
     /// constant there): no segments, every thread live, and cached rows longer than half the
     /// cache (see `rows::Cuda::row_loop`).
     whole_rows: bool,
+    /// Whether divisions by a row's value take the fast path alone and set `fz_bad` where it
+    /// does not apply (see `rows::Cuda::vector_row_step`).
+    fast_division: bool,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
     /// The divisors whose reciprocals are parameters (`fz_recip_<j>`), in order.

@@ -3,6 +3,7 @@
 
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, Launch, NodeId, Op};
+use crate::parse::BinOp;
 use crate::plan::{Pass, Plan};
 
 pub(super) mod long_rows;
@@ -377,6 +378,21 @@ impl Cuda<'_> {
         }
         let mut in_registers = cached.to_vec();
         in_registers.extend(&vectors);
+        // In a row a block's pass that only writes, a division by a row's value takes the fast
+        // path alone, noting whether any of the four dividends left its range; then, rarely, the
+        // four lanes again with the checked division (`fz_div_by`), over the same `s<o>`. This
+        // saves the branch and its reconvergence around every division. (Elsewhere ptxas
+        // spilled one kernel or another at their register bounds.)
+        let deferred = self.whole_rows
+            && pass.reduces.is_empty()
+            && pass.elems.iter().any(|&id| {
+                matches!(self.k.nodes[id].op, Op::Binary(BinOp::Div, _, b) if self.uniform_divisors.contains(&b))
+            });
+        if deferred {
+            self.helpers.insert("fz_div_fast");
+            self.line("bool fz_bad = false;");
+        }
+        self.fast_division = deferred;
         // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
         for j in 0..4 {
             self.open("");
@@ -385,6 +401,22 @@ impl Cuda<'_> {
             self.row_vectors_now = vectors.clone();
             self.row_step(pass, axis, &in_registers, shapes, true);
             self.row_vectors_now.clear();
+            self.close();
+            if j == 3 && deferred {
+                self.fast_division = false;
+                self.open("if (fz_bad)");
+            }
+        }
+        if deferred {
+            for j in 0..4 {
+                self.open("");
+                self.line(format!("const int j = {j};"));
+                self.line("const long long r = c * 4 + j;");
+                self.row_vectors_now = vectors.clone();
+                self.row_step(pass, axis, &in_registers, shapes, true);
+                self.row_vectors_now.clear();
+                self.close();
+            }
             self.close();
         }
         for &o in &pass.writes {

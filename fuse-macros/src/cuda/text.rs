@@ -204,6 +204,16 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return a / b;\n",
             "}\n",
         ),
+        // `fz_div_by`'s fast path without its branch: `bad` is set where its result may not be
+        // a / b correctly rounded, and the caller then divides again with `fz_div_by`.
+        "fz_div_fast" => concat!(
+            "static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider d, bool &bad) {\n",
+            "    const float m = fabsf(a);\n",
+            "    bad |= !(d.ok && m >= 0x1p-60f && m <= 0x1p60f);\n",
+            "    const float q = __fmul_rn(a, d.r);\n",
+            "    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);\n",
+            "}\n",
+        ),
         // f32 to an integer of at most 32 bits as Rust's `as` converts (saturated, NaN to 0), after
         // a rounding: `rz` toward zero (`as` itself), `rm` floor, `rp` ceil, `ra` round (half
         // away from zero). One PTX cvt each, which saturates to the destination's range and
