@@ -348,7 +348,20 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
     }
 }
 
-fn geometry(k: &Kernel) -> TokenStream {
+/// The most blocks per SM of a row kernel's grid (`Geometry::Rows`). Measured on an H100 with
+/// the row-a-block loop (benches/NOTES.md, items 27 and 29): most row kernels stream best in
+/// many short-lived blocks (160 per SM: W5, W6, W8 at 99%, W9 at 100%, against 97% at 40);
+/// one with three reducing passes over the row (W7: mean, variance, absolute maximum) is bound
+/// by its instructions, and longer-lived blocks, each copying its next row while it works
+/// through the passes of this one, keep it fed (40: 93%, against 89% at 160).
+fn row_blocks_per_sm(plan: &crate::plan::Plan) -> u32 {
+    match plan.passes.iter().filter(|p| !p.reduces.is_empty()).count() {
+        0..=2 => 160,
+        _ => 40,
+    }
+}
+
+fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
     let g = quote!(::fuse_runtime::__private::Geometry);
     match &k.launch {
         Launch::Map { domain } => {
@@ -360,8 +373,8 @@ fn geometry(k: &Kernel) -> TokenStream {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
             let cache_bytes = crate::cuda::cached_bytes(k);
-            let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
-            quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, writes_rows: #writes_rows })
+            let blocks_per_sm = row_blocks_per_sm(plan);
+            quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, blocks_per_sm: #blocks_per_sm })
         }
         Launch::Full { domain } => {
             let elems = product(k, domain);
@@ -446,7 +459,7 @@ fn module_items(
         quote!(#rt::__private::Arg::Scalar(#rt::__private::reciprocal(#size / #by)))
     });
     let source = &source.text;
-    let geometry = geometry(k);
+    let geometry = geometry(k, plan);
     let picked = local("geometry");
     let (short_rows, kernel_info) = short_rows_items(k, &picked);
     let cpu = cpu_items(k, plan, sig);
@@ -573,5 +586,37 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
             #(#dim_lets)*
             #body
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::kernel;
+    use quote::quote;
+
+    /// The row grid by reducing passes: W7's three (mean, variance, absolute maximum) against
+    /// softmax's and cross-entropy's two.
+    #[test]
+    fn row_grids_follow_the_reducing_passes() {
+        let blocks = |tokens| {
+            let k = kernel(tokens);
+            super::row_blocks_per_sm(&crate::plan::plan(&k))
+        };
+        let quantize = blocks(quote! {
+            fn q(x: [f32; rows, cols]) -> [i8; rows, cols] {
+                let d = x - mean(x, cols);
+                let y = d * rsqrt(mean(d * d, cols) + 1e-5);
+                (y / (max(y.abs(), cols) / 127.0)).round() as i8
+            }
+        });
+        let softmax = blocks(quote! {
+            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) }
+        });
+        let cross_entropy = blocks(quote! {
+            fn c(x: [f32; rows, cols], label: [i64; rows]) -> [f32; rows] {
+                logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
+            }
+        });
+        assert_eq!((quantize, softmax, cross_entropy), (40, 160, 160));
     }
 }

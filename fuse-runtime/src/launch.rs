@@ -35,9 +35,9 @@ pub enum Geometry {
         /// The shared-memory bytes each element of a row takes when the kernel caches long
         /// rows there (see `long_rows`); 0 when it has no such path.
         cache_bytes: u32,
-        /// Whether the kernel writes whole rows (an output over the whole domain), which sets
-        /// the grid: 160 blocks per SM when it does, else 40 (measured: benches/NOTES.md, item 14).
-        writes_rows: bool,
+        /// The most blocks per SM in the grid, which the macro picks from the kernel (see
+        /// `row_blocks_per_sm`); 0 for a block per row.
+        blocks_per_sm: u32,
     },
     /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
     /// slots per block. Always launches, so an empty reduction still writes its result.
@@ -84,9 +84,9 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
             .min(i32::MAX as u64),
         Geometry::Rows {
             groups,
-            writes_rows,
+            blocks_per_sm,
             ..
-        } => match row_blocks_per_sm(writes_rows) {
+        } => match row_blocks_per_sm(blocks_per_sm) {
             0 => groups,
             per_sm => groups.min(sm * per_sm),
         },
@@ -113,20 +113,18 @@ fn map_vectors(vectors: u32) -> u64 {
     set.unwrap_or(u64::from(vectors.max(1)))
 }
 
-/// The most blocks per SM a row kernel's grid holds; its grid-stride loop takes the rest, with
-/// the next row copied ahead while a row is reduced. Measured on an H100 (NOTES.md, item 14):
-/// kernels that write whole rows stream best in many short-lived blocks (160 per SM: W5, W6 and
-/// W8 at 98 to 99% of copy, against 92 to 95% at 16); kernels that write a value per row keep
-/// fewer, longer-lived blocks (40: W9 at 90%, 71% with a block per row). `FUSE_ROW_BLOCKS_PER_SM`
-/// (0: a block per row), read once, overrides both, for the benchmark to compare grids.
-fn row_blocks_per_sm(writes_rows: bool) -> u64 {
+/// The most blocks per SM a row kernel's grid holds (the kernel's `blocks_per_sm`); its
+/// grid-stride loop takes the rest, with the next row copied ahead while a row is reduced.
+/// `FUSE_ROW_BLOCKS_PER_SM` (0: a block per row), read once, overrides it, for the benchmark
+/// to compare grids.
+fn row_blocks_per_sm(blocks_per_sm: u32) -> u64 {
     static PER_SM: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
     let set = PER_SM.get_or_init(|| {
         std::env::var("FUSE_ROW_BLOCKS_PER_SM")
             .ok()
             .and_then(|v| v.parse().ok())
     });
-    set.unwrap_or(if writes_rows { 160 } else { 40 })
+    set.unwrap_or(u64::from(blocks_per_sm))
 }
 
 /// Loads `kernel` on first use on `dev` (its embedded CUBIN for the device's architecture, else
@@ -326,17 +324,18 @@ mod tests {
 
     #[test]
     fn rows_grid() {
-        let rows = |groups, writes_rows| Geometry::Rows {
+        let rows = |groups, blocks_per_sm| Geometry::Rows {
             groups,
             row_len: 1000,
             cache_bytes: 4,
-            writes_rows,
+            blocks_per_sm,
         };
-        assert_eq!(grid(rows(0, true), 132), None);
-        assert_eq!(grid(rows(7, true), 132), Some(7));
+        assert_eq!(grid(rows(0, 160), 132), None);
+        assert_eq!(grid(rows(7, 160), 132), Some(7));
         if std::env::var_os("FUSE_ROW_BLOCKS_PER_SM").is_none() {
-            assert_eq!(grid(rows(1_000_000, true), 132), Some(132 * 160));
-            assert_eq!(grid(rows(1_000_000, false), 132), Some(132 * 40));
+            assert_eq!(grid(rows(1_000_000, 160), 132), Some(132 * 160));
+            assert_eq!(grid(rows(1_000_000, 40), 132), Some(132 * 40));
+            assert_eq!(grid(rows(1_000_000, 0), 132), Some(1_000_000));
         }
     }
 

@@ -239,7 +239,7 @@ fn rows_launch() {
             groups: rows as u64,
             row_len: cols as u64,
             cache_bytes: 0,
-            writes_rows: false,
+            blocks_per_sm: 40,
         };
         launch(&dev, &ROW_MAX, geometry, &args).unwrap();
         let want: Vec<f32> = x
