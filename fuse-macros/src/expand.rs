@@ -349,7 +349,7 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
 }
 
 /// The most blocks per SM of a row kernel's grid (`Geometry::Rows`). Measured on an H100 with
-/// the row-a-block loop (benches/NOTES.md, items 27 and 29): most row kernels stream best in
+/// the row-a-block loop (benches/NOTES.md, items 27 and 28): most row kernels stream best in
 /// many short-lived blocks (160 per SM: W5, W6, W8 at 99%, W9 at 100%, against 97% at 40);
 /// one with three reducing passes over the row (W7: mean, variance, absolute maximum) is bound
 /// by its instructions, and longer-lived blocks, each copying its next row while it works
