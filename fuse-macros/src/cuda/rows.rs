@@ -393,30 +393,11 @@ impl Cuda<'_> {
             self.line("bool fz_bad = false;");
         }
         self.fast_division = deferred;
-        // The four lanes written out: a `#pragma unroll`ed lane loop made ptxas spill.
-        for j in 0..4 {
-            self.open("");
-            self.line(format!("const int j = {j};"));
-            self.line("const long long r = c * 4 + j;");
-            self.row_vectors_now = vectors.clone();
-            self.row_step(pass, axis, &in_registers, shapes, true);
-            self.row_vectors_now.clear();
-            self.close();
-            if j == 3 && deferred {
-                self.fast_division = false;
-                self.open("if (fz_bad)");
-            }
-        }
+        self.four_lanes(pass, axis, &in_registers, shapes, &vectors);
+        self.fast_division = false;
         if deferred {
-            for j in 0..4 {
-                self.open("");
-                self.line(format!("const int j = {j};"));
-                self.line("const long long r = c * 4 + j;");
-                self.row_vectors_now = vectors.clone();
-                self.row_step(pass, axis, &in_registers, shapes, true);
-                self.row_vectors_now.clear();
-                self.close();
-            }
+            self.open("if (fz_bad)");
+            self.four_lanes(pass, axis, &in_registers, shapes, &vectors);
             self.close();
         }
         for &o in &pass.writes {
@@ -425,6 +406,27 @@ impl Cuda<'_> {
             self.line(format!(
                 "{open}reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s}){at} = s{o};"
             ));
+        }
+    }
+
+    /// The four lanes of a vector step, written out: a `#pragma unroll`ed lane loop made ptxas
+    /// spill. `vectors` are the step's `lv_<name>`.
+    fn four_lanes(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        in_registers: &[usize],
+        shapes: &[Vec<DimId>],
+        vectors: &[usize],
+    ) {
+        for j in 0..4 {
+            self.open("");
+            self.line(format!("const int j = {j};"));
+            self.line("const long long r = c * 4 + j;");
+            self.row_vectors_now = vectors.to_vec();
+            self.row_step(pass, axis, in_registers, shapes, true);
+            self.row_vectors_now.clear();
+            self.close();
         }
     }
 
