@@ -2,6 +2,7 @@
 
 use std::ffi::c_void;
 use std::fmt;
+use std::sync::OnceLock;
 
 use cudarc::driver::{result, sys, DevicePtr, LaunchConfig};
 
@@ -98,33 +99,30 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
 }
 
+/// A number from the environment variable `name`, read once into `cell`: the knobs with which
+/// the benchmark compares launch shapes in one build. `None` when unset or not a number.
+pub(crate) fn knob(cell: &'static OnceLock<Option<u64>>, name: &str) -> Option<u64> {
+    *cell.get_or_init(|| std::env::var(name).ok()?.trim().parse().ok())
+}
+
 /// The 4-element vectors each thread of an elementwise grid takes: the kernel's `vectors`, or
-/// what `FUSE_MAP_VECTORS` says (read once), for the benchmark to compare grids in one build.
-/// Measured on an H100 (NOTES.md, item 21): W3 (a bias, GELU and Philox dropout) at 79, 88 and
-/// 91% of copy with 1, 2 and 4; W1, W2 and W10 a point lower with 2 or 4 than with 1.
+/// what `FUSE_MAP_VECTORS` says, for the benchmark to compare grids in one build. Measured on
+/// an H100 (NOTES.md, item 21): W3 (a bias, GELU and Philox dropout) at 79, 88 and 91% of copy
+/// with 1, 2 and 4; W1, W2 and W10 a point lower with 2 or 4 than with 1.
 fn map_vectors(vectors: u32) -> u64 {
-    static SET: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let set = SET.get_or_init(|| {
-        std::env::var("FUSE_MAP_VECTORS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .filter(|&v| v > 0)
-    });
-    set.unwrap_or(u64::from(vectors.max(1)))
+    static SET: OnceLock<Option<u64>> = OnceLock::new();
+    knob(&SET, "FUSE_MAP_VECTORS")
+        .filter(|&v| v > 0)
+        .unwrap_or(u64::from(vectors.max(1)))
 }
 
 /// The most blocks per SM a row kernel's grid holds (the kernel's `blocks_per_sm`); its
 /// grid-stride loop takes the rest, with the next row copied ahead while a row is reduced.
-/// `FUSE_ROW_BLOCKS_PER_SM` (0: a block per row), read once, overrides it, for the benchmark
-/// to compare grids.
+/// `FUSE_ROW_BLOCKS_PER_SM` (0: a block per row) overrides it, for the benchmark to compare
+/// grids.
 fn row_blocks_per_sm(blocks_per_sm: u32) -> u64 {
-    static PER_SM: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
-    let set = PER_SM.get_or_init(|| {
-        std::env::var("FUSE_ROW_BLOCKS_PER_SM")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    });
-    set.unwrap_or(u64::from(blocks_per_sm))
+    static SET: OnceLock<Option<u64>> = OnceLock::new();
+    knob(&SET, "FUSE_ROW_BLOCKS_PER_SM").unwrap_or(u64::from(blocks_per_sm))
 }
 
 /// Loads `kernel` on first use on `dev` (its embedded CUBIN for the device's architecture, else

@@ -32,15 +32,13 @@ const REGISTER_ROW: u64 = 16 * BLOCK as u64;
 /// three blocks of a 262144-float row's part too little room).
 const BLOCKS_PER_SM: [u64; 2] = [3, 2];
 
-/// [`BLOCKS_PER_SM`], or the one target `FUSE_LONG_ROWS_PER_SM` names (read once), for the
-/// benchmark to compare cluster sizes in one build.
+/// [`BLOCKS_PER_SM`], or the one target `FUSE_LONG_ROWS_PER_SM` names, for the benchmark to
+/// compare cluster sizes in one build.
 fn blocks_per_sm() -> [u64; 2] {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
-    let set = SET.get_or_init(|| {
-        let text = std::env::var("FUSE_LONG_ROWS_PER_SM").ok()?;
-        text.trim().parse().ok().filter(|&n| n > 0)
-    });
-    set.map_or(BLOCKS_PER_SM, |n| [n, n])
+    crate::launch::knob(&SET, "FUSE_LONG_ROWS_PER_SM")
+        .filter(|&n| n > 0)
+        .map_or(BLOCKS_PER_SM, |n| [n, n])
 }
 
 /// The most blocks of a cluster: 8 is the portable limit, 16 needs the kernel's permission.

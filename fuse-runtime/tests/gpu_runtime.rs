@@ -474,30 +474,16 @@ fn launch_overhead_is_small() {
         Arg::Scalar(0),
         Arg::Dim(4097),
     ];
-    launch(
-        &dev,
-        &SAXPY,
-        Geometry::Map {
-            elems: 4097,
-            vectors: 1,
-        },
-        &args,
-    )
-    .unwrap();
+    let geometry = Geometry::Map {
+        elems: 4097,
+        vectors: 1,
+    };
+    launch(&dev, &SAXPY, geometry, &args).unwrap();
     dev.synchronize().unwrap();
     let runs = 2000;
     let start = std::time::Instant::now();
     for _ in 0..runs {
-        launch(
-            &dev,
-            &SAXPY,
-            Geometry::Map {
-                elems: 4097,
-                vectors: 1,
-            },
-            &args,
-        )
-        .unwrap();
+        launch(&dev, &SAXPY, geometry, &args).unwrap();
     }
     dev.synchronize().unwrap();
     let per_launch = start.elapsed() / runs;

@@ -231,10 +231,7 @@ impl Cuda<'_> {
             })
             .collect();
         for &p in &loaded {
-            let (t, name) = (
-                k.params[p].elem.c_storage(),
-                crate::expand::plain_name(&k.params[p].name),
-            );
+            let (t, name) = self.param_text(p);
             let shape = k.params[p].shape.as_ref().expect("a tensor");
             let s = self.shape_index(shape);
             let run = runs.iter().find(|(r, _)| *r == s).map(|(_, run)| *run);

@@ -338,6 +338,15 @@ impl Cuda<'_> {
         format!("{{{size}, fz_recip_{j}}}")
     }
 
+    /// A parameter's storage type and plain name, as in `const float* p_x`.
+    fn param_text(&self, p: usize) -> (&'static str, String) {
+        let param = &self.k.params[p];
+        (
+            param.elem.c_storage(),
+            crate::expand::plain_name(&param.name),
+        )
+    }
+
     fn shape_index(&self, shape: &[DimId]) -> usize {
         self.layout.shape_index(shape)
     }

@@ -135,10 +135,7 @@ impl Cuda<'_> {
                 self.line("buf ^= 1;");
             } else {
                 for &p in cached {
-                    let (t, name) = (
-                        self.k.params[p].elem.c_storage(),
-                        crate::expand::plain_name(&self.k.params[p].name),
-                    );
+                    let (t, name) = self.param_text(p);
                     let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
                     self.line(format!("fz_vec<{t}, 4> rc_{name}[{}];", CACHE / 4));
                     self.line("#pragma unroll");
@@ -168,10 +165,7 @@ impl Cuda<'_> {
         self.helpers.insert("fz_long_rows");
         self.helpers.insert("fz_vec");
         for &p in cached {
-            let (t, name) = (
-                self.k.params[p].elem.c_storage(),
-                crate::expand::plain_name(&self.k.params[p].name),
-            );
+            let (t, name) = self.param_text(p);
             self.line(format!(
                 "__shared__ fz_vec<{t}, 4> pf_{name}[2][{}];",
                 CACHE / 4 * BLOCK
@@ -193,10 +187,7 @@ impl Cuda<'_> {
         }
         let inside = self.in_cached_row();
         for &p in cached {
-            let (t, name) = (
-                self.k.params[p].elem.c_storage(),
-                crate::expand::plain_name(&self.k.params[p].name),
-            );
+            let (t, name) = self.param_text(p);
             // The row's address once (64-bit), then 32-bit steps: the address was recomputed
             // from `gp * len` for each vector.
             self.line(format!(
@@ -358,19 +349,13 @@ impl Cuda<'_> {
         let vectors = self.row_vectors(pass, axis, cached);
         for &p in &vectors {
             let param = &self.k.params[p];
-            let (t, name) = (
-                param.elem.c_storage(),
-                crate::expand::plain_name(&param.name),
-            );
+            let (t, name) = self.param_text(p);
             let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
             self.line(format!("const fz_vec<{t}, 4> lv_{name} = {open}reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}){at};"));
         }
         if self.in_shared {
             for &p in cached {
-                let (t, name) = (
-                    self.k.params[p].elem.c_storage(),
-                    crate::expand::plain_name(&self.k.params[p].name),
-                );
+                let (t, name) = self.param_text(p);
                 self.line(format!(
                     "const fz_vec<{t}, 4> rc_{name} = pf_{name}[buf][q * {BLOCK} + threadIdx.x];"
                 ));

@@ -113,15 +113,6 @@ impl Cuda<'_> {
         }
     }
 
-    /// A parameter's storage type and plain name.
-    fn param_text(&self, p: usize) -> (&'static str, String) {
-        let param = &self.k.params[p];
-        (
-            param.elem.c_storage(),
-            crate::expand::plain_name(&param.name),
-        )
-    }
-
     /// The coordinates of row `g`, its start `b<s>` in each shape, and its prologue values.
     fn shared_row_start(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
