@@ -12,6 +12,14 @@
 #include <atomic>
 #include <algorithm>
 using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
+// CUDA's fmax and fmin (PTX max and min) give the other operand where one is NaN, signaling NaN
+// included, as Rust's f32::max does; glibc's give NaN for a signaling one.
+template <typename T> static inline T fz_emu_max(T a, T b) { return isnan(a) ? b : isnan(b) ? a : std::fmax(a, b); }
+template <typename T> static inline T fz_emu_min(T a, T b) { return isnan(a) ? b : isnan(b) ? a : std::fmin(a, b); }
+#define fmaxf fz_emu_max<float>
+#define fminf fz_emu_min<float>
+#define fmax fz_emu_max<double>
+#define fmin fz_emu_min<double>
 struct dim3_ { unsigned int x, y, z; };
 static thread_local dim3_ threadIdx, blockIdx;
 static dim3_ blockDim{256,1,1}, gridDim{1,1,1};
