@@ -355,7 +355,7 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
 /// by its instructions, and longer-lived blocks, each copying its next row while it works
 /// through the passes of this one, keep it fed (40: 93%, against 89% at 160).
 fn row_blocks_per_sm(plan: &crate::plan::Plan) -> u32 {
-    match plan.passes.iter().filter(|p| !p.reduces.is_empty()).count() {
+    match plan.reducing_passes() {
         0..=2 => 160,
         _ => 40,
     }
@@ -372,7 +372,7 @@ fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
         Launch::Rows { domain, axis } => {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
-            let cache_bytes = crate::cuda::cached_bytes(k);
+            let cache_bytes = crate::cuda::cached_bytes(k, plan);
             let blocks_per_sm = row_blocks_per_sm(plan);
             quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, blocks_per_sm: #blocks_per_sm })
         }
@@ -461,7 +461,7 @@ fn module_items(
     let source = &source.text;
     let geometry = geometry(k, plan);
     let picked = local("geometry");
-    let (short_rows, kernel_info) = short_rows_items(k, &picked);
+    let (short_rows, kernel_info) = short_rows_items(k, plan, &picked);
     let cpu = cpu_items(k, plan, sig);
     let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate.");
     quote! {
@@ -508,9 +508,13 @@ fn module_items(
 /// `KERNEL`, and like it but for the symbol), and the expression that picks it for rows of 1
 /// to [`SHORT`](crate::cuda::SHORT) elements from the launch's `geometry`. Otherwise nothing,
 /// and `KERNEL`.
-fn short_rows_items(k: &Kernel, geometry: &Ident) -> (TokenStream, TokenStream) {
+fn short_rows_items(
+    k: &Kernel,
+    plan: &crate::plan::Plan,
+    geometry: &Ident,
+) -> (TokenStream, TokenStream) {
     let rt = rt();
-    let Some(symbol) = crate::cuda::short_rows_symbol(k) else {
+    let Some(symbol) = crate::cuda::short_rows_symbol(k, plan) else {
         return (quote!(), quote!(&self::__fuse::KERNEL));
     };
     let (kernel, short) = (plain_name(&k.name), crate::cuda::SHORT as u64);

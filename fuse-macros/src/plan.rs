@@ -26,6 +26,13 @@ pub struct Pass {
     pub after: Vec<NodeId>,
 }
 
+impl Plan {
+    /// The passes that reduce: a row kernel's trips through the block reduction.
+    pub fn reducing_passes(&self) -> usize {
+        self.passes.iter().filter(|p| !p.reduces.is_empty()).count()
+    }
+}
+
 pub fn plan(k: &Kernel) -> Plan {
     let live = live_nodes(k);
     let is_elem = |id: NodeId| is_element(k, id);

@@ -220,8 +220,6 @@ fn arg_slots(
     Ok(())
 }
 
-/// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
-/// is built on the stack, so a launch allocates nothing.
 /// The driver's parameter array for `slots`: the address of each slot, on the stack for up to
 /// `INLINE_SLOTS` arguments.
 pub(crate) fn param_array(slots: &mut [u64]) -> Inline<*mut c_void, INLINE_SLOTS> {
@@ -232,6 +230,8 @@ pub(crate) fn param_array(slots: &mut [u64]) -> Inline<*mut c_void, INLINE_SLOTS
     params
 }
 
+/// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
+/// is built on the stack, so a launch allocates nothing.
 fn enqueue(
     cuda: &CudaDevice,
     function: sys::CUfunction,

@@ -46,7 +46,7 @@ impl Cuda<'_> {
             Op::Float(digits) => float_literal(digits, e),
             Op::Bool(b) => b.to_string(),
             Op::Unary(op, a) => self.unary(*op, e, &v(a)),
-            Op::Binary(crate::parse::BinOp::Div, a, b)
+            Op::Binary(BinOp::Div, a, b)
                 if scope != Scope::Row && self.uniform_divisors.contains(b) =>
             {
                 match self.fast_division {

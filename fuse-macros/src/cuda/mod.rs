@@ -149,14 +149,14 @@ fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     if !(cached && narrow && reduces <= 3) {
         return MIN_BLOCKS;
     }
-    let along = k
-        .tensor_params()
-        .filter(|(_, _, s)| s.last() == axis.as_ref())
-        .count();
     // Philox's state and rounds take registers of their own: `softmax_dropout` needs 91.
     if k.nodes.iter().any(|n| matches!(n.op, Op::Random(..))) {
         return MIN_BLOCKS;
     }
+    let along = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.last() == axis.as_ref())
+        .count();
     // A kernel that writes whole rows keeps the output's vectors too: softmax spilled the
     // row-a-block copy of its loop (see `rows`) at five.
     let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
@@ -273,40 +273,49 @@ impl Cuda<'_> {
     }
 
     fn params(&self) -> String {
-        let k = self.k;
-        let mut ps = vec![];
-        for (_, p, _) in k.tensor_params() {
-            ps.push(format!(
-                "const {}* __restrict__ p_{}",
-                p.elem.c_storage(),
-                crate::expand::plain_name(&p.name)
-            ));
-        }
-        for (j, o) in k.outputs.iter().enumerate() {
-            ps.push(format!("{}* __restrict__ out{j}", o.elem.c_storage()));
-        }
-        for p in k.params.iter().filter(|p| p.shape.is_none()) {
-            ps.push(format!(
-                "const {} p_{}",
-                p.elem.c_storage(),
-                crate::expand::plain_name(&p.name)
-            ));
-        }
-        for (_, name) in k.named_dims() {
-            ps.push(format!("const long long d_{name}"));
-        }
-        for j in 0..self.host_divisors.len() {
-            ps.push(format!("const unsigned long long fz_recip_{j}"));
-        }
-        if matches!(k.launch, Launch::Full { .. }) {
-            ps.push("unsigned long long* __restrict__ fz_scratch".into());
-            ps.push("unsigned int* __restrict__ fz_counter".into());
-        }
-        ps.iter()
-            .map(|p| format!("    {p}"))
+        self.param_list()
+            .iter()
+            .map(|(decl, name)| format!("    {decl} {name}"))
             .collect::<Vec<_>>()
             .join(",\n")
             + "\n"
+    }
+
+    /// The kernel's parameters in order, each as its declared type and its name.
+    fn param_list(&self) -> Vec<(String, String)> {
+        let k = self.k;
+        let mut ps = vec![];
+        for (i, _, _) in k.tensor_params() {
+            let (t, name) = self.param_text(i);
+            ps.push((format!("const {t}* __restrict__"), format!("p_{name}")));
+        }
+        for (j, o) in k.outputs.iter().enumerate() {
+            let t = o.elem.c_storage();
+            ps.push((format!("{t}* __restrict__"), format!("out{j}")));
+        }
+        for (i, _) in k
+            .params
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.shape.is_none())
+        {
+            let (t, name) = self.param_text(i);
+            ps.push((format!("const {t}"), format!("p_{name}")));
+        }
+        for (_, name) in k.named_dims() {
+            ps.push(("const long long".into(), format!("d_{name}")));
+        }
+        for j in 0..self.host_divisors.len() {
+            ps.push(("const unsigned long long".into(), format!("fz_recip_{j}")));
+        }
+        if matches!(k.launch, Launch::Full { .. }) {
+            ps.push((
+                "unsigned long long* __restrict__".into(),
+                "fz_scratch".into(),
+            ));
+            ps.push(("unsigned int* __restrict__".into(), "fz_counter".into()));
+        }
+        ps
     }
 
     /// The initializer of an `fz_divisor` for the product of `dims` over `by`. In an elementwise

@@ -235,13 +235,7 @@ impl Cuda<'_> {
         // The leading barrier keeps a warp from overwriting `red` while another still reads the
         // same reduction of the previous row. A row kernel with two or more reducing passes
         // already has another pass's barriers between those two uses, so it leaves it out.
-        let reducing = self
-            .plan
-            .passes
-            .iter()
-            .filter(|p| !p.reduces.is_empty())
-            .count();
-        if !(segmented || whole) || reducing < 2 {
+        if !(segmented || whole) || self.plan.reducing_passes() < 2 {
             self.line("__syncthreads();");
         }
         self.open("if ((threadIdx.x & 31) == 0)");

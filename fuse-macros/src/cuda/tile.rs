@@ -83,8 +83,8 @@ fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
 
 /// The entry point of `k`'s kernel for rows of 1 to [`SHORT`] elements, when it has one; the
 /// launch picks it for those lengths.
-pub fn short_rows_symbol(k: &Kernel) -> Option<String> {
-    tiling(k, &crate::plan::plan(k)).map(|_| format!("{}_short_rows", super::symbol(k)))
+pub fn short_rows_symbol(k: &Kernel, plan: &Plan) -> Option<String> {
+    tiling(k, plan).map(|_| format!("{}_short_rows", super::symbol(k)))
 }
 
 /// The tensors over the whole domain that the tile carries: inputs that some pass reads,
@@ -169,10 +169,9 @@ impl Cuda<'_> {
 
     /// The names of the kernel's parameters, in order.
     fn param_names(&self) -> Vec<String> {
-        self.params()
-            .lines()
-            .filter_map(|l| l.trim().trim_end_matches(',').rsplit(' ').next())
-            .map(str::to_string)
+        self.param_list()
+            .into_iter()
+            .map(|(_, name)| name)
             .collect()
     }
 
@@ -188,7 +187,7 @@ impl Cuda<'_> {
     ) -> String {
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
-        self.row_counts(domain, axis, plan);
+        let rows = self.row_counts(domain, axis, plan);
         self.tile_memory(tiled, tile);
         self.shared_reduction_buffers(plan);
         self.line(format!("const int per_block = {BLOCK} / width;"));
@@ -207,7 +206,7 @@ impl Cuda<'_> {
         self.line("const long long fz_e0 = fz_t0 * len;");
         self.copy_in(tiled, tile);
         self.line("__syncthreads();");
-        self.tile_row_passes(domain, axis, plan, tiled);
+        self.tile_row_passes(domain, &rows, axis, plan, tiled);
         self.line("__syncthreads();");
         self.copy_out(tiled, tile);
         self.close();
@@ -313,8 +312,16 @@ impl Cuda<'_> {
 
     /// The passes over the tile's rows, `per_block` rows at a time. Inside, each tiled tensor's
     /// name stands for its row in shared memory, so the row steps read and write the tile; a
-    /// segment past the tile's last row computes on that row and writes nothing.
-    fn tile_row_passes(&mut self, domain: &[DimId], axis: DimId, plan: &Plan, tiled: &[Tiled]) {
+    /// segment past the tile's last row computes on that row and writes nothing. `rows` are the
+    /// dims of `domain` besides `axis`.
+    fn tile_row_passes(
+        &mut self,
+        domain: &[DimId],
+        rows: &[DimId],
+        axis: DimId,
+        plan: &Plan,
+        tiled: &[Tiled],
+    ) {
         // Not unrolled: ptxas interleaved rows where the register bound allowed, raising row
         // kernels bounded at 128 registers (a sum over rows: 46 to 56) and so lowering the
         // occupancy of their other paths; 32 warps an SM have latency enough to hide.
@@ -326,8 +333,7 @@ impl Cuda<'_> {
         self.line("const int fz_row = fz_l0 + (int)threadIdx.x / width;");
         self.line("const bool live = fz_row < fz_rows_here;");
         self.line("const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);");
-        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-        for l in self.layout.split("g", &rows, &SYNTAX) {
+        for l in self.layout.split("g", rows, &SYNTAX) {
             self.line(l);
         }
         let shapes = self.layout.shapes();
@@ -430,7 +436,7 @@ mod tests {
         let tokens = quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } };
         let k = kernel(tokens.clone());
         assert_eq!(
-            super::short_rows_symbol(&k).as_deref(),
+            super::short_rows_symbol(&k, &crate::plan::plan(&k)).as_deref(),
             Some("fuse_f_short_rows")
         );
         let text = source(tokens);
@@ -496,7 +502,8 @@ mod tests {
                 }
             },
         ] {
-            assert_eq!(super::short_rows_symbol(&kernel(tokens.clone())), None);
+            let k = kernel(tokens.clone());
+            assert_eq!(super::short_rows_symbol(&k, &crate::plan::plan(&k)), None);
             let text = source(tokens);
             assert_eq!(tile_vectors(&text), None, "{text}");
             assert!(!text.contains("fz_short_rows"));

@@ -23,8 +23,8 @@ const SLOTS_PER_PHASE: usize = 16;
 /// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
 /// kernel over contiguous rows, a single pass (which reads each element once anyway), or more
 /// reductions than the exchange slots hold.
-pub fn cached_bytes(k: &Kernel) -> u32 {
-    bytes(k, &shared_params(k, &crate::plan::plan(k)))
+pub fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
+    bytes(k, &shared_params(k, plan))
 }
 
 /// The bytes an element of each of `params` takes, summed.
@@ -57,8 +57,9 @@ fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
 
 impl Cuda<'_> {
     /// The shared-memory path of a row kernel, before its row loop: taken when the launch gives
-    /// enough dynamic shared memory, and then the whole kernel (it returns).
-    pub(super) fn long_rows(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
+    /// enough dynamic shared memory, and then the whole kernel (it returns). `rows` are the dims
+    /// besides `axis`.
+    pub(super) fn long_rows(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
         let cached = shared_params(self.k, plan);
         if cached.is_empty() {
             return;
@@ -84,7 +85,7 @@ impl Cuda<'_> {
         self.open(
             "for (long long g = blockIdx.x / blocks; g < groups; g += (long long)(gridDim.x / blocks))",
         );
-        self.shared_row_start(domain, axis, plan);
+        self.shared_row_start(rows, axis, plan);
         self.shared_load(&cached);
         self.shared_passes(plan, axis, &cached);
         self.close();
@@ -114,9 +115,8 @@ impl Cuda<'_> {
     }
 
     /// The coordinates of row `g`, its start `b<s>` in each shape, and its prologue values.
-    fn shared_row_start(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
-        let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-        for l in self.layout.split("g", &rows, &SYNTAX) {
+    fn shared_row_start(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
+        for l in self.layout.split("g", rows, &SYNTAX) {
             self.line(l);
         }
         for (s, shape) in self.layout.shapes().iter().enumerate() {
@@ -335,7 +335,11 @@ mod tests {
                 (x as f64 - sum(x as f64 * w, c)) * w + m as f64 + g as f64
             }
         });
-        assert_eq!(cached_bytes(&k), 4 + 8 + 1, "g is along the row only");
+        assert_eq!(
+            cached_bytes(&k, &crate::plan::plan(&k)),
+            4 + 8 + 1,
+            "g is along the row only"
+        );
         let text = source(quote! {
             fn f(x: [f32; r, c], w: [f64; r, c], m: [u8; r, c], g: [f32; c]) -> [f64; r, c] {
                 (x as f64 - sum(x as f64 * w, c)) * w + m as f64 + g as f64
@@ -402,7 +406,7 @@ mod tests {
         });
         let map = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } });
         for k in [single, columns, map] {
-            assert_eq!(cached_bytes(&k), 0);
+            assert_eq!(cached_bytes(&k, &crate::plan::plan(&k)), 0);
             assert!(!crate::cuda::source(&k, &crate::plan::plan(&k))
                 .text
                 .contains("fz_smem_bytes"));
@@ -420,6 +424,10 @@ mod tests {
                 x - a - b - d - e - sum(x * 17.0, c)
             }
         });
-        assert_eq!(cached_bytes(&k), 0, "17 slots in one pass");
+        assert_eq!(
+            cached_bytes(&k, &crate::plan::plan(&k)),
+            0,
+            "17 slots in one pass"
+        );
     }
 }
