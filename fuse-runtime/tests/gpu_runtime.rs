@@ -308,31 +308,17 @@ fn wrong_device_is_an_error() {
         Arg::Scalar(0),
         Arg::Dim(9),
     ];
-    let err = launch(
-        &dev,
-        &SAXPY,
-        Geometry::Map {
-            elems: 9,
-            vectors: 1,
-        },
-        &args,
-    )
-    .unwrap_err();
+    let geometry = Geometry::Map {
+        elems: 9,
+        vectors: 1,
+    };
+    let err = launch(&dev, &SAXPY, geometry, &args).unwrap_err();
     assert!(
         matches!(err, Error::DeviceMismatch { ref param, .. } if param == "argument 1"),
         "{err}"
     );
     // And on the CPU device, launch refuses rather than crashing.
-    let err = launch(
-        &Device::cpu(),
-        &SAXPY,
-        Geometry::Map {
-            elems: 9,
-            vectors: 1,
-        },
-        &args,
-    )
-    .unwrap_err();
+    let err = launch(&Device::cpu(), &SAXPY, geometry, &args).unwrap_err();
     assert!(matches!(err, Error::NotCuda { .. }), "{err}");
 }
 
