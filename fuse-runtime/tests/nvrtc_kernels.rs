@@ -56,12 +56,14 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
         "only {} kernels registered",
         kernels.len()
     );
-    // `FUSE_DUMP_DIR=DIR` also writes each kernel's CUDA C to `DIR/<name>.cu`, to read its
-    // SASS or to time variants of it by hand.
-    if let Some(dir) = std::env::var_os("FUSE_DUMP_DIR") {
-        std::fs::create_dir_all(&dir).expect("FUSE_DUMP_DIR is a writable folder");
+    // `FUSE_DUMP_DIR=DIR` also writes each kernel's CUDA C to `DIR/<name>.cu`, and its sm_90
+    // CUBIN and ptxas report to `<name>.sm_90.cubin` and `.log`, to read its SASS (`cuobjdump
+    // -sass` where a toolkit is) or to time variants of it by hand.
+    let dump = std::env::var_os("FUSE_DUMP_DIR").map(std::path::PathBuf::from);
+    if let Some(dir) = &dump {
+        std::fs::create_dir_all(dir).expect("FUSE_DUMP_DIR is a writable folder");
         for k in &kernels {
-            let path = std::path::Path::new(&dir).join(format!("{}.cu", k.name));
+            let path = dir.join(format!("{}.cu", k.name));
             std::fs::write(&path, k.source).expect("FUSE_DUMP_DIR is a writable folder");
         }
     }
@@ -75,6 +77,12 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
                         "{} sm_{arch}: not a CUBIN",
                         k.name
                     );
+                    if let (Some(dir), 90) = (&dump, arch) {
+                        let path = |ext| dir.join(format!("{}.sm_90.{ext}", k.name));
+                        std::fs::write(path("cubin"), &c.cubin)
+                            .and_then(|()| std::fs::write(path("log"), &c.log))
+                            .expect("FUSE_DUMP_DIR is a writable folder");
+                    }
                     if let Some(line) = nvrtc::spills(&c.log) {
                         failures.push(format!("{} sm_{arch} spills: {line}", k.name));
                     }
