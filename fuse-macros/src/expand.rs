@@ -331,7 +331,11 @@ fn product(k: &Kernel, dims: &[usize]) -> TokenStream {
 
 /// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
 /// four where a thread sets up more than one vector's work (the reciprocals of a broadcast's
-/// index, Philox's keys), else one.
+/// index, Philox's keys); two where each element calls a math routine (`exp`, `ln`, `tanh`...),
+/// which makes the kernel bound by its instructions on a GPU with fast memory, so a thread's own
+/// setup and loop costs are worth spreading over two vectors (W1 on an H200: 93% of copy
+/// bandwidth with one, 99% with two; benches/NOTES.md item 30); else one, which keeps the most
+/// loads in flight for kernels that only stream (W10: 103% with one, 102% with two).
 fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
     let broadcast = k
         .tensor_params()
@@ -341,22 +345,34 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
         .nodes
         .iter()
         .any(|n| matches!(n.op, crate::ir::Op::Random(..)));
-    if broadcast || random {
-        4
-    } else {
-        1
+    let routine = k
+        .nodes
+        .iter()
+        .any(|n| matches!(&n.op, crate::ir::Op::Call(f, _) if f.is_routine()));
+    match (broadcast || random, routine) {
+        (true, _) => 4,
+        (false, true) => 2,
+        (false, false) => 1,
     }
 }
 
-/// The most blocks per SM of a row kernel's grid (`Geometry::Rows`). Measured on an H100 with
-/// the row-a-block loop (benches/NOTES.md, items 27 and 28): most row kernels stream best in
-/// many short-lived blocks (160 per SM: W5, W6, W8 at 99%, W9 at 100%, against 97% at 40);
-/// one with three reducing passes over the row (W7: mean, variance, absolute maximum) is bound
-/// by its instructions, and longer-lived blocks, each copying its next row while it works
-/// through the passes of this one, keep it fed (40: 93%, against 89% at 160).
-fn row_blocks_per_sm(plan: &crate::plan::Plan) -> u32 {
-    match plan.reducing_passes() {
-        0..=2 => 160,
+/// The most blocks per SM of a row kernel's grid (`Geometry::Rows`). Many short-lived blocks
+/// (160 per SM) stream best where a kernel writes whole rows: a block's row writes cover the
+/// start of the next block's loads. Longer-lived blocks (40 per SM), each copying its next row
+/// while it works through the passes of this one, keep a kernel fed where it has three reducing
+/// passes over the row (W7: mean, variance, absolute maximum; bound by its instructions) or
+/// writes a value per row only (W9, cross-entropy: its rows are read, reduced and left, so
+/// little but the copy ahead hides the next row's loads). Measured (benches/NOTES.md, items 27,
+/// 28 and 30): on an H200, W9 96% at 40 against 86% at 160, W7 70% against 67%, W5 95% at 160
+/// against 91% at 40; on an H100 the per-row case was 97% at 40 and 100% at 160, and the fast
+/// memory decides here.
+fn row_blocks_per_sm(k: &Kernel, plan: &crate::plan::Plan) -> u32 {
+    let Launch::Rows { domain, .. } = &k.launch else {
+        return 160;
+    };
+    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
+    match (plan.reducing_passes(), writes_rows) {
+        (0..=2, true) => 160,
         _ => 40,
     }
 }
@@ -373,7 +389,7 @@ fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
             let cache_bytes = crate::cuda::cached_bytes(k, plan);
-            let blocks_per_sm = row_blocks_per_sm(plan);
+            let blocks_per_sm = row_blocks_per_sm(k, plan);
             quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, blocks_per_sm: #blocks_per_sm })
         }
         Launch::Full { domain } => {
@@ -598,13 +614,13 @@ mod tests {
     use crate::testing::kernel;
     use quote::quote;
 
-    /// The row grid by reducing passes: W7's three (mean, variance, absolute maximum) against
-    /// softmax's and cross-entropy's two.
+    /// The row grid by reducing passes and outputs: W7's three passes (mean, variance, absolute
+    /// maximum) and cross-entropy's value per row, against softmax's two passes and whole rows.
     #[test]
     fn row_grids_follow_the_reducing_passes() {
         let blocks = |tokens| {
             let k = kernel(tokens);
-            super::row_blocks_per_sm(&crate::plan::plan(&k))
+            super::row_blocks_per_sm(&k, &crate::plan::plan(&k))
         };
         let quantize = blocks(quote! {
             fn q(x: [f32; rows, cols]) -> [i8; rows, cols] {
@@ -621,6 +637,26 @@ mod tests {
                 logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
             }
         });
-        assert_eq!((quantize, softmax, cross_entropy), (40, 160, 160));
+        assert_eq!((quantize, softmax, cross_entropy), (40, 160, 40));
+    }
+
+    /// Elementwise grids: two vectors a thread where each element calls a math routine, four
+    /// where a broadcast or random numbers set up each thread's work, else one.
+    #[test]
+    fn map_vectors_follow_the_work_per_element() {
+        let vectors = |tokens| {
+            let k = kernel(tokens);
+            let crate::ir::Launch::Map { domain } = &k.launch else {
+                panic!("an elementwise kernel")
+            };
+            super::map_vectors(&k, domain)
+        };
+        let tangent = vectors(
+            quote! { fn t(x: [f32; n], y: [f32; n]) -> [f32; n] { x * y + x.abs().max(y) } },
+        );
+        let softplus = vectors(quote! { fn s(x: [f32; n]) -> [f32; n] { (x.exp() + 1.0).ln() } });
+        let bias =
+            vectors(quote! { fn b(x: [f32; r, c], b: [f32; c]) -> [f32; r, c] { (x + b).tanh() } });
+        assert_eq!((tangent, softplus, bias), (1, 2, 4));
     }
 }

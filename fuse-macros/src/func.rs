@@ -63,6 +63,44 @@ pub enum Func {
     TrailingZeros,
 }
 
+impl Func {
+    /// Whether the function is a math library routine of many instructions (`expf`, `logf`,
+    /// `tanhf`, ...) rather than a few (a comparison, a rounding, a bit count, `sqrt` and `rsqrt`,
+    /// which are one special-function instruction and a correction); the elementwise grid gives
+    /// kernels that call one more work per thread (`expand.rs`, `map_vectors`).
+    pub fn is_routine(self) -> bool {
+        use Func::*;
+        !matches!(
+            self,
+            Sqrt | Recip
+                | Floor
+                | Ceil
+                | Round
+                | Trunc
+                | Fract
+                | ToDegrees
+                | ToRadians
+                | Abs
+                | Signum
+                | Copysign
+                | Max
+                | Min
+                | Clamp
+                | MulAdd
+                | IsNan
+                | IsFinite
+                | IsInfinite
+                | IsSignNegative
+                | IsSignPositive
+                | Relu
+                | Rsqrt
+                | Pow
+                | CountOnes
+                | LeadingZeros
+                | TrailingZeros
+        )
+    }
+}
 /// How a function's arguments and result are typed.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Sig {

@@ -23,8 +23,9 @@ pub enum Geometry {
         /// The number of elements.
         elems: u64,
         /// The 4-element vectors each thread takes: 1 for kernels that only stream (as Triton
-        /// launches), more for those whose threads set up more than a vector's work (index
-        /// divisors, Philox keys), which a longer grid-stride loop amortizes.
+        /// launches), more for those bound by their instructions (math routines per element)
+        /// or whose threads set up more than a vector's work (index divisors, Philox keys),
+        /// which a longer grid-stride loop amortizes.
         vectors: u32,
     },
     /// One block per group, grid-striding over `groups`; no launch when `groups` is 0.
