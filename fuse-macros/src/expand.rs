@@ -330,8 +330,8 @@ fn product(k: &Kernel, dims: &[usize]) -> TokenStream {
 }
 
 /// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
-/// four where a thread sets up more than one vector's work (the reciprocals of a broadcast's
-/// index, Philox's keys); two where each element calls a math routine (`exp`, `ln`, `tanh`...),
+/// eight where a thread sets up Philox's keys (W3 on an H200: 74% of copy bandwidth at four,
+/// 77% at eight), four where it sets up the reciprocals of a broadcast's index; two where each element calls a math routine (`exp`, `ln`, `tanh`...),
 /// which makes the kernel bound by its instructions on a GPU with fast memory, so a thread's own
 /// setup and loop costs are worth spreading over two vectors (W1 on an H200: 93% of copy
 /// bandwidth with one, 99% with two; benches/NOTES.md item 30); else one, which keeps the most
@@ -349,10 +349,11 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
         .nodes
         .iter()
         .any(|n| matches!(&n.op, crate::ir::Op::Call(f, _) if f.is_routine()));
-    match (broadcast || random, routine) {
-        (true, _) => 4,
-        (false, true) => 2,
-        (false, false) => 1,
+    match (random, broadcast, routine) {
+        (true, _, _) => 8,
+        (false, true, _) => 4,
+        (false, false, true) => 2,
+        (false, false, false) => 1,
     }
 }
 
@@ -641,7 +642,7 @@ mod tests {
     }
 
     /// Elementwise grids: two vectors a thread where each element calls a math routine, four
-    /// where a broadcast or random numbers set up each thread's work, else one.
+    /// where a broadcast sets up each thread's work, eight for random numbers, else one.
     #[test]
     fn map_vectors_follow_the_work_per_element() {
         let vectors = |tokens| {
