@@ -48,6 +48,16 @@ static __device__ __forceinline__ void fz_copy_wait() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
+static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile("" : "+r"(x)); }
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+#else
+    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+#endif
+}
 template <typename T> static __device__ __forceinline__ void fz_slot_put(unsigned long long* slot, T value) { union { unsigned long long u; T t; } v; v.u = 0ull; v.t = value; *slot = v.u; }
 #if __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
@@ -67,6 +77,19 @@ static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
 template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int) { union { unsigned long long u; T t; } v; v.u = *(const volatile unsigned long long*)slot; return v.t; }
 #endif
 #endif
+static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
+    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);
+    begin = part * rank < len ? (int)(part * rank) : (int)len;
+    end = len - begin < part ? (int)len : begin + part;
+    return part;
+}
+template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, long long len, unsigned int blocks, unsigned int rank) {
+    fz_opaque(blocks);
+    fz_opaque(rank);
+    int begin, end;
+    fz_part(len, blocks, rank, begin, end);
+    fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
+}
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     const float* __restrict__ p_x,
@@ -94,27 +117,30 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     if (fz_smem_bytes() != 0 && len < 0x40000000ll) {
         const unsigned int blocks = fz_cluster_size();
         const unsigned int rank = blockIdx.x % blocks;
-        const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);
-        const int begin = part * rank < len ? (int)(part * rank) : (int)len;
-        const int end = len - begin < part ? (int)len : begin + part;
+        int begin, end;
+        const int part = fz_part(len, blocks, rank, begin, end);
         if (fz_smem_bytes() >= 256 + (long long)part * 4) {
             unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
             float* const sc_x = (float*)(fz_shared() + 256);
             unsigned int phase = 0;
-            for (long long g = blockIdx.x / blocks; g < groups; g += (long long)(gridDim.x / blocks)) {
+            const long long clusters = (long long)(gridDim.x / blocks);
+            for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
                 const long long c0 = g;
                 const long long b0 = c0 * d_cols;
                 if ((len & 3) == 0) {
-                    #pragma unroll 4
+                    #pragma unroll 2
                     for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                         fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
                     }
                 }
                 else {
-                    #pragma unroll 4
+                    #pragma unroll 2
                     for (int r = begin + threadIdx.x; r < end; r += 256) {
                         fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
                     }
+                }
+                if (g + clusters < groups) {
+                    fz_prefetch_part_l2(p_x + (g + clusters) * len, len, blocks, rank);
                 }
                 fz_copy_wait();
                 float acc1 = (-__int_as_float(0x7f800000));

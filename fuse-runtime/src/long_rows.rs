@@ -4,6 +4,10 @@
 //! row from memory once, whatever its number of passes (`fuse-macros/src/cuda/rows/long_rows.rs`
 //! writes that path; it takes it exactly when the launch gives it enough dynamic shared memory).
 //!
+//! The grid holds as many clusters as the device can run at once ([`WAVES`]), each taking every
+//! so many rows: the kernel then asks L2 for the next row a cluster takes while it works on this
+//! one, so that memory streams rows all the time rather than between a row's passes.
+//!
 //! Rows that fit nowhere, devices without the shared memory, and kernels without the path
 //! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
 //! row when the environment variable `FUSE_LONG_ROWS` is `0` when a device is first used, to
@@ -39,6 +43,30 @@ fn blocks_per_sm() -> [u64; 2] {
     crate::launch::knob(&SET, "FUSE_LONG_ROWS_PER_SM")
         .filter(|&n| n > 0)
         .map_or(BLOCKS_PER_SM, |n| [n, n])
+}
+
+/// The clusters of a long-row grid, in multiples of those the device runs at once: one, so that
+/// every cluster stays resident over all its rows and has its next row fetched into L2 while it
+/// works (a second wave would start only as the first ends, its first rows not fetched ahead).
+const WAVES: u64 = 1;
+
+/// [`WAVES`], or what `FUSE_LONG_ROWS_WAVES` says (0: a cluster per row, as before the clusters
+/// stayed resident), for the benchmark to compare grids in one build.
+fn waves() -> u64 {
+    static SET: OnceLock<Option<u64>> = OnceLock::new();
+    crate::launch::knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or(WAVES)
+}
+
+/// The clusters of the grid for `groups` rows when the device runs `resident` clusters at once:
+/// [`waves`] times `resident`, no more than the rows; a cluster per row when the waves are 0.
+///
+/// Every cluster loops over rows `g`, `g + clusters`, ... (the kernel's row loop strides by the
+/// grid's clusters), so fewer clusters than rows is always correct.
+fn grid_clusters(groups: u64, resident: u32, waves: u64) -> u64 {
+    match waves {
+        0 => groups,
+        n => groups.min(u64::from(resident).saturating_mul(n)).max(1),
+    }
 }
 
 /// The most blocks of a cluster: 8 is the portable limit, 16 needs the kernel's permission.
@@ -120,8 +148,9 @@ struct Function {
     limits: Limits,
     /// The `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` set so far.
     max_dynamic: u32,
-    /// Whether a cluster of (blocks, shared bytes) can run, as the driver answered.
-    clusters: HashMap<(u32, u32), bool>,
+    /// How many clusters of (blocks, shared bytes) the device runs at once, as the driver
+    /// answered; 0 when none can run.
+    clusters: HashMap<(u32, u32), u32>,
 }
 
 /// The long-row state of one device: its limits and each kernel's settings, keyed by the
@@ -152,11 +181,12 @@ pub(crate) fn launch(
     if !taken(geometry) {
         return Ok(false);
     }
-    let Some(shape) = cuda.long_rows.prepare(cuda, function, row_len, cache_bytes) else {
+    let Some((shape, resident)) = cuda.long_rows.prepare(cuda, function, row_len, cache_bytes)
+    else {
         return Ok(false);
     };
-    // A cluster per row: many short-lived blocks, so a finishing one is replaced at once.
-    let clusters = groups.min(u64::from(i32::MAX as u32 / shape.cluster));
+    let clusters =
+        grid_clusters(groups, resident, waves()).min(u64::from(i32::MAX as u32 / shape.cluster));
     let grid = clusters as u32 * shape.cluster;
     enqueue(cuda, function, slots, grid, shape).map(|()| true)
 }
@@ -169,15 +199,15 @@ pub(crate) fn taken(geometry: Geometry) -> bool {
 }
 
 impl LongRows {
-    /// The shape for rows of `row_len`, with the kernel's attributes set for it; `None` when the
-    /// rows should stream instead.
+    /// The shape for rows of `row_len`, with the kernel's attributes set for it, and how many
+    /// clusters of it the device runs at once; `None` when the rows should stream instead.
     fn prepare(
         &self,
         cuda: &CudaDevice,
         function: &CudaFunction,
         row_len: u64,
         cache_bytes: u32,
-    ) -> Option<Shape> {
+    ) -> Option<(Shape, u32)> {
         cuda.bind().ok()?;
         let device = (*self.device.get_or_init(|| DeviceLimits::read(cuda)))?;
         let mut functions = lock(&self.functions);
@@ -194,16 +224,11 @@ impl LongRows {
                 .ok()?;
             entry.max_dynamic = shape.shared;
         }
-        if shape.cluster > 1 {
-            let runs = *entry
-                .clusters
-                .entry((shape.cluster, shape.shared))
-                .or_insert_with(|| cluster_runs(cuda, function, shape));
-            if !runs {
-                return None;
-            }
-        }
-        Some(shape)
+        let resident = *entry
+            .clusters
+            .entry((shape.cluster, shape.shared))
+            .or_insert_with(|| resident_clusters(cuda, function, shape));
+        (resident > 0).then_some((shape, resident))
     }
 }
 
@@ -303,9 +328,19 @@ fn config(
     }
 }
 
-/// Whether the driver can place at least one cluster of `shape` (clusters of 16 may not fit the
-/// SMs of one GPC with that much shared memory each).
-fn cluster_runs(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> bool {
+/// How many clusters of `shape` the device runs at once, 0 when it can place none (clusters of
+/// 16 may not fit the SMs of one GPC with that much shared memory each). For clusters of one,
+/// blocks per SM times SMs; when the driver will not say, as many as there may be rows (a
+/// cluster per row, as before the clusters stayed resident).
+fn resident_clusters(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> u32 {
+    if shape.cluster == 1 {
+        let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(
+            BLOCK,
+            shape.shared as usize,
+            None,
+        );
+        return per_sm.map_or(u32::MAX, |blocks| blocks.saturating_mul(cuda.sm_count));
+    }
     let mut attribute = cluster_attribute(shape.cluster);
     let config = config(cuda, shape.cluster, shape, &mut attribute);
     let mut clusters: std::ffi::c_int = 0;
@@ -314,7 +349,10 @@ fn cluster_runs(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> boo
     let asked = unsafe {
         sys::cuOccupancyMaxActiveClusters(&mut clusters, function.cu_function(), &config)
     };
-    asked.result().is_ok() && clusters > 0
+    match asked.result() {
+        Ok(()) => u32::try_from(clusters).unwrap_or(0),
+        Err(_) => 0,
+    }
 }
 
 /// Queues `function` on `grid` blocks of `shape` with the argument `slots`.
@@ -403,6 +441,29 @@ mod tests {
     fn a100_caches_in_one_block_or_streams() {
         assert_eq!(shape(32768, 4, a100()).map(|s| s.cluster), Some(1));
         assert_eq!(shape(262_144, 4, a100()), None);
+    }
+
+    #[test]
+    fn grids_hold_the_resident_clusters_each_looping_over_rows() {
+        // S1's softmax rows on an H200: 132 clusters of 3 resident, 8192 rows.
+        assert_eq!(grid_clusters(8192, 132, 1), 132);
+        assert_eq!(grid_clusters(8192, 132, 2), 264);
+        assert_eq!(
+            grid_clusters(100, 132, 1),
+            100,
+            "no more clusters than rows"
+        );
+        assert_eq!(
+            grid_clusters(8192, 132, 0),
+            8192,
+            "0 waves: a cluster per row"
+        );
+        assert_eq!(
+            grid_clusters(8192, u32::MAX, 1),
+            8192,
+            "the driver did not say"
+        );
+        assert_eq!(grid_clusters(1, 0, 1), 1);
     }
 
     #[test]

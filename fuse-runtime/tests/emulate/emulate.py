@@ -53,6 +53,7 @@ for ty, ptr, pname in params:
             blob += u64(outs[oi]); oi += 1
             load.append(f"memset({pname}_b, 0xff, {pname}_n);")
             post.append(f'fwrite({pname}_b, 1, {pname}_n, stdout);')
+        load.append(f"g_buffers.push_back({{{pname}_b, {pname}_n}});")
         args.append(f"({ty}*){pname}_b")
     elif pname.startswith("fz_recip_"):
         # An elementwise kernel's divisor, whose reciprocal the runtime computes: evaluate the

@@ -11,6 +11,8 @@
 #include <vector>
 #include <atomic>
 #include <algorithm>
+#include <cstdlib>
+#include <utility>
 using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
 // CUDA's fmax and fmin (PTX max and min) give the other operand where one is NaN, signaling NaN
 // included, as Rust's f32::max does; glibc's give NaN for a signaling one.
@@ -52,6 +54,14 @@ template <int N> static inline void fz_copy_async(void* dst, const void* src) { 
 static inline void fz_copy_wait() {}
 template <typename T> static inline void fz_slot_put(unsigned long long* slot, T value) {
   unsigned long long u = 0; std::memcpy(&u, &value, sizeof(T)); *slot = u; }
+// The L2 prefetch is only a hint on the GPU; here it checks that the range lies in one of the
+// kernel's buffers (emulate.py lists them), so that a wrong next-row address fails the test.
+static std::vector<std::pair<const unsigned char*, unsigned long long>> g_buffers;
+static inline void fz_prefetch_l2(const void* from, long long bytes) {
+  if (bytes <= 0) return; const unsigned char* p = (const unsigned char*)from;
+  for (auto& [b, n] : g_buffers) if (p >= b && p + bytes <= b + n) return;
+  fprintf(stderr, "emulate: prefetch of %lld bytes outside every buffer\n", bytes); std::abort(); }
+static inline void fz_opaque(unsigned int&) {}
 static inline unsigned int fz_cluster_size() { return g_cl->size; }
 static inline void fz_cluster_sync() { g_cl->all->arrive_and_wait(); }
 static inline void fz_cluster_exit() { g_cl->all->arrive_and_wait(); }

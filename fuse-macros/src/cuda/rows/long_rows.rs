@@ -73,20 +73,22 @@ impl Cuda<'_> {
         self.open("if (fz_smem_bytes() != 0 && len < 0x40000000ll)");
         self.line("const unsigned int blocks = fz_cluster_size();");
         self.line("const unsigned int rank = blockIdx.x % blocks;");
-        self.line("const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);");
-        self.line("const int begin = part * rank < len ? (int)(part * rank) : (int)len;");
-        self.line("const int end = len - begin < part ? (int)len : begin + part;");
+        self.line("int begin, end;");
+        self.line("const int part = fz_part(len, blocks, rank, begin, end);");
         self.open(format!(
             "if (fz_smem_bytes() >= {SLOTS} + (long long)part * {})",
             bytes(self.k, &cached)
         ));
         self.shared_layout(&cached);
         self.line("unsigned int phase = 0;");
-        self.open(
-            "for (long long g = blockIdx.x / blocks; g < groups; g += (long long)(gridDim.x / blocks))",
-        );
+        // The runtime launches as many clusters as can be resident, each taking every
+        // `clusters`-th row, so that a block can fetch its next row while it works on this one.
+        self.line("const long long clusters = (long long)(gridDim.x / blocks);");
+        self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
         self.shared_row_start(rows, axis, plan);
         self.shared_load(&cached);
+        self.next_row_prefetch(&cached);
+        self.line("fz_copy_wait();");
         self.shared_passes(plan, axis, &cached);
         self.close();
         // No block may leave while another can still read its slots.
@@ -128,12 +130,16 @@ impl Cuda<'_> {
         self.values(&plan.prologue, Scope::Row);
     }
 
-    /// Copies this block's part of the row into shared memory, each thread the elements it will
-    /// read in every pass (so no barrier is needed): 16-byte copies (four elements) when the
-    /// length allows, else one element a copy; all in flight at once (`cp.async` on sm_80+).
+    /// Starts copying this block's part of the row into shared memory, each thread the elements
+    /// it will read in every pass (so no barrier is needed, before the copies or after them: a
+    /// thread overwrites only elements it read itself in the previous row's passes): 16-byte
+    /// copies (four elements) when the length allows, else one element a copy; all in flight at
+    /// once (`cp.async` on sm_80+) until `fz_copy_wait`.
     fn shared_load(&mut self, cached: &[usize]) {
         self.open("if ((len & 3) == 0)");
-        self.line("#pragma unroll 4");
+        // Two copies a step, not four: with four, the next row's prefetch after them tipped
+        // layernorm_quantize on sm_90 into spills (the copies wait on nothing either way).
+        self.line("#pragma unroll 2");
         self.open(format!(
             "for (int c = begin / 4 + threadIdx.x; c < end / 4; c += {BLOCK})"
         ));
@@ -147,7 +153,7 @@ impl Cuda<'_> {
         self.close();
         self.close();
         self.open("else");
-        self.line("#pragma unroll 4");
+        self.line("#pragma unroll 2");
         self.open(format!(
             "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
         ));
@@ -160,7 +166,21 @@ impl Cuda<'_> {
         }
         self.close();
         self.close();
-        self.line("fz_copy_wait();");
+    }
+
+    /// Asks L2 for this block's part of the next row the cluster takes, once this row's copies
+    /// are under way: while the passes run from shared memory, memory streams that row into L2,
+    /// and the next copies read it from there. Every cached tensor is over the whole domain with
+    /// the reduced dim last, and dense, so row `n` starts at `n * len` (`b<s>` for row `g`).
+    fn next_row_prefetch(&mut self, cached: &[usize]) {
+        self.open("if (g + clusters < groups)");
+        for &p in cached {
+            let (_, name) = self.param_text(p);
+            self.line(format!(
+                "fz_prefetch_part_l2(p_{name} + (g + clusters) * len, len, blocks, rank);"
+            ));
+        }
+        self.close();
     }
 
     /// The passes over this block's part of the row, from shared memory: each pass's block
@@ -266,8 +286,9 @@ impl Cuda<'_> {
     }
 }
 
-/// The helper functions of the shared-memory path, for the GPU only: the emulation of
-/// `fuse-runtime/tests/emulate` supplies its own.
+/// The helper functions of the shared-memory path: those within `__CUDA_ARCH__` for the GPU
+/// only (the emulation of `fuse-runtime/tests/emulate` supplies its own), then the arithmetic
+/// both share.
 pub const HELPERS: &str = concat!(
     "#ifdef __CUDA_ARCH__\n",
     "static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }\n",
@@ -293,6 +314,20 @@ pub const HELPERS: &str = concat!(
     "    asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n",
     "#endif\n",
     "}\n",
+    // Hides `x`'s value from the compiler, so that what is computed from it is computed again.
+    "static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile(\"\" : \"+r\"(x)); }\n",
+    // A hint that L2 should hold `bytes` from `from` soon; nothing waits for it. On sm_90 one
+    // bulk prefetch by thread 0, of the 16-byte-aligned bytes within the range (the instruction
+    // asks that alignment); before, each thread a line of 128 bytes in turn.
+    "static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {\n",
+    "    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);\n",
+    "#if __CUDA_ARCH__ >= 900\n",
+    "    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;\n",
+    "    if (threadIdx.x == 0 && last > first) asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" :: \"l\"(first), \"r\"((unsigned int)(last - first)));\n",
+    "#else\n",
+    "    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(line));\n",
+    "#endif\n",
+    "}\n",
     "template <typename T> static __device__ __forceinline__ void fz_slot_put(unsigned long long* slot, T value) { union { unsigned long long u; T t; } v; v.u = 0ull; v.t = value; *slot = v.u; }\n",
     "#if __CUDA_ARCH__ >= 900\n",
     "static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(r)); return r; }\n",
@@ -315,6 +350,24 @@ pub const HELPERS: &str = concat!(
     "template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int) { union { unsigned long long u; T t; } v; v.u = *(const volatile unsigned long long*)slot; return v.t; }\n",
     "#endif\n",
     "#endif\n",
+    // This block's share of a row of `len` elements split over the `blocks` of its cluster:
+    // `part` elements (a multiple of four, for 16-byte copies), `[begin, end)` within the row.
+    "static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {\n",
+    "    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);\n",
+    "    begin = part * rank < len ? (int)(part * rank) : (int)len;\n",
+    "    end = len - begin < part ? (int)len : begin + part;\n",
+    "    return part;\n",
+    "}\n",
+    // An L2 prefetch of this block's part of the row at `row`. The part's bounds are computed
+    // again from values hidden from the compiler: holding the row loop's `begin` and `end`
+    // through the passes for it spilled registers (softmax_stats, cross_entropy on sm_90).
+    "template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, long long len, unsigned int blocks, unsigned int rank) {\n",
+    "    fz_opaque(blocks);\n",
+    "    fz_opaque(rank);\n",
+    "    int begin, end;\n",
+    "    fz_part(len, blocks, rank, begin, end);\n",
+    "    fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));\n",
+    "}\n",
 );
 
 #[cfg(test)]
@@ -364,6 +417,20 @@ mod tests {
         assert!(text.contains(
             "const fz_vec<float, 4> lv_g = reinterpret_cast<const fz_vec<float, 4>*>(p_g + b1)[c];"
         ));
+        // The next row's part of each cached tensor, once this row's copies are issued and
+        // before they are waited for; `g` is along the row only, so it has no prefetch.
+        let (copied, prefetched, waited) = (
+            text.find("fz_copy_async<sizeof(unsigned char)>(sc_m"),
+            text.find("fz_prefetch_part_l2(p_m + (g + clusters) * len, len, blocks, rank);"),
+            text.find("fz_copy_wait();"),
+        );
+        assert!(
+            copied.is_some() && copied < prefetched && prefetched < waited,
+            "{text}"
+        );
+        assert!(text.contains("if (g + clusters < groups)"), "{text}");
+        assert!(text.contains("fz_prefetch_part_l2(p_w + (g + clusters) * len,"));
+        assert!(!text.contains("fz_prefetch_part_l2(p_g"), "{text}");
     }
 
     #[test]
