@@ -850,7 +850,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
     }
     fz_copy_wait();
 }
-template <int width>
+template <int width, bool fours, bool full>
 static __device__ __forceinline__ void fz_short_rows(
     const float* __restrict__ p_x,
     const float* __restrict__ p_gamma,
@@ -907,114 +907,291 @@ static __device__ __forceinline__ void fz_short_rows(
             const long long b2 = c0;
             const float* __restrict__ p_x = ts_p_x + fz_row * (int)len;
             float* __restrict__ out0 = ts_out0 + fz_row * (int)len;
-            const bool fz_second = lane + width < len;
             const float v3 = p_eps;
-            float acc4 = (float)0;
-            {
-                const int r = lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                acc4 = acc4 + v0;
+            if constexpr (fours) {
+                const bool fz_in = full || lane * 4 < (int)len;
+                const int c = fz_in ? lane : 0;
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(p_x)[c]};
+                float acc4 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc4 = acc4 + v0;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc4 = acc4 + v0;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc4 = acc4 + v0;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc4 = acc4 + v0;
+                    }
+                }
+                if (!fz_in) {
+                    acc4 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4 * inv_len_f32;
+                float acc7 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v5 = (v0 - v4);
+                        const float v6 = (v5 * v5);
+                        acc7 = acc7 + v6;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v5 = (v0 - v4);
+                        const float v6 = (v5 * v5);
+                        acc7 = acc7 + v6;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v5 = (v0 - v4);
+                        const float v6 = (v5 * v5);
+                        acc7 = acc7 + v6;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v5 = (v0 - v4);
+                        const float v6 = (v5 * v5);
+                        acc7 = acc7 + v6;
+                    }
+                }
+                if (!fz_in) {
+                    acc7 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                        acc7 = acc7 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red7[threadIdx.x >> 5] = acc7;
+                    }
+                    __syncthreads();
+                    acc7 = red7[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc7 = acc7 + red7[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v7 = acc7 * inv_len_f32;
+                const float v8 = (v7 + v3);
+                const float v9 = rsqrtf(v8);
+                {
+                    fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> lv_gamma = reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1)[c];
+                    const fz_vec<float, 4> lv_beta = reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1)[c];
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
+                        const float v5 = (v0 - v4);
+                        const float v10 = (v5 * v9);
+                        const float v11 = (v10 * v1);
+                        const float v12 = (v11 + v2);
+                        s0.v[j] = v12;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
+                        const float v5 = (v0 - v4);
+                        const float v10 = (v5 * v9);
+                        const float v11 = (v10 * v1);
+                        const float v12 = (v11 + v2);
+                        s0.v[j] = v12;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
+                        const float v5 = (v0 - v4);
+                        const float v10 = (v5 * v9);
+                        const float v11 = (v10 * v1);
+                        const float v12 = (v11 + v2);
+                        s0.v[j] = v12;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
+                        const float v5 = (v0 - v4);
+                        const float v10 = (v5 * v9);
+                        const float v11 = (v10 * v1);
+                        const float v12 = (v11 + v2);
+                        s0.v[j] = v12;
+                    }
+                    reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                }
+                if (live && lane == 0) {
+                    out1[b2] = v9;
+                }
             }
-            {
-                const int r = fz_second ? lane + width : lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                if (fz_second) {
+            else {
+                const bool fz_second = lane + width < len;
+                float acc4 = (float)0;
+                {
+                    const int r = lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
                     acc4 = acc4 + v0;
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                    acc4 = acc4 + other;
-                }
-            }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red4[threadIdx.x >> 5] = acc4;
-                }
-                __syncthreads();
-                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                {
+                    const int r = fz_second ? lane + width : lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    if (fz_second) {
+                        acc4 = acc4 + v0;
                     }
                 }
-            }
-            const float v4 = acc4 * inv_len_f32;
-            float acc7 = (float)0;
-            {
-                const int r = lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                const float v5 = (v0 - v4);
-                const float v6 = (v5 * v5);
-                acc7 = acc7 + v6;
-            }
-            {
-                const int r = fz_second ? lane + width : lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                const float v5 = (v0 - v4);
-                const float v6 = (v5 * v5);
-                if (fz_second) {
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4 * inv_len_f32;
+                float acc7 = (float)0;
+                {
+                    const int r = lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
                     acc7 = acc7 + v6;
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
-                    acc7 = acc7 + other;
-                }
-            }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red7[threadIdx.x >> 5] = acc7;
-                }
-                __syncthreads();
-                acc7 = red7[(threadIdx.x / width) * (width >> 5)];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc7 = acc7 + red7[(threadIdx.x / width) * (width >> 5) + w];
+                {
+                    const int r = fz_second ? lane + width : lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
+                    if (fz_second) {
+                        acc7 = acc7 + v6;
                     }
                 }
-            }
-            const float v7 = acc7 * inv_len_f32;
-            const float v8 = (v7 + v3);
-            const float v9 = rsqrtf(v8);
-            {
-                const int r = lane;
-                const long long o0 = b0 + r;
-                const long long o1 = b1 + r;
-                const float v0 = p_x[o0];
-                const float v1 = p_gamma[o1];
-                const float v2 = p_beta[o1];
-                const float v5 = (v0 - v4);
-                const float v10 = (v5 * v9);
-                const float v11 = (v10 * v1);
-                const float v12 = (v11 + v2);
-                out0[o0] = v12;
-            }
-            {
-                const int r = fz_second ? lane + width : lane;
-                const long long o0 = b0 + r;
-                const long long o1 = b1 + r;
-                const float v0 = p_x[o0];
-                const float v1 = p_gamma[o1];
-                const float v2 = p_beta[o1];
-                const float v5 = (v0 - v4);
-                const float v10 = (v5 * v9);
-                const float v11 = (v10 * v1);
-                const float v12 = (v11 + v2);
-                out0[o0] = v12;
-            }
-            if (live && lane == 0) {
-                out1[b2] = v9;
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                        acc7 = acc7 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red7[threadIdx.x >> 5] = acc7;
+                    }
+                    __syncthreads();
+                    acc7 = red7[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc7 = acc7 + red7[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v7 = acc7 * inv_len_f32;
+                const float v8 = (v7 + v3);
+                const float v9 = rsqrtf(v8);
+                {
+                    const int r = lane;
+                    const long long o0 = b0 + r;
+                    const long long o1 = b1 + r;
+                    const float v0 = p_x[o0];
+                    const float v1 = p_gamma[o1];
+                    const float v2 = p_beta[o1];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    out0[o0] = v12;
+                }
+                {
+                    const int r = fz_second ? lane + width : lane;
+                    const long long o0 = b0 + r;
+                    const long long o1 = b1 + r;
+                    const float v0 = p_x[o0];
+                    const float v1 = p_gamma[o1];
+                    const float v2 = p_beta[o1];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    out0[o0] = v12;
+                }
+                if (live && lane == 0) {
+                    out1[b2] = v9;
+                }
             }
         }
         __syncthreads();
@@ -1041,11 +1218,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_short_rows(
     const long long d_rows,
     const long long d_cols
 ) {
-    __shared__ fz_vec<unsigned int, 4> fz_tile[2048];
+    __shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [2048];
     const long long len = d_cols;
-    if (len <= 2) fz_short_rows<1>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
-    else if (len <= 4) fz_short_rows<2>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
-    else if (len <= 8) fz_short_rows<4>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
-    else if (len <= 16) fz_short_rows<8>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
-    else fz_short_rows<16>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    if ((len & 3) == 0 && ((unsigned long long)p_gamma & (4 * sizeof(float) - 1)) == 0 && ((unsigned long long)p_beta & (4 * sizeof(float) - 1)) == 0) {
+        if (len == 4) fz_short_rows<1, true, true>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+        else if (len == 8) fz_short_rows<2, true, true>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+        else if (len < 16) fz_short_rows<4, true, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+        else if (len == 16) fz_short_rows<4, true, true>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+        else if (len == 32) fz_short_rows<8, true, true>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+        else fz_short_rows<8, true, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    }
+    else if (len <= 2) fz_short_rows<1, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    else if (len <= 4) fz_short_rows<2, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    else if (len <= 8) fz_short_rows<4, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    else if (len <= 16) fz_short_rows<8, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    else fz_short_rows<16, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
 }

@@ -950,7 +950,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     }
     fz_copy_wait();
 }
-template <int width>
+template <int width, bool fours, bool full>
 static __device__ __forceinline__ void fz_short_rows(
     const float* __restrict__ p_x,
     float* __restrict__ out0,
@@ -1000,101 +1000,299 @@ static __device__ __forceinline__ void fz_short_rows(
             const long long b0 = 0;
             const float* __restrict__ p_x = ts_p_x + fz_row * (int)len;
             float* __restrict__ out0 = ts_out0 + fz_row * (int)len;
-            const bool fz_second = lane + width < len;
-            float acc1 = (-__int_as_float(0x7f800000));
-            {
-                const int r = lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                acc1 = fmaxf(acc1, v0);
+            if constexpr (fours) {
+                const bool fz_in = full || lane * 4 < (int)len;
+                const int c = fz_in ? lane : 0;
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(p_x)[c]};
+                float acc1 = (-__int_as_float(0x7f800000));
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                }
+                if (!fz_in) {
+                    acc1 = (-__int_as_float(0x7f800000));
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                        acc1 = fmaxf(acc1, other);
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red1[threadIdx.x >> 5] = acc1;
+                    }
+                    __syncthreads();
+                    acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                        }
+                    }
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+                if (!fz_in) {
+                    acc4 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                {
+                    fz_vec<float, 4> s0;
+                    bool fz_bad = false;
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    if (fz_bad) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                    }
+                    reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                }
             }
-            {
-                const int r = fz_second ? lane + width : lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                if (fz_second) {
+            else {
+                const bool fz_second = lane + width < len;
+                float acc1 = (-__int_as_float(0x7f800000));
+                {
+                    const int r = lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
                     acc1 = fmaxf(acc1, v0);
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                    acc1 = fmaxf(acc1, other);
-                }
-            }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red1[threadIdx.x >> 5] = acc1;
-                }
-                __syncthreads();
-                acc1 = red1[(threadIdx.x / width) * (width >> 5)];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                {
+                    const int r = fz_second ? lane + width : lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    if (fz_second) {
+                        acc1 = fmaxf(acc1, v0);
                     }
                 }
-            }
-            const float v1 = acc1;
-            float acc4 = (float)0;
-            {
-                const int r = lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
-                acc4 = acc4 + v3;
-            }
-            {
-                const int r = fz_second ? lane + width : lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
-                if (fz_second) {
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                        acc1 = fmaxf(acc1, other);
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red1[threadIdx.x >> 5] = acc1;
+                    }
+                    __syncthreads();
+                    acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                        }
+                    }
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                {
+                    const int r = lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     acc4 = acc4 + v3;
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                if (off < width) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                    acc4 = acc4 + other;
-                }
-            }
-            if (width > 32) {
-                if ((threadIdx.x & 31) == 0) {
-                    red4[threadIdx.x >> 5] = acc4;
-                }
-                __syncthreads();
-                acc4 = red4[(threadIdx.x / width) * (width >> 5)];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    if (w < (width >> 5)) {
-                        acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                {
+                    const int r = fz_second ? lane + width : lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    if (fz_second) {
+                        acc4 = acc4 + v3;
                     }
                 }
-            }
-            const float v4 = acc4;
-            const fz_divider dv_4 = fz_divider_of(v4);
-            {
-                const int r = lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
-                const float v5 = fz_div_by(v3, v4, dv_4);
-                out0[o0] = v5;
-            }
-            {
-                const int r = fz_second ? lane + width : lane;
-                const long long o0 = b0 + r;
-                const float v0 = p_x[o0];
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
-                const float v5 = fz_div_by(v3, v4, dv_4);
-                out0[o0] = v5;
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                {
+                    const int r = lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    out0[o0] = v5;
+                }
+                {
+                    const int r = fz_second ? lane + width : lane;
+                    const long long o0 = b0 + r;
+                    const float v0 = p_x[o0];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    out0[o0] = v5;
+                }
             }
         }
         __syncthreads();
@@ -1117,11 +1315,19 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_short_rows(
     const long long d_rows,
     const long long d_cols
 ) {
-    __shared__ fz_vec<unsigned int, 4> fz_tile[2048];
+    __shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [2048];
     const long long len = d_cols;
-    if (len <= 2) fz_short_rows<1>(p_x, out0, d_rows, d_cols, fz_tile);
-    else if (len <= 4) fz_short_rows<2>(p_x, out0, d_rows, d_cols, fz_tile);
-    else if (len <= 8) fz_short_rows<4>(p_x, out0, d_rows, d_cols, fz_tile);
-    else if (len <= 16) fz_short_rows<8>(p_x, out0, d_rows, d_cols, fz_tile);
-    else fz_short_rows<16>(p_x, out0, d_rows, d_cols, fz_tile);
+    if ((len & 3) == 0) {
+        if (len == 4) fz_short_rows<1, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
+        else if (len == 8) fz_short_rows<2, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
+        else if (len < 16) fz_short_rows<4, true, false>(p_x, out0, d_rows, d_cols, fz_tile);
+        else if (len == 16) fz_short_rows<4, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
+        else if (len == 32) fz_short_rows<8, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
+        else fz_short_rows<8, true, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    }
+    else if (len <= 2) fz_short_rows<1, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    else if (len <= 4) fz_short_rows<2, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    else if (len <= 8) fz_short_rows<4, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    else if (len <= 16) fz_short_rows<8, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    else fz_short_rows<16, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
 }

@@ -1007,6 +1007,9 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
 /// Each length has enough rows for several tiles per block of the grid of three and a partial
 /// last tile; the element sizes 1, 2, 4 and 8 bytes; per-row and broadcast tensors beside the
 /// tiled ones; and buffers that start off a 16-byte boundary, which the vector copies skip.
+/// Lengths that are a multiple of four take a vector of four elements a thread: every lane of a
+/// segment with one (4, 8, 16, 32) or some past the row (12, 20); a layernorm over misaligned
+/// buffers takes two elements a thread instead, as its gamma and beta cannot load as vectors.
 #[test]
 fn short_rows_run_on_an_emulated_gpu() {
     if !available() {
@@ -1017,7 +1020,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         misalign: true,
         ..Emulation::default()
     };
-    for cols in [1usize, 2, 3, 4, 5, 7, 17, 31, 32] {
+    for cols in [1usize, 2, 3, 4, 5, 7, 8, 12, 16, 17, 20, 31, 32] {
         // About four 4096-element tiles and a partial one.
         let rows = 16384 / cols + 37;
         let d = [("rows", rows), ("cols", cols)];
@@ -1059,7 +1062,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         }
     }
     // Other element sizes, at a length per width of threads a row.
-    for cols in [2usize, 3, 7, 17, 32] {
+    for cols in [2usize, 3, 4, 7, 12, 17, 32] {
         let rows = 4096 / cols + 11;
         let d = [("rows", rows), ("cols", cols)];
         let x = rng.floats::<f64>(rows * cols, -5.0, 5.0);

@@ -79,6 +79,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
         whole_rows: false,
+        tiled: false,
         fast_division: false,
         host_divisors: vec![],
     };
@@ -218,6 +219,9 @@ struct Cuda<'a> {
     /// constant there): no segments, every thread live, and cached rows longer than half the
     /// cache (see `rows::Cuda::row_loop`).
     whole_rows: bool,
+    /// Whether the row passes being written are the tiled short rows' vector passes (see
+    /// `tile`), whose divisions by a row's value are deferred as a row a block's are.
+    tiled: bool,
     /// Whether divisions by a row's value take the fast path alone and set `fz_bad` where it
     /// does not apply (see `rows::Cuda::vector_row_step`).
     fast_division: bool,

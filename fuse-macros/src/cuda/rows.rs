@@ -322,8 +322,9 @@ impl Cuda<'_> {
 
     /// Four elements of a row pass, at `r = c * 4 + j` for `j < 4`: the `cached` tensors from
     /// registers, the others contiguous along the row loaded as vectors, and the writes
-    /// gathered into vectors; with `at_q`, vector `c` is `lane + q * width`.
-    fn vector_row_step(
+    /// gathered into vectors; with `at_q`, vector `c` is `lane + q * width`. The tiled short
+    /// rows (`tile`) call it too, their tensors' rows in shared memory.
+    pub(super) fn vector_row_step(
         &mut self,
         pass: &Pass,
         axis: DimId,
@@ -363,12 +364,13 @@ impl Cuda<'_> {
         }
         let mut in_registers = cached.to_vec();
         in_registers.extend(&vectors);
-        // In a row a block's pass that only writes, a division by a row's value takes the fast
-        // path alone, noting whether any of the four dividends left its range; then, rarely, the
-        // four lanes again with the checked division (`fz_div_by`), over the same `s<o>`. This
-        // saves the branch and its reconvergence around every division. (Elsewhere ptxas
-        // spilled one kernel or another at their register bounds.)
-        let deferred = self.whole_rows
+        // In a row a block's pass that only writes (and a tiled short row's), a division by a
+        // row's value takes the fast path alone, noting whether any of the four dividends left
+        // its range; then, rarely, the four lanes again with the checked division
+        // (`fz_div_by`), over the same `s<o>`. This saves the branch and its reconvergence
+        // around every division. (Elsewhere ptxas spilled one kernel or another at their
+        // register bounds.)
+        let deferred = (self.whole_rows || self.tiled)
             && pass.reduces.is_empty()
             && pass.elems.iter().any(|&id| {
                 matches!(self.k.nodes[id].op, Op::Binary(BinOp::Div, _, b) if self.uniform_divisors.contains(&b))
@@ -417,7 +419,7 @@ impl Cuda<'_> {
 
     /// The tensors of `pass` besides the `cached` ones that are contiguous along the row (the
     /// reduced dim is their last): in a cached pass they load as vectors `lv_<name>`.
-    fn row_vectors(&self, pass: &Pass, axis: DimId, cached: &[usize]) -> Vec<usize> {
+    pub(super) fn row_vectors(&self, pass: &Pass, axis: DimId, cached: &[usize]) -> Vec<usize> {
         let mut found = vec![];
         for &id in &pass.elems {
             if let Op::Load(p) = self.k.nodes[id].op {

@@ -7,17 +7,24 @@
 //! every two elements; S1's softmax at two columns reached 47% of copy bandwidth that way.
 //! Here a block copies its tile of each tensor over the whole domain into shared memory (all
 //! of a thread's loads issued before its first store), runs the row passes there with a
-//! segment of `width` threads a row, two elements a thread, and stores each output's tile.
+//! segment of `width` threads a row, and stores each output's tile. A row whose length is a
+//! multiple of four gives each thread four consecutive elements, one vector of shared memory,
+//! so that a row's reductions, shuffles and bookkeeping are shared by four elements a thread;
+//! other rows two elements a thread, `lane` and `lane + width`.
 //!
 //! It is a second entry point of the kernel's module, `fuse_<name>_short_rows`, which the
 //! launch picks for those lengths (`expand.rs`); the row kernel itself is unchanged. Its body
-//! is a function template, `fz_short_rows<width>`, instantiated for the five widths a short row
-//! can take, so the shuffle reductions and lane arithmetic are specialized. (NVRTC compiles no
-//! lambda in device code without flags that every kernel would then carry.)
+//! is a function template, `fz_short_rows<width, fours, full>`, instantiated for each width a
+//! short row can take, with two elements a thread or a vector of four (`fours`; `full` where
+//! every lane of the segment has one), so the shuffle reductions and lane arithmetic are
+//! specialized. (NVRTC compiles no lambda in device code without flags that every kernel would
+//! then carry.)
 
-use super::{Cuda, Scope, BLOCK, SYNTAX};
+use super::{Cuda, BLOCK};
 use crate::ir::{DimId, Kernel, Launch, Op};
-use crate::plan::{Pass, Plan};
+use crate::plan::Plan;
+
+mod passes;
 
 /// The longest row the tiled kernel takes.
 pub const SHORT: u32 = 32;
@@ -54,10 +61,15 @@ struct Tiled {
     storage: &'static str,
     /// Bytes per element.
     size: u32,
-    input: bool,
+    /// The kernel's parameter, for an input; `None` for an output.
+    param: Option<usize>,
 }
 
 impl Tiled {
+    fn input(&self) -> bool {
+        self.param.is_some()
+    }
+
     /// The name of its part of the tile (a pointer to elements of shared memory).
     fn shared(&self) -> String {
         format!("ts_{}", self.global)
@@ -75,7 +87,7 @@ fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
     }
     let tiled = tiled_tensors(k, domain, plan);
     let bytes: u32 = tiled.iter().map(|t| t.size).sum();
-    let input: u32 = tiled.iter().filter(|t| t.input).map(|t| t.size).sum();
+    let input: u32 = tiled.iter().filter(|t| t.input()).map(|t| t.size).sum();
     let loads = IN_FLIGHT * 16 * BLOCK;
     let tile = (TILE_BYTES / bytes.max(1)).min(loads / input.max(1)) / TILE_STEP * TILE_STEP;
     (bytes > 0 && tile >= MIN_TILE).then_some((tiled, tile))
@@ -99,11 +111,11 @@ fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Tiled> {
     let inputs = k
         .tensor_params()
         .filter(|&(i, _, s)| s.as_slice() == domain && read(i))
-        .map(|(_, p, _)| Tiled {
+        .map(|(i, p, _)| Tiled {
             global: format!("p_{}", crate::expand::plain_name(&p.name)),
             storage: p.elem.c_storage(),
             size: p.elem.bits() / 8,
-            input: true,
+            param: Some(i),
         });
     let outputs = k
         .outputs
@@ -114,7 +126,7 @@ fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Tiled> {
             global: format!("out{i}"),
             storage: o.elem.c_storage(),
             size: o.elem.bits() / 8,
-            input: false,
+            param: None,
         });
     inputs.chain(outputs).collect()
 }
@@ -137,25 +149,17 @@ impl Cuda<'_> {
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
         let bytes: u32 = tiled.iter().map(|t| t.size).sum();
+        // Aligned for the vectors of four 8-byte elements that the row passes read: after the
+        // name, where g++ (the emulation's `__shared__` is `static`) takes it too.
         self.line(format!(
-            "__shared__ fz_vec<unsigned int, 4> fz_tile[{}];",
+            "__shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [{}];",
             tile * bytes / 16
         ));
         self.line(format!(
             "const long long len = {};",
             self.layout.size(*axis)
         ));
-        // Threads per row: the fewest that take at most two elements each. With two, a warp's
-        // accesses to a tile's rows meet at most two to a shared-memory bank.
-        let args = self.param_names().join(", ");
-        self.line(format!("if (len <= 2) fz_short_rows<1>({args}, fz_tile);"));
-        for w in [2, 4, 8] {
-            self.line(format!(
-                "else if (len <= {}) fz_short_rows<{w}>({args}, fz_tile);",
-                2 * w
-            ));
-        }
-        self.line(format!("else fz_short_rows<16>({args}, fz_tile);"));
+        self.dispatch(plan, domain, *axis);
         let entry = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!(
@@ -165,6 +169,59 @@ impl Cuda<'_> {
             super::symbol(self.k),
             self.params()
         )
+    }
+
+    /// Calls the instantiation of `fz_short_rows` for the row length `len`. Threads per row:
+    /// for a multiple of four, a vector of four elements each (a warp reads consecutive vectors
+    /// of shared memory, without bank conflicts), rounded up to a power of two; else the fewest
+    /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
+    fn dispatch(&mut self, plan: &Plan, domain: &[DimId], axis: DimId) {
+        let args = self.param_names().join(", ");
+        let call = |w: u32, fours: bool, full: bool| {
+            format!("fz_short_rows<{w}, {fours}, {full}>({args}, fz_tile);")
+        };
+        let aligned: String = self
+            .row_vector_params(plan, domain, axis)
+            .into_iter()
+            .map(|p| {
+                let (t, name) = self.param_text(p);
+                format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
+            })
+            .collect();
+        self.open(format!("if ((len & 3) == 0{aligned})"));
+        self.line(format!("if (len == 4) {}", call(1, true, true)));
+        self.line(format!("else if (len == 8) {}", call(2, true, true)));
+        self.line(format!("else if (len < 16) {}", call(4, true, false)));
+        self.line(format!("else if (len == 16) {}", call(4, true, true)));
+        self.line(format!("else if (len == 32) {}", call(8, true, true)));
+        self.line(format!("else {}", call(8, true, false)));
+        self.close();
+        self.line(format!("else if (len <= 2) {}", call(1, false, false)));
+        for w in [2, 4, 8] {
+            self.line(format!(
+                "else if (len <= {}) {}",
+                2 * w,
+                call(w, false, false)
+            ));
+        }
+        self.line(format!("else {}", call(16, false, false)));
+    }
+
+    /// The tensors along the row that are not tiled (gamma, beta): the vector step loads them
+    /// from global memory as vectors of four (`rows::Cuda::row_vectors`), which their address
+    /// must allow. (The tiled tensors' rows lie in shared memory, aligned whatever their
+    /// global addresses.)
+    fn row_vector_params(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> Vec<usize> {
+        let mut found = vec![];
+        for pass in &plan.passes {
+            for p in self.row_vectors(pass, axis, &[]) {
+                let whole = self.k.params[p].shape.as_deref() == Some(domain);
+                if !whole && !found.contains(&p) {
+                    found.push(p);
+                }
+            }
+        }
+        found
     }
 
     /// The names of the kernel's parameters, in order.
@@ -213,7 +270,7 @@ impl Cuda<'_> {
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!(
-            "template <int width>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
+            "template <int width, bool fours, bool full>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
             self.params().trim_end()
         )
     }
@@ -247,7 +304,7 @@ impl Cuda<'_> {
     /// after the last whole vector one by one.
     fn copy_in(&mut self, tiled: &[Tiled], tile: u32) {
         let mut steps = vec![];
-        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| t.input) {
+        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| t.input()) {
             self.line(format!(
                 "const int fz_nv{k} = fz_aligned ? (fz_n * {}) >> 4 : 0;",
                 t.size
@@ -266,7 +323,7 @@ impl Cuda<'_> {
             }
             self.close();
         }
-        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| t.input) {
+        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| t.input()) {
             self.scalar_tail(
                 k,
                 t,
@@ -278,7 +335,7 @@ impl Cuda<'_> {
     /// Stores this tile of each output from shared memory: whole 16-byte vectors, then the
     /// elements after the last one.
     fn copy_out(&mut self, tiled: &[Tiled], tile: u32) {
-        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| !t.input) {
+        for (k, t) in tiled.iter().enumerate().filter(|(_, t)| !t.input()) {
             let steps = (tile * t.size / 16).div_ceil(BLOCK);
             self.line(format!(
                 "const int fz_nv{k} = fz_aligned ? (fz_n * {}) >> 4 : 0;",
@@ -309,109 +366,6 @@ impl Cuda<'_> {
         self.line(copy);
         self.close();
     }
-
-    /// The passes over the tile's rows, `per_block` rows at a time. Inside, each tiled tensor's
-    /// name stands for its row in shared memory, so the row steps read and write the tile; a
-    /// segment past the tile's last row computes on that row and writes nothing. `rows` are the
-    /// dims of `domain` besides `axis`.
-    fn tile_row_passes(
-        &mut self,
-        domain: &[DimId],
-        rows: &[DimId],
-        axis: DimId,
-        plan: &Plan,
-        tiled: &[Tiled],
-    ) {
-        // Not unrolled: ptxas interleaved rows where the register bound allowed, raising row
-        // kernels bounded at 128 registers (a sum over rows: 46 to 56) and so lowering the
-        // occupancy of their other paths; 32 warps an SM have latency enough to hide.
-        self.line("#pragma unroll 1");
-        self.open("for (int fz_l0 = 0; fz_l0 < fz_rows_here; fz_l0 += per_block)");
-        // On a tile's last row step, a segment past its rows computes on the tile's unused
-        // rows of shared memory (whose contents are stale) and writes only there, so the
-        // element steps need no guard; its global accesses are those of the tile's last row.
-        self.line("const int fz_row = fz_l0 + (int)threadIdx.x / width;");
-        self.line("const bool live = fz_row < fz_rows_here;");
-        self.line("const long long g = fz_t0 + (live ? fz_row : fz_rows_here - 1);");
-        for l in self.layout.split("g", rows, &SYNTAX) {
-            self.line(l);
-        }
-        let shapes = self.layout.shapes();
-        for (s, shape) in shapes.iter().enumerate() {
-            let offset = if shape.as_slice() == domain {
-                "0".to_string()
-            } else {
-                self.layout.offset(shape, Some(axis))
-            };
-            self.line(format!("const long long b{s} = {offset};"));
-        }
-        for t in tiled {
-            let constness = if t.input { "const " } else { "" };
-            self.line(format!(
-                "{constness}{}* __restrict__ {} = {} + fz_row * (int)len;",
-                t.storage,
-                t.global,
-                t.shared()
-            ));
-        }
-        // Each thread takes elements `lane` and, where the row is longer than `width`,
-        // `lane + width` (`width <= len` always).
-        self.line("const bool fz_second = lane + width < len;");
-        self.values(&plan.prologue, Scope::Row);
-        for pass in &plan.passes {
-            self.init_accumulators(&pass.reduces);
-            self.tile_step(pass, axis, &shapes, "lane", None);
-            self.tile_step(
-                pass,
-                axis,
-                &shapes,
-                "fz_second ? lane + width : lane",
-                Some("fz_second"),
-            );
-            self.block_reduce(&pass.reduces, true);
-            self.finish_reductions(&pass.reduces, "len");
-            self.values(&pass.after, Scope::Row);
-        }
-        if !plan.group_writes.is_empty() {
-            self.open("if (live && lane == 0)");
-            self.writes(&plan.group_writes, Scope::Row);
-            self.close();
-        }
-        self.close();
-    }
-
-    /// One element of a pass at row position `r`. Its values are computed whether or not the
-    /// element exists (a missing one is element `lane` again), so the loads and values of an
-    /// element in successive passes are the same expressions, which the compiler computes once;
-    /// only the accumulation depends on `valid`. A missing element's writes store the values of
-    /// element `lane` again, where this thread has just stored them.
-    fn tile_step(
-        &mut self,
-        pass: &Pass,
-        axis: DimId,
-        shapes: &[Vec<DimId>],
-        r: &str,
-        valid: Option<&str>,
-    ) {
-        self.open("");
-        self.line(format!("const int r = {r};"));
-        for s in self.used_shapes(&pass.elems, &pass.writes) {
-            let offset = self.layout.row_offset(s, &shapes[s], axis);
-            self.line(format!("const long long o{s} = {offset};"));
-        }
-        self.values(&pass.elems, Scope::Element);
-        if !pass.reduces.is_empty() {
-            if let Some(valid) = valid {
-                self.open(format!("if ({valid})"));
-            }
-            self.accumulate(&pass.reduces);
-            if valid.is_some() {
-                self.close();
-            }
-        }
-        self.writes(&pass.writes, Scope::Element);
-        self.close();
-    }
 }
 
 #[cfg(test)]
@@ -426,8 +380,8 @@ mod tests {
 
     /// The number of 16-byte vectors of the block's tile, when the kernel has the tiled entry.
     fn tile_vectors(text: &str) -> Option<usize> {
-        let at = text.find("__shared__ fz_vec<unsigned int, 4> fz_tile[")?;
-        let rest = &text[at + "__shared__ fz_vec<unsigned int, 4> fz_tile[".len()..];
+        let decl = "__shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [";
+        let rest = &text[text.find(decl)? + decl.len()..];
         rest[..rest.find(']')?].parse().ok()
     }
 
@@ -441,7 +395,9 @@ mod tests {
         );
         let text = source(tokens);
         let main = text.find("fuse_f(").expect("the row kernel");
-        let function = text.find("template <int width>").expect("the tiled path");
+        let function = text
+            .find("template <int width, bool fours, bool full>")
+            .expect("the tiled path");
         let entry = text
             .find("void __launch_bounds__(256, 4) fuse_f_short_rows(")
             .expect("the entry");
@@ -450,11 +406,29 @@ mod tests {
             "the row kernel first, without the tile, then the tiled entry: {text}"
         );
         assert_eq!(tile_vectors(&text), Some(2048), "{text}");
+        let call = |w, fours, full| {
+            format!("fz_short_rows<{w}, {fours}, {full}>(p_x, out0, d_r, d_c, fz_tile);")
+        };
         for w in [1, 2, 4, 8, 16] {
-            assert!(text.contains(&format!(
-                "fz_short_rows<{w}>(p_x, out0, d_r, d_c, fz_tile);"
-            )));
+            assert!(text.contains(&call(w, false, false)), "{text}");
         }
+        // Vectors of four for lengths that are a multiple of four, every lane with one at the
+        // powers of two; `x` is tiled, so its own alignment does not matter.
+        assert!(text.contains("if ((len & 3) == 0) {"), "{text}");
+        for (len, w, full) in [
+            ("len == 4", 1, true),
+            ("len < 16", 4, false),
+            ("len == 32", 8, true),
+        ] {
+            assert!(
+                text.contains(&format!("if ({len}) {}", call(w, true, full))),
+                "{text}"
+            );
+        }
+        assert!(
+            text.contains(&format!("else {}", call(8, true, false))),
+            "{text}"
+        );
         assert!(
             text.contains("(4096 / (int)len)"),
             "4096 elements of x and of the output"
@@ -467,6 +441,41 @@ mod tests {
         // A row reduction's tile holds 16 KB of input, what a block loads at once.
         let text = source(quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) } });
         assert_eq!(tile_vectors(&text), Some(1024), "{text}");
+    }
+
+    /// The vector passes read each tiled input's row once and load the other tensors along the
+    /// row (gamma, beta) as vectors from global memory, which their addresses must allow.
+    #[test]
+    fn vector_passes_read_rows_once_and_need_aligned_row_vectors() {
+        let text = source(quote! {
+            fn f(x: [f32; r, c], g: [f16; c], b: [f32; r]) -> [f32; r, c] {
+                let e = (x - max(x * (g as f32), c)).exp() + b;
+                e / sum(e, c)
+            }
+        });
+        assert!(
+            text.contains("if ((len & 3) == 0 && ((unsigned long long)p_g & (4 * sizeof(unsigned short) - 1)) == 0) {"),
+            "{text}"
+        );
+        let function = &text[text.find("if constexpr (fours) {").expect("vector passes")..];
+        let vectors = &function[..function.find("else {").expect("pair passes")];
+        let read =
+            "const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(p_x)[c]};";
+        assert_eq!(vectors.matches(read).count(), 1, "{vectors}");
+        assert!(
+            vectors.contains("const int c = fz_in ? lane : 0;"),
+            "{vectors}"
+        );
+        assert!(
+            vectors.contains("reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_g + b1)[c]"),
+            "{vectors}"
+        );
+        // A lane past the row adds nothing; the division by the sum is checked four at a time.
+        assert_eq!(vectors.matches("if (!fz_in) {").count(), 2, "{vectors}");
+        assert!(
+            vectors.contains("fz_div_fast(") && vectors.contains("if (fz_bad) {"),
+            "{vectors}"
+        );
     }
 
     #[test]
