@@ -4,9 +4,10 @@
 //! row from memory once, whatever its number of passes (`fuse-macros/src/cuda/rows/long_rows.rs`
 //! writes that path; it takes it exactly when the launch gives it enough dynamic shared memory).
 //!
-//! The grid holds as many clusters as the device can run at once ([`WAVES`]), each taking every
-//! so many rows: the kernel then asks L2 for the next row a cluster takes while it works on this
-//! one, so that memory streams rows all the time rather than between a row's passes.
+//! For clusters larger than the portable 8 the grid holds as many clusters as the device can run
+//! at once ([`default_waves`]), each taking every so many rows: the kernel then asks L2 for the
+//! next row a cluster takes while it works on this one, so that memory streams rows all the time
+//! rather than between a row's passes. Smaller clusters take a row each.
 //!
 //! Rows that fit nowhere, devices without the shared memory, and kernels without the path
 //! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
@@ -45,16 +46,23 @@ fn blocks_per_sm() -> [u64; 2] {
         .map_or(BLOCKS_PER_SM, |n| [n, n])
 }
 
-/// The clusters of a long-row grid, in multiples of those the device runs at once: one, so that
-/// every cluster stays resident over all its rows and has its next row fetched into L2 while it
-/// works (a second wave would start only as the first ends, its first rows not fetched ahead).
-const WAVES: u64 = 1;
+/// The clusters of a long-row grid, in multiples of those the device runs at once, for clusters
+/// of more blocks than the portable 8: one, so that every cluster stays resident over all its
+/// rows and has its next row fetched into L2 while it works (a second wave would start only as
+/// the first ends, its first rows not fetched ahead). Smaller clusters take a cluster per row
+/// (0): the block scheduler replaces a finished one at once, and that overlaps rows better than
+/// the fetch ahead does. Measured on an H200 (benches/NOTES.md item 31), S1's softmax: rows of
+/// 262144 in clusters of 13, 51% of copy bandwidth resident against 46% a cluster per row; rows
+/// of 32768 in clusters of 3, 61% against 66%.
+fn default_waves(cluster: u32) -> u64 {
+    u64::from(cluster > PORTABLE_CLUSTER)
+}
 
-/// [`WAVES`], or what `FUSE_LONG_ROWS_WAVES` says (0: a cluster per row, as before the clusters
-/// stayed resident), for the benchmark to compare grids in one build.
-fn waves() -> u64 {
+/// [`default_waves`], or what `FUSE_LONG_ROWS_WAVES` says (0: a cluster per row), for the
+/// benchmark to compare grids in one build.
+fn waves(cluster: u32) -> u64 {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
-    crate::launch::knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or(WAVES)
+    crate::launch::knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or_else(|| default_waves(cluster))
 }
 
 /// The clusters of the grid for `groups` rows when the device runs `resident` clusters at once:
@@ -185,8 +193,8 @@ pub(crate) fn launch(
     else {
         return Ok(false);
     };
-    let clusters =
-        grid_clusters(groups, resident, waves()).min(u64::from(i32::MAX as u32 / shape.cluster));
+    let clusters = grid_clusters(groups, resident, waves(shape.cluster))
+        .min(u64::from(i32::MAX as u32 / shape.cluster));
     let grid = clusters as u32 * shape.cluster;
     enqueue(cuda, function, slots, grid, shape).map(|()| true)
 }
@@ -464,6 +472,11 @@ mod tests {
             "the driver did not say"
         );
         assert_eq!(grid_clusters(1, 0, 1), 1);
+        // Clusters past the portable 8 stay resident; smaller ones take a row each.
+        assert_eq!(
+            (default_waves(13), default_waves(8), default_waves(3)),
+            (1, 0, 0)
+        );
     }
 
     #[test]
