@@ -331,11 +331,12 @@ fn product(k: &Kernel, dims: &[usize]) -> TokenStream {
 
 /// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
 /// eight where a thread sets up Philox's keys (W3 on an H200: 74% of copy bandwidth at four,
-/// 77% at eight), four where it sets up the reciprocals of a broadcast's index; two where each element calls a math routine (`exp`, `ln`, `tanh`...),
-/// which makes the kernel bound by its instructions on a GPU with fast memory, so a thread's own
-/// setup and loop costs are worth spreading over two vectors (W1 on an H200: 93% of copy
-/// bandwidth with one, 99% with two; benches/NOTES.md item 30); else one, which keeps the most
-/// loads in flight for kernels that only stream (W10: 103% with one, 102% with two).
+/// 77% at eight); four where it sets up the reciprocals of a broadcast's index; two where each
+/// element calls a math routine (`exp`, `ln`, `tanh`...), which makes the kernel bound by its
+/// instructions on a GPU with fast memory, so a thread's own setup and loop costs are worth
+/// spreading over two vectors (W1 on an H200: 93% with one, 99% with two; benches/NOTES.md item
+/// 30); else one, which keeps the most loads in flight for kernels that only stream (W10: 103%
+/// with one, 102% with two).
 fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
     let broadcast = k
         .tensor_params()
@@ -658,6 +659,8 @@ mod tests {
         let softplus = vectors(quote! { fn s(x: [f32; n]) -> [f32; n] { (x.exp() + 1.0).ln() } });
         let bias =
             vectors(quote! { fn b(x: [f32; r, c], b: [f32; c]) -> [f32; r, c] { (x + b).tanh() } });
-        assert_eq!((tangent, softplus, bias), (1, 2, 4));
+        let noise =
+            vectors(quote! { fn d(x: [f32; n], seed: u64) -> [f32; n] { x + randn(seed) } });
+        assert_eq!((tangent, softplus, bias, noise), (1, 2, 4, 8));
     }
 }
