@@ -342,10 +342,7 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
         .tensor_params()
         .any(|(_, _, shape)| shape.as_slice() != domain)
         || k.outputs.iter().any(|o| o.shape.as_slice() != domain);
-    let random = k
-        .nodes
-        .iter()
-        .any(|n| matches!(n.op, crate::ir::Op::Random(..)));
+    let random = k.draws_random();
     let routine = k
         .nodes
         .iter()
@@ -368,11 +365,8 @@ fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
 /// 28 and 30): on an H200, W9 96% at 40 against 86% at 160, W7 70% against 67%, W5 95% at 160
 /// against 91% at 40; on an H100 the per-row case was 97% at 40 and 100% at 160, and the fast
 /// memory decides here.
-fn row_blocks_per_sm(k: &Kernel, plan: &crate::plan::Plan) -> u32 {
-    let Launch::Rows { domain, .. } = &k.launch else {
-        return 160;
-    };
-    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
+fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &crate::plan::Plan) -> u32 {
+    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
     match (plan.reducing_passes(), writes_rows) {
         (0..=2, true) => 160,
         _ => 40,
@@ -391,7 +385,7 @@ fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
             let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
             let cache_bytes = crate::cuda::cached_bytes(k, plan);
-            let blocks_per_sm = row_blocks_per_sm(k, plan);
+            let blocks_per_sm = row_blocks_per_sm(k, domain, plan);
             quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, blocks_per_sm: #blocks_per_sm })
         }
         Launch::Full { domain } => {
@@ -622,7 +616,10 @@ mod tests {
     fn row_grids_follow_the_reducing_passes() {
         let blocks = |tokens| {
             let k = kernel(tokens);
-            super::row_blocks_per_sm(&k, &crate::plan::plan(&k))
+            let crate::ir::Launch::Rows { domain, .. } = &k.launch else {
+                panic!("a row kernel")
+            };
+            super::row_blocks_per_sm(&k, domain, &crate::plan::plan(&k))
         };
         let quantize = blocks(quote! {
             fn q(x: [f32; rows, cols]) -> [i8; rows, cols] {

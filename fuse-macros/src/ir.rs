@@ -191,6 +191,12 @@ impl Kernel {
             .filter_map(|(i, p)| p.shape.as_ref().map(|s| (i, p, s)))
     }
 
+    /// Whether the kernel draws random numbers (`rand`, `randn`, `dropout`): Philox's state and
+    /// rounds shape its launch and register budget.
+    pub fn draws_random(&self) -> bool {
+        self.nodes.iter().any(|n| matches!(n.op, Op::Random(..)))
+    }
+
     pub fn shape_text(&self, shape: &[DimId]) -> String {
         let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
         format!("[{}]", dims.join(", "))

@@ -151,7 +151,7 @@ fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         return MIN_BLOCKS;
     }
     // Philox's state and rounds take registers of their own: `softmax_dropout` needs 91.
-    if k.nodes.iter().any(|n| matches!(n.op, Op::Random(..))) {
+    if k.draws_random() {
         return MIN_BLOCKS;
     }
     let along = k

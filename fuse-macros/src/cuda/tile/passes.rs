@@ -4,7 +4,7 @@
 use super::super::text::identity;
 use super::super::{Cuda, Scope, SYNTAX};
 use super::Tiled;
-use crate::ir::{DimId, NodeId, Op, Reduce};
+use crate::ir::{DimId, NodeId, Reduce};
 use crate::plan::{Pass, Plan};
 
 impl Cuda<'_> {
@@ -90,7 +90,7 @@ impl Cuda<'_> {
         let cached: Vec<usize> = tiled.iter().filter_map(|t| t.param).collect();
         // Divisions by a row's value are checked four at a time (`tiled`), except beside
         // Philox's rounds: `softmax_dropout` spilled at 64 registers with both.
-        let random = self.k.nodes.iter().any(|n| matches!(n.op, Op::Random(..)));
+        let random = self.k.draws_random();
         for &p in &cached {
             let (t, name) = self.param_text(p);
             self.line(format!("const fz_vec<{t}, 4> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name})[c]}};"));
