@@ -159,8 +159,9 @@ pub fn compile(
     }
 }
 
-/// The first `ptxas` report line with a non-zero spill, as in `8 bytes spill stores`, if any.
-/// Give it the log of a compile with `--ptxas-options=-v`.
+/// The first `ptxas` report line with a non-zero spill, as in `8 bytes spill stores`, if any,
+/// after the entry point it is about (`fuse_f: ptxas ...`) when the report names it. Give it
+/// the log of a compile with `--ptxas-options=-v`.
 pub fn spills(log: &str) -> Option<String> {
     let spills_bytes = |part: &str| {
         let part = part.trim();
@@ -169,9 +170,19 @@ pub fn spills(log: &str) -> Option<String> {
             .or_else(|| part.strip_suffix("bytes spill loads"))?;
         count.trim().parse::<u64>().ok()
     };
-    log.lines()
-        .find(|line| line.split(',').filter_map(spills_bytes).any(|n| n > 0))
-        .map(|line| line.trim().to_string())
+    let mut entry = None;
+    for line in log.lines() {
+        if let Some((_, name)) = line.split_once("Function properties for ") {
+            entry = Some(name.trim());
+        }
+        if line.split(',').filter_map(spills_bytes).any(|n| n > 0) {
+            return Some(match entry {
+                Some(name) => format!("{name}: {}", line.trim()),
+                None => line.trim().to_string(),
+            });
+        }
+    }
+    None
 }
 
 /// The source lines that NVRTC's `name(LINE): error ...` log lines point at, in log order,
@@ -302,7 +313,7 @@ mod tests {
                    40 bytes stack frame, 0 bytes spill stores, 36 bytes spill loads\n";
         assert_eq!(
             spills(log).as_deref(),
-            Some("40 bytes stack frame, 0 bytes spill stores, 36 bytes spill loads")
+            Some("big: 40 bytes stack frame, 0 bytes spill stores, 36 bytes spill loads")
         );
         let clean = "    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n";
         assert_eq!(spills(clean), None);

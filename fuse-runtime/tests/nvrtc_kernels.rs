@@ -62,13 +62,29 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
     let dump = std::env::var_os("FUSE_DUMP_DIR").map(std::path::PathBuf::from);
     if let Some(dir) = &dump {
         std::fs::create_dir_all(dir).expect("FUSE_DUMP_DIR is a writable folder");
-        for k in &kernels {
-            let path = dir.join(format!("{}.cu", k.name));
+    }
+    // Kernels of one name in different modules (a test's `f32` and `f16` copies) dump as
+    // `<name>`, `<name>.2`, ...
+    let mut seen = std::collections::HashMap::new();
+    let files: Vec<String> = kernels
+        .iter()
+        .map(|k| {
+            let n = seen.entry(k.name).or_insert(0);
+            *n += 1;
+            match *n {
+                1 => k.name.to_string(),
+                n => format!("{}.{n}", k.name),
+            }
+        })
+        .collect();
+    if let Some(dir) = &dump {
+        for (k, file) in kernels.iter().zip(&files) {
+            let path = dir.join(format!("{file}.cu"));
             std::fs::write(&path, k.source).expect("FUSE_DUMP_DIR is a writable folder");
         }
     }
     let mut failures = vec![];
-    for k in &kernels {
+    for (k, file) in kernels.iter().zip(&files) {
         for arch in [80, 90] {
             match nvrtc::compile(k.source, k.symbol, arch, &["--ptxas-options=-v"]) {
                 Ok(c) => {
@@ -78,16 +94,16 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
                         k.name
                     );
                     if let (Some(dir), 90) = (&dump, arch) {
-                        let path = |ext| dir.join(format!("{}.sm_90.{ext}", k.name));
+                        let path = |ext| dir.join(format!("{file}.sm_90.{ext}"));
                         std::fs::write(path("cubin"), &c.cubin)
                             .and_then(|()| std::fs::write(path("log"), &c.log))
                             .expect("FUSE_DUMP_DIR is a writable folder");
                     }
                     if let Some(line) = nvrtc::spills(&c.log) {
-                        failures.push(format!("{} sm_{arch} spills: {line}", k.name));
+                        failures.push(format!("{file} sm_{arch} spills: {line}"));
                     }
                 }
-                Err(e) => failures.push(format!("{} sm_{arch}: {e}", k.name)),
+                Err(e) => failures.push(format!("{file} sm_{arch}: {e}")),
             }
         }
     }
