@@ -91,277 +91,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red4[8];
     __shared__ float red7[8];
-    // Long rows: read once into the dynamic shared memory the launch gave, split over the
-    // blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.
-    if (fz_smem_bytes() != 0 && len < 0x40000000ll) {
-        const unsigned int blocks = fz_cluster_size();
-        const unsigned int rank = blockIdx.x % blocks;
-        int begin, end;
-        const int part = fz_part(len, blocks, rank, begin, end);
-        if (fz_smem_bytes() >= 256 + (long long)part * 4) {
-            unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
-            float* const sc_x = (float*)(fz_shared() + 256);
-            unsigned int phase = 0;
-            const long long clusters = (long long)(gridDim.x / blocks);
-            for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
-                const long long c0 = g;
-                const long long b0 = c0 * d_cols;
-                const long long b1 = 0;
-                const long long b2 = c0;
-                const float v3 = p_eps;
-                if ((len & 3) == 0) {
-                    #pragma unroll 2
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-                    }
-                }
-                else {
-                    #pragma unroll 2
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
-                    }
-                }
-                if (g + clusters < groups) {
-                    fz_prefetch_part_l2(p_x + (g + clusters) * len, len, blocks, rank);
-                }
-                fz_copy_wait();
-                float acc4 = (float)0;
-                if ((len & 3) == 0) {
-                    #pragma unroll 1
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        const int q = 0;
-                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                        {
-                            const int j = 0;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc4 = acc4 + v0;
-                        }
-                        {
-                            const int j = 1;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc4 = acc4 + v0;
-                        }
-                        {
-                            const int j = 2;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc4 = acc4 + v0;
-                        }
-                        {
-                            const int j = 3;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc4 = acc4 + v0;
-                        }
-                    }
-                }
-                else {
-                    #pragma unroll 1
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        const int q = (r - begin) >> 2;
-                        const int j = (r - begin) & 3;
-                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
-                        const float v0 = rc_x[q].v[j];
-                        acc4 = acc4 + v0;
-                    }
-                }
-                #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                    acc4 = acc4 + other;
-                }
-                __syncthreads();
-                if ((threadIdx.x & 31) == 0) {
-                    red4[threadIdx.x >> 5] = acc4;
-                }
-                __syncthreads();
-                acc4 = red4[0];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    acc4 = acc4 + red4[0 + w];
-                }
-                if (blocks > 1) {
-                    if (threadIdx.x == 0) {
-                        fz_slot_put(fz_slots + phase * 16 + 0, acc4);
-                    }
-                    fz_cluster_sync();
-                    acc4 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
-                    for (unsigned int b = 1; b < blocks; ++b) {
-                        const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
-                        acc4 = acc4 + other;
-                    }
-                    phase ^= 1u;
-                }
-                const float v4 = acc4 * inv_len_f32;
-                float acc7 = (float)0;
-                if ((len & 3) == 0) {
-                    #pragma unroll 1
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        const int q = 0;
-                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                        {
-                            const int j = 0;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v5 = (v0 - v4);
-                            const float v6 = (v5 * v5);
-                            acc7 = acc7 + v6;
-                        }
-                        {
-                            const int j = 1;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v5 = (v0 - v4);
-                            const float v6 = (v5 * v5);
-                            acc7 = acc7 + v6;
-                        }
-                        {
-                            const int j = 2;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v5 = (v0 - v4);
-                            const float v6 = (v5 * v5);
-                            acc7 = acc7 + v6;
-                        }
-                        {
-                            const int j = 3;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v5 = (v0 - v4);
-                            const float v6 = (v5 * v5);
-                            acc7 = acc7 + v6;
-                        }
-                    }
-                }
-                else {
-                    #pragma unroll 1
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        const int q = (r - begin) >> 2;
-                        const int j = (r - begin) & 3;
-                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
-                        const float v0 = rc_x[q].v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                    }
-                }
-                #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
-                    acc7 = acc7 + other;
-                }
-                __syncthreads();
-                if ((threadIdx.x & 31) == 0) {
-                    red7[threadIdx.x >> 5] = acc7;
-                }
-                __syncthreads();
-                acc7 = red7[0];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    acc7 = acc7 + red7[0 + w];
-                }
-                if (blocks > 1) {
-                    if (threadIdx.x == 0) {
-                        fz_slot_put(fz_slots + phase * 16 + 0, acc7);
-                    }
-                    fz_cluster_sync();
-                    acc7 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
-                    for (unsigned int b = 1; b < blocks; ++b) {
-                        const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
-                        acc7 = acc7 + other;
-                    }
-                    phase ^= 1u;
-                }
-                const float v7 = acc7 * inv_len_f32;
-                const float v8 = (v7 + v3);
-                const float v9 = rsqrtf(v8);
-                if ((len & 3) == 0) {
-                    #pragma unroll 1
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        const int q = 0;
-                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                        fz_vec<float, 4> s0;
-                        const fz_vec<float, 4> lv_gamma = reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1)[c];
-                        const fz_vec<float, 4> lv_beta = reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1)[c];
-                        {
-                            const int j = 0;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v1 = lv_gamma.v[j];
-                            const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
-                            const float v10 = (v5 * v9);
-                            const float v11 = (v10 * v1);
-                            const float v12 = (v11 + v2);
-                            s0.v[j] = v12;
-                        }
-                        {
-                            const int j = 1;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v1 = lv_gamma.v[j];
-                            const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
-                            const float v10 = (v5 * v9);
-                            const float v11 = (v10 * v1);
-                            const float v12 = (v11 + v2);
-                            s0.v[j] = v12;
-                        }
-                        {
-                            const int j = 2;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v1 = lv_gamma.v[j];
-                            const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
-                            const float v10 = (v5 * v9);
-                            const float v11 = (v10 * v1);
-                            const float v12 = (v11 + v2);
-                            s0.v[j] = v12;
-                        }
-                        {
-                            const int j = 3;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v1 = lv_gamma.v[j];
-                            const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
-                            const float v10 = (v5 * v9);
-                            const float v11 = (v10 * v1);
-                            const float v12 = (v11 + v2);
-                            s0.v[j] = v12;
-                        }
-                        reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
-                    }
-                }
-                else {
-                    #pragma unroll 1
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        const int q = (r - begin) >> 2;
-                        const int j = (r - begin) & 3;
-                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
-                        const long long o0 = b0 + r;
-                        const long long o1 = b1 + r;
-                        const float v0 = rc_x[q].v[j];
-                        const float v1 = p_gamma[o1];
-                        const float v2 = p_beta[o1];
-                        const float v5 = (v0 - v4);
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        out0[o0] = v12;
-                    }
-                }
-                if (rank == 0 && threadIdx.x == 0) {
-                    out1[b2] = v9;
-                }
-            }
-            if (blocks > 1) fz_cluster_exit();
-            return;
-        }
-    }
     __shared__ fz_vec<float, 4> pf_x[2][1024];
     int buf = 0;
     if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
@@ -1233,4 +962,289 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_short_rows(
     else if (len <= 8) fz_short_rows<4, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
     else if (len <= 16) fz_short_rows<8, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
     else fz_short_rows<16, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+}
+// Kernel `layernorm` for rows longer than its register cache, which the runtime picks for them when the device has the memory: the row in the dynamic shared memory of a block or a cluster.
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
+    const float* __restrict__ p_x,
+    const float* __restrict__ p_gamma,
+    const float* __restrict__ p_beta,
+    float* __restrict__ out0,
+    float* __restrict__ out1,
+    const float p_eps,
+    const long long d_rows,
+    const long long d_cols
+) {
+    const long long groups = d_rows;
+    const long long len = d_cols;
+    const float inv_len_f32 = 1.0f / (float)len;
+    __shared__ float red4[8];
+    __shared__ float red7[8];
+    // Long rows: read once into the dynamic shared memory the launch gave, split over the
+    // blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.
+    if (len >= 0x40000000ll) return;
+    const unsigned int blocks = fz_cluster_size();
+    const unsigned int rank = blockIdx.x % blocks;
+    int begin, end;
+    const int part = fz_part(len, blocks, rank, begin, end);
+    if (fz_smem_bytes() < 256 + (long long)part * 4) return;
+    unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
+    float* const sc_x = (float*)(fz_shared() + 256);
+    unsigned int phase = 0;
+    const long long clusters = (long long)(gridDim.x / blocks);
+    for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
+        const long long c0 = g;
+        const long long b0 = c0 * d_cols;
+        const long long b1 = 0;
+        const long long b2 = c0;
+        const float v3 = p_eps;
+        if ((len & 3) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
+            }
+        }
+        else {
+            #pragma unroll 2
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
+            }
+        }
+        if (g + clusters < groups) {
+            fz_prefetch_part_l2(p_x + (g + clusters) * len, len, blocks, rank);
+        }
+        fz_copy_wait();
+        float acc4 = (float)0;
+        if ((len & 3) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                {
+                    const int j = 0;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc4 = acc4 + v0;
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc4 = acc4 + v0;
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc4 = acc4 + v0;
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc4 = acc4 + v0;
+                }
+            }
+        }
+        else {
+            #pragma unroll 1
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                const int q = (r - begin) >> 2;
+                const int j = (r - begin) & 3;
+                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const float v0 = rc_x[q].v[j];
+                acc4 = acc4 + v0;
+            }
+        }
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+            acc4 = acc4 + other;
+        }
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            red4[threadIdx.x >> 5] = acc4;
+        }
+        __syncthreads();
+        acc4 = red4[0];
+        #pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            acc4 = acc4 + red4[0 + w];
+        }
+        if (blocks > 1) {
+            if (threadIdx.x == 0) {
+                fz_slot_put(fz_slots + phase * 16 + 0, acc4);
+            }
+            fz_cluster_sync();
+            acc4 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+            for (unsigned int b = 1; b < blocks; ++b) {
+                const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                acc4 = acc4 + other;
+            }
+            phase ^= 1u;
+        }
+        const float v4 = acc4 * inv_len_f32;
+        float acc7 = (float)0;
+        if ((len & 3) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                {
+                    const int j = 0;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
+                    acc7 = acc7 + v6;
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
+                    acc7 = acc7 + v6;
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
+                    acc7 = acc7 + v6;
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v5 = (v0 - v4);
+                    const float v6 = (v5 * v5);
+                    acc7 = acc7 + v6;
+                }
+            }
+        }
+        else {
+            #pragma unroll 1
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                const int q = (r - begin) >> 2;
+                const int j = (r - begin) & 3;
+                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const float v0 = rc_x[q].v[j];
+                const float v5 = (v0 - v4);
+                const float v6 = (v5 * v5);
+                acc7 = acc7 + v6;
+            }
+        }
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+            acc7 = acc7 + other;
+        }
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            red7[threadIdx.x >> 5] = acc7;
+        }
+        __syncthreads();
+        acc7 = red7[0];
+        #pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            acc7 = acc7 + red7[0 + w];
+        }
+        if (blocks > 1) {
+            if (threadIdx.x == 0) {
+                fz_slot_put(fz_slots + phase * 16 + 0, acc7);
+            }
+            fz_cluster_sync();
+            acc7 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+            for (unsigned int b = 1; b < blocks; ++b) {
+                const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                acc7 = acc7 + other;
+            }
+            phase ^= 1u;
+        }
+        const float v7 = acc7 * inv_len_f32;
+        const float v8 = (v7 + v3);
+        const float v9 = rsqrtf(v8);
+        if ((len & 3) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                fz_vec<float, 4> s0;
+                const fz_vec<float, 4> lv_gamma = reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1)[c];
+                const fz_vec<float, 4> lv_beta = reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1)[c];
+                {
+                    const int j = 0;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v1 = lv_gamma.v[j];
+                    const float v2 = lv_beta.v[j];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    s0.v[j] = v12;
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v1 = lv_gamma.v[j];
+                    const float v2 = lv_beta.v[j];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    s0.v[j] = v12;
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v1 = lv_gamma.v[j];
+                    const float v2 = lv_beta.v[j];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    s0.v[j] = v12;
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v1 = lv_gamma.v[j];
+                    const float v2 = lv_beta.v[j];
+                    const float v5 = (v0 - v4);
+                    const float v10 = (v5 * v9);
+                    const float v11 = (v10 * v1);
+                    const float v12 = (v11 + v2);
+                    s0.v[j] = v12;
+                }
+                reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+            }
+        }
+        else {
+            #pragma unroll 1
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                const int q = (r - begin) >> 2;
+                const int j = (r - begin) & 3;
+                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const long long o0 = b0 + r;
+                const long long o1 = b1 + r;
+                const float v0 = rc_x[q].v[j];
+                const float v1 = p_gamma[o1];
+                const float v2 = p_beta[o1];
+                const float v5 = (v0 - v4);
+                const float v10 = (v5 * v9);
+                const float v11 = (v10 * v1);
+                const float v12 = (v11 + v2);
+                out0[o0] = v12;
+            }
+        }
+        if (rank == 0 && threadIdx.x == 0) {
+            out1[b2] = v9;
+        }
+    }
+    if (blocks > 1) fz_cluster_exit();
 }

@@ -112,252 +112,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
     __shared__ float red4[8];
-    // Long rows: read once into the dynamic shared memory the launch gave, split over the
-    // blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.
-    if (fz_smem_bytes() != 0 && len < 0x40000000ll) {
-        const unsigned int blocks = fz_cluster_size();
-        const unsigned int rank = blockIdx.x % blocks;
-        int begin, end;
-        const int part = fz_part(len, blocks, rank, begin, end);
-        if (fz_smem_bytes() >= 256 + (long long)part * 4) {
-            unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
-            float* const sc_x = (float*)(fz_shared() + 256);
-            unsigned int phase = 0;
-            const long long clusters = (long long)(gridDim.x / blocks);
-            for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
-                const long long c0 = g;
-                const long long b0 = c0 * d_cols;
-                if ((len & 3) == 0) {
-                    #pragma unroll 2
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-                    }
-                }
-                else {
-                    #pragma unroll 2
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
-                    }
-                }
-                if (g + clusters < groups) {
-                    fz_prefetch_part_l2(p_x + (g + clusters) * len, len, blocks, rank);
-                }
-                fz_copy_wait();
-                float acc1 = (-__int_as_float(0x7f800000));
-                if ((len & 3) == 0) {
-                    #pragma unroll 1
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        const int q = 0;
-                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                        {
-                            const int j = 0;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc1 = fmaxf(acc1, v0);
-                        }
-                        {
-                            const int j = 1;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc1 = fmaxf(acc1, v0);
-                        }
-                        {
-                            const int j = 2;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc1 = fmaxf(acc1, v0);
-                        }
-                        {
-                            const int j = 3;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            acc1 = fmaxf(acc1, v0);
-                        }
-                    }
-                }
-                else {
-                    #pragma unroll 1
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        const int q = (r - begin) >> 2;
-                        const int j = (r - begin) & 3;
-                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
-                        const float v0 = rc_x[q].v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                }
-                #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                    acc1 = fmaxf(acc1, other);
-                }
-                __syncthreads();
-                if ((threadIdx.x & 31) == 0) {
-                    red1[threadIdx.x >> 5] = acc1;
-                }
-                __syncthreads();
-                acc1 = red1[0];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    acc1 = fmaxf(acc1, red1[0 + w]);
-                }
-                if (blocks > 1) {
-                    if (threadIdx.x == 0) {
-                        fz_slot_put(fz_slots + phase * 16 + 0, acc1);
-                    }
-                    fz_cluster_sync();
-                    acc1 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
-                    for (unsigned int b = 1; b < blocks; ++b) {
-                        const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
-                        acc1 = fmaxf(acc1, other);
-                    }
-                    phase ^= 1u;
-                }
-                const float v1 = acc1;
-                float acc4 = (float)0;
-                if ((len & 3) == 0) {
-                    #pragma unroll 1
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        const int q = 0;
-                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                        {
-                            const int j = 0;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            acc4 = acc4 + v3;
-                        }
-                        {
-                            const int j = 1;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            acc4 = acc4 + v3;
-                        }
-                        {
-                            const int j = 2;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            acc4 = acc4 + v3;
-                        }
-                        {
-                            const int j = 3;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            acc4 = acc4 + v3;
-                        }
-                    }
-                }
-                else {
-                    #pragma unroll 1
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        const int q = (r - begin) >> 2;
-                        const int j = (r - begin) & 3;
-                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
-                        const float v0 = rc_x[q].v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                }
-                #pragma unroll
-                for (int off = 16; off > 0; off >>= 1) {
-                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                    acc4 = acc4 + other;
-                }
-                __syncthreads();
-                if ((threadIdx.x & 31) == 0) {
-                    red4[threadIdx.x >> 5] = acc4;
-                }
-                __syncthreads();
-                acc4 = red4[0];
-                #pragma unroll
-                for (int w = 1; w < 8; ++w) {
-                    acc4 = acc4 + red4[0 + w];
-                }
-                if (blocks > 1) {
-                    if (threadIdx.x == 0) {
-                        fz_slot_put(fz_slots + phase * 16 + 0, acc4);
-                    }
-                    fz_cluster_sync();
-                    acc4 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
-                    for (unsigned int b = 1; b < blocks; ++b) {
-                        const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
-                        acc4 = acc4 + other;
-                    }
-                    phase ^= 1u;
-                }
-                const float v4 = acc4;
-                const fz_divider dv_4 = fz_divider_of(v4);
-                if ((len & 3) == 0) {
-                    #pragma unroll 1
-                    for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                        const int q = 0;
-                        const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                        fz_vec<float, 4> s0;
-                        {
-                            const int j = 0;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
-                            s0.v[j] = v5;
-                        }
-                        {
-                            const int j = 1;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
-                            s0.v[j] = v5;
-                        }
-                        {
-                            const int j = 2;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
-                            s0.v[j] = v5;
-                        }
-                        {
-                            const int j = 3;
-                            const long long r = c * 4 + j;
-                            const float v0 = rc_x[q].v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
-                            s0.v[j] = v5;
-                        }
-                        reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
-                    }
-                }
-                else {
-                    #pragma unroll 1
-                    for (int r = begin + threadIdx.x; r < end; r += 256) {
-                        const int q = (r - begin) >> 2;
-                        const int j = (r - begin) & 3;
-                        const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
-                        const long long o0 = b0 + r;
-                        const float v0 = rc_x[q].v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        out0[o0] = v5;
-                    }
-                }
-            }
-            if (blocks > 1) fz_cluster_exit();
-            return;
-        }
-    }
     __shared__ fz_vec<float, 4> pf_x[2][1024];
     int buf = 0;
     if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
@@ -1330,4 +1084,259 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_short_rows(
     else if (len <= 8) fz_short_rows<4, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
     else if (len <= 16) fz_short_rows<8, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
     else fz_short_rows<16, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+}
+// Kernel `softmax` for rows longer than its register cache, which the runtime picks for them when the device has the memory: the row in the dynamic shared memory of a block or a cluster.
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
+    const float* __restrict__ p_x,
+    float* __restrict__ out0,
+    const long long d_rows,
+    const long long d_cols
+) {
+    const long long groups = d_rows;
+    const long long len = d_cols;
+    __shared__ float red1[8];
+    __shared__ float red4[8];
+    // Long rows: read once into the dynamic shared memory the launch gave, split over the
+    // blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.
+    if (len >= 0x40000000ll) return;
+    const unsigned int blocks = fz_cluster_size();
+    const unsigned int rank = blockIdx.x % blocks;
+    int begin, end;
+    const int part = fz_part(len, blocks, rank, begin, end);
+    if (fz_smem_bytes() < 256 + (long long)part * 4) return;
+    unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
+    float* const sc_x = (float*)(fz_shared() + 256);
+    unsigned int phase = 0;
+    const long long clusters = (long long)(gridDim.x / blocks);
+    for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
+        const long long c0 = g;
+        const long long b0 = c0 * d_cols;
+        if ((len & 3) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
+            }
+        }
+        else {
+            #pragma unroll 2
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
+            }
+        }
+        if (g + clusters < groups) {
+            fz_prefetch_part_l2(p_x + (g + clusters) * len, len, blocks, rank);
+        }
+        fz_copy_wait();
+        float acc1 = (-__int_as_float(0x7f800000));
+        if ((len & 3) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                {
+                    const int j = 0;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+            }
+        }
+        else {
+            #pragma unroll 1
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                const int q = (r - begin) >> 2;
+                const int j = (r - begin) & 3;
+                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const float v0 = rc_x[q].v[j];
+                acc1 = fmaxf(acc1, v0);
+            }
+        }
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+            acc1 = fmaxf(acc1, other);
+        }
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            red1[threadIdx.x >> 5] = acc1;
+        }
+        __syncthreads();
+        acc1 = red1[0];
+        #pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            acc1 = fmaxf(acc1, red1[0 + w]);
+        }
+        if (blocks > 1) {
+            if (threadIdx.x == 0) {
+                fz_slot_put(fz_slots + phase * 16 + 0, acc1);
+            }
+            fz_cluster_sync();
+            acc1 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+            for (unsigned int b = 1; b < blocks; ++b) {
+                const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                acc1 = fmaxf(acc1, other);
+            }
+            phase ^= 1u;
+        }
+        const float v1 = acc1;
+        float acc4 = (float)0;
+        if ((len & 3) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                {
+                    const int j = 0;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+            }
+        }
+        else {
+            #pragma unroll 1
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                const int q = (r - begin) >> 2;
+                const int j = (r - begin) & 3;
+                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const float v0 = rc_x[q].v[j];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+        }
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+            acc4 = acc4 + other;
+        }
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            red4[threadIdx.x >> 5] = acc4;
+        }
+        __syncthreads();
+        acc4 = red4[0];
+        #pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            acc4 = acc4 + red4[0 + w];
+        }
+        if (blocks > 1) {
+            if (threadIdx.x == 0) {
+                fz_slot_put(fz_slots + phase * 16 + 0, acc4);
+            }
+            fz_cluster_sync();
+            acc4 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+            for (unsigned int b = 1; b < blocks; ++b) {
+                const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                acc4 = acc4 + other;
+            }
+            phase ^= 1u;
+        }
+        const float v4 = acc4;
+        const fz_divider dv_4 = fz_divider_of(v4);
+        if ((len & 3) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                const int q = 0;
+                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                fz_vec<float, 4> s0;
+                {
+                    const int j = 0;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = v5;
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = v5;
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = v5;
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 4 + j;
+                    const float v0 = rc_x[q].v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = v5;
+                }
+                reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+            }
+        }
+        else {
+            #pragma unroll 1
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                const int q = (r - begin) >> 2;
+                const int j = (r - begin) & 3;
+                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const long long o0 = b0 + r;
+                const float v0 = rc_x[q].v[j];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                const float v5 = fz_div_by(v3, v4, dv_4);
+                out0[o0] = v5;
+            }
+        }
+    }
+    if (blocks > 1) fz_cluster_exit();
 }

@@ -473,7 +473,22 @@ fn module_items(
     let source = &source.text;
     let geometry = geometry(k, plan);
     let picked = local("geometry");
-    let (short_rows, kernel_info) = short_rows_items(k, plan, &picked);
+    let (entries, kernel_info, long_rows) = entry_items(k, plan, &picked);
+    let args = quote! {
+        &[
+            #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
+            #(#rt::__private::Arg::Buffer(&*#out_names),)*
+            #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
+            #(#dim_args,)*
+            #(#recip_args,)*
+        ]
+    };
+    let launch = match long_rows {
+        Some(long_rows) => {
+            quote!(#rt::__private::launch_long_rows(#dev, #kernel_info, #long_rows, #picked, #args))
+        }
+        None => quote!(#rt::__private::launch(#dev, #kernel_info, #picked, #args)),
+    };
     let cpu = cpu_items(k, plan, sig);
     let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate.");
     quote! {
@@ -489,7 +504,7 @@ fn module_items(
             #rt::__private::inventory::submit! {
                 #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS }
             }
-            #short_rows
+            #entries
             #signature
         }
         #[doc = #into_doc]
@@ -504,44 +519,48 @@ fn module_items(
                 return self::cpu(&#dims, #(#tensor_inputs,)* #(#scalars,)* #(#out_names),*);
             }
             let #picked = #geometry;
-            #rt::__private::launch(#dev, #kernel_info, #picked, &[
-                #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
-                #(#rt::__private::Arg::Buffer(&*#out_names),)*
-                #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
-                #(#dim_args,)*
-                #(#recip_args,)*
-            ])
+            #launch
         }
         #cpu
     }
 }
 
-/// For a kernel with an entry point for short rows: its `KernelInfo` (in `__fuse`, beside
-/// `KERNEL`, and like it but for the symbol), and the expression that picks it for rows of 1
-/// to [`SHORT`](crate::cuda::SHORT) elements from the launch's `geometry`. Otherwise nothing,
-/// and `KERNEL`.
-fn short_rows_items(
+/// For a kernel with entry points for short or long rows: their `KernelInfo`s (in `__fuse`,
+/// beside `KERNEL`, and like it but for the symbol); the expression that picks the entry for the
+/// launch's `geometry`, the short one for rows of 1 to [`SHORT`](crate::cuda::SHORT) elements,
+/// else `KERNEL`; and the long one's path, which the runtime picks for long rows when the device
+/// has the shared memory.
+fn entry_items(
     k: &Kernel,
     plan: &crate::plan::Plan,
     geometry: &Ident,
-) -> (TokenStream, TokenStream) {
+) -> (TokenStream, TokenStream, Option<TokenStream>) {
     let rt = rt();
-    let Some(symbol) = crate::cuda::short_rows_symbol(k, plan) else {
-        return (quote!(), quote!(&self::__fuse::KERNEL));
-    };
-    let (kernel, short) = (plain_name(&k.name), crate::cuda::SHORT as u64);
-    let doc = format!("The entry point for rows of 1 to {short} elements, in the same module.");
-    let info = quote! {
-        #[doc = #doc]
-        pub static SHORT_ROWS: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS };
-    };
-    let pick = quote! {
-        match #geometry {
-            #rt::__private::Geometry::Rows { row_len: 1..=#short, .. } => &self::__fuse::SHORT_ROWS,
-            _ => &self::__fuse::KERNEL,
+    let kernel = plain_name(&k.name);
+    let info = |name: &Ident, symbol: &str, doc: &str| {
+        quote! {
+            #[doc = #doc]
+            pub static #name: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS };
         }
     };
-    (info, pick)
+    let (mut infos, mut pick, mut long) = (quote!(), quote!(&self::__fuse::KERNEL), None);
+    if let Some(symbol) = crate::cuda::short_rows_symbol(k, plan) {
+        let short = crate::cuda::SHORT as u64;
+        let doc = format!("The entry point for rows of 1 to {short} elements, in the same module.");
+        infos.extend(info(&format_ident!("SHORT_ROWS"), &symbol, &doc));
+        pick = quote! {
+            match #geometry {
+                #rt::__private::Geometry::Rows { row_len: 1..=#short, .. } => &self::__fuse::SHORT_ROWS,
+                _ => &self::__fuse::KERNEL,
+            }
+        };
+    }
+    if let Some(symbol) = crate::cuda::long_rows_symbol(k, plan) {
+        let doc = "The entry point for rows longer than the register cache, with the row in dynamic shared memory, in the same module.";
+        infos.extend(info(&format_ident!("LONG_ROWS"), &symbol, doc));
+        long = Some(quote!(&self::__fuse::LONG_ROWS));
+    }
+    (infos, pick, long)
 }
 
 fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream {

@@ -138,16 +138,30 @@ pub fn launch(
     geometry: Geometry,
     args: &[Arg],
 ) -> Result<(), Error> {
-    launch_with(dev, kernel, geometry, args, enqueue)
+    launch_with(dev, kernel, None, geometry, args, enqueue)
 }
 
-/// [`launch`] with `submit` in place of the call that queues the kernel: `submit` is given the
-/// device, the function, the launch shape and every argument slot (the scratch's included). The
-/// benchmark's hooks ([`crate::private::floors`]) pass one that does not call the driver, to time
-/// fuse's host code alone.
+/// [`launch`] for a row kernel with an entry point for long rows (`long_rows`, in the same
+/// module): rows past the register cache take it, with their rows in dynamic shared memory,
+/// where the device has the memory; other rows, and long rows on other devices, take `kernel`.
+pub fn launch_long_rows(
+    dev: &Device,
+    kernel: &'static KernelInfo,
+    long_rows: &'static KernelInfo,
+    geometry: Geometry,
+    args: &[Arg],
+) -> Result<(), Error> {
+    launch_with(dev, kernel, Some(long_rows), geometry, args, enqueue)
+}
+
+/// [`launch`] or [`launch_long_rows`] (`long_rows`) with `submit` in place of the call that
+/// queues the kernel: `submit` is given the device, the function, the launch shape and every
+/// argument slot (the scratch's included). The benchmark's hooks ([`crate::private::floors`])
+/// pass one that does not call the driver, to time fuse's host code alone.
 pub(crate) fn launch_with(
     dev: &Device,
     kernel: &'static KernelInfo,
+    long_rows: Option<&'static KernelInfo>,
     geometry: Geometry,
     args: &[Arg],
     submit: impl FnOnce(&CudaDevice, sys::CUfunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
@@ -163,10 +177,10 @@ pub(crate) fn launch_with(
     let Some(grid) = grid(geometry, cuda.sm_count) else {
         return Ok(());
     };
-    if crate::long_rows::taken(geometry) {
-        // Long rows take their own launch (clusters, dynamic shared memory), which
+    if let Some(long_rows) = long_rows.filter(|_| crate::long_rows::taken(geometry)) {
+        // Long rows take their own entry and launch (clusters, dynamic shared memory), which
         // needs the function's attributes: the locked lookup, once per such call.
-        let function = cuda.function(kernel)?;
+        let function = cuda.function(long_rows)?;
         if crate::long_rows::launch(cuda, &function, geometry, slots)? {
             return Ok(());
         }

@@ -145,7 +145,7 @@ pub use timer::Timer;
 /// covered by semver. See `doc/PRIVATE_API.md`.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::launch::{launch, Arg, Geometry, BLOCK};
+    pub use crate::launch::{launch, launch_long_rows, Arg, Geometry, BLOCK};
     pub use crate::long_rows::long_row_shared_bytes;
     pub use crate::ops;
     pub use crate::private::floors;

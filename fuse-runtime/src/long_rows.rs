@@ -2,7 +2,9 @@
 //! kernel's register cache but fit in the dynamic shared memory of one block, or, on sm_90, of the
 //! blocks of a thread-block cluster, each caching a part of the row. The kernel then reads each
 //! row from memory once, whatever its number of passes (`fuse-macros/src/cuda/rows/long_rows.rs`
-//! writes that path; it takes it exactly when the launch gives it enough dynamic shared memory).
+//! writes that path, as an entry point of its own beside the row kernel's; [`launch`] launches it
+//! when the rows, the kernel and the device allow it, and the caller launches the row kernel
+//! otherwise).
 //!
 //! For clusters larger than the portable 8 the grid holds as many clusters as the device can run
 //! at once ([`default_waves`]), each taking every so many rows: the kernel then asks L2 for the
@@ -32,18 +34,17 @@ const SLOTS: u64 = 256;
 const REGISTER_ROW: u64 = 16 * BLOCK as u64;
 
 /// The blocks per SM that a block's shared memory should leave room for, so that the copy of one
-/// block's row overlaps the passes of the others: three where the cluster sizes allow, else two
-/// (a kernel's static shared memory, such as the row kernels' 32 KiB prefetch buffers, leaves
-/// three blocks of a 262144-float row's part too little room).
-const BLOCKS_PER_SM: [u64; 2] = [3, 2];
+/// block's row overlaps the passes of the others: the most of these that the cluster sizes and
+/// the kernel's registers allow.
+const BLOCKS_PER_SM: [u64; 3] = [4, 3, 2];
 
 /// [`BLOCKS_PER_SM`], or the one target `FUSE_LONG_ROWS_PER_SM` names, for the benchmark to
 /// compare cluster sizes in one build.
-fn blocks_per_sm() -> [u64; 2] {
+fn blocks_per_sm() -> [u64; 3] {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
     crate::launch::knob(&SET, "FUSE_LONG_ROWS_PER_SM")
         .filter(|&n| n > 0)
-        .map_or(BLOCKS_PER_SM, |n| [n, n])
+        .map_or(BLOCKS_PER_SM, |n| [n; 3])
 }
 
 /// The clusters of a long-row grid, in multiples of those the device runs at once, for clusters
@@ -106,8 +107,9 @@ struct Limits {
     /// The most dynamic shared memory of one block: the device's opt-in maximum less the
     /// kernel's static shared memory.
     per_block: u64,
-    /// The dynamic shared memory per block that leaves room for each of [`BLOCKS_PER_SM`].
-    targets: [u64; 2],
+    /// The dynamic shared memory per block that leaves room for each of [`BLOCKS_PER_SM`]; 0
+    /// for more blocks than the kernel's registers allow.
+    targets: [u64; 3],
     /// The most blocks of a cluster; 1 without cluster launches.
     cluster: u32,
 }
@@ -169,8 +171,8 @@ pub(crate) struct LongRows {
     functions: Mutex<HashMap<usize, Function>>,
 }
 
-/// Launches a row kernel with its rows cached in shared memory when `geometry`, the kernel and
-/// the device allow it, and says whether it did; otherwise the caller launches it as usual.
+/// Launches `function`, a row kernel's long-row entry, when `geometry`, the kernel and the device
+/// allow it, and says whether it did; otherwise the caller launches the row kernel.
 pub(crate) fn launch(
     cuda: &CudaDevice,
     function: &CudaFunction,
@@ -282,11 +284,11 @@ impl Function {
                 }
             }
         };
-        let targets = blocks_per_sm().map(|blocks| {
-            (device.per_sm / blocks)
-                .saturating_sub(device.reserved_per_block)
-                .saturating_sub(fixed)
-        });
+        // The blocks an SM holds by the kernel's registers (and static shared memory) alone.
+        let most = function
+            .occupancy_max_active_blocks_per_multiprocessor(BLOCK, 0, None)
+            .map_or(u64::MAX, u64::from);
+        let targets = targets(device, fixed, most);
         Some(Function {
             limits: Limits {
                 per_block: device.per_block_optin.saturating_sub(fixed),
@@ -297,6 +299,18 @@ impl Function {
             clusters: HashMap::new(),
         })
     }
+}
+
+/// The dynamic shared memory per block that leaves room for each of [`blocks_per_sm`] blocks an
+/// SM, for a kernel of `fixed` bytes of static shared memory of which an SM holds at most `most`
+/// blocks by its registers; 0 (no room) for more than `most`.
+fn targets(device: DeviceLimits, fixed: u64, most: u64) -> [u64; 3] {
+    blocks_per_sm().map(|blocks| match blocks <= most {
+        true => (device.per_sm / blocks)
+            .saturating_sub(device.reserved_per_block)
+            .saturating_sub(fixed),
+        false => 0,
+    })
 }
 
 /// The launch attribute of a cluster of `blocks` blocks along x.
@@ -397,20 +411,34 @@ fn enqueue(
 mod tests {
     use super::*;
 
-    /// An H100: 228 KiB per SM, 227 KiB per block with opt-in, 1 KiB reserved per block.
-    fn h100(fixed: u64) -> Limits {
+    /// An H100: 228 KiB per SM, 227 KiB per block with opt-in, 1 KiB reserved per block; for a
+    /// kernel of `fixed` bytes of static shared memory, of which an SM holds `most` blocks by
+    /// its registers.
+    fn h100(fixed: u64, most: u64) -> Limits {
+        let device = DeviceLimits {
+            per_sm: 233_472,
+            per_block_optin: 232_448,
+            reserved_per_block: 1024,
+            clusters: true,
+        };
         Limits {
             per_block: 232_448 - fixed,
-            targets: [233_472 / 3 - 1024 - fixed, 233_472 / 2 - 1024 - fixed],
+            targets: targets(device, fixed, most),
             cluster: MAX_CLUSTER,
         }
     }
 
     /// An A100: 164 KiB per SM, 163 KiB per block, no clusters.
     fn a100() -> Limits {
+        let device = DeviceLimits {
+            per_sm: 167_936,
+            per_block_optin: 166_912,
+            reserved_per_block: 1024,
+            clusters: false,
+        };
         Limits {
             per_block: 166_912,
-            targets: [167_936 / 3 - 1024, 167_936 / 2 - 1024],
+            targets: targets(device, 0, 4),
             cluster: 1,
         }
     }
@@ -425,24 +453,30 @@ mod tests {
 
     #[test]
     fn h100_splits_long_rows_over_clusters() {
-        let f32_rows = |len| shape(len, 4, h100(64));
+        // The long-row entries: a few reduction slots of static shared memory, 64 registers.
+        let f32_rows = |len| shape(len, 4, h100(64, 4));
         assert_eq!(
             f32_rows(32768),
             Some(Shape {
-                cluster: 2,
-                shared: 256 + 65536
-            })
+                cluster: 3,
+                shared: 256 + 10924 * 4
+            }),
+            "four blocks an SM"
         );
-        assert_eq!(f32_rows(262_144).map(|s| s.cluster), Some(14));
+        assert_eq!(
+            f32_rows(262_144).map(|s| s.cluster),
+            Some(14),
+            "three blocks an SM: four would need clusters of 19"
+        );
         assert_eq!(f32_rows(8192).map(|s| s.cluster), Some(1));
         assert_eq!(f32_rows(40001).map(|s| s.cluster), Some(3));
         // Up to 16 blocks of 227 KiB, one per SM, before the rows stream.
         assert_eq!(f32_rows(900_000).map(|s| s.cluster), Some(16));
         assert_eq!(f32_rows(1 << 20), None);
-        // With the row kernels' 32 KiB of prefetch buffers: two blocks per SM for 262144.
-        let with_prefetch = |len| shape(len, 4, h100(32_832));
-        assert_eq!(with_prefetch(32768).map(|s| s.cluster), Some(3));
-        assert_eq!(with_prefetch(262_144).map(|s| s.cluster), Some(13));
+        // A kernel of 128 registers runs two blocks an SM, so its parts may be larger.
+        let wide = |len| shape(len, 4, h100(64, 2));
+        assert_eq!(wide(32768).map(|s| s.cluster), Some(2));
+        assert_eq!(wide(262_144).map(|s| s.cluster), Some(10));
     }
 
     #[test]
@@ -481,8 +515,8 @@ mod tests {
 
     #[test]
     fn register_rows_and_kernels_without_the_path_stream() {
-        assert_eq!(shape(4096, 4, h100(0)), None);
-        assert_eq!(shape(1 << 15, 0, h100(0)), None);
-        assert!(shape(4097, 4, h100(0)).is_some());
+        assert_eq!(shape(4096, 4, h100(0, 4)), None);
+        assert_eq!(shape(1 << 15, 0, h100(0, 4)), None);
+        assert!(shape(4097, 4, h100(0, 4)).is_some());
     }
 }

@@ -33,7 +33,6 @@ impl Cuda<'_> {
         self.line(format!("const int per_block = {BLOCK} / width;"));
         self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
-        self.long_rows(&rows, axis, plan);
         let prefetch = prefetches(self.k, &cached);
         if prefetch {
             self.prefetch_buffers(&cached);

@@ -42,10 +42,17 @@ pub fn host_only(
     geometry: Geometry,
     args: &[Arg],
 ) -> Result<(), Error> {
-    launch_with(dev, kernel, geometry, args, |_, function, config, slots| {
-        std::hint::black_box((function, config, slots));
-        Ok(())
-    })
+    launch_with(
+        dev,
+        kernel,
+        None,
+        geometry,
+        args,
+        |_, function, config, slots| {
+            std::hint::black_box((function, config, slots));
+            Ok(())
+        },
+    )
 }
 
 /// What the generated `into` of a map kernel with one input, one output and one dim (such as
@@ -106,7 +113,7 @@ impl<'a> Prebuilt<'a> {
             return Err(internal("full reductions are not supported"));
         }
         let mut resolved = None;
-        launch_with(dev, kernel, geometry, args, |_, _, config, slots| {
+        launch_with(dev, kernel, None, geometry, args, |_, _, config, slots| {
             resolved = Some((config, Box::<[u64]>::from(&*slots)));
             Ok(())
         })?;

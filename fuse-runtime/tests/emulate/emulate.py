@@ -14,13 +14,16 @@ src = re.sub(r'static __device__ __forceinline__ unsigned short fz_f32_to_f16\(f
 # A template on the block's rank in its cluster: each instance has its own statics (__shared__).
 src = src.replace('extern "C" __global__', 'template <int fz_rank> static')
 # The kernel to run, as the runtime picks it: the entry point for short rows when the source
-# has one and the rows are 1 to 32 elements long, else the source's first kernel.
+# has one and the rows are 1 to 32 elements long; the one for long rows when the spec gives
+# dynamic shared memory (the runtime gives it that entry only); else the source's first kernel.
 entry = r"\w+"
 short = re.search(r"static\s+void\s+__launch_bounds__\([^)]*\)\s+(\w+_short_rows)\s*\(\n.*?\n\)\s*\{\n\s*__shared__[^\n]*\n\s*const long long len = (?:d_(\w+)|(\d+));", src, re.S)
 if short:
     length = spec["dims"][short.group(2)] if short.group(2) else int(short.group(3))
     if 1 <= length <= 32:
         entry = short.group(1)
+if spec.get("smem", 0) > 0:
+    entry = r"\w+_long_rows"
 m = re.search(r"static\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(" + entry + r")\s*\(\n(.*?)\n\)\s*\{", src, re.S)
 name, plist = m.group(1), m.group(2)
 params = []

@@ -3,9 +3,10 @@
 //! sm_90 the row is split over the blocks of a thread-block cluster, each block caching a part of
 //! it, and the blocks combine each pass's partial reductions through distributed shared memory.
 //!
-//! The kernel takes this path exactly when the launch gives it enough dynamic shared memory
-//! (`%dynamic_smem_size`); the runtime decides that, and the cluster size, from the row length and
-//! [`cached_bytes`]. Otherwise the kernel streams or caches rows in registers as before.
+//! The path is an entry point of its own, `fuse_<name>_long_rows`, which the runtime launches for
+//! rows longer than the register cache when the device has the shared memory for them; it decides
+//! that, and the cluster size, from the row length and [`cached_bytes`], and otherwise launches
+//! the row kernel, which streams such rows.
 
 use super::super::{Cuda, Scope, BLOCK, SYNTAX};
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
@@ -55,28 +56,62 @@ fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
     params
 }
 
+/// The entry point of `k`'s kernel for rows longer than the register cache holds, when it has
+/// one (exactly when [`cached_bytes`] is not 0); the runtime picks it for those lengths when the
+/// device has the shared memory.
+pub fn long_rows_symbol(k: &Kernel, plan: &Plan) -> Option<String> {
+    (cached_bytes(k, plan) != 0).then(|| format!("{}_long_rows", super::super::symbol(k)))
+}
+
 impl Cuda<'_> {
-    /// The shared-memory path of a row kernel, before its row loop: taken when the launch gives
-    /// enough dynamic shared memory, and then the whole kernel (it returns). `rows` are the dims
-    /// besides `axis`.
-    pub(super) fn long_rows(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
-        let cached = shared_params(self.k, plan);
-        if cached.is_empty() {
-            return;
+    /// The text of the kernel's entry point for long rows; empty when it has none. An entry of
+    /// its own rather than a branch of the row kernel, because a kernel's static shared memory
+    /// is reserved for every block it launches: the row kernel's prefetch buffers (32 KiB,
+    /// `rows::prefetches`) left long-row blocks, whose rows lie in dynamic shared memory, room
+    /// for one block an SM fewer.
+    pub(in crate::cuda) fn long_rows_kernel(&mut self, plan: &Plan) -> String {
+        let Launch::Rows { domain, axis } = &self.k.launch else {
+            return String::new();
+        };
+        if shared_params(self.k, plan).is_empty() {
+            return String::new();
         }
+        let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
+        self.indent = 1;
+        let rows = self.row_counts(domain, *axis, plan);
+        self.shared_reduction_buffers(plan);
+        self.long_rows(&rows, *axis, plan);
+        let entry = std::mem::replace(&mut self.out, kernel_body);
+        self.indent = kernel_indent;
+        format!(
+            "// Kernel `{}` for rows longer than its register cache, which the runtime picks for them when the device has the memory: the row in the dynamic shared memory of a block or a cluster.\nextern \"C\" __global__ void __launch_bounds__({BLOCK}, {}) {}_long_rows(\n{}) {{\n{entry}}}\n",
+            crate::expand::plain_name(&self.k.name),
+            super::super::min_blocks(self.k, plan),
+            super::super::symbol(self.k),
+            self.params()
+        )
+    }
+
+    /// The body of the long-row entry after its row counts (`rows` are the dims besides `axis`):
+    /// every row from the dynamic shared memory the launch gave.
+    fn long_rows(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
+        let cached = shared_params(self.k, plan);
         self.helpers.insert("fz_long_rows");
         self.helpers.insert("fz_vec");
         self.line("// Long rows: read once into the dynamic shared memory the launch gave, split over the");
         self.line("// blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.");
-        // Indices within a row in 32 bits, as in the register cache (64-bit ones spilled): rows
-        // of 2^30 elements or more fit no shared memory anyway.
-        self.open("if (fz_smem_bytes() != 0 && len < 0x40000000ll)");
+        // The runtime launches this entry only with the memory a part needs, else the row
+        // kernel; a launch with less does nothing, the same in every block of a cluster (so
+        // none waits at a cluster barrier for one that left). Indices within a row are 32-bit,
+        // as in the register cache (64-bit ones spilled): rows of 2^30 elements or more fit no
+        // shared memory anyway.
+        self.line("if (len >= 0x40000000ll) return;");
         self.line("const unsigned int blocks = fz_cluster_size();");
         self.line("const unsigned int rank = blockIdx.x % blocks;");
         self.line("int begin, end;");
         self.line("const int part = fz_part(len, blocks, rank, begin, end);");
-        self.open(format!(
-            "if (fz_smem_bytes() >= {SLOTS} + (long long)part * {})",
+        self.line(format!(
+            "if (fz_smem_bytes() < {SLOTS} + (long long)part * {}) return;",
             bytes(self.k, &cached)
         ));
         self.shared_layout(&cached);
@@ -93,9 +128,6 @@ impl Cuda<'_> {
         self.close();
         // No block may leave while another can still read its slots.
         self.line("if (blocks > 1) fz_cluster_exit();");
-        self.line("return;");
-        self.close();
-        self.close();
     }
 
     /// Where things lie in the dynamic shared memory: the exchange slots, then this block's part
@@ -399,7 +431,15 @@ mod tests {
             }
         });
         assert!(
-            text.contains("if (fz_smem_bytes() >= 256 + (long long)part * 13)"),
+            text.contains("if (fz_smem_bytes() < 256 + (long long)part * 13) return;"),
+            "{text}"
+        );
+        // The path is the long-row entry's, after the row kernel, which has none of it.
+        let entry = text
+            .find("void __launch_bounds__(256, 2) fuse_f_long_rows(")
+            .expect("the entry");
+        assert!(
+            !text[..entry].contains("fz_smem_bytes() <") && text[entry..].contains("sc_w"),
             "{text}"
         );
         // Widest first, so that each part stays aligned for vectors of four.
