@@ -6,10 +6,9 @@
 //! when the rows, the kernel and the device allow it, and the caller launches the row kernel
 //! otherwise).
 //!
-//! For clusters larger than the portable 8 the grid holds as many clusters as the device can run
-//! at once ([`default_waves`]), each taking every so many rows: the kernel then asks L2 for the
-//! next row a cluster takes while it works on this one, so that memory streams rows all the time
-//! rather than between a row's passes. Smaller clusters take a row each.
+//! The grid holds a cluster per row. `FUSE_LONG_ROWS_WAVES` can make it hold only as many clusters
+//! as the device runs at once, each taking every so many rows and asking L2 for its next row while
+//! it works on this one ([`waves`]); that lost on an H200 once the blocks were lean.
 //!
 //! Rows that fit nowhere, devices without the shared memory, and kernels without the path
 //! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
@@ -47,23 +46,17 @@ fn blocks_per_sm() -> [u64; 3] {
         .map_or(BLOCKS_PER_SM, |n| [n; 3])
 }
 
-/// The clusters of a long-row grid, in multiples of those the device runs at once, for clusters
-/// of more blocks than the portable 8: one, so that every cluster stays resident over all its
-/// rows and has its next row fetched into L2 while it works (a second wave would start only as
-/// the first ends, its first rows not fetched ahead). Smaller clusters take a cluster per row
-/// (0): the block scheduler replaces a finished one at once, and that overlaps rows better than
-/// the fetch ahead does. Measured on an H200 (benches/NOTES.md item 31), S1's softmax: rows of
-/// 262144 in clusters of 13, 51% of copy bandwidth resident against 46% a cluster per row; rows
-/// of 32768 in clusters of 3, 61% against 66%.
-fn default_waves(cluster: u32) -> u64 {
-    u64::from(cluster > PORTABLE_CLUSTER)
-}
-
-/// [`default_waves`], or what `FUSE_LONG_ROWS_WAVES` says (0: a cluster per row), for the
-/// benchmark to compare grids in one build.
-fn waves(cluster: u32) -> u64 {
+/// The clusters of a long-row grid, in multiples of those the device runs at once: 0, a cluster
+/// per row (the block scheduler replaces a finished one at once), unless `FUSE_LONG_ROWS_WAVES`
+/// says otherwise, for the benchmark to compare grids in one build. With 1 every cluster stays
+/// resident over its rows and has its next row fetched into L2 while it works. Measured on an
+/// H200 (benches/NOTES.md items 31 and 32), S1's softmax: with the row kernel's 32 KiB of static
+/// buffers in every block, rows of 262144 in clusters of 13 at 51% of copy bandwidth resident
+/// against 46% a cluster per row; with the long-row entry's lean blocks (clusters of 14, three
+/// blocks an SM) 56% against 63%, and rows of 32768 (clusters of 3, four an SM) 60% against 80%.
+fn waves() -> u64 {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
-    crate::launch::knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or_else(|| default_waves(cluster))
+    crate::launch::knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or(0)
 }
 
 /// The clusters of the grid for `groups` rows when the device runs `resident` clusters at once:
@@ -195,8 +188,8 @@ pub(crate) fn launch(
     else {
         return Ok(false);
     };
-    let clusters = grid_clusters(groups, resident, waves(shape.cluster))
-        .min(u64::from(i32::MAX as u32 / shape.cluster));
+    let clusters =
+        grid_clusters(groups, resident, waves()).min(u64::from(i32::MAX as u32 / shape.cluster));
     let grid = clusters as u32 * shape.cluster;
     enqueue(cuda, function, slots, grid, shape).map(|()| true)
 }
@@ -506,11 +499,6 @@ mod tests {
             "the driver did not say"
         );
         assert_eq!(grid_clusters(1, 0, 1), 1);
-        // Clusters past the portable 8 stay resident; smaller ones take a row each.
-        assert_eq!(
-            (default_waves(13), default_waves(8), default_waves(3)),
-            (1, 0, 0)
-        );
     }
 
     #[test]
