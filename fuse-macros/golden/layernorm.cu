@@ -52,7 +52,7 @@ template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsi
 #endif
 #endif
 static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
-    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);
+    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 31) & ~31u);
     begin = part * rank < len ? (int)(part * rank) : (int)len;
     end = len - begin < part ? (int)len : begin + part;
     return part;
@@ -177,6 +177,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if ((q < 2 || c * 4 < (int)len)) {
+                    fz_vec<float, 4> fz_st;
                     const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
@@ -185,6 +186,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
+                        fz_st.v[j] = v5;
                     }
                     {
                         const int j = 1;
@@ -193,6 +195,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
+                        fz_st.v[j] = v5;
                     }
                     {
                         const int j = 2;
@@ -201,6 +204,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
+                        fz_st.v[j] = v5;
                     }
                     {
                         const int j = 3;
@@ -209,7 +213,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
+                        fz_st.v[j] = v5;
                     }
+                    pf_x[buf][q * 256 + threadIdx.x] = fz_st;
                 }
             }
             #pragma unroll
@@ -240,10 +246,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
+                        const float v5 = rc_x.v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -252,10 +257,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
+                        const float v5 = rc_x.v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -264,10 +268,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
+                        const float v5 = rc_x.v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -276,10 +279,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = (v0 - v4);
+                        const float v5 = rc_x.v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -1089,6 +1091,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;
                 const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                fz_vec<float, 4> fz_st;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
@@ -1096,6 +1099,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                     const float v5 = (v0 - v4);
                     const float v6 = (v5 * v5);
                     acc7 = acc7 + v6;
+                    fz_st.v[j] = v5;
                 }
                 {
                     const int j = 1;
@@ -1104,6 +1108,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                     const float v5 = (v0 - v4);
                     const float v6 = (v5 * v5);
                     acc7 = acc7 + v6;
+                    fz_st.v[j] = v5;
                 }
                 {
                     const int j = 2;
@@ -1112,6 +1117,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                     const float v5 = (v0 - v4);
                     const float v6 = (v5 * v5);
                     acc7 = acc7 + v6;
+                    fz_st.v[j] = v5;
                 }
                 {
                     const int j = 3;
@@ -1120,7 +1126,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                     const float v5 = (v0 - v4);
                     const float v6 = (v5 * v5);
                     acc7 = acc7 + v6;
+                    fz_st.v[j] = v5;
                 }
+                reinterpret_cast<fz_vec<float, 4>*>(sc_x)[c - begin / 4] = fz_st;
             }
         }
         else {
@@ -1133,6 +1141,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 const float v5 = (v0 - v4);
                 const float v6 = (v5 * v5);
                 acc7 = acc7 + v6;
+                sc_x[r - begin] = v5;
             }
         }
         #pragma unroll
@@ -1176,10 +1185,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
                     const float v1 = lv_gamma.v[j];
                     const float v2 = lv_beta.v[j];
-                    const float v5 = (v0 - v4);
+                    const float v5 = rc_x[q].v[j];
                     const float v10 = (v5 * v9);
                     const float v11 = (v10 * v1);
                     const float v12 = (v11 + v2);
@@ -1188,10 +1196,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
                     const float v1 = lv_gamma.v[j];
                     const float v2 = lv_beta.v[j];
-                    const float v5 = (v0 - v4);
+                    const float v5 = rc_x[q].v[j];
                     const float v10 = (v5 * v9);
                     const float v11 = (v10 * v1);
                     const float v12 = (v11 + v2);
@@ -1200,10 +1207,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
                     const float v1 = lv_gamma.v[j];
                     const float v2 = lv_beta.v[j];
-                    const float v5 = (v0 - v4);
+                    const float v5 = rc_x[q].v[j];
                     const float v10 = (v5 * v9);
                     const float v11 = (v10 * v1);
                     const float v12 = (v11 + v2);
@@ -1212,10 +1218,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
                     const float v1 = lv_gamma.v[j];
                     const float v2 = lv_beta.v[j];
-                    const float v5 = (v0 - v4);
+                    const float v5 = rc_x[q].v[j];
                     const float v10 = (v5 * v9);
                     const float v11 = (v10 * v1);
                     const float v12 = (v11 + v2);
@@ -1232,10 +1237,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;
-                const float v0 = rc_x[q].v[j];
                 const float v1 = p_gamma[o1];
                 const float v2 = p_beta[o1];
-                const float v5 = (v0 - v4);
+                const float v5 = rc_x[q].v[j];
                 const float v10 = (v5 * v9);
                 const float v11 = (v10 * v1);
                 const float v12 = (v11 + v2);

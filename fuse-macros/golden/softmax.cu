@@ -78,7 +78,7 @@ template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsi
 #endif
 #endif
 static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
-    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);
+    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 31) & ~31u);
     begin = part * rank < len ? (int)(part * rank) : (int)len;
     end = len - begin < part ? (int)len : begin + part;
     return part;
@@ -195,6 +195,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if ((q < 2 || c * 4 < (int)len)) {
+                    fz_vec<float, 4> fz_st;
                     const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
@@ -203,6 +204,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
+                        fz_st.v[j] = v3;
                     }
                     {
                         const int j = 1;
@@ -211,6 +213,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
+                        fz_st.v[j] = v3;
                     }
                     {
                         const int j = 2;
@@ -219,6 +222,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
+                        fz_st.v[j] = v3;
                     }
                     {
                         const int j = 3;
@@ -227,7 +231,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
+                        fz_st.v[j] = v3;
                     }
+                    pf_x[buf][q * 256 + threadIdx.x] = fz_st;
                 }
             }
             #pragma unroll
@@ -256,36 +262,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rc_x.v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rc_x.v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rc_x.v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rc_x.v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
@@ -293,36 +291,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
+                            const float v3 = rc_x.v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
+                            const float v3 = rc_x.v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
+                            const float v3 = rc_x.v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
+                            const float v3 = rc_x.v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
@@ -1203,6 +1193,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;
                 const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
+                fz_vec<float, 4> fz_st;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
@@ -1210,6 +1201,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 1;
@@ -1218,6 +1210,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 2;
@@ -1226,6 +1219,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 3;
@@ -1234,7 +1228,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
+                reinterpret_cast<fz_vec<float, 4>*>(sc_x)[c - begin / 4] = fz_st;
             }
         }
         else {
@@ -1247,6 +1243,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                 const float v2 = (v0 - v1);
                 const float v3 = expf(v2);
                 acc4 = acc4 + v3;
+                sc_x[r - begin] = v3;
             }
         }
         #pragma unroll
@@ -1287,36 +1284,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rc_x[q].v[j];
                     const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rc_x[q].v[j];
                     const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rc_x[q].v[j];
                     const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rc_x[q].v[j];
                     const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
@@ -1330,9 +1319,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                 const int j = (r - begin) & 3;
                 const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
                 const long long o0 = b0 + r;
-                const float v0 = rc_x[q].v[j];
-                const float v2 = (v0 - v1);
-                const float v3 = expf(v2);
+                const float v3 = rc_x[q].v[j];
                 const float v5 = fz_div_by(v3, v4, dv_4);
                 out0[o0] = v5;
             }

@@ -80,7 +80,7 @@ template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsi
 #endif
 #endif
 static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
-    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 3) & ~3u);
+    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 31) & ~31u);
     begin = part * rank < len ? (int)(part * rank) : (int)len;
     end = len - begin < part ? (int)len : begin + part;
     return part;

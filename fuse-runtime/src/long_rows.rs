@@ -75,11 +75,12 @@ fn grid_clusters(groups: u64, resident: u32, waves: u64) -> u64 {
 const PORTABLE_CLUSTER: u32 = 8;
 const MAX_CLUSTER: u32 = 16;
 
-/// The elements of a row each of `cluster` blocks caches: a multiple of four, for 16-byte copies.
+/// The elements of a row each of `cluster` blocks caches: a multiple of 32, so that each part
+/// of a row starts on a 128-byte line (the kernel's `fz_part` rounds alike).
 fn part(row_len: u64, cluster: u32) -> u64 {
     row_len
         .div_ceil(u64::from(cluster.max(1)))
-        .next_multiple_of(4)
+        .next_multiple_of(32)
 }
 
 /// The dynamic shared memory each block of a cluster of `cluster` needs for rows of `row_len`
@@ -88,7 +89,7 @@ fn part(row_len: u64, cluster: u32) -> u64 {
 /// ```
 /// use fuse_runtime::__private::long_row_shared_bytes;
 /// assert_eq!(long_row_shared_bytes(32768, 2, 4), 256 + 16384 * 4);
-/// assert_eq!(long_row_shared_bytes(9, 4, 4), 256 + 4 * 4, "parts are multiples of four");
+/// assert_eq!(long_row_shared_bytes(9, 4, 4), 256 + 32 * 4, "parts are multiples of 32");
 /// ```
 pub fn long_row_shared_bytes(row_len: u64, cluster: u32, cache_bytes: u32) -> u64 {
     SLOTS.saturating_add(part(row_len, cluster).saturating_mul(u64::from(cache_bytes)))
@@ -437,10 +438,10 @@ mod tests {
     }
 
     #[test]
-    fn parts_are_multiples_of_four() {
+    fn parts_are_multiples_of_32() {
         assert_eq!(part(32768, 2), 16384);
-        assert_eq!(part(40001, 3), 13336);
-        assert_eq!(part(9, 4), 4);
+        assert_eq!(part(40001, 3), 13344);
+        assert_eq!(part(9, 4), 32);
         assert_eq!(long_row_shared_bytes(262_144, 16, 4), 256 + 65536);
     }
 
@@ -452,7 +453,7 @@ mod tests {
             f32_rows(32768),
             Some(Shape {
                 cluster: 3,
-                shared: 256 + 10924 * 4
+                shared: 256 + 10944 * 4
             }),
             "four blocks an SM"
         );

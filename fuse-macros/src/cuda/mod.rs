@@ -81,6 +81,8 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         whole_rows: false,
         tiled: false,
         fast_division: false,
+        reuse: None,
+        stash: None,
         host_divisors: vec![],
     };
     match &k.launch {
@@ -227,6 +229,14 @@ struct Cuda<'a> {
     /// Whether divisions by a row's value take the fast path alone and set `fz_bad` where it
     /// does not apply (see `rows::Cuda::vector_row_step`).
     fast_division: bool,
+    /// A value that the current pass reads from the cached tensor's element (`rc_<name>`, where
+    /// an earlier pass stored it) instead of computing it, and that tensor; with it, a row step
+    /// computes only the values its reductions and writes need besides (see
+    /// `rows::long_rows::stashes`).
+    reuse: Option<(NodeId, usize)>,
+    /// A value that the current pass stores in place of the cached tensor's element, gathered
+    /// lane by lane into `fz_st` in a vector step.
+    stash: Option<NodeId>,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
     /// The divisors whose reciprocals are parameters (`fz_recip_<j>`), in order.
@@ -400,8 +410,17 @@ impl Cuda<'_> {
 
     fn values(&mut self, nodes: &[NodeId], scope: Scope) {
         for &id in nodes {
-            let e = self.expr(id, scope);
             let t = self.k.nodes[id].elem().c_name();
+            if let (Some((reused, p)), Scope::Element) = (self.reuse, scope) {
+                if id == reused {
+                    // As `expr` reads the cached element itself.
+                    let (_, name) = self.param_text(p);
+                    let at = if self.in_shared { "" } else { "[q]" };
+                    self.line(format!("const {t} v{id} = rc_{name}{at}.v[j];"));
+                    continue;
+                }
+            }
+            let e = self.expr(id, scope);
             self.line(format!("const {t} v{id} = {e};"));
             if scope == Scope::Row {
                 self.divider(id);

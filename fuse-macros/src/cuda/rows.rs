@@ -249,7 +249,16 @@ impl Cuda<'_> {
     /// `cached` tensors (`r = lane + k * width` for `k < CACHE`).
     fn row_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize], stream: bool) {
         let shapes = self.layout.shapes();
-        for pass in &plan.passes {
+        // A cached row's passes store values in place of its elements for later passes to
+        // read, as long rows do (`long_rows::stashes`): in the row-a-block copy of the loop
+        // only, the usual one; in the segmented copy as well, `w7_layernorm_quantize` spilled
+        // 4 bytes on sm_90 at its 64 registers.
+        let stashes = match (cached, self.whole_rows) {
+            ([p], true) => long_rows::stashes(self.k, plan, *p),
+            _ => vec![None; plan.passes.len()],
+        };
+        let mut slot = None;
+        for (pass, stash) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             let guard = if pass.writes.is_empty() {
                 ""
@@ -291,10 +300,24 @@ impl Cuda<'_> {
                     "c * 4 < (int)len".to_string()
                 };
                 self.open(format!("if ({guard}{inside})"));
+                (self.reuse, self.stash) = (slot.map(|n| (n, cached[0])), stash);
+                let (t, name) = self.param_text(cached[0]);
+                if stash.is_some() {
+                    self.line(format!("fz_vec<{t}, 4> fz_st;"));
+                }
                 self.vector_row_step(pass, axis, cached, &shapes, true);
+                if stash.is_some() {
+                    // Where this thread's vector came from: its shared buffer, or registers.
+                    self.line(match self.in_shared {
+                        true => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x] = fz_st;"),
+                        false => format!("rc_{name}[q] = fz_st;"),
+                    });
+                }
+                (self.reuse, self.stash) = (None, None);
                 self.close();
                 self.close();
             }
+            slot = stash.or(slot);
             self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);
@@ -412,6 +435,9 @@ impl Cuda<'_> {
             self.row_vectors_now = vectors.to_vec();
             self.row_step(pass, axis, in_registers, shapes, true);
             self.row_vectors_now.clear();
+            if let Some(n) = self.stash {
+                self.line(format!("fz_st.v[j] = v{n};"));
+            }
             self.close();
         }
     }
@@ -442,8 +468,11 @@ impl Cuda<'_> {
         shapes: &[Vec<DimId>],
         gather: bool,
     ) {
-        let loads: Vec<NodeId> = pass
-            .elems
+        let elems = match self.reuse {
+            Some((reused, _)) => long_rows::needed(self.k, pass, reused),
+            None => pass.elems.clone(),
+        };
+        let loads: Vec<NodeId> = elems
             .iter()
             .copied()
             .filter(|&id| !matches!(self.k.nodes[id].op, Op::Load(p) if cached.contains(&p)))
@@ -454,7 +483,7 @@ impl Cuda<'_> {
             self.line(format!("const long long o{s} = {offset};"));
         }
         self.cached = cached.to_vec();
-        self.values(&pass.elems, Scope::Element);
+        self.values(&elems, Scope::Element);
         self.cached.clear();
         self.accumulate(&pass.reduces);
         if !gather {
