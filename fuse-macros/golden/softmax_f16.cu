@@ -35,7 +35,7 @@ template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst,
 #if __CUDA_ARCH__ >= 800
     const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
     if constexpr (N >= 16) {
-        for (int k = 0; k < N; k += 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(d + k), "l"((const unsigned char*)src + k) : "memory");
+        for (int k = 0; k < N; k += 16) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(d + k), "l"((const unsigned char*)src + k) : "memory");
     } else if constexpr (N >= 4) {
         asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(d), "l"(src), "n"(N) : "memory");
     } else {

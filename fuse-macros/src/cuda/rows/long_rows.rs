@@ -430,12 +430,13 @@ pub const HELPERS: &str = concat!(
     "static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }\n",
     "static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm(\"mov.u32 %0, %%dynamic_smem_size;\" : \"=r\"(r)); return r; }\n",
     // Copies that stay in flight until `fz_copy_wait`, without registers (sm_80+); 16 bytes
-    // bypass L1 (the row is read once).
+    // bypass L1 (the row is read once), asking L2 for the whole 128-byte line (on an H200 every
+    // row kernel of the benchmark a fraction of a point faster, 256 bytes slower; NOTES item 34).
     "template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {\n",
     "#if __CUDA_ARCH__ >= 800\n",
     "    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);\n",
     "    if constexpr (N >= 16) {\n",
-    "        for (int k = 0; k < N; k += 16) asm volatile(\"cp.async.cg.shared.global [%0], [%1], 16;\" :: \"r\"(d + k), \"l\"((const unsigned char*)src + k) : \"memory\");\n",
+    "        for (int k = 0; k < N; k += 16) asm volatile(\"cp.async.cg.shared.global.L2::128B [%0], [%1], 16;\" :: \"r\"(d + k), \"l\"((const unsigned char*)src + k) : \"memory\");\n",
     "    } else if constexpr (N >= 4) {\n",
     "        asm volatile(\"cp.async.ca.shared.global [%0], [%1], %2;\" :: \"r\"(d), \"l\"(src), \"n\"(N) : \"memory\");\n",
     "    } else {\n",
