@@ -446,7 +446,7 @@ impl Cuda<'_> {
     /// reduced dim is their last): in a cached pass they load as vectors `lv_<name>`.
     pub(super) fn row_vectors(&self, pass: &Pass, axis: DimId, cached: &[usize]) -> Vec<usize> {
         let mut found = vec![];
-        for &id in &pass.elems {
+        for id in self.pass_elems(pass) {
             if let Op::Load(p) = self.k.nodes[id].op {
                 let shape = self.k.params[p].shape.as_ref().expect("a tensor");
                 if shape.last() == Some(&axis) && !cached.contains(&p) && !found.contains(&p) {
@@ -455,6 +455,15 @@ impl Cuda<'_> {
             }
         }
         found
+    }
+
+    /// The values a step of `pass` computes: all of them, or with a value read from where an
+    /// earlier pass stored it (`reuse`), those its reductions and writes need besides.
+    fn pass_elems(&self, pass: &Pass) -> Vec<NodeId> {
+        match self.reuse {
+            Some((reused, _)) => long_rows::needed(self.k, pass, reused),
+            None => pass.elems.clone(),
+        }
     }
 
     /// One element of a row pass at `r`: offsets, values, accumulation and writes; with `cached`
@@ -468,10 +477,7 @@ impl Cuda<'_> {
         shapes: &[Vec<DimId>],
         gather: bool,
     ) {
-        let elems = match self.reuse {
-            Some((reused, _)) => long_rows::needed(self.k, pass, reused),
-            None => pass.elems.clone(),
-        };
+        let elems = self.pass_elems(pass);
         let loads: Vec<NodeId> = elems
             .iter()
             .copied()
