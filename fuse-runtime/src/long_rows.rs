@@ -7,9 +7,10 @@
 //! otherwise).
 //!
 //! Rows are split over the cluster size that keeps the most blocks resident, as the driver counts
-//! them ([`choose`]). The grid holds a cluster per row. `FUSE_LONG_ROWS_WAVES` can make it hold only as many clusters
-//! as the device runs at once, each taking every so many rows and asking L2 for its next row while
-//! it works on this one ([`waves`]); that lost on an H200 once the blocks were lean.
+//! them ([`choose`]), and the grid holds a cluster per row. `FUSE_LONG_ROWS_WAVES` can make it hold
+//! only as many clusters as the device runs at once, each taking every so many rows and asking L2
+//! for its next row while it works on this one ([`waves`]); that lost on an H200 once the blocks
+//! were lean.
 //!
 //! Rows that fit nowhere, devices without the shared memory, and kernels without the path
 //! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
@@ -135,8 +136,8 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
 }
 
 /// Of `candidates`, the split that keeps the most blocks resident (clusters the device runs at
-/// once, as `resident` says, times their blocks), the fewer blocks per row on a tie; with the
-/// clusters resident. `None` (stream the rows) when none can run.
+/// once, as `resident` says, times their blocks; on a tie the fewer blocks a row), and its
+/// resident clusters; `None` (stream the rows) when none can run.
 ///
 /// The most blocks, because a long row's block alternates between copying its part in and
 /// working through the passes, and only other blocks on its SM overlap the two. The fewest

@@ -63,9 +63,10 @@ pub fn long_rows_symbol(k: &Kernel, plan: &Plan) -> Option<String> {
     (cached_bytes(k, plan) != 0).then(|| format!("{}_long_rows", super::super::symbol(k)))
 }
 
-/// For each pass of a long row over the one cached tensor `p`, the value it stores in its
-/// element's place in shared memory, if any, for the later passes to read instead of computing
-/// it again: each thread reads and writes only its own elements, so the store needs no barrier.
+/// For each pass over a row cached on chip (a long row in shared memory, or a row a block keeps
+/// in registers or its prefetch buffer; `p` the one cached tensor), the value it stores in the
+/// element's place, if any, for the later passes to read instead of computing it again: each
+/// thread reads and writes only its own elements, so the store needs no barrier.
 /// Softmax stores `exp(x - max)` in its sum's pass, and its write pass divides it without a
 /// second `exp`; layernorm-like kernels store `x - mean`, then the normalized value.
 ///
