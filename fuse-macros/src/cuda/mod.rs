@@ -233,7 +233,7 @@ struct Cuda<'a> {
     /// an earlier pass stored it) instead of computing it, and that tensor; with it, a row step
     /// computes only the values its reductions and writes need besides (see
     /// `rows::long_rows::stashes`).
-    reuse: Option<(NodeId, usize)>,
+    reuse: rows::long_rows::SlotRead,
     /// A value that the current pass stores in place of the cached tensor's element, gathered
     /// lane by lane into `fz_st` in a vector step.
     stash: Option<NodeId>,

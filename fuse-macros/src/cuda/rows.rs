@@ -253,12 +253,9 @@ impl Cuda<'_> {
         // read, as long rows do (`long_rows::stashes`): in the row-a-block copy of the loop
         // only, the usual one; in the segmented copy as well, `w7_layernorm_quantize` spilled
         // 4 bytes on sm_90 at its 64 registers.
-        let stashes = match (cached, self.whole_rows) {
-            ([p], true) => long_rows::stashes(self.k, plan, *p),
-            _ => vec![None; plan.passes.len()],
-        };
-        let mut slot = None;
-        for (pass, stash) in plan.passes.iter().zip(stashes) {
+        let stashing = if self.whole_rows { cached } else { &[] };
+        let stashes = long_rows::pass_stashes(self.k, plan, stashing);
+        for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             let guard = if pass.writes.is_empty() {
                 ""
@@ -300,7 +297,7 @@ impl Cuda<'_> {
                     "c * 4 < (int)len".to_string()
                 };
                 self.open(format!("if ({guard}{inside})"));
-                (self.reuse, self.stash) = (slot.map(|n| (n, cached[0])), stash);
+                (self.reuse, self.stash) = (reuse, stash);
                 let (t, name) = self.param_text(cached[0]);
                 if stash.is_some() {
                     self.line(format!("fz_vec<{t}, 4> fz_st;"));
@@ -317,7 +314,6 @@ impl Cuda<'_> {
                 self.close();
                 self.close();
             }
-            slot = stash.or(slot);
             self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);

@@ -104,6 +104,30 @@ pub(in crate::cuda) fn stashes(k: &Kernel, plan: &Plan, p: usize) -> Vec<Option<
     out
 }
 
+/// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
+pub(in crate::cuda) type SlotRead = Option<(NodeId, usize)>;
+
+/// For each pass over a row of the `cached` tensors: the value it reads from the slot, and the
+/// value it stores there ([`stashes`]; none unless one tensor is cached).
+pub(in crate::cuda) fn pass_stashes(
+    k: &Kernel,
+    plan: &Plan,
+    cached: &[usize],
+) -> Vec<(SlotRead, Option<NodeId>)> {
+    let [p] = cached else {
+        return vec![(None, None); plan.passes.len()];
+    };
+    let mut slot = None;
+    stashes(k, plan, *p)
+        .into_iter()
+        .map(|stored| {
+            let reads = slot.map(|n| (n, *p));
+            slot = stored.or(slot);
+            (reads, stored)
+        })
+        .collect()
+}
+
 /// The values of `pass` that `n` needs (it included, the slot's values not), and whether one of
 /// them reads the slot.
 fn subtree(k: &Kernel, pass: &Pass, n: NodeId, in_slot: &impl Fn(NodeId) -> bool) -> (usize, bool) {
@@ -300,21 +324,13 @@ impl Cuda<'_> {
     /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
     fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
         let shapes = self.layout.shapes();
-        let stashes = match cached {
-            [p] => stashes(self.k, plan, *p)
-                .into_iter()
-                .map(|n| n.map(|n| (n, *p)))
-                .collect(),
-            _ => vec![None; plan.passes.len()],
-        };
-        let mut slot = None;
-        for (pass, stash) in plan.passes.iter().zip(stashes) {
+        let stashes = pass_stashes(self.k, plan, cached);
+        for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
-            (self.reuse, self.stash) = (slot, stash.map(|(n, _)| n));
+            (self.reuse, self.stash) = (reuse, stash);
             self.shared_vector_loop(pass, axis, cached, &shapes);
             self.shared_element_loop(pass, axis, cached, &shapes);
             (self.reuse, self.stash) = (None, None);
-            slot = stash.or(slot);
             self.block_reduce(&pass.reduces, false);
             self.cluster_reduce(&pass.reduces);
             self.finish_reductions(&pass.reduces, "len");
