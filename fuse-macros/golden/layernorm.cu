@@ -116,6 +116,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
             const long long b2 = c0;
             const float v3 = p_eps;
             fz_copy_wait();
+            fz_vec<float, 4> rc_x[4];
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = lane + q * width;
+                if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
+            }
             if (g0 + (long long)gridDim.x * per_block < groups) {
                 const long long gp = g0 + (long long)gridDim.x * per_block;
                 const float* const pr_x = p_x + gp * len + lane * 4;
@@ -130,29 +136,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if ((q < 2 || c * 4 < (int)len)) {
-                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc4 = acc4 + v0;
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc4 = acc4 + v0;
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc4 = acc4 + v0;
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc4 = acc4 + v0;
                     }
                 }
@@ -178,11 +183,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                 const int c = lane + q * width;
                 if ((q < 2 || c * 4 < (int)len)) {
                     fz_vec<float, 4> fz_st;
-                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -191,7 +195,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -200,7 +204,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
@@ -209,13 +213,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v5 = (v0 - v4);
                         const float v6 = (v5 * v5);
                         acc7 = acc7 + v6;
                         fz_st.v[j] = v5;
                     }
-                    pf_x[buf][q * 256 + threadIdx.x] = fz_st;
+                    rc_x[q] = fz_st;
                 }
             }
             #pragma unroll
@@ -242,13 +246,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     fz_vec<float, 4> s0;
                     const fz_vec<float, 4> lv_gamma = (reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1) + lane)[q * width];
                     const fz_vec<float, 4> lv_beta = (reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1) + lane)[q * width];
-                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x.v[j];
+                        const float v5 = rc_x[q].v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -259,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const long long r = c * 4 + j;
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x.v[j];
+                        const float v5 = rc_x[q].v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -270,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const long long r = c * 4 + j;
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x.v[j];
+                        const float v5 = rc_x[q].v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);
@@ -281,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         const long long r = c * 4 + j;
                         const float v1 = lv_gamma.v[j];
                         const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x.v[j];
+                        const float v5 = rc_x[q].v[j];
                         const float v10 = (v5 * v9);
                         const float v11 = (v10 * v1);
                         const float v12 = (v11 + v2);

@@ -134,6 +134,12 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             const long long c0 = g;
             const long long b0 = c0 * d_cols;
             fz_copy_wait();
+            fz_vec<float, 4> rc_x[4];
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = lane + q * width;
+                if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
+            }
             if (g0 + (long long)gridDim.x * per_block < groups) {
                 const long long gp = g0 + (long long)gridDim.x * per_block;
                 const float* const pr_x = p_x + gp * len + lane * 4;
@@ -148,29 +154,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             for (int q = 0; q < 4; ++q) {
                 const int c = lane + q * width;
                 if ((q < 2 || c * 4 < (int)len)) {
-                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         acc1 = fmaxf(acc1, v0);
                     }
                 }
@@ -196,11 +201,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 const int c = lane + q * width;
                 if ((q < 2 || c * 4 < (int)len)) {
                     fz_vec<float, 4> fz_st;
-                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -209,7 +213,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -218,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
@@ -227,13 +231,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = rc_x.v[j];
+                        const float v0 = rc_x[q].v[j];
                         const float v2 = (v0 - v1);
                         const float v3 = expf(v2);
                         acc4 = acc4 + v3;
                         fz_st.v[j] = v3;
                     }
-                    pf_x[buf][q * 256 + threadIdx.x] = fz_st;
+                    rc_x[q] = fz_st;
                 }
             }
             #pragma unroll
@@ -257,33 +261,32 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 const int c = lane + q * width;
                 if (live && (q < 2 || c * 4 < (int)len)) {
                     fz_vec<float, 4> s0;
-                    const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                     bool fz_bad = false;
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v3 = rc_x.v[j];
+                        const float v3 = rc_x[q].v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v3 = rc_x.v[j];
+                        const float v3 = rc_x[q].v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v3 = rc_x.v[j];
+                        const float v3 = rc_x[q].v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v3 = rc_x.v[j];
+                        const float v3 = rc_x[q].v[j];
                         const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                         s0.v[j] = v5;
                     }
@@ -291,28 +294,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v3 = rc_x.v[j];
+                            const float v3 = rc_x[q].v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v3 = rc_x.v[j];
+                            const float v3 = rc_x[q].v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v3 = rc_x.v[j];
+                            const float v3 = rc_x[q].v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v3 = rc_x.v[j];
+                            const float v3 = rc_x[q].v[j];
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
