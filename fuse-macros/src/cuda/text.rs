@@ -182,8 +182,11 @@ pub(super) fn helper(name: &str) -> &'static str {
         // step, then a quotient corrected by its exact remainder), with the reciprocal taken
         // once. The fast path runs where no step can leave the normal numbers (a and b between
         // 2^-60 and 2^60 in magnitude, so zeros, infinities and NaN excluded); elsewhere `a / b`.
+        // The divider holds the largest dividend it takes, -inf when b is out of range, so that
+        // each division tests its dividend only (with a flag for b besides, NVVM tested it at
+        // every division of W7's write pass).
         "fz_div_by" => concat!(
-            "struct fz_divider { float r; bool ok; };\n",
+            "struct fz_divider { float r, hi; };\n",
             "static __device__ __forceinline__ fz_divider fz_divider_of(float b) {\n",
             "    float r;\n",
             "#ifdef __CUDA_ARCH__\n",
@@ -193,11 +196,11 @@ pub(super) fn helper(name: &str) -> &'static str {
             "#endif\n",
             "    r = __fmaf_rn(r, __fmaf_rn(r, -b, 1.0f), r);\n",
             "    const float m = fabsf(b);\n",
-            "    return {r, m >= 0x1p-60f && m <= 0x1p60f};\n",
+            "    return {r, m >= 0x1p-60f && m <= 0x1p60f ? 0x1p60f : -__int_as_float(0x7f800000)};\n",
             "}\n",
             "static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d) {\n",
             "    const float m = fabsf(a);\n",
-            "    if (d.ok && m >= 0x1p-60f && m <= 0x1p60f) {\n",
+            "    if (m >= 0x1p-60f && m <= d.hi) {\n",
             "        const float q = __fmul_rn(a, d.r);\n",
             "        return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);\n",
             "    }\n",
@@ -209,7 +212,7 @@ pub(super) fn helper(name: &str) -> &'static str {
         "fz_div_fast" => concat!(
             "static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider d, bool &bad) {\n",
             "    const float m = fabsf(a);\n",
-            "    bad |= !(d.ok && m >= 0x1p-60f && m <= 0x1p60f);\n",
+            "    bad |= !(m >= 0x1p-60f && m <= d.hi);\n",
             "    const float q = __fmul_rn(a, d.r);\n",
             "    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);\n",
             "}\n",
