@@ -1258,13 +1258,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                 const int q = 0;
                 const fz_vec<unsigned short, 4> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x)[c - begin / 4]};
                 fz_vec<unsigned short, 4> s0;
+                bool fz_bad = false;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
                     const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
@@ -1273,7 +1274,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                     const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
@@ -1282,7 +1283,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                     const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
@@ -1291,8 +1292,46 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                     const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
+                }
+                if (fz_bad) {
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
                 }
                 reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0)[c] = s0;
             }

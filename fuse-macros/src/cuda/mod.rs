@@ -79,7 +79,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
         whole_rows: false,
-        tiled: false,
+        defers_division: false,
         fast_division: false,
         reuse: None,
         stash: None,
@@ -223,9 +223,10 @@ struct Cuda<'a> {
     /// constant there): no segments, every thread live, and cached rows longer than half the
     /// cache (see `rows::Cuda::row_loop`).
     whole_rows: bool,
-    /// Whether the row passes being written are the tiled short rows' vector passes (see
-    /// `tile`), whose divisions by a row's value are deferred as a row a block's are.
-    tiled: bool,
+    /// Whether the vector passes being written defer their divisions by a row's value as a row
+    /// a block's do (see `rows::Cuda::vector_row_step`): the tiled short rows' and the long
+    /// rows' passes, in kernels that draw no random numbers.
+    defers_division: bool,
     /// Whether divisions by a row's value take the fast path alone and set `fz_bad` where it
     /// does not apply (see `rows::Cuda::vector_row_step`).
     fast_division: bool,

@@ -401,13 +401,13 @@ impl Cuda<'_> {
         }
         let mut in_registers = cached.to_vec();
         in_registers.extend(&vectors);
-        // In a row a block's pass that only writes (and a tiled short row's), a division by a
-        // row's value takes the fast path alone, noting whether any of the four dividends left
-        // its range; then, rarely, the four lanes again with the checked division
-        // (`fz_div_by`), over the same `s<o>`. This saves the branch and its reconvergence
-        // around every division. (Elsewhere ptxas spilled one kernel or another at their
-        // register bounds.)
-        let deferred = (self.whole_rows || self.tiled)
+        // In a row a block's pass that only writes (and a tiled short row's or a long row's),
+        // a division by a row's value takes the fast path alone, noting whether any of the four
+        // dividends left its range; then, rarely, the four lanes again with the checked
+        // division (`fz_div_by`), over the same `s<o>`. This saves the branch and its
+        // reconvergence around every division. (In the segmented row loop ptxas spilled one
+        // kernel or another at their register bounds.)
+        let deferred = (self.whole_rows || self.defers_division)
             && pass.reduces.is_empty()
             && pass.elems.iter().any(|&id| {
                 matches!(self.k.nodes[id].op, Op::Binary(BinOp::Div, _, b) if self.uniform_divisors.contains(&b))

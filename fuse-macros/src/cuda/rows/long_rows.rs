@@ -328,7 +328,9 @@ impl Cuda<'_> {
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
+            self.defers_division = !self.k.draws_random();
             self.shared_vector_loop(pass, axis, cached, &shapes);
+            self.defers_division = false;
             self.shared_element_loop(pass, axis, cached, &shapes);
             (self.reuse, self.stash) = (None, None);
             self.block_reduce(&pass.reduces, false);

@@ -100,9 +100,9 @@ impl Cuda<'_> {
             // A scope of its own for the step's names (`lv_<name>`, `s<o>`, `fz_bad`): a block
             // without control flow, which keeps the values shared between passes.
             self.open("");
-            self.tiled = !random;
+            self.defers_division = !random;
             self.vector_row_step(pass, axis, &cached, shapes, false);
-            self.tiled = false;
+            self.defers_division = false;
             self.close();
             if !pass.reduces.is_empty() {
                 self.open("if (!fz_in)");
