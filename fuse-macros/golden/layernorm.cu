@@ -107,196 +107,391 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
         const int width = 256;
         const int per_block = 1;
         const int lane = threadIdx.x;
-        for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
-            const bool live = true;
-            const long long g = g0;
-            const long long c0 = g;
-            const long long b0 = c0 * d_cols;
-            const long long b1 = 0;
-            const long long b2 = c0;
-            const float v3 = p_eps;
-            fz_copy_wait();
-            fz_vec<float, 4> rc_x[4];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
-            }
-            if (g0 + (long long)gridDim.x * per_block < groups) {
-                const long long gp = g0 + (long long)gridDim.x * per_block;
-                const float* const pr_x = p_x + gp * len + lane * 4;
+        if (len == 16 * 256) {
+            for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+                const bool live = true;
+                const long long g = g0;
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                const long long b1 = 0;
+                const long long b2 = c0;
+                const float v3 = p_eps;
+                fz_copy_wait();
+                fz_vec<float, 4> rc_x[4];
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    if ((q < 2 || c * 4 < (int)len)) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
+                    rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
                 }
-            }
-            float acc4 = (float)0;
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) {
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc4 = acc4 + v0;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc4 = acc4 + v0;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc4 = acc4 + v0;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc4 = acc4 + v0;
+                if (g0 + (long long)gridDim.x * per_block < groups) {
+                    const long long gp = g0 + (long long)gridDim.x * per_block;
+                    const float* const pr_x = p_x + gp * len + lane * 4;
+                    #pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int c = lane + q * width;
+                        fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
                     }
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
-            }
-            if ((threadIdx.x & 31) == 0) {
-                red4[threadIdx.x >> 5] = acc4;
-            }
-            __syncthreads();
-            acc4 = red4[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc4 = acc4 + red4[0 + w];
-            }
-            const float v4 = acc4 * inv_len_f32;
-            float acc7 = (float)0;
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) {
-                    fz_vec<float, 4> fz_st;
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
                     {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                        fz_st.v[j] = v5;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
                     }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                        fz_st.v[j] = v5;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                        fz_st.v[j] = v5;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v5 = (v0 - v4);
-                        const float v6 = (v5 * v5);
-                        acc7 = acc7 + v6;
-                        fz_st.v[j] = v5;
-                    }
-                    rc_x[q] = fz_st;
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
-                acc7 = acc7 + other;
-            }
-            if ((threadIdx.x & 31) == 0) {
-                red7[threadIdx.x >> 5] = acc7;
-            }
-            __syncthreads();
-            acc7 = red7[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc7 = acc7 + red7[0 + w];
-            }
-            const float v7 = acc7 * inv_len_f32;
-            const float v8 = (v7 + v3);
-            const float v9 = rsqrtf(v8);
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (live && c * 4 < (int)len) {
-                    fz_vec<float, 4> s0;
-                    const fz_vec<float, 4> lv_gamma = (reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1) + lane)[q * width];
-                    const fz_vec<float, 4> lv_beta = (reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1) + lane)[q * width];
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x[q].v[j];
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x[q].v[j];
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x[q].v[j];
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v1 = lv_gamma.v[j];
-                        const float v2 = lv_beta.v[j];
-                        const float v5 = rc_x[q].v[j];
-                        const float v10 = (v5 * v9);
-                        const float v11 = (v10 * v1);
-                        const float v12 = (v11 + v2);
-                        s0.v[j] = v12;
-                    }
-                    (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
                 }
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                const float v4 = acc4 * inv_len_f32;
+                float acc7 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    {
+                        fz_vec<float, 4> fz_st;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        rc_x[q] = fz_st;
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                    acc7 = acc7 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red7[threadIdx.x >> 5] = acc7;
+                }
+                __syncthreads();
+                acc7 = red7[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc7 = acc7 + red7[0 + w];
+                }
+                const float v7 = acc7 * inv_len_f32;
+                const float v8 = (v7 + v3);
+                const float v9 = rsqrtf(v8);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    {
+                        fz_vec<float, 4> s0;
+                        const fz_vec<float, 4> lv_gamma = (reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1) + lane)[q * width];
+                        const fz_vec<float, 4> lv_beta = (reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1) + lane)[q * width];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                    }
+                }
+                if (live && lane == 0) {
+                    out1[b2] = v9;
+                }
+                buf ^= 1;
             }
-            if (live && lane == 0) {
-                out1[b2] = v9;
+        }
+        else {
+            for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+                const bool live = true;
+                const long long g = g0;
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                const long long b1 = 0;
+                const long long b2 = c0;
+                const float v3 = p_eps;
+                fz_copy_wait();
+                fz_vec<float, 4> rc_x[4];
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
+                }
+                if (g0 + (long long)gridDim.x * per_block < groups) {
+                    const long long gp = g0 + (long long)gridDim.x * per_block;
+                    const float* const pr_x = p_x + gp * len + lane * 4;
+                    #pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int c = lane + q * width;
+                        if ((q < 2 || c * 4 < (int)len)) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
+                    }
+                }
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc4 = acc4 + v0;
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                const float v4 = acc4 * inv_len_f32;
+                float acc7 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) {
+                        fz_vec<float, 4> fz_st;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v5 = (v0 - v4);
+                            const float v6 = (v5 * v5);
+                            acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
+                        }
+                        rc_x[q] = fz_st;
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                    acc7 = acc7 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red7[threadIdx.x >> 5] = acc7;
+                }
+                __syncthreads();
+                acc7 = red7[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc7 = acc7 + red7[0 + w];
+                }
+                const float v7 = acc7 * inv_len_f32;
+                const float v8 = (v7 + v3);
+                const float v9 = rsqrtf(v8);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (live && c * 4 < (int)len) {
+                        fz_vec<float, 4> s0;
+                        const fz_vec<float, 4> lv_gamma = (reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1) + lane)[q * width];
+                        const fz_vec<float, 4> lv_beta = (reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1) + lane)[q * width];
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v1 = lv_gamma.v[j];
+                            const float v2 = lv_beta.v[j];
+                            const float v5 = rc_x[q].v[j];
+                            const float v10 = (v5 * v9);
+                            const float v11 = (v10 * v1);
+                            const float v12 = (v11 + v2);
+                            s0.v[j] = v12;
+                        }
+                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                    }
+                }
+                if (live && lane == 0) {
+                    out1[b2] = v9;
+                }
+                buf ^= 1;
             }
-            buf ^= 1;
         }
     }
     else

@@ -128,202 +128,403 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
         const int width = 256;
         const int per_block = 1;
         const int lane = threadIdx.x;
-        for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
-            const bool live = true;
-            const long long g = g0;
-            const long long c0 = g;
-            const long long b0 = c0 * d_cols;
-            fz_copy_wait();
-            fz_vec<float, 4> rc_x[4];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
-            }
-            if (g0 + (long long)gridDim.x * per_block < groups) {
-                const long long gp = g0 + (long long)gridDim.x * per_block;
-                const float* const pr_x = p_x + gp * len + lane * 4;
+        if (len == 16 * 256) {
+            for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+                const bool live = true;
+                const long long g = g0;
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                fz_copy_wait();
+                fz_vec<float, 4> rc_x[4];
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    if ((q < 2 || c * 4 < (int)len)) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
+                    rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
                 }
-            }
-            float acc1 = (-__int_as_float(0x7f800000));
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) {
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        acc1 = fmaxf(acc1, v0);
+                if (g0 + (long long)gridDim.x * per_block < groups) {
+                    const long long gp = g0 + (long long)gridDim.x * per_block;
+                    const float* const pr_x = p_x + gp * len + lane * 4;
+                    #pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int c = lane + q * width;
+                        fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
                     }
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                acc1 = fmaxf(acc1, other);
-            }
-            if ((threadIdx.x & 31) == 0) {
-                red1[threadIdx.x >> 5] = acc1;
-            }
-            __syncthreads();
-            acc1 = red1[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc1 = fmaxf(acc1, red1[0 + w]);
-            }
-            const float v1 = acc1;
-            float acc4 = (float)0;
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) {
-                    fz_vec<float, 4> fz_st;
+                float acc1 = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
                     {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                        fz_st.v[j] = v3;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
                     }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                        fz_st.v[j] = v3;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                        fz_st.v[j] = v3;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = rc_x[q].v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                        fz_st.v[j] = v3;
-                    }
-                    rc_x[q] = fz_st;
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
-            }
-            if ((threadIdx.x & 31) == 0) {
-                red4[threadIdx.x >> 5] = acc4;
-            }
-            __syncthreads();
-            acc4 = red4[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc4 = acc4 + red4[0 + w];
-            }
-            const float v4 = acc4;
-            const fz_divider dv_4 = fz_divider_of(v4);
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (live && (q < 2 || c * 4 < (int)len)) {
-                    fz_vec<float, 4> s0;
-                    bool fz_bad = false;
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[0 + w]);
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
                     {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = v5;
+                        fz_vec<float, 4> fz_st;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        rc_x[q] = fz_st;
                     }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
                     {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = v5;
-                    }
-                    if (fz_bad) {
+                        fz_vec<float, 4> s0;
+                        bool fz_bad = false;
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
                             const float v3 = rc_x[q].v[j];
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
                             const float v3 = rc_x[q].v[j];
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
                             const float v3 = rc_x[q].v[j];
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
                             const float v3 = rc_x[q].v[j];
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                        }
+                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
                     }
-                    (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
                 }
+                buf ^= 1;
             }
-            buf ^= 1;
+        }
+        else {
+            for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+                const bool live = true;
+                const long long g = g0;
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                fz_copy_wait();
+                fz_vec<float, 4> rc_x[4];
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
+                }
+                if (g0 + (long long)gridDim.x * per_block < groups) {
+                    const long long gp = g0 + (long long)gridDim.x * per_block;
+                    const float* const pr_x = p_x + gp * len + lane * 4;
+                    #pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int c = lane + q * width;
+                        if ((q < 2 || c * 4 < (int)len)) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
+                    }
+                }
+                float acc1 = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[0 + w]);
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) {
+                        fz_vec<float, 4> fz_st;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = rc_x[q].v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
+                        }
+                        rc_x[q] = fz_st;
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (live && (q < 2 || c * 4 < (int)len)) {
+                        fz_vec<float, 4> s0;
+                        bool fz_bad = false;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                        }
+                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                    }
+                }
+                buf ^= 1;
+            }
         }
     }
     else

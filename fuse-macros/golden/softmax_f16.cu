@@ -119,168 +119,132 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
         const int width = 256;
         const int per_block = 1;
         const int lane = threadIdx.x;
-        for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
-            const bool live = true;
-            const long long g = g0;
-            const long long c0 = g;
-            const long long b0 = c0 * d_cols;
-            fz_vec<unsigned short, 4> rc_x[4];
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
-            }
-            float acc1 = (-__int_as_float(0x7f800000));
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) {
+        if (len == 16 * 256) {
+            for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+                const bool live = true;
+                const long long g = g0;
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                fz_vec<unsigned short, 4> rc_x[4];
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                }
+                float acc1 = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
                     {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        acc1 = fmaxf(acc1, v0);
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        acc1 = fmaxf(acc1, v0);
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
                     }
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
-                acc1 = fmaxf(acc1, other);
-            }
-            if ((threadIdx.x & 31) == 0) {
-                red1[threadIdx.x >> 5] = acc1;
-            }
-            __syncthreads();
-            acc1 = red1[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc1 = fmaxf(acc1, red1[0 + w]);
-            }
-            const float v1 = acc1;
-            float acc4 = (float)0;
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if ((q < 2 || c * 4 < (int)len)) {
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        acc4 = acc4 + v3;
-                    }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
                 }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
-            }
-            if ((threadIdx.x & 31) == 0) {
-                red4[threadIdx.x >> 5] = acc4;
-            }
-            __syncthreads();
-            acc4 = red4[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc4 = acc4 + red4[0 + w];
-            }
-            const float v4 = acc4;
-            const fz_divider dv_4 = fz_divider_of(v4);
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (live && (q < 2 || c * 4 < (int)len)) {
-                    fz_vec<unsigned short, 4> s0;
-                    bool fz_bad = false;
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[0 + w]);
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
                     {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = fz_f32_to_f16(v5);
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = fz_f32_to_f16(v5);
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = fz_f32_to_f16(v5);
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                        s0.v[j] = fz_f32_to_f16(v5);
-                    }
-                    if (fz_bad) {
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
                             const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    {
+                        fz_vec<unsigned short, 4> s0;
+                        bool fz_bad = false;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = fz_f32_to_f16(v5);
                         }
                         {
@@ -289,7 +253,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                             const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = fz_f32_to_f16(v5);
                         }
                         {
@@ -298,7 +262,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                             const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = fz_f32_to_f16(v5);
                         }
                         {
@@ -307,11 +271,247 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                             const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = fz_f32_to_f16(v5);
                         }
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                        }
+                        (reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + lane)[q * width] = s0;
                     }
-                    (reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                }
+            }
+        }
+        else {
+            for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
+                const bool live = true;
+                const long long g = g0;
+                const long long c0 = g;
+                const long long b0 = c0 * d_cols;
+                fz_vec<unsigned short, 4> rc_x[4];
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                }
+                float acc1 = (-__int_as_float(0x7f800000));
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                    acc1 = fmaxf(acc1, other);
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red1[threadIdx.x >> 5] = acc1;
+                }
+                __syncthreads();
+                acc1 = red1[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc1 = fmaxf(acc1, red1[0 + w]);
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if ((q < 2 || c * 4 < (int)len)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                    acc4 = acc4 + other;
+                }
+                if ((threadIdx.x & 31) == 0) {
+                    red4[threadIdx.x >> 5] = acc4;
+                }
+                __syncthreads();
+                acc4 = red4[0];
+                #pragma unroll
+                for (int w = 1; w < 8; ++w) {
+                    acc4 = acc4 + red4[0 + w];
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (live && (q < 2 || c * 4 < (int)len)) {
+                        fz_vec<unsigned short, 4> s0;
+                        bool fz_bad = false;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = fz_f32_to_f16(v5);
+                            }
+                        }
+                        (reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                    }
                 }
             }
         }

@@ -79,6 +79,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
         whole_rows: false,
+        full_rows: false,
         defers_division: false,
         fast_division: false,
         reuse: None,
@@ -223,6 +224,9 @@ struct Cuda<'a> {
     /// constant there): no segments, every thread live, and cached rows longer than half the
     /// cache (see `rows::Cuda::row_loop`).
     whole_rows: bool,
+    /// Whether the row-a-block loop being written is the one for rows of exactly
+    /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
+    full_rows: bool,
     /// Whether the vector passes being written defer their divisions by a row's value as a row
     /// a block's do (see `rows::Cuda::vector_row_step`): the tiled short rows' and the long
     /// rows' passes, in kernels that draw no random numbers.

@@ -60,8 +60,18 @@ impl Cuda<'_> {
             self.line(format!("const int width = {BLOCK};"));
             self.line("const int per_block = 1;");
             self.line("const int lane = threadIdx.x;");
+            // Rows of exactly `CACHE * BLOCK` elements (4096 f32) take a copy of the loop of
+            // their own without bounds tests: every vector is in the row. W7 went from 88% to
+            // 90% of copy speed on an H200; the others moved by half a point at most.
             self.whole_rows = true;
+            self.open(format!("if (len == {CACHE} * {BLOCK})"));
+            self.full_rows = true;
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.full_rows = false;
+            self.close();
+            self.open("else");
+            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.close();
             self.whole_rows = false;
             self.close();
             self.line("else");
@@ -165,12 +175,11 @@ impl Cuda<'_> {
             self.line("#pragma unroll");
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
-            let inside = self.in_cached_row();
             let from = match from_buffer {
                 true => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
                 false => format!("reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c]"),
             };
-            self.line(format!("if ({inside}) rc_{name}[q] = {from};"));
+            self.line(format!("{}rc_{name}[q] = {from};", self.if_in_cached_row()));
             self.close();
         }
     }
@@ -203,7 +212,7 @@ impl Cuda<'_> {
                 "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
             ));
         }
-        let inside = self.in_cached_row();
+        let inside = self.if_in_cached_row();
         for &p in cached {
             let (t, name) = self.param_text(p);
             // The row's address once (64-bit), then 32-bit steps: the address was recomputed
@@ -215,21 +224,31 @@ impl Cuda<'_> {
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
             self.line(format!(
-                "if ({inside}) fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * 4);"
+                "{inside}fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * 4);"
             ));
             self.close();
         }
     }
 
-    /// Whether vector `c = lane + q * width` of a cached row is in the row. A cached row has at
-    /// most `CACHE * BLOCK` elements, so the test is 32-bit; a row a block is longer than
-    /// `CACHE * BLOCK / 2` (else `width` would be smaller), so its first half always is.
-    fn in_cached_row(&self) -> String {
-        if self.whole_rows {
-            format!("(q < {} || c * 4 < (int)len)", CACHE / 8)
+    /// Whether vector `c = lane + q * width` of a cached row is in the row, `None` where it
+    /// always is (`full_rows`). A cached row has at most `CACHE * BLOCK` elements, so the test
+    /// is 32-bit; a row a block is longer than `CACHE * BLOCK / 2` (else `width` would be
+    /// smaller), so its first half always is.
+    fn in_cached_row(&self) -> Option<String> {
+        if self.full_rows {
+            None
+        } else if self.whole_rows {
+            Some(format!("(q < {} || c * 4 < (int)len)", CACHE / 8))
         } else {
-            "c * 4 < (int)len".to_string()
+            Some("c * 4 < (int)len".to_string())
         }
+    }
+
+    /// `in_cached_row` as the start of a one-line `if`, or nothing.
+    fn if_in_cached_row(&self) -> String {
+        self.in_cached_row()
+            .map(|inside| format!("if ({inside}) "))
+            .unwrap_or_default()
     }
 
     /// Declares a row kernel's `groups` (rows) and `len` (their length), the divisors that split
@@ -310,12 +329,15 @@ impl Cuda<'_> {
                 // In a pass that also loads other tensors along the row (gamma, beta), the
                 // unconditional loads of the first half were hoisted and spilled
                 // (`w7_layernorm_quantize` at 64 registers): the test stays there.
-                let inside = if self.row_vectors(pass, axis, cached).is_empty() {
+                let inside = if self.full_rows || self.row_vectors(pass, axis, cached).is_empty() {
                     self.in_cached_row()
                 } else {
-                    "c * 4 < (int)len".to_string()
+                    Some("c * 4 < (int)len".to_string())
                 };
-                self.open(format!("if ({guard}{inside})"));
+                match inside {
+                    Some(inside) => self.open(format!("if ({guard}{inside})")),
+                    None => self.open(""),
+                }
                 (self.reuse, self.stash) = (reuse, stash);
                 let (t, name) = self.param_text(cached[0]);
                 if stash.is_some() {
