@@ -62,7 +62,7 @@ impl Cuda<'_> {
             self.line("const int lane = threadIdx.x;");
             // Rows of exactly `CACHE * BLOCK` elements (4096 f32) take a copy of the loop of
             // their own without bounds tests: every vector is in the row. W7 went from 88% to
-            // 90% of copy speed on an H200; the others moved by half a point at most.
+            // 91% of copy speed on an H200; the others moved by half a point at most.
             self.whole_rows = true;
             self.open(format!("if (len == {CACHE} * {BLOCK})"));
             self.full_rows = true;
@@ -131,7 +131,7 @@ impl Cuda<'_> {
             // pass, with the values stored back in it for later passes, W7 reached 70% of copy
             // speed on an H200 against 88%. In the segmented loop the row stays in its buffer
             // and each pass reads it from there: in registers, seven kernels spilled on sm_90
-            // at their 64 (`w7_layernorm_quantize`, cross-entropies, `softmax_last`).
+            // at their 64 registers (`w7_layernorm_quantize`, cross-entropies, `softmax_last`).
             let whole = self.whole_rows;
             if !whole {
                 self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
