@@ -6,8 +6,8 @@
 //! when the rows, the kernel and the device allow it, and the caller launches the row kernel
 //! otherwise).
 //!
-//! Rows are split over the cluster size that keeps the most blocks resident, as the driver counts
-//! them ([`choose`]), and the grid holds a cluster per row. `FUSE_LONG_ROWS_WAVES` can make it hold
+//! Rows are split over the fewest blocks a row that keep at least three quarters of the most
+//! blocks resident, as the driver counts them ([`choose`]), and the grid holds a cluster per row. `FUSE_LONG_ROWS_WAVES` can make it hold
 //! only as many clusters as the device runs at once, each taking every so many rows and asking L2
 //! for its next row while it works on this one ([`waves`]); that lost on an H200 once the blocks
 //! were lean.
@@ -35,8 +35,8 @@ const SLOTS: u64 = 256;
 const REGISTER_ROW: u64 = 16 * BLOCK as u64;
 
 /// The blocks per SM that `FUSE_LONG_ROWS_PER_SM` asks a block's shared memory to leave room
-/// for, in place of the split that keeps the most blocks resident ([`choose`]), for the
-/// benchmark to compare the two in one build.
+/// for, in place of the split [`choose`] makes, for the benchmark to compare the two in one
+/// build.
 fn blocks_per_sm() -> Option<u64> {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
     crate::launch::knob(&SET, "FUSE_LONG_ROWS_PER_SM").filter(|&n| n > 0)
@@ -135,26 +135,28 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
     }
 }
 
-/// Of `candidates`, the split that keeps the most blocks resident (clusters the device runs at
-/// once, as `resident` says, times their blocks; on a tie the fewer blocks a row), and its
-/// resident clusters; `None` (stream the rows) when none can run.
+/// Of `candidates` (fewest blocks a row first), the first that keeps at least three quarters of
+/// the most blocks any of them keeps resident (clusters the device runs at once, as `resident`
+/// says, times their blocks), and its resident clusters; `None` (stream the rows) when none can
+/// run.
 ///
-/// The most blocks, because a long row's block alternates between copying its part in and
-/// working through the passes, and only other blocks on its SM overlap the two. The fewest
-/// blocks an SM by shared memory alone would not do: clusters must fit in one GPC, so a size
-/// that leaves a GPC's last SMs too few free blocks for another cluster idles them (on an
-/// H200, 262144-float rows in clusters of 14 at three blocks an SM leave 6 to 12 of a GPC's
-/// 48 to 54 blocks idle; clusters of 16 leave 0 to 6).
+/// Resident blocks matter, because a long row's block alternates between copying its part in
+/// and working through the passes, and only other blocks on its SM overlap the two; but so does
+/// each block's share of a row, whose reductions and cluster barriers cost the same whatever
+/// its part. On an H200 (benches/NOTES.md items 34 and 44, S1's softmax, three runs each), the
+/// most resident blocks lost to fewer, larger parts: rows of 32768 in clusters of 4 (six
+/// blocks an SM) 88.7% of copy bandwidth, of 3 (five) 89.5%, of 2 (three) 87.8%; rows of
+/// 262144 in clusters of 16 (three an SM, 384 blocks) 75.0%, of 14 (three an SM, but a GPC's
+/// last SMs idle: 336 blocks) 76.7%, of 10 (two) 73.9%.
 fn choose(candidates: &[Shape], mut resident: impl FnMut(Shape) -> u32) -> Option<(Shape, u32)> {
-    let mut best: Option<(Shape, u32)> = None;
-    for &shape in candidates {
-        let clusters = resident(shape);
-        let blocks = |(s, c): (Shape, u32)| u64::from(c) * u64::from(s.cluster);
-        if clusters > 0 && best.is_none_or(|b| blocks((shape, clusters)) > blocks(b)) {
-            best = Some((shape, clusters));
-        }
-    }
-    best
+    let blocks = |(s, c): (Shape, u32)| u64::from(c) * u64::from(s.cluster);
+    let running: Vec<(Shape, u32)> = candidates
+        .iter()
+        .map(|&shape| (shape, resident(shape)))
+        .filter(|&(_, clusters)| clusters > 0)
+        .collect();
+    let most = running.iter().map(|&r| blocks(r)).max()?;
+    running.into_iter().find(|&r| blocks(r) * 4 >= most * 3)
 }
 
 /// The shared memory of one device, read once.
@@ -478,13 +480,14 @@ mod tests {
     }
 
     #[test]
-    fn the_split_keeps_the_most_blocks_resident() {
+    fn the_split_takes_the_fewest_blocks_a_row_near_the_most_resident() {
         // Softmax's long-row entry on the model H200: 40 registers, six blocks an SM. 32768
-        // floats: clusters of 4 (six an SM, 792 blocks) beat 3 (five an SM, 648 blocks).
-        assert_eq!(cluster(32768, hopper(None), h200(6)), Some(4));
-        // 262144: clusters of 16 (three an SM, 384 blocks) beat 14 (three an SM, but 14 of a
-        // GPC's 48 or 54 blocks idle: 336) and 10 (two an SM, 240).
-        assert_eq!(cluster(262_144, hopper(None), h200(6)), Some(16));
+        // floats: clusters of 3 (five an SM, 648 blocks, 82% of the most), not 4 (six an SM,
+        // 792) or 2 (three an SM, 396: 50%).
+        assert_eq!(cluster(32768, hopper(None), h200(6)), Some(3));
+        // 262144: clusters of 14 (three an SM, but 14 of a GPC's 48 or 54 blocks idle: 336,
+        // 88% of the 384 of clusters of 16), not 13 (two an SM, 208).
+        assert_eq!(cluster(262_144, hopper(None), h200(6)), Some(14));
         // A kernel of 128 registers: two blocks an SM whatever the parts, so the fewest blocks
         // a row of those that keep two an SM.
         assert_eq!(cluster(32768, hopper(None), h200(2)), Some(2));
