@@ -1302,6 +1302,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
     float* const sc_x = (float*)(fz_shared() + 256);
     unsigned int phase = 0;
     const long long clusters = (long long)(gridDim.x / blocks);
+    long long fz_ahead = clusters;
+    if (clusters >= groups) {
+        fz_ahead = (8ll << 20) / (len * 4);
+        if (fz_ahead < 1) fz_ahead = 1;
+    }
     for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
@@ -1317,8 +1322,8 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                 fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
             }
         }
-        if (g + clusters < groups) {
-            fz_prefetch_part_l2(p_x + (g + clusters) * len, len, blocks, rank);
+        if (g + fz_ahead < groups) {
+            fz_prefetch_part_l2(p_x + (g + fz_ahead) * len, len, blocks, rank);
         }
         fz_copy_wait();
         float acc1 = (-__int_as_float(0x7f800000));

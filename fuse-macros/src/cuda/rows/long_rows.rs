@@ -221,9 +221,10 @@ impl Cuda<'_> {
         ));
         self.shared_layout(&cached);
         self.line("unsigned int phase = 0;");
-        // The runtime launches as many clusters as can be resident, each taking every
-        // `clusters`-th row, so that a block can fetch its next row while it works on this one.
+        // The runtime launches a cluster per row, or (`FUSE_LONG_ROWS_WAVES`) as many as can be
+        // resident, each taking every `clusters`-th row.
         self.line("const long long clusters = (long long)(gridDim.x / blocks);");
+        self.row_ahead(&cached);
         self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
         self.shared_row_start(rows, axis, plan);
         self.shared_load(&cached);
@@ -305,16 +306,31 @@ impl Cuda<'_> {
         self.close();
     }
 
-    /// Asks L2 for this block's part of the next row the cluster takes, once this row's copies
-    /// are under way: while the passes run from shared memory, memory streams that row into L2,
-    /// and the next copies read it from there. Every cached tensor is over the whole domain with
-    /// the reduced dim last, and dense, so row `n` starts at `n * len` (`b<s>` for row `g`).
+    /// Declares `fz_ahead`, how many rows past this one the row is whose part [`next_row_prefetch`]
+    /// asks L2 for: with a cluster per row, the row a cluster launched about 8 MiB of rows later
+    /// takes (64 rows of 32768 floats, 8 of 262144); with a grid that loops over rows, this
+    /// cluster's own next row. On an H200, S1's softmax at 32768 columns went from 3793 to 3826
+    /// GB/s with it, at 262144 from 3264 to 3373; 24 MiB ahead lost a fifth (2959 and 2868):
+    /// the prefetched rows pushed each other out of L2 (benches/NOTES.md item 47).
+    fn row_ahead(&mut self, cached: &[usize]) {
+        let bytes = bytes(self.k, cached);
+        self.line("long long fz_ahead = clusters;");
+        self.open("if (clusters >= groups)");
+        self.line(format!("fz_ahead = (8ll << 20) / (len * {bytes});"));
+        self.line("if (fz_ahead < 1) fz_ahead = 1;");
+        self.close();
+    }
+
+    /// Asks L2 for this block's part of row `g + fz_ahead` once this row's copies are under
+    /// way: while the passes run from shared memory, memory streams that row into L2, and its
+    /// copies read it from there. Every cached tensor is over the whole domain with the reduced
+    /// dim last, and dense, so row `n` starts at `n * len` (`b<s>` for row `g`).
     fn next_row_prefetch(&mut self, cached: &[usize]) {
-        self.open("if (g + clusters < groups)");
+        self.open("if (g + fz_ahead < groups)");
         for &p in cached {
             let (_, name) = self.param_text(p);
             self.line(format!(
-                "fz_prefetch_part_l2(p_{name} + (g + clusters) * len, len, blocks, rank);"
+                "fz_prefetch_part_l2(p_{name} + (g + fz_ahead) * len, len, blocks, rank);"
             ));
         }
         self.close();
@@ -650,15 +666,21 @@ mod tests {
         // before they are waited for; `g` is along the row only, so it has no prefetch.
         let (copied, prefetched, waited) = (
             text.find("fz_copy_async<sizeof(unsigned char)>(sc_m"),
-            text.find("fz_prefetch_part_l2(p_m + (g + clusters) * len, len, blocks, rank);"),
+            text.find("fz_prefetch_part_l2(p_m + (g + fz_ahead) * len, len, blocks, rank);"),
             text.find("fz_copy_wait();"),
         );
         assert!(
             copied.is_some() && copied < prefetched && prefetched < waited,
             "{text}"
         );
-        assert!(text.contains("if (g + clusters < groups)"), "{text}");
-        assert!(text.contains("fz_prefetch_part_l2(p_w + (g + clusters) * len,"));
+        assert!(text.contains("if (g + fz_ahead < groups)"), "{text}");
+        assert!(text.contains("fz_prefetch_part_l2(p_w + (g + fz_ahead) * len,"));
+        // About 8 MiB of rows ahead with a cluster per row: here f64, f32 and u8 are cached,
+        // 13 bytes an element.
+        assert!(
+            text.contains("fz_ahead = (8ll << 20) / (len * 13);"),
+            "{text}"
+        );
         assert!(!text.contains("fz_prefetch_part_l2(p_g"), "{text}");
     }
 
