@@ -306,10 +306,10 @@ impl Cuda<'_> {
         self.close();
     }
 
-    /// Declares `fz_ahead`, how many rows past this one the row is whose part [`next_row_prefetch`]
-    /// asks L2 for: with a cluster per row, the row a cluster launched about 8 MiB of rows later
-    /// takes (64 rows of 32768 floats, 8 of 262144); with a grid that loops over rows, this
-    /// cluster's own next row. On an H200, S1's softmax at 32768 columns went from 3793 to 3826
+    /// Declares `fz_ahead`: `next_row_prefetch` asks L2 for row `g + fz_ahead`. With a cluster
+    /// per row, that is the row about 8 MiB of rows on (64 rows of 32768 floats, 8 of 262144),
+    /// which a cluster launched later copies; with a grid that loops over rows, this cluster's
+    /// own next row. On an H200, S1's softmax at 32768 columns went from 3793 to 3826
     /// GB/s with it, at 262144 from 3264 to 3373; 24 MiB ahead lost a fifth (2959 and 2868):
     /// the prefetched rows pushed each other out of L2 (benches/NOTES.md item 47).
     fn row_ahead(&mut self, cached: &[usize]) {
