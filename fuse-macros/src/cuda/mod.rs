@@ -420,8 +420,7 @@ impl Cuda<'_> {
                 if id == reused {
                     // As `expr` reads the cached element itself.
                     let (_, name) = self.param_text(p);
-                    let at = if self.in_shared { "" } else { "[q]" };
-                    self.line(format!("const {t} v{id} = rc_{name}{at}.v[j];"));
+                    self.line(format!("const {t} v{id} = rc_{name}[q].v[j];"));
                     continue;
                 }
             }

@@ -345,11 +345,8 @@ impl Cuda<'_> {
                 }
                 self.vector_row_step(pass, axis, cached, &shapes, true);
                 if stash.is_some() {
-                    // Where this thread's vector came from: its shared buffer, or registers.
-                    self.line(match self.in_shared {
-                        true => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x] = fz_st;"),
-                        false => format!("rc_{name}[q] = fz_st;"),
-                    });
+                    // Only the row-a-block loop stashes, and its rows are in registers.
+                    self.line(format!("rc_{name}[q] = fz_st;"));
                 }
                 (self.reuse, self.stash) = (None, None);
                 self.close();
