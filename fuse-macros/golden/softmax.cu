@@ -58,24 +58,44 @@ static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long lon
     if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
 #endif
 }
-template <typename T> static __device__ __forceinline__ void fz_slot_put(unsigned long long* slot, T value) { union { unsigned long long u; T t; } v; v.u = 0ull; v.t = value; *slot = v.u; }
 #if __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
-static __device__ __forceinline__ void fz_cluster_sync() { asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }
-template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int rank) {
-    unsigned int remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"((unsigned int)__cvta_generic_to_shared(slot)), "r"(rank));
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void fz_expect(unsigned long long* mbar, unsigned int bytes) { asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(bytes) : "memory"); }
+template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long* slot, T value, unsigned long long* mbar, unsigned int to) {
     union { unsigned long long u; T t; } v;
-    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v.u) : "r"(remote) : "memory");
-    return v.t;
+    v.u = 0ull;
+    v.t = value;
+    unsigned int at, bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"((unsigned int)__cvta_generic_to_shared(slot)), "r"(to));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(to));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" :: "r"(at), "l"(v.u), "r"(bar) : "memory");
+}
+static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) {
+    const unsigned int at = (unsigned int)__cvta_generic_to_shared(mbar), bit = (parity >> phase) & 1u;
+    unsigned int done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(at), "r"(bit) : "memory");
+    } while (!done);
+    parity ^= 1u << phase;
 }
 #else
 static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }
-static __device__ __forceinline__ void fz_cluster_sync() { __syncthreads(); }
 static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
-template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int) { union { unsigned long long u; T t; } v; v.u = *(const volatile unsigned long long*)slot; return v.t; }
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long*, unsigned long long*) {}
+static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}
+template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}
+static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}
 #endif
+template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }
 #endif
 static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
     const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 31) & ~31u);
@@ -1297,10 +1317,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
     const unsigned int rank = blockIdx.x % blocks;
     int begin, end;
     const int part = fz_part(len, blocks, rank, begin, end);
-    if (fz_smem_bytes() < 256 + (long long)part * 4) return;
-    unsigned long long* const fz_slots = (unsigned long long*)fz_shared();
-    float* const sc_x = (float*)(fz_shared() + 256);
+    if (blocks > 16 || fz_smem_bytes() < (long long)part * 4) return;
+    float* const sc_x = (float*)fz_shared();
     unsigned int phase = 0;
+    __shared__ unsigned long long fz_xs[2][16];
+    __shared__ unsigned long long fz_mbar[2];
+    unsigned int fz_parity = 0;
+    if (blocks > 1) fz_exchange_init(fz_mbar, fz_xs[0]);
     const long long clusters = (long long)(gridDim.x / blocks);
     long long fz_ahead = clusters;
     if (clusters >= groups) {
@@ -1384,13 +1407,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
             acc1 = fmaxf(acc1, red1[0 + w]);
         }
         if (blocks > 1) {
-            if (threadIdx.x == 0) {
-                fz_slot_put(fz_slots + phase * 16 + 0, acc1);
+            unsigned long long* const fz_x = fz_xs[phase];
+            if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 8u);
+            if (threadIdx.x < blocks) {
+                fz_send(fz_x + rank, acc1, &fz_mbar[phase], threadIdx.x);
             }
-            fz_cluster_sync();
-            acc1 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+            fz_wait(&fz_mbar[phase], fz_parity, phase);
+            acc1 = fz_take<float>(fz_x);
             for (unsigned int b = 1; b < blocks; ++b) {
-                const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                const float other = fz_take<float>(fz_x + b);
                 acc1 = fmaxf(acc1, other);
             }
             phase ^= 1u;
@@ -1471,13 +1496,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
             acc4 = acc4 + red4[0 + w];
         }
         if (blocks > 1) {
-            if (threadIdx.x == 0) {
-                fz_slot_put(fz_slots + phase * 16 + 0, acc4);
+            unsigned long long* const fz_x = fz_xs[phase];
+            if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 8u);
+            if (threadIdx.x < blocks) {
+                fz_send(fz_x + rank, acc4, &fz_mbar[phase], threadIdx.x);
             }
-            fz_cluster_sync();
-            acc4 = fz_slot_get<float>(fz_slots + phase * 16 + 0, 0u);
+            fz_wait(&fz_mbar[phase], fz_parity, phase);
+            acc4 = fz_take<float>(fz_x);
             for (unsigned int b = 1; b < blocks; ++b) {
-                const float other = fz_slot_get<float>(fz_slots + phase * 16 + 0, b);
+                const float other = fz_take<float>(fz_x + b);
                 acc4 = acc4 + other;
             }
             phase ^= 1u;

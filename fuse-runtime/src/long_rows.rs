@@ -27,10 +27,6 @@ use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::error::Error;
 use crate::launch::{Geometry, BLOCK};
 
-/// Bytes at the start of the dynamic shared memory that hold the partial reductions the blocks
-/// of a cluster exchange (the macro's `long_rows::SLOTS`).
-const SLOTS: u64 = 256;
-
 /// Rows up to this length are left to the kernel's register cache (16 elements a thread).
 const REGISTER_ROW: u64 = 16 * BLOCK as u64;
 
@@ -80,15 +76,16 @@ fn part(row_len: u64, cluster: u32) -> u64 {
 }
 
 /// The dynamic shared memory each block of a cluster of `cluster` needs for rows of `row_len`
-/// elements of `cache_bytes` bytes: the exchange slots, then its part of the row.
+/// elements of `cache_bytes` bytes: its part of the row. (The slots its cluster exchanges
+/// partial reductions through are the kernel's static shared memory.)
 ///
 /// ```
 /// use fuse_runtime::__private::long_row_shared_bytes;
-/// assert_eq!(long_row_shared_bytes(32768, 2, 4), 256 + 16384 * 4);
-/// assert_eq!(long_row_shared_bytes(9, 4, 4), 256 + 32 * 4, "parts are multiples of 32");
+/// assert_eq!(long_row_shared_bytes(32768, 2, 4), 16384 * 4);
+/// assert_eq!(long_row_shared_bytes(9, 4, 4), 32 * 4, "parts are multiples of 32");
 /// ```
 pub fn long_row_shared_bytes(row_len: u64, cluster: u32, cache_bytes: u32) -> u64 {
-    SLOTS.saturating_add(part(row_len, cluster).saturating_mul(u64::from(cache_bytes)))
+    part(row_len, cluster).saturating_mul(u64::from(cache_bytes))
 }
 
 /// What a device and a kernel allow a block.
@@ -436,7 +433,8 @@ mod tests {
     use super::*;
 
     /// An H100 or H200: 228 KiB per SM, 227 KiB per block with opt-in, 1 KiB reserved per
-    /// block; for a kernel of 64 bytes of static shared memory, and with
+    /// block; for a kernel of 352 bytes of static shared memory (softmax's: two reductions'
+    /// warp results, its cluster's exchange slots and transaction barriers), and with
     /// `FUSE_LONG_ROWS_PER_SM`'s `blocks` when given.
     fn hopper(blocks: Option<u64>) -> Limits {
         let device = DeviceLimits {
@@ -446,8 +444,8 @@ mod tests {
             clusters: true,
         };
         Limits {
-            per_block: 232_448 - 64,
-            target: blocks.map(|blocks| target(device, 64, blocks)),
+            per_block: 232_448 - 352,
+            target: blocks.map(|blocks| target(device, 352, blocks)),
             cluster: MAX_CLUSTER,
         }
     }
@@ -457,7 +455,7 @@ mod tests {
     /// blocks its shared memory and the registers allow, a cluster's blocks in one GPC.
     fn h200(most: u32) -> impl Fn(Shape) -> u32 {
         move |shape: Shape| {
-            let by_memory = 233_472 / (u64::from(shape.shared) + 64 + 1024);
+            let by_memory = 233_472 / (u64::from(shape.shared) + 352 + 1024);
             let per_sm = (by_memory as u32).min(most);
             [16, 16, 16, 16, 16, 16, 18, 18]
                 .iter()
@@ -476,7 +474,7 @@ mod tests {
         assert_eq!(part(32768, 2), 16384);
         assert_eq!(part(40001, 3), 13344);
         assert_eq!(part(9, 4), 32);
-        assert_eq!(long_row_shared_bytes(262_144, 16, 4), 256 + 65536);
+        assert_eq!(long_row_shared_bytes(262_144, 16, 4), 65536);
     }
 
     #[test]
@@ -509,7 +507,7 @@ mod tests {
             candidates(32768, 4, hopper(Some(4))),
             vec![Shape {
                 cluster: 3,
-                shared: 256 + 10944 * 4
+                shared: 10944 * 4
             }]
         );
         assert_eq!(cluster(262_144, hopper(Some(3)), h200(6)), Some(14));

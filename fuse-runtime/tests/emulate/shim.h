@@ -25,9 +25,10 @@ template <typename T> static inline T fz_emu_min(T a, T b) { return isnan(a) ? b
 struct dim3_ { unsigned int x, y, z; };
 static thread_local dim3_ threadIdx, blockIdx;
 static dim3_ blockDim{256,1,1}, gridDim{1,1,1};
-// One block: its barriers, the words its warps exchange, and its dynamic shared memory.
+// One block: its barriers, the words its warps exchange, its dynamic shared memory, and its
+// slots of a cluster's exchange (`fz_xs`, which each block declares).
 struct fz_block_state { std::barrier<> block{256}; std::barrier<>* warp[8]; unsigned long long xchg[256];
-  unsigned char* smem = nullptr; unsigned int smem_bytes = 0; };
+  unsigned char* smem = nullptr; unsigned int smem_bytes = 0; unsigned char* xs = nullptr; };
 // One cluster: a barrier over all its threads and its blocks, by rank.
 struct fz_cluster_state { std::barrier<>* all; fz_block_state* blocks[16]; unsigned int size; };
 static thread_local fz_block_state* g_blk;
@@ -47,13 +48,13 @@ template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
   g_blk->warp[t / 32]->arrive_and_wait(); unsigned long long o = g_blk->xchg[(t & ~31u) | ((t & 31u) ^ (unsigned)off)];
   g_blk->warp[t / 32]->arrive_and_wait(); T r; std::memcpy(&r, &o, sizeof(T)); return r; }
 // The long-row helpers (`fz_long_rows`, which the generated CUDA C defines for the GPU only):
-// dynamic shared memory, copies, and the cluster's barrier and slots read across blocks.
+// dynamic shared memory, copies, and the cluster's barrier and exchange. The exchange writes
+// into the other blocks' slots at once and waits at a barrier of the whole cluster, where the
+// GPU counts each block's arrivals on a transaction barrier of its own.
 static inline unsigned char* fz_shared() { g_used_shared = true; return g_blk->smem; }
 static inline unsigned int fz_smem_bytes() { return g_blk->smem_bytes; }
 template <int N> static inline void fz_copy_async(void* dst, const void* src) { std::memcpy(dst, src, N); }
 static inline void fz_copy_wait() {}
-template <typename T> static inline void fz_slot_put(unsigned long long* slot, T value) {
-  unsigned long long u = 0; std::memcpy(&u, &value, sizeof(T)); *slot = u; }
 // The L2 prefetch is only a hint on the GPU; here it checks that the range lies in one of the
 // kernel's buffers (emulate.py lists them), so that a wrong next-row address fails the test.
 static std::vector<std::pair<const unsigned char*, unsigned long long>> g_buffers;
@@ -63,11 +64,16 @@ static inline void fz_prefetch_l2(const void* from, long long bytes) {
   fprintf(stderr, "emulate: prefetch of %lld bytes outside every buffer\n", bytes); std::abort(); }
 static inline void fz_opaque(unsigned int&) {}
 static inline unsigned int fz_cluster_size() { return g_cl->size; }
-static inline void fz_cluster_sync() { g_cl->all->arrive_and_wait(); }
 static inline void fz_cluster_exit() { g_cl->all->arrive_and_wait(); }
-template <typename T> static inline T fz_slot_get(const unsigned long long* slot, unsigned int rank) {
-  const size_t at = (const unsigned char*)slot - g_blk->smem; T v;
-  std::memcpy(&v, g_cl->blocks[rank]->smem + at, sizeof(T)); return v; }
+static inline void fz_exchange_init(unsigned long long*, unsigned long long* xs) {
+  if (threadIdx.x == 0) g_blk->xs = (unsigned char*)xs; g_cl->all->arrive_and_wait(); }
+static inline void fz_expect(unsigned long long*, unsigned int) {}
+template <typename T> static inline void fz_send(unsigned long long* slot, T value, unsigned long long*, unsigned int to) {
+  unsigned long long u = 0; std::memcpy(&u, &value, sizeof(T));
+  std::memcpy(g_cl->blocks[to]->xs + ((unsigned char*)slot - g_blk->xs), &u, 8); }
+static inline void fz_wait(unsigned long long*, unsigned int& parity, unsigned int phase) {
+  parity ^= 1u << phase; g_cl->all->arrive_and_wait(); }
+template <typename T> static inline T fz_take(const unsigned long long* slot) { T v; std::memcpy(&v, slot, sizeof(T)); return v; }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }

@@ -12,13 +12,14 @@ use super::super::{Cuda, Scope, BLOCK, SYNTAX};
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::plan::{Pass, Plan};
 
-/// Bytes at the start of the dynamic shared memory for the partial reductions the blocks of a
-/// cluster exchange: two phases of [`SLOTS_PER_PHASE`] eight-byte slots. The runtime adds the same
-/// amount (`fuse_runtime`'s `long_rows::SLOTS`).
-pub const SLOTS: u32 = 256;
+/// The most reductions a pass may exchange across a cluster; a kernel with more has no long-row
+/// entry.
+const PASS_REDUCTIONS: usize = 16;
 
-/// Eight-byte slots per phase, one for each reduction of a pass.
-const SLOTS_PER_PHASE: usize = 16;
+/// The most blocks of a cluster (the runtime's limit: 8 is portable, 16 needs the kernel's
+/// permission). Each block keeps an eight-byte slot for every block's result of every reduction
+/// of a pass, in two phases.
+const MAX_CLUSTER: usize = 16;
 
 /// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
 /// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
@@ -43,7 +44,7 @@ fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
     // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
     let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
     let most = plan.passes.iter().map(|p| p.reduces.len()).max();
-    if plan.passes.len() < 2 || domain.last() != Some(axis) || most > Some(SLOTS_PER_PHASE) || pairs
+    if plan.passes.len() < 2 || domain.last() != Some(axis) || most > Some(PASS_REDUCTIONS) || pairs
     {
         return vec![];
     }
@@ -216,11 +217,11 @@ impl Cuda<'_> {
         self.line("int begin, end;");
         self.line("const int part = fz_part(len, blocks, rank, begin, end);");
         self.line(format!(
-            "if (fz_smem_bytes() < {SLOTS} + (long long)part * {}) return;",
+            "if (blocks > {MAX_CLUSTER} || fz_smem_bytes() < (long long)part * {}) return;",
             bytes(self.k, &cached)
         ));
         self.shared_layout(&cached);
-        self.line("unsigned int phase = 0;");
+        self.exchange_start(plan);
         // The runtime launches a cluster per row, or (`FUSE_LONG_ROWS_WAVES`) as many as can be
         // resident, each taking every `clusters`-th row.
         self.line("const long long clusters = (long long)(gridDim.x / blocks);");
@@ -236,20 +237,17 @@ impl Cuda<'_> {
         self.line("if (blocks > 1) fz_cluster_exit();");
     }
 
-    /// Where things lie in the dynamic shared memory: the exchange slots, then this block's part
-    /// of each cached tensor (`sc_<name>`), one after another.
+    /// Where things lie in the dynamic shared memory: this block's part of each cached tensor
+    /// (`sc_<name>`), one after another.
     fn shared_layout(&mut self, cached: &[usize]) {
-        self.line("unsigned long long* const fz_slots = (unsigned long long*)fz_shared();");
         let mut offset = 0;
         for &p in cached {
             let (t, name) = self.param_text(p);
-            let after = match offset {
-                0 => String::new(),
-                bytes => format!(" + part * {bytes}"),
+            let at = match offset {
+                0 => "fz_shared()".to_string(),
+                bytes => format!("(fz_shared() + part * {bytes})"),
             };
-            self.line(format!(
-                "{t}* const sc_{name} = ({t}*)(fz_shared() + {SLOTS}{after});"
-            ));
+            self.line(format!("{t}* const sc_{name} = ({t}*){at};"));
             offset += self.k.params[p].elem.bits() / 8;
         }
     }
@@ -425,29 +423,67 @@ impl Cuda<'_> {
         self.close();
     }
 
-    /// Combines the blocks' results of `reduces` across the cluster: thread 0 of each block puts
-    /// its block's result in a slot, and after a cluster barrier every thread combines all the
-    /// slots in rank order, so every block gets the same value. Two phases of slots alternate,
-    /// so one barrier a pass suffices: a block writes a phase's slots again only after the next
-    /// barrier, which every block reaches after reading them.
+    /// The exchange's buffers and state, before the row loop: each block's slots for every
+    /// block's results of a pass (`fz_xs`, two phases of [`MAX_CLUSTER`] slots a reduction), and
+    /// a transaction barrier a phase (`fz_mbar`), initialized and made known to the cluster.
+    fn exchange_start(&mut self, plan: &Plan) {
+        let most = plan
+            .passes
+            .iter()
+            .map(|p| p.reduces.len())
+            .max()
+            .unwrap_or(0);
+        self.line("unsigned int phase = 0;");
+        if most == 0 {
+            return;
+        }
+        self.line(format!(
+            "__shared__ unsigned long long fz_xs[2][{}];",
+            most * MAX_CLUSTER
+        ));
+        self.line("__shared__ unsigned long long fz_mbar[2];");
+        self.line("unsigned int fz_parity = 0;");
+        self.line("if (blocks > 1) fz_exchange_init(fz_mbar, fz_xs[0]);");
+    }
+
+    /// Combines the blocks' results of `reduces` across the cluster: the first `blocks` threads
+    /// of each block send its results into slot `rank` of every block's current phase
+    /// (`fz_send`), each block waits until all of them have landed in its own slots (its
+    /// phase's transaction barrier counts the bytes), and every thread combines them in rank
+    /// order, so every block gets the same value. A cluster barrier would order the same, but
+    /// its release waits for every earlier store of the block to reach memory: two a row cost
+    /// S1's softmax at 32768 and 262144 columns 8 and 11 points of copy bandwidth on an H200
+    /// (benches/NOTES.md item 49). Two phases alternate: a block sends into a phase again only
+    /// after the next exchange, which no block completes before every block has read this one.
     fn cluster_reduce(&mut self, reduces: &[NodeId]) {
         if reduces.is_empty() {
             return;
         }
-        let slot = |s: usize| format!("fz_slots + phase * {SLOTS_PER_PHASE} + {s}");
+        let slot = |s: usize| match s {
+            0 => "fz_x".to_string(),
+            s => format!("fz_x + {}", s * MAX_CLUSTER),
+        };
         self.open("if (blocks > 1)");
-        self.open("if (threadIdx.x == 0)");
+        self.line("unsigned long long* const fz_x = fz_xs[phase];");
+        self.line(format!(
+            "if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * {}u);",
+            8 * reduces.len()
+        ));
+        self.open("if (threadIdx.x < blocks)");
         for (s, &r) in reduces.iter().enumerate() {
-            self.line(format!("fz_slot_put({}, acc{r});", slot(s)));
+            self.line(format!(
+                "fz_send({} + rank, acc{r}, &fz_mbar[phase], threadIdx.x);",
+                slot(s)
+            ));
         }
         self.close();
-        self.line("fz_cluster_sync();");
+        self.line("fz_wait(&fz_mbar[phase], fz_parity, phase);");
         for (s, &r) in reduces.iter().enumerate() {
             let (op, e) = self.reduction(r);
-            let get = |rank: &str| format!("fz_slot_get<{}>({}, {rank})", e.c_name(), slot(s));
-            self.line(format!("acc{r} = {};", get("0u")));
+            let t = e.c_name();
+            self.line(format!("acc{r} = fz_take<{t}>({});", slot(s)));
             self.open("for (unsigned int b = 1; b < blocks; ++b)");
-            self.line(format!("const {} other = {};", e.c_name(), get("b")));
+            self.line(format!("const {t} other = fz_take<{t}>({} + b);", slot(s)));
             let combined = super::super::text::combine(op, e, &format!("acc{r}"), "other");
             self.line(format!("acc{r} = {combined};"));
             self.close();
@@ -500,27 +536,53 @@ pub const HELPERS: &str = concat!(
     "    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(line));\n",
     "#endif\n",
     "}\n",
-    "template <typename T> static __device__ __forceinline__ void fz_slot_put(unsigned long long* slot, T value) { union { unsigned long long u; T t; } v; v.u = 0ull; v.t = value; *slot = v.u; }\n",
     "#if __CUDA_ARCH__ >= 900\n",
     "static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(r)); return r; }\n",
-    "static __device__ __forceinline__ void fz_cluster_sync() { asm volatile(\"barrier.cluster.arrive.release.aligned;\\n\\tbarrier.cluster.wait.acquire.aligned;\" ::: \"memory\"); }\n",
     // The last barrier orders nothing (every slot read has been used): a relaxed arrival, so
     // that a block need not wait for its global stores to complete before the others go on.
     "static __device__ __forceinline__ void fz_cluster_exit() { asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\\n\\tbarrier.cluster.wait.aligned;\" ::: \"memory\"); }\n",
-    // A slot of block `rank` of the cluster, read through distributed shared memory.
-    "template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int rank) {\n",
-    "    unsigned int remote;\n",
-    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(remote) : \"r\"((unsigned int)__cvta_generic_to_shared(slot)), \"r\"(rank));\n",
+    // The exchange's two transaction barriers, each completing a phase when its block has
+    // arrived once (`fz_expect`) and the bytes it expects have landed; their initialization is
+    // made known to the cluster by the one fence that needs no round trip to memory, before a
+    // relaxed cluster barrier (after which any block may send).
+    "static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {\n",
+    "    if (threadIdx.x == 0) {\n",
+    "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar)) : \"memory\");\n",
+    "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : \"memory\");\n",
+    "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n",
+    "    }\n",
+    "    asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\\n\\tbarrier.cluster.wait.aligned;\" ::: \"memory\");\n",
+    "}\n",
+    "static __device__ __forceinline__ void fz_expect(unsigned long long* mbar, unsigned int bytes) { asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar)), \"r\"(bytes) : \"memory\"); }\n",
+    // `value` into `slot` of block `to` of the cluster, counted by that block's `mbar`.
+    "template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long* slot, T value, unsigned long long* mbar, unsigned int to) {\n",
     "    union { unsigned long long u; T t; } v;\n",
-    "    asm volatile(\"ld.shared::cluster.u64 %0, [%1];\" : \"=l\"(v.u) : \"r\"(remote) : \"memory\");\n",
-    "    return v.t;\n",
+    "    v.u = 0ull;\n",
+    "    v.t = value;\n",
+    "    unsigned int at, bar;\n",
+    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(at) : \"r\"((unsigned int)__cvta_generic_to_shared(slot)), \"r\"(to));\n",
+    "    asm volatile(\"mapa.shared::cluster.u32 %0, %1, %2;\" : \"=r\"(bar) : \"r\"((unsigned int)__cvta_generic_to_shared(mbar)), \"r\"(to));\n",
+    "    asm volatile(\"st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];\" :: \"r\"(at), \"l\"(v.u), \"r\"(bar) : \"memory\");\n",
+    "}\n",
+    // Waits for the phase of `mbar` (`phase`'s bit of `parity`) to complete, then flips the bit.
+    "static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) {\n",
+    "    const unsigned int at = (unsigned int)__cvta_generic_to_shared(mbar), bit = (parity >> phase) & 1u;\n",
+    "    unsigned int done;\n",
+    "    do {\n",
+    "        asm volatile(\"{\\n\\t.reg .pred p;\\n\\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\\n\\tselp.u32 %0, 1, 0, p;\\n\\t}\" : \"=r\"(done) : \"r\"(at), \"r\"(bit) : \"memory\");\n",
+    "    } while (!done);\n",
+    "    parity ^= 1u << phase;\n",
     "}\n",
     "#else\n",
+    // Without clusters a block is its own cluster: nothing is exchanged.
     "static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }\n",
-    "static __device__ __forceinline__ void fz_cluster_sync() { __syncthreads(); }\n",
     "static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }\n",
-    "template <typename T> static __device__ __forceinline__ T fz_slot_get(const unsigned long long* slot, unsigned int) { union { unsigned long long u; T t; } v; v.u = *(const volatile unsigned long long*)slot; return v.t; }\n",
+    "static __device__ __forceinline__ void fz_exchange_init(unsigned long long*, unsigned long long*) {}\n",
+    "static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}\n",
+    "template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}\n",
+    "static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}\n",
     "#endif\n",
+    "template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }\n",
     "#endif\n",
     // This block's share of a row of `len` elements split over the `blocks` of its cluster:
     // `part` elements, `[begin, end)` within the row: a multiple of 32, so that every part of an
@@ -636,7 +698,7 @@ mod tests {
             }
         });
         assert!(
-            text.contains("if (fz_smem_bytes() < 256 + (long long)part * 13) return;"),
+            text.contains("if (blocks > 16 || fz_smem_bytes() < (long long)part * 13) return;"),
             "{text}"
         );
         // The path is the long-row entry's, after the row kernel, which has none of it.
@@ -649,11 +711,9 @@ mod tests {
         );
         // Widest first, so that each part stays aligned for vectors of four.
         let (w, x, m) = (
-            text.find("double* const sc_w = (double*)(fz_shared() + 256);"),
-            text.find("float* const sc_x = (float*)(fz_shared() + 256 + part * 8);"),
-            text.find(
-                "unsigned char* const sc_m = (unsigned char*)(fz_shared() + 256 + part * 12);",
-            ),
+            text.find("double* const sc_w = (double*)fz_shared();"),
+            text.find("float* const sc_x = (float*)(fz_shared() + part * 8);"),
+            text.find("unsigned char* const sc_m = (unsigned char*)(fz_shared() + part * 12);"),
         );
         assert!(w.is_some() && x.is_some() && m.is_some(), "{text}");
         assert!(text.contains(
@@ -692,17 +752,25 @@ mod tests {
                 (x - m, m + sum(x, c))
             }
         });
-        // Both reductions of the first pass: one slot each, read from every block in order.
+        // Both reductions of the first pass: each block sends its results into slot `rank` of
+        // every block (a row of 16 slots a reduction, in two phases), waits for all of them,
+        // and reads them in rank order.
         assert!(
-            text.contains("fz_slot_put(fz_slots + phase * 16 + 1, acc"),
+            text.contains("__shared__ unsigned long long fz_xs[2][32];"),
             "{text}"
         );
+        assert!(
+            text.contains("if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 16u);"),
+            "{text}"
+        );
+        assert!(text.contains("fz_send(fz_x + 16 + rank, acc"), "{text}");
+        let (waited, read) = (
+            text.find("fz_wait(&fz_mbar[phase], fz_parity, phase);"),
+            text.find("const float other = fz_take<float>(fz_x + 16 + b);"),
+        );
+        assert!(waited.is_some() && waited < read, "{text}");
         assert!(
             text.contains("for (unsigned int b = 1; b < blocks; ++b)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("fz_slot_get<float>(fz_slots + phase * 16 + 1, b)"),
             "{text}"
         );
         // The per-row output from rank 0 only; no block leaves before the others.
