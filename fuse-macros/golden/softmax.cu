@@ -27,7 +27,7 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
     return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
 }
 #ifdef __CUDA_ARCH__
-static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }
+static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }
 static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
 template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {
 #if __CUDA_ARCH__ >= 800
@@ -132,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
     __shared__ float red4[8];
-    __shared__ fz_vec<float, 4> pf_x[2][1024];
+    __shared__ fz_vec<float, 4> pf_x alignas(128) [2][1024];
     int buf = 0;
     if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
         const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
@@ -1283,7 +1283,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_short_rows(
     const long long d_rows,
     const long long d_cols
 ) {
-    __shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [2048];
+    __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
     if ((len & 3) == 0) {
         if (len == 4) fz_short_rows<1, true, true>(p_x, out0, d_rows, d_cols, fz_tile);

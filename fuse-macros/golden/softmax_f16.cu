@@ -29,7 +29,7 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #ifdef __CUDA_ARCH__
-static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }
+static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }
 static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
 template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {
 #if __CUDA_ARCH__ >= 800
@@ -1263,7 +1263,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_short_rows
     const long long d_rows,
     const long long d_cols
 ) {
-    __shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [2048];
+    __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
     if ((len & 3) == 0) {
         if (len == 4) fz_short_rows<1, true, true>(p_x, out0, d_rows, d_cols, fz_tile);

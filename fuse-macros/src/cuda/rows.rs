@@ -186,7 +186,9 @@ impl Cuda<'_> {
 
     /// The two shared buffers of each `cached` tensor that the next row is copied into while
     /// the block works on the current one (`pf_<name>[buf][q * BLOCK + threadIdx.x]`: each
-    /// thread its own vectors), and the index of the current one.
+    /// thread its own vectors), and the index of the current one. Each starts on a 128-byte
+    /// line: placed after the reductions' buffers, off their lines, they cost W6 and W7 two
+    /// points of copy bandwidth on an H200, W9 one (benches/NOTES.md item 50).
     fn prefetch_buffers(&mut self, cached: &[usize]) {
         // `fz_copy_async` and `fz_copy_wait`, which the long-row path uses too.
         self.helpers.insert("fz_long_rows");
@@ -194,7 +196,7 @@ impl Cuda<'_> {
         for &p in cached {
             let (t, name) = self.param_text(p);
             self.line(format!(
-                "__shared__ fz_vec<{t}, 4> pf_{name}[2][{}];",
+                "__shared__ fz_vec<{t}, 4> pf_{name} alignas(128) [2][{}];",
                 CACHE / 4 * BLOCK
             ));
         }

@@ -149,10 +149,11 @@ impl Cuda<'_> {
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
         let bytes: u32 = tiled.iter().map(|t| t.size).sum();
-        // Aligned for the vectors of four 8-byte elements that the row passes read: after the
-        // name, where g++ (the emulation's `__shared__` is `static`) takes it too.
+        // On a 128-byte line, as every buffer rows are copied into (`rows::prefetch_buffers`),
+        // which also aligns the vectors of four 8-byte elements that the row passes read: after
+        // the name, where g++ (the emulation's `__shared__` is `static`) takes it too.
         self.line(format!(
-            "__shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [{}];",
+            "__shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [{}];",
             tile * bytes / 16
         ));
         self.line(format!(
@@ -380,7 +381,7 @@ mod tests {
 
     /// The number of 16-byte vectors of the block's tile, when the kernel has the tiled entry.
     fn tile_vectors(text: &str) -> Option<usize> {
-        let decl = "__shared__ fz_vec<unsigned int, 4> fz_tile alignas(32) [";
+        let decl = "__shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [";
         let rest = &text[text.find(decl)? + decl.len()..];
         rest[..rest.find(']')?].parse().ok()
     }

@@ -498,7 +498,11 @@ impl Cuda<'_> {
 /// both share.
 pub const HELPERS: &str = concat!(
     "#ifdef __CUDA_ARCH__\n",
-    "static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(32) unsigned char fz_row[]; return fz_row; }\n",
+    // The dynamic shared memory starts on a 128-byte line, after the static (the reductions'
+    // buffers and the exchange's slots): 32-byte alignment put it 96 bytes off one, which cost
+    // S1's softmax at 262144 columns three points of copy bandwidth on an H200; at 32768 the
+    // aligned start measured a point slower (benches/NOTES.md item 50).
+    "static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }\n",
     "static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm(\"mov.u32 %0, %%dynamic_smem_size;\" : \"=r\"(r)); return r; }\n",
     // Copies that stay in flight until `fz_copy_wait`, without registers (sm_80+); 16 bytes
     // bypass L1 (the row is read once), asking L2 for the whole 128-byte line (on an H200 every
