@@ -139,8 +139,8 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
 ///
 /// Resident blocks matter, because a long row's block alternates between copying its part in
 /// and working through the passes, and only other blocks on its SM overlap the two; but so does
-/// each block's share of a row, whose reductions and cluster barriers cost the same whatever
-/// its part. On an H200 (benches/NOTES.md items 34 and 44, S1's softmax, three runs each), the
+/// each block's share of a row, whose reductions and exchanges across the cluster cost the same
+/// whatever its part. On an H200 (benches/NOTES.md items 34 and 44, S1's softmax, three runs each), the
 /// most resident blocks lost to fewer, larger parts: rows of 32768 in clusters of 4 (six
 /// blocks an SM) 88.7% of copy bandwidth, of 3 (five) 89.5%, of 2 (three) 87.8%; rows of
 /// 262144 in clusters of 16 (three an SM, 384 blocks) 75.0%, of 14 (three an SM, but a GPC's

@@ -23,8 +23,8 @@ const MAX_CLUSTER: usize = 16;
 
 /// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
 /// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
-/// kernel over contiguous rows, a single pass (which reads each element once anyway), or more
-/// reductions than the exchange slots hold.
+/// kernel over contiguous rows, a single pass (which reads each element once anyway), or a pass
+/// of more reductions than the exchange takes ([`PASS_REDUCTIONS`]).
 pub fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
     bytes(k, &shared_params(k, plan))
 }
