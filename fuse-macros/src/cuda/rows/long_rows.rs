@@ -452,7 +452,7 @@ impl Cuda<'_> {
     /// phase's transaction barrier counts the bytes), and every thread combines them in rank
     /// order, so every block gets the same value. A cluster barrier would order the same, but
     /// its release waits for every earlier store of the block to reach memory: two a row cost
-    /// S1's softmax at 32768 and 262144 columns 8 and 11 points of copy bandwidth on an H200
+    /// S1's softmax at 32768 and 262144 columns 8 and 10 points of copy bandwidth on an H200
     /// (benches/NOTES.md item 49). Two phases alternate: a block sends into a phase again only
     /// after the next exchange, which no block completes before every block has read this one.
     fn cluster_reduce(&mut self, reduces: &[NodeId]) {
@@ -548,7 +548,9 @@ pub const HELPERS: &str = concat!(
     // The exchange's two transaction barriers, each completing a phase when its block has
     // arrived once (`fz_expect`) and the bytes it expects have landed; their initialization is
     // made known to the cluster by the one fence that needs no round trip to memory, before a
-    // relaxed cluster barrier (after which any block may send).
+    // relaxed cluster barrier (after which any block may send). The second argument, the
+    // block's slots, is the emulation's (`tests/emulate`), which writes into other blocks'
+    // slots at their offsets.
     "static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {\n",
     "    if (threadIdx.x == 0) {\n",
     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar)) : \"memory\");\n",
