@@ -7,10 +7,10 @@
 //! otherwise).
 //!
 //! Rows are split over the fewest blocks a row that keep at least three quarters of the most
-//! blocks resident, as the driver counts them ([`choose`]), and the grid holds a cluster per row. `FUSE_LONG_ROWS_WAVES` can make it hold
-//! only as many clusters as the device runs at once, each taking every so many rows and asking L2
-//! for its next row while it works on this one ([`waves`]); that lost on an H200 once the blocks
-//! were lean.
+//! blocks resident, as the driver counts them ([`choose`]), and the grid holds a cluster per row.
+//! `FUSE_LONG_ROWS_WAVES` can make it hold only as many clusters as the device runs at once,
+//! each taking every so many rows and asking L2 for its next row while it works on this one
+//! ([`waves`]); that lost on an H200 once the blocks were lean.
 //!
 //! Rows that fit nowhere, devices without the shared memory, and kernels without the path
 //! ([`Geometry::Rows`]'s `cache_bytes` is 0) launch as before and stream their rows; so does every
@@ -140,9 +140,9 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
 /// Resident blocks matter, because a long row's block alternates between copying its part in
 /// and working through the passes, and only other blocks on its SM overlap the two; but so does
 /// each block's share of a row, whose reductions and exchanges across the cluster cost the same
-/// whatever its part. On an H200 (benches/NOTES.md items 34 and 44, S1's softmax, three runs each), the
-/// most resident blocks lost to fewer, larger parts: rows of 32768 in clusters of 4 (six
-/// blocks an SM) 88.7% of copy bandwidth, of 3 (five) 89.5%, of 2 (three) 87.8%; rows of
+/// whatever its part. On an H200 (benches/NOTES.md items 34 and 44, S1's softmax, three runs
+/// each), the most resident blocks lost to fewer, larger parts: rows of 32768 in clusters of 4
+/// (six blocks an SM) 88.7% of copy bandwidth, of 3 (five) 89.5%, of 2 (three) 87.8%; rows of
 /// 262144 in clusters of 16 (three an SM, 384 blocks) 75.0%, of 14 (three an SM, but a GPC's
 /// last SMs idle: 336 blocks) 76.7%, of 10 (two) 73.9%.
 fn choose(candidates: &[Shape], mut resident: impl FnMut(Shape) -> u32) -> Option<(Shape, u32)> {

@@ -43,8 +43,10 @@ fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
     let reduces = || plan.passes.iter().flat_map(|p| &p.reduces);
     // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
     let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
-    let most = plan.passes.iter().map(|p| p.reduces.len()).max();
-    if plan.passes.len() < 2 || domain.last() != Some(axis) || most > Some(PASS_REDUCTIONS) || pairs
+    if plan.passes.len() < 2
+        || domain.last() != Some(axis)
+        || pass_reductions(plan) > PASS_REDUCTIONS
+        || pairs
     {
         return vec![];
     }
@@ -55,6 +57,15 @@ fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
         .collect();
     params.sort_by_key(|&p| std::cmp::Reverse(k.params[p].elem.bits()));
     params
+}
+
+/// The most reductions of one pass of `plan`: the results a block exchanges at once.
+fn pass_reductions(plan: &Plan) -> usize {
+    plan.passes
+        .iter()
+        .map(|p| p.reduces.len())
+        .max()
+        .unwrap_or(0)
 }
 
 /// The entry point of `k`'s kernel for rows longer than the register cache holds, when it has
@@ -427,12 +438,7 @@ impl Cuda<'_> {
     /// block's results of a pass (`fz_xs`, two phases of [`MAX_CLUSTER`] slots a reduction), and
     /// a transaction barrier a phase (`fz_mbar`), initialized and made known to the cluster.
     fn exchange_start(&mut self, plan: &Plan) {
-        let most = plan
-            .passes
-            .iter()
-            .map(|p| p.reduces.len())
-            .max()
-            .unwrap_or(0);
+        let most = pass_reductions(plan);
         self.line("unsigned int phase = 0;");
         if most == 0 {
             return;
