@@ -2,6 +2,27 @@
 // One thread per element of [rows, cols], grid-stride.
 static __device__ __forceinline__ float fz_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
 static __device__ __forceinline__ double fz_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.707106781186547524)); }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k)); return k; }
+template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) {
+    if constexpr (sizeof(V) != 16) return *p;
+    else {
+        union { V v; unsigned int w[4]; } u;
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p), "l"(fz_keep_policy()));
+        return u.v;
+    }
+}
+template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) {
+    if constexpr (sizeof(V) != 16) *p = v;
+    else {
+        const union { V v; unsigned int w[4]; } u = {v};
+        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" :: "l"(p), "r"(u.w[0]), "r"(u.w[1]), "r"(u.w[2]), "r"(u.w[3]), "l"(fz_keep_policy()) : "memory");
+    }
+}
+#else
+template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
+template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
+#endif
 struct fz_divisor { unsigned long long d, m; };
 static __device__ __forceinline__ fz_divisor fz_divisor_of(unsigned long long d) { return {d, d ? 0xffffffffffffffffull / d : 0ull}; }
 static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long t, fz_divisor v) {
@@ -115,8 +136,8 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
         #pragma unroll 1
         for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
             const long long jv1 = (long long)fz_divmod((unsigned long long)j, vr1, small).r;
-            const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
-            const fz_vec<float, 4> l_bias = reinterpret_cast<const fz_vec<float, 4>*>(p_bias)[jv1];
+            const fz_vec<float, 4> l_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x) + j);
+            const fz_vec<float, 4> l_bias = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_bias) + jv1);
             fz_vec<float, 4> s0;
             fz_u4 rq6[1];
             rq6[0] = fz_philox(v2, (unsigned long long)j * 1 + 0, 0u);

@@ -26,6 +26,27 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
     const float q = __fmul_rn(a, d.r);
     return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k)); return k; }
+template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) {
+    if constexpr (sizeof(V) != 16) return *p;
+    else {
+        union { V v; unsigned int w[4]; } u;
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p), "l"(fz_keep_policy()));
+        return u.v;
+    }
+}
+template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) {
+    if constexpr (sizeof(V) != 16) *p = v;
+    else {
+        const union { V v; unsigned int w[4]; } u = {v};
+        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" :: "l"(p), "r"(u.w[0]), "r"(u.w[1]), "r"(u.w[2]), "r"(u.w[3]), "l"(fz_keep_policy()) : "memory");
+    }
+}
+#else
+template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
+template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
+#endif
 #ifdef __CUDA_ARCH__
 static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }
 static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
@@ -341,7 +362,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                                 s0.v[j] = v5;
                             }
                         }
-                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
                     }
                 }
                 buf ^= 1;
@@ -540,7 +561,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                                 s0.v[j] = v5;
                             }
                         }
-                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
                     }
                 }
                 buf ^= 1;
@@ -724,7 +745,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
-                        (reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane)[q * width] = s0;
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
                 buf ^= 1;
@@ -733,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 float acc1 = (-__int_as_float(0x7f800000));
                 if ((len & 3) == 0) {
                     for (long long c = lane; c * 4 < len; c += width) {
-                        const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
+                        const fz_vec<float, 4> lv_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
@@ -792,7 +813,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 float acc4 = (float)0;
                 if ((len & 3) == 0) {
                     for (long long c = lane; c * 4 < len; c += width) {
-                        const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
+                        const fz_vec<float, 4> lv_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
@@ -862,7 +883,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 if ((len & 3) == 0) {
                     for (long long c = lane; live && c * 4 < len; c += width) {
                         fz_vec<float, 4> s0;
-                        const fz_vec<float, 4> lv_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0)[c];
+                        const fz_vec<float, 4> lv_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
@@ -899,7 +920,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                             const float v5 = fz_div_by(v3, v4, dv_4);
                             s0.v[j] = v5;
                         }
-                        reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
                     }
                 }
                 else {
@@ -1161,7 +1182,7 @@ static __device__ __forceinline__ void fz_short_rows(
                             s0.v[j] = v5;
                         }
                     }
-                    reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                    *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
                 }
             }
             else {
@@ -1576,7 +1597,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                         s0.v[j] = v5;
                     }
                 }
-                reinterpret_cast<fz_vec<float, 4>*>(out0 + b0)[c] = s0;
+                *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
             }
         }
         else {

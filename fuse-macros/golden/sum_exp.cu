@@ -15,7 +15,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_sum_exp(
     long long i0 = 0;
     const long long nv = n / 4;
     for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
-        const fz_vec<float, 4> l_x = reinterpret_cast<const fz_vec<float, 4>*>(p_x)[j];
+        const fz_vec<float, 4> l_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x) + j);
         {
             const int l = 0;
             const float v0 = l_x.v[l];

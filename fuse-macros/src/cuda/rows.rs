@@ -397,20 +397,28 @@ impl Cuda<'_> {
                 self.k.outputs[o].elem.c_storage()
             ));
         }
-        // Vector `c`: with `at_q` (a cached pass) `c = lane + q * width`, indexed so that the
+        // Vector `c`: with `at_q` (a cached pass) `c = lane + q * width`, added so that the
         // unrolled `q`s share one address plus constant offsets where `width` is a constant.
-        let (open, at) = if !at_q {
-            ("", "[c]")
-        } else {
-            ("(", " + lane)[q * width]")
-        };
-        // Other tensors contiguous along the row (gamma, beta) load four at a time too.
+        let at = if at_q { " + lane + q * width" } else { " + c" };
+        // Other tensors contiguous along the row (gamma, beta) load four at a time too. In the
+        // row-a-block loop, these loads and the writes ask L2 to evict their lines last
+        // (`fz_keep`), so that the rows read (`cp.async`, normal priority) leave first: W5 and
+        // W8 a point faster on the H200, W6 half a point. Rows of 1024 lost a point with it,
+        // and long rows at 32768 ten, whose copies are asked into L2 ahead (NOTES item 53).
         let vectors = self.row_vectors(pass, axis, cached);
+        let keep = self.whole_rows;
+        if keep && (!vectors.is_empty() || !pass.writes.is_empty()) {
+            self.helpers.insert("fz_keep");
+        }
         for &p in &vectors {
             let param = &self.k.params[p];
             let (t, name) = self.param_text(p);
             let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
-            self.line(format!("const fz_vec<{t}, 4> lv_{name} = {open}reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}){at};"));
+            let from = format!("reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}){at}");
+            self.line(match keep {
+                true => format!("const fz_vec<{t}, 4> lv_{name} = fz_ld_keep({from});"),
+                false => format!("const fz_vec<{t}, 4> lv_{name} = *({from});"),
+            });
         }
         if self.in_shared {
             for &p in cached {
@@ -448,9 +456,11 @@ impl Cuda<'_> {
         for &o in &pass.writes {
             let out = &self.k.outputs[o];
             let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
-            self.line(format!(
-                "{open}reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s}){at} = s{o};"
-            ));
+            let to = format!("reinterpret_cast<fz_vec<{t}, 4>*>(out{o} + b{s}){at}");
+            self.line(match keep {
+                true => format!("fz_st_keep({to}, s{o});"),
+                false => format!("*({to}) = s{o};"),
+            });
         }
     }
 

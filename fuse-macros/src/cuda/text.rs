@@ -250,6 +250,35 @@ pub(super) fn helper(name: &str) -> &'static str {
             "#undef FZ_F2I\n",
         ),
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
+        // A 16-byte vector load or store of global memory whose L2 lines are evicted last
+        // (`createpolicy` and `.L2::cache_hint`, sm_80 and later; elsewhere, and for other
+        // sizes, a plain access, as those spilled in a union). The policy is made at each use
+        // (`volatile`): NVVM kept one register pair for it across whole kernels, which spilled
+        // at their register bounds. Not for the row kernels' `cp.async` copies: that form
+        // stopped the H200 with an illegal instruction. Measured: `benches/NOTES.md` item 53.
+        "fz_keep" => concat!(
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(k)); return k; }\n",
+            "template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) {\n",
+            "    if constexpr (sizeof(V) != 16) return *p;\n",
+            "    else {\n",
+            "        union { V v; unsigned int w[4]; } u;\n",
+            "        asm(\"ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\" : \"=r\"(u.w[0]), \"=r\"(u.w[1]), \"=r\"(u.w[2]), \"=r\"(u.w[3]) : \"l\"(p), \"l\"(fz_keep_policy()));\n",
+            "        return u.v;\n",
+            "    }\n",
+            "}\n",
+            "template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) {\n",
+            "    if constexpr (sizeof(V) != 16) *p = v;\n",
+            "    else {\n",
+            "        const union { V v; unsigned int w[4]; } u = {v};\n",
+            "        asm volatile(\"st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;\" :: \"l\"(p), \"r\"(u.w[0]), \"r\"(u.w[1]), \"r\"(u.w[2]), \"r\"(u.w[3]), \"l\"(fz_keep_policy()) : \"memory\");\n",
+            "    }\n",
+            "}\n",
+            "#else\n",
+            "template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }\n",
+            "template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }\n",
+            "#endif\n",
+        ),
         // Division by a reciprocal taken once per launch: q = hi64(t * m) is t / d or one less
         // (m = floor((2^64 - 1) / d)), and one comparison corrects it; exact for every 64-bit t.
         "fz_quot" => concat!(

@@ -468,7 +468,7 @@ mod tests {
             "{vectors}"
         );
         assert!(
-            vectors.contains("reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_g + b1)[c]"),
+            vectors.contains("*(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_g + b1) + c)"),
             "{vectors}"
         );
         // A lane past the row adds nothing; the division by the sum is checked four at a time.

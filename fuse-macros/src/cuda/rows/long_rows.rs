@@ -732,7 +732,7 @@ mod tests {
             "fz_copy_async<4 * sizeof(double)>(sc_w + (c * 4 - begin), p_w + b0 + c * 4);"
         ));
         assert!(text.contains(
-            "const fz_vec<float, 4> lv_g = reinterpret_cast<const fz_vec<float, 4>*>(p_g + b1)[c];"
+            "const fz_vec<float, 4> lv_g = *(reinterpret_cast<const fz_vec<float, 4>*>(p_g + b1) + c);"
         ));
         // The next row's part of each cached tensor, once this row's copies are issued and
         // before they are waited for; `g` is along the row only, so it has no prefetch.
