@@ -82,6 +82,21 @@ static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigne
     } while (!done);
     parity ^= 1u << phase;
 }
+static __device__ __forceinline__ void fz_row_barriers(unsigned long long* mbar) {
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+}
+static __device__ __forceinline__ void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long* mbar) {
+    fz_expect(mbar, bytes);
+    unsigned long long k;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k));
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" :: "r"((unsigned int)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes), "r"((unsigned int)__cvta_generic_to_shared(mbar)), "l"(k) : "memory");
+}
+static __device__ __forceinline__ void fz_row_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) { fz_wait(mbar, parity, phase); }
 #else
 static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }
 static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
@@ -89,6 +104,9 @@ static __device__ __forceinline__ void fz_exchange_init(unsigned long long*, uns
 static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}
 template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}
 static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}
+static __device__ __forceinline__ void fz_row_barriers(unsigned long long*) {}
+static __device__ __forceinline__ void fz_copy_row(void*, const void*, unsigned int, unsigned long long*) {}
+static __device__ __forceinline__ void fz_row_wait(unsigned long long*, unsigned int&, unsigned int) {}
 #endif
 template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }
 #endif
@@ -148,6 +166,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
         const int width = 256;
         const int per_block = 1;
         const int lane = threadIdx.x;
+        __shared__ unsigned long long fz_rb[2];
+        unsigned int fz_rp = 0u;
+        fz_row_barriers(fz_rb);
         if (len == 16 * 256) {
             for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
                 const bool live = true;
@@ -157,7 +178,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                 const long long b1 = 0;
                 const long long b2 = c0;
                 const float v3 = p_eps;
-                fz_copy_wait();
+                if (g0 == blockIdx.x) fz_copy_wait(); else fz_row_wait(&fz_rb[buf], fz_rp, buf);
                 fz_vec<float, 4> rc_x[4];
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
@@ -166,12 +187,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                 }
                 if (g0 + (long long)gridDim.x * per_block < groups) {
                     const long long gp = g0 + (long long)gridDim.x * per_block;
-                    const float* const pr_x = p_x + gp * len + lane * 4;
-                    #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int c = lane + q * width;
-                        fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
-                    }
+                    if (threadIdx.x == 0) fz_copy_row(&pf_x[buf ^ 1][0], p_x + gp * len, (unsigned int)len * sizeof(float), &fz_rb[buf ^ 1]);
                 }
                 float acc4 = (float)0;
                 #pragma unroll
@@ -350,7 +366,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                 const long long b1 = 0;
                 const long long b2 = c0;
                 const float v3 = p_eps;
-                fz_copy_wait();
+                if (g0 == blockIdx.x) fz_copy_wait(); else fz_row_wait(&fz_rb[buf], fz_rp, buf);
                 fz_vec<float, 4> rc_x[4];
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
@@ -359,12 +375,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                 }
                 if (g0 + (long long)gridDim.x * per_block < groups) {
                     const long long gp = g0 + (long long)gridDim.x * per_block;
-                    const float* const pr_x = p_x + gp * len + lane * 4;
-                    #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int c = lane + q * width;
-                        if ((q < 2 || c * 4 < (int)len)) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
-                    }
+                    if (threadIdx.x == 0) fz_copy_row(&pf_x[buf ^ 1][0], p_x + gp * len, (unsigned int)len * sizeof(float), &fz_rb[buf ^ 1]);
                 }
                 float acc4 = (float)0;
                 #pragma unroll

@@ -60,6 +60,12 @@ impl Cuda<'_> {
             self.line(format!("const int width = {BLOCK};"));
             self.line("const int per_block = 1;");
             self.line("const int lane = threadIdx.x;");
+            if prefetch {
+                // The transaction barriers of the two buffers' bulk copies, and their phases.
+                self.line("__shared__ unsigned long long fz_rb[2];");
+                self.line("unsigned int fz_rp = 0u;");
+                self.line("fz_row_barriers(fz_rb);");
+            }
             // Rows of exactly `CACHE * BLOCK` elements (4096 f32) take a copy of the loop of
             // their own without bounds tests: every vector is in the row. W7 went from 88% to
             // 91% of copy speed on an H200; the others moved by half a point at most.
@@ -137,7 +143,11 @@ impl Cuda<'_> {
                 self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
             }
             if prefetch {
-                self.line("fz_copy_wait();");
+                // A row a block's first row was copied before the loop, as the segments' are.
+                self.line(match whole {
+                    true => "if (g0 == blockIdx.x) fz_copy_wait(); else fz_row_wait(&fz_rb[buf], fz_rp, buf);",
+                    false => "fz_copy_wait();",
+                });
                 if whole {
                     self.load_cached_rows(cached, true);
                 }
@@ -208,12 +218,20 @@ impl Cuda<'_> {
     /// row `g` at `g * len`; a segment past the last row copies the last row, as it computes on it.
     fn prefetch_rows(&mut self, cached: &[usize], first: &str, buf: &str) {
         if self.whole_rows {
+            // The whole row in one bulk copy (`fz_copy_row`) of the one tensor `prefetches`
+            // allows: the buffer holds it in order, vector `c` at `c`, as the per-thread copies
+            // place it (`c = lane + q * BLOCK`).
+            let &[p] = cached else {
+                unreachable!("a row a block prefetches one tensor")
+            };
+            let (t, name) = self.param_text(p);
             self.line(format!("const long long gp = {first};"));
-        } else {
-            self.line(format!(
-                "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
-            ));
+            self.line(format!("if (threadIdx.x == 0) fz_copy_row(&pf_{name}[{buf}][0], p_{name} + gp * len, (unsigned int)len * sizeof({t}), &fz_rb[{buf}]);"));
+            return;
         }
+        self.line(format!(
+            "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
+        ));
         let inside = self.if_in_cached_row();
         for &p in cached {
             let (t, name) = self.param_text(p);

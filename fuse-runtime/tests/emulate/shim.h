@@ -74,6 +74,11 @@ template <typename T> static inline void fz_send(unsigned long long* slot, T val
 static inline void fz_wait(unsigned long long*, unsigned int& parity, unsigned int phase) {
   parity ^= 1u << phase; g_cl->all->arrive_and_wait(); }
 template <typename T> static inline T fz_take(const unsigned long long* slot) { T v; std::memcpy(&v, slot, sizeof(T)); return v; }
+// The row-a-block loop's bulk copy of the next row, by thread 0: copied at once, and seen by
+// the block's other threads after the barrier where the GPU waits for its bytes.
+static inline void fz_row_barriers(unsigned long long*) {}
+static inline void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
+static inline void fz_row_wait(unsigned long long*, unsigned int& parity, unsigned int phase) { parity ^= 1u << phase; __syncthreads(); }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
