@@ -420,9 +420,10 @@ impl Cuda<'_> {
         let at = if at_q { " + lane + q * width" } else { " + c" };
         // Other tensors contiguous along the row (gamma, beta) load four at a time too. In the
         // row-a-block loop, these loads and the writes ask L2 to evict their lines last
-        // (`fz_keep`), so that the rows read (`cp.async`, normal priority) leave first: W5 and
-        // W8 a point faster on the H200, W6 half a point. Rows of 1024 lost a point with it,
-        // and long rows at 32768 ten, whose copies are asked into L2 ahead (NOTES item 53).
+        // (`fz_keep`), as its bulk copies of the rows do (`fz_copy_row`): W5 and W8 a point
+        // faster on the H200, W6 half a point, before the bulk copies. Rows of 1024 lost a
+        // point with it, and long rows at 32768 ten, whose copies are asked into L2 ahead
+        // (NOTES item 53).
         let vectors = self.row_vectors(pass, axis, cached);
         let keep = self.whole_rows;
         if keep && (!vectors.is_empty() || !pass.writes.is_empty()) {
@@ -568,10 +569,11 @@ impl Cuda<'_> {
     }
 }
 
-/// Whether the rows that fit in registers are copied into shared memory ahead (`cp.async`), the
-/// next row while the block reduces the current one, so that each block keeps bytes in flight
-/// instead of alternating between loading and computing. Two buffers of `CACHE * BLOCK`
-/// elements: done for one whole-domain tensor of 4-byte elements (32 KB).
+/// Whether the rows that fit in registers are copied into shared memory ahead (`cp.async`; in
+/// the row-a-block loop one bulk copy, `fz_copy_row`), the next row while the block reduces the
+/// current one, so that each block keeps bytes in flight instead of alternating between loading
+/// and computing. Two buffers of `CACHE * BLOCK` elements: done for one whole-domain tensor of
+/// 4-byte elements (32 KB).
 pub(super) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }

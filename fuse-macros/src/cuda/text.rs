@@ -255,7 +255,8 @@ pub(super) fn helper(name: &str) -> &'static str {
         // sizes, a plain access, as those spilled in a union). The policy is made at each use
         // (`volatile`): NVVM kept one register pair for it across whole kernels, which spilled
         // at their register bounds. Not for the row kernels' `cp.async` copies: that form
-        // stopped the H200 with an illegal instruction. Measured: `benches/NOTES.md` item 53.
+        // stopped the H200 with an illegal instruction (the row-a-block loop's bulk copies take
+        // the hint, `fz_copy_row`). Measured: `benches/NOTES.md` items 53 and 54.
         "fz_keep" => concat!(
             "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
             "static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(k)); return k; }\n",
