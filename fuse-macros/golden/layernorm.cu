@@ -56,12 +56,15 @@ static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long lon
 #if __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
 static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }
-static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {
+static __device__ __forceinline__ void fz_barriers_init(unsigned long long* mbar) {
     if (threadIdx.x == 0) {
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)) : "memory");
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : "memory");
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
+}
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {
+    fz_barriers_init(mbar);
     asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
 }
 static __device__ __forceinline__ void fz_expect(unsigned long long* mbar, unsigned int bytes) { asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(bytes) : "memory"); }
@@ -83,11 +86,7 @@ static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigne
     parity ^= 1u << phase;
 }
 static __device__ __forceinline__ void fz_row_barriers(unsigned long long* mbar) {
-    if (threadIdx.x == 0) {
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)) : "memory");
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : "memory");
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    }
+    fz_barriers_init(mbar);
     __syncthreads();
 }
 static __device__ __forceinline__ void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long* mbar) {

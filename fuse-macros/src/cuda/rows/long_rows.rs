@@ -551,18 +551,22 @@ pub const HELPERS: &str = concat!(
     // The last barrier orders nothing (every slot read has been used): a relaxed arrival, so
     // that a block need not wait for its global stores to complete before the others go on.
     "static __device__ __forceinline__ void fz_cluster_exit() { asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\\n\\tbarrier.cluster.wait.aligned;\" ::: \"memory\"); }\n",
-    // The exchange's two transaction barriers, each completing a phase when its block has
-    // arrived once (`fz_expect`) and the bytes it expects have landed; their initialization is
-    // made known to the cluster by the one fence that needs no round trip to memory, before a
-    // relaxed cluster barrier (after which any block may send). The second argument, the
-    // block's slots, is the emulation's (`tests/emulate`), which writes into other blocks'
-    // slots at their offsets.
-    "static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {\n",
+    // Two transaction barriers, each completing a phase when its block has arrived once
+    // (`fz_expect`) and the bytes it expects have landed, initialized by thread 0; the
+    // initialization is made known to the cluster by the one fence that needs no round trip to
+    // memory. The caller then waits at a barrier before any use.
+    "static __device__ __forceinline__ void fz_barriers_init(unsigned long long* mbar) {\n",
     "    if (threadIdx.x == 0) {\n",
     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar)) : \"memory\");\n",
     "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : \"memory\");\n",
     "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n",
     "    }\n",
+    "}\n",
+    // The exchange's barriers, a phase each, then a relaxed cluster barrier, after which any
+    // block may send. The second argument, the block's slots, is the emulation's
+    // (`tests/emulate`), which writes into other blocks' slots at their offsets.
+    "static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {\n",
+    "    fz_barriers_init(mbar);\n",
     "    asm volatile(\"barrier.cluster.arrive.relaxed.aligned;\\n\\tbarrier.cluster.wait.aligned;\" ::: \"memory\");\n",
     "}\n",
     "static __device__ __forceinline__ void fz_expect(unsigned long long* mbar, unsigned int bytes) { asm volatile(\"mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar)), \"r\"(bytes) : \"memory\"); }\n",
@@ -590,11 +594,7 @@ pub const HELPERS: &str = concat!(
     // evicted last in L2. Against four `cp.async` a thread on an H200: W5 and W8 96% -> 98% of
     // copy speed, W6 94 -> 95-96%, W7 94 -> 96%, W9 98 -> 101% (NOTES item 54).
     "static __device__ __forceinline__ void fz_row_barriers(unsigned long long* mbar) {\n",
-    "    if (threadIdx.x == 0) {\n",
-    "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar)) : \"memory\");\n",
-    "        asm volatile(\"mbarrier.init.shared::cta.b64 [%0], 1;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : \"memory\");\n",
-    "        asm volatile(\"fence.mbarrier_init.release.cluster;\" ::: \"memory\");\n",
-    "    }\n",
+    "    fz_barriers_init(mbar);\n",
     "    __syncthreads();\n",
     "}\n",
     "static __device__ __forceinline__ void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long* mbar) {\n",
