@@ -172,39 +172,22 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     __shared__ float red4[8];
     __shared__ fz_vec<float, 4> pf_x alignas(128) [2][1024];
     int buf = 0;
-    if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
-        const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
-        const float* const pr_x = p_x + gp * len + lane * 4;
-        #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int c = lane + q * width;
-            if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 4);
-        }
-    }
     #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     if (width == 256 && (len & 3) == 0 && len <= 16 * 256) {
         const int width = 256;
         const int per_block = 1;
         const int lane = threadIdx.x;
-        __shared__ unsigned long long fz_rb[2];
-        unsigned int fz_rp = 0u;
-        fz_row_barriers(fz_rb);
         if (len == 16 * 256) {
             for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {
                 const bool live = true;
                 const long long g = g0;
                 const long long c0 = g;
                 const long long b0 = c0 * d_cols;
-                if (g0 == blockIdx.x) fz_copy_wait(); else fz_row_wait(&fz_rb[buf], fz_rp, buf);
                 fz_vec<float, 4> rc_x[4];
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
-                }
-                if (g0 + (long long)gridDim.x * per_block < groups) {
-                    const long long gp = g0 + (long long)gridDim.x * per_block;
-                    if (threadIdx.x == 0) fz_copy_row(&pf_x[buf ^ 1][0], p_x + gp * len, (unsigned int)len * sizeof(float), &fz_rb[buf ^ 1]);
+                    rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 }
                 float acc1 = (-__int_as_float(0x7f800000));
                 #pragma unroll
@@ -380,7 +363,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
                     }
                 }
-                buf ^= 1;
             }
         }
         else {
@@ -389,16 +371,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 const long long g = g0;
                 const long long c0 = g;
                 const long long b0 = c0 * d_cols;
-                if (g0 == blockIdx.x) fz_copy_wait(); else fz_row_wait(&fz_rb[buf], fz_rp, buf);
                 fz_vec<float, 4> rc_x[4];
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
-                }
-                if (g0 + (long long)gridDim.x * per_block < groups) {
-                    const long long gp = g0 + (long long)gridDim.x * per_block;
-                    if (threadIdx.x == 0) fz_copy_row(&pf_x[buf ^ 1][0], p_x + gp * len, (unsigned int)len * sizeof(float), &fz_rb[buf ^ 1]);
+                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 }
                 float acc1 = (-__int_as_float(0x7f800000));
                 #pragma unroll
@@ -574,13 +551,21 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                         fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
                     }
                 }
-                buf ^= 1;
             }
         }
     }
     else
     #endif
     {
+        if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
+            const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
+            const float* const pr_x = p_x + gp * len + lane * 4;
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = lane + q * width;
+                if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 4);
+            }
+        }
         for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
             const long long gl = g0 + threadIdx.x / width;
             const bool live = gl < groups;

@@ -187,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                    rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 }
                 float acc1 = (-__int_as_float(0x7f800000));
                 #pragma unroll
@@ -385,7 +385,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16(
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
-                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
+                    if ((q < 2 || c * 4 < (int)len)) rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 }
                 float acc1 = (-__int_as_float(0x7f800000));
                 #pragma unroll

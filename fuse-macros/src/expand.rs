@@ -373,6 +373,20 @@ fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &crate::plan::Plan) -> 
     }
 }
 
+/// The most blocks per SM of a row kernel's grid where a block loads whole rows straight into
+/// registers (`Geometry::Rows`; `cuda::reads_rows_directly`), else 0. With no copy ahead a block
+/// waits for each row's loads, which other blocks overlap: 320 an SM, of which a few are
+/// resident at once, each a row or two. Measured on an H200 (benches/NOTES.md, item 55): W8
+/// (RMSNorm) 4293 GB/s at 320 against 4246 at 160 and 99% of copy speed at a block a row; W5
+/// (softmax) 4266 against 4260. For the whole kernel, 320 cost softmax's shorter rows (1024
+/// columns) 6 points, so it is for these rows only.
+fn direct_blocks_per_sm(k: &Kernel, plan: &crate::plan::Plan) -> u32 {
+    match crate::cuda::reads_rows_directly(k, plan) {
+        true => 320,
+        false => 0,
+    }
+}
+
 fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
     let g = quote!(::fuse_runtime::__private::Geometry);
     match &k.launch {
@@ -386,7 +400,14 @@ fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
             let (groups, len) = (product(k, &rows), product(k, &[*axis]));
             let cache_bytes = crate::cuda::cached_bytes(k, plan);
             let blocks_per_sm = row_blocks_per_sm(k, domain, plan);
-            quote!(#g::Rows { groups: #groups, row_len: #len, cache_bytes: #cache_bytes, blocks_per_sm: #blocks_per_sm })
+            let direct_blocks_per_sm = direct_blocks_per_sm(k, plan);
+            quote!(#g::Rows {
+                groups: #groups,
+                row_len: #len,
+                cache_bytes: #cache_bytes,
+                blocks_per_sm: #blocks_per_sm,
+                direct_blocks_per_sm: #direct_blocks_per_sm,
+            })
         }
         Launch::Full { domain } => {
             let elems = product(k, domain);

@@ -15,6 +15,10 @@ use crate::private::{AnyBuffer, KernelInfo};
 /// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C).
 pub const BLOCK: u32 = 256;
 
+/// Rows up to this length are left to a row kernel's register cache (16 elements a thread);
+/// those longer than half of it take a block each.
+pub(crate) const REGISTER_ROW: u64 = 16 * BLOCK as u64;
+
 /// How a kernel spreads its work over the GPU; the runtime picks the grid from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Geometry {
@@ -40,6 +44,11 @@ pub enum Geometry {
         /// The most blocks per SM in the grid, which the macro picks from the kernel (see
         /// `row_blocks_per_sm`); 0 for a block per row.
         blocks_per_sm: u32,
+        /// The most blocks per SM where a block takes whole rows straight into registers (rows
+        /// of 2049 to 4096 elements, a multiple of four, on sm_90 and later; the macro's
+        /// `reads_rows_directly`), in place of `blocks_per_sm`; 0 where the kernel copies its
+        /// rows ahead there.
+        direct_blocks_per_sm: u32,
     },
     /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
     /// slots per block. Always launches, so an empty reduction still writes its result.
@@ -72,9 +81,10 @@ impl fmt::Debug for Arg<'_> {
     }
 }
 
-/// The number of blocks for `geometry` on a GPU with `sm_count` multiprocessors, or `None`
-/// when there is nothing to launch. A pure function, so full reductions are deterministic.
-pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
+/// The number of blocks for `geometry` on a GPU with `sm_count` multiprocessors of compute
+/// capability `major.x`, or `None` when there is nothing to launch. A pure function, so full
+/// reductions are deterministic.
+pub(crate) fn grid(geometry: Geometry, sm_count: u32, major: u32) -> Option<u32> {
     let sm = u64::from(sm_count.max(1));
     let blocks = |elems: u64| elems.div_ceil(u64::from(BLOCK));
     let blocks = match geometry {
@@ -86,12 +96,23 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32) -> Option<u32> {
             .min(i32::MAX as u64),
         Geometry::Rows {
             groups,
+            row_len,
             blocks_per_sm,
+            direct_blocks_per_sm,
             ..
-        } => match row_blocks_per_sm(blocks_per_sm) {
-            0 => groups,
-            per_sm => groups.min(sm * per_sm),
-        },
+        } => {
+            // The kernel's row-a-block loop, compiled for sm_90 and later, takes these rows.
+            let whole =
+                row_len % 4 == 0 && (REGISTER_ROW / 2 + 1..=REGISTER_ROW).contains(&row_len);
+            let per_sm = match direct_blocks_per_sm {
+                d if d > 0 && whole && major >= 9 => d,
+                _ => blocks_per_sm,
+            };
+            match row_blocks_per_sm(per_sm) {
+                0 => groups,
+                per_sm => groups.min(sm * per_sm),
+            }
+        }
         // Small inputs in one block, which then writes the result itself (no second round).
         Geometry::Full { elems, .. } if elems <= u64::from(BLOCK) * 32 => 1,
         Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
@@ -174,7 +195,7 @@ pub(crate) fn launch_with(
     let mut slots = Inline::<u64, INLINE_SLOTS>::new(0, args.len() + scratch_slots);
     let slots = slots.as_mut_slice();
     arg_slots(dev, kernel, args, &mut slots[..args.len()])?;
-    let Some(grid) = grid(geometry, cuda.sm_count) else {
+    let Some(grid) = grid(geometry, cuda.sm_count, cuda.capability.0) else {
         return Ok(());
     };
     if let Some(long_rows) = long_rows.filter(|_| crate::long_rows::taken(geometry)) {
@@ -324,12 +345,12 @@ mod tests {
         if std::env::var_os("FUSE_MAP_VECTORS").is_some() {
             return; // it overrides every kernel's vectors
         }
-        let one = |elems| grid(Geometry::Map { elems, vectors: 1 }, 132);
+        let one = |elems| grid(Geometry::Map { elems, vectors: 1 }, 132, 9);
         assert_eq!(one(0), None);
         assert_eq!((one(1), one(256), one(1024)), (Some(1), Some(1), Some(1)));
         assert_eq!((one(1025), one(4097)), (Some(2), Some(5)));
         assert_eq!(one(u64::MAX), Some(i32::MAX as u32));
-        let four = |elems| grid(Geometry::Map { elems, vectors: 4 }, 132);
+        let four = |elems| grid(Geometry::Map { elems, vectors: 4 }, 132, 9);
         assert_eq!(
             (four(4096), four(4097), four(1 << 20)),
             (Some(1), Some(2), Some(256))
@@ -338,31 +359,49 @@ mod tests {
 
     #[test]
     fn rows_grid() {
-        let rows = |groups, blocks_per_sm| Geometry::Rows {
+        let shaped = |groups, row_len, blocks_per_sm, direct_blocks_per_sm| Geometry::Rows {
             groups,
-            row_len: 1000,
+            row_len,
             cache_bytes: 4,
             blocks_per_sm,
+            direct_blocks_per_sm,
         };
-        assert_eq!(grid(rows(0, 160), 132), None);
-        assert_eq!(grid(rows(7, 160), 132), Some(7));
+        let rows = |groups, blocks_per_sm| shaped(groups, 1000, blocks_per_sm, 320);
+        assert_eq!(grid(rows(0, 160), 132, 9), None);
+        assert_eq!(grid(rows(7, 160), 132, 9), Some(7));
         if std::env::var_os("FUSE_ROW_BLOCKS_PER_SM").is_none() {
-            assert_eq!(grid(rows(1_000_000, 160), 132), Some(132 * 160));
-            assert_eq!(grid(rows(1_000_000, 40), 132), Some(132 * 40));
-            assert_eq!(grid(rows(1_000_000, 0), 132), Some(1_000_000));
+            assert_eq!(grid(rows(1_000_000, 160), 132, 9), Some(132 * 160));
+            assert_eq!(grid(rows(1_000_000, 40), 132, 9), Some(132 * 40));
+            assert_eq!(grid(rows(1_000_000, 0), 132, 9), Some(1_000_000));
+            // Rows a block loads straight into registers: 2049 to 4096 elements, multiples of
+            // four, from sm_90.
+            let direct = |row_len, major| grid(shaped(1_000_000, row_len, 160, 320), 132, major);
+            assert_eq!(direct(4096, 9), Some(132 * 320));
+            assert_eq!(direct(2052, 10), Some(132 * 320));
+            assert_eq!(direct(4096, 8), Some(132 * 160), "sm_80 has no such loop");
+            assert_eq!(
+                direct(2048, 9),
+                Some(132 * 160),
+                "rows of 2048 are segments"
+            );
+            assert_eq!(direct(4100, 9), Some(132 * 160));
+            assert_eq!(direct(4094, 9), Some(132 * 160), "not a multiple of four");
+            let copied = shaped(1_000_000, 4096, 160, 0);
+            assert_eq!(grid(copied, 132, 9), Some(132 * 160));
+            assert_eq!(grid(shaped(77, 4096, 160, 320), 132, 9), Some(77));
         }
     }
 
     #[test]
     fn full_grid_always_launches() {
         let full = |elems| Geometry::Full { elems, slots: 2 };
-        assert_eq!(grid(full(0), 132), Some(1));
-        assert_eq!(grid(full(1000), 132), Some(1));
-        assert_eq!(grid(full(8192), 132), Some(1));
-        assert_eq!(grid(full(8193), 132), Some(33));
-        assert_eq!(grid(full(1 << 40), 132), Some(132 * 4));
+        assert_eq!(grid(full(0), 132, 9), Some(1));
+        assert_eq!(grid(full(1000), 132, 9), Some(1));
+        assert_eq!(grid(full(8192), 132, 9), Some(1));
+        assert_eq!(grid(full(8193), 132, 9), Some(33));
+        assert_eq!(grid(full(1 << 40), 132, 9), Some(132 * 4));
         assert_eq!(
-            grid(full(1 << 40), 0),
+            grid(full(1 << 40), 0, 9),
             Some(4),
             "a zero SM count still launches"
         );

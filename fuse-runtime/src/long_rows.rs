@@ -25,10 +25,7 @@ use cudarc::driver::{sys, CudaFunction};
 
 use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::error::Error;
-use crate::launch::{Geometry, BLOCK};
-
-/// Rows up to this length are left to the kernel's register cache (16 elements a thread).
-const REGISTER_ROW: u64 = 16 * BLOCK as u64;
+use crate::launch::{Geometry, BLOCK, REGISTER_ROW};
 
 /// The blocks per SM that `FUSE_LONG_ROWS_PER_SM` asks a block's shared memory to leave room
 /// for, in place of the split [`choose`] makes, for the benchmark to compare the two in one

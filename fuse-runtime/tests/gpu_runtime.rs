@@ -240,6 +240,7 @@ fn rows_launch() {
             row_len: cols as u64,
             cache_bytes: 0,
             blocks_per_sm: 40,
+            direct_blocks_per_sm: 0,
         };
         launch(&dev, &ROW_MAX, geometry, &args).unwrap();
         let want: Vec<f32> = x

@@ -2,7 +2,7 @@
 //! cached in registers when it fits.
 
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
-use crate::ir::{DimId, Launch, NodeId, Op};
+use crate::ir::{DimId, Kernel, Launch, NodeId, Op};
 use crate::parse::BinOp;
 use crate::plan::{Pass, Plan};
 
@@ -11,7 +11,7 @@ pub(super) mod long_rows;
 impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows = self.row_counts(domain, axis, plan);
-        let cached = self.cached_params(domain);
+        let cached = cached_params(self.k, self.plan);
         // Threads per row: a power of two up to a warp for short rows (several rows per block,
         // reduced by shuffles within each segment), else the whole block. Rows cached in
         // registers take four elements per thread step, so they need a quarter of the threads.
@@ -36,11 +36,6 @@ impl Cuda<'_> {
         let prefetch = prefetches(self.k, &cached);
         if prefetch {
             self.prefetch_buffers(&cached);
-            self.open(format!(
-                "if ((len & 3) == 0 && len <= {CACHE} * width && (long long)blockIdx.x * per_block < groups)"
-            ));
-            self.prefetch_rows(&cached, "(long long)blockIdx.x * per_block", "0");
-            self.close();
         }
         if cached.is_empty() {
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
@@ -60,7 +55,10 @@ impl Cuda<'_> {
             self.line(format!("const int width = {BLOCK};"));
             self.line("const int per_block = 1;");
             self.line("const int lane = threadIdx.x;");
-            if prefetch {
+            // Light rows are loaded straight into registers (`reads_rows_directly`).
+            let ahead = prefetch && !reads_rows_directly(self.k, self.plan);
+            if ahead {
+                self.first_row_copy(&cached);
                 // The transaction barriers of the two buffers' bulk copies, and their phases.
                 self.line("__shared__ unsigned long long fz_rb[2];");
                 self.line("unsigned int fz_rp = 0u;");
@@ -72,17 +70,20 @@ impl Cuda<'_> {
             self.whole_rows = true;
             self.open(format!("if (len == {CACHE} * {BLOCK})"));
             self.full_rows = true;
-            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.row_loop(domain, axis, plan, &rows, &cached, ahead);
             self.full_rows = false;
             self.close();
             self.open("else");
-            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.row_loop(domain, axis, plan, &rows, &cached, ahead);
             self.close();
             self.whole_rows = false;
             self.close();
             self.line("else");
             self.line("#endif");
             self.open("");
+            if prefetch {
+                self.first_row_copy(&cached);
+            }
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.close();
         }
@@ -185,10 +186,20 @@ impl Cuda<'_> {
             self.line("#pragma unroll");
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
-            let from = match from_buffer {
-                true => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
-                false => format!("reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c]"),
+            // A row a block asks L2 to keep what it reads, as it does its other loads and its
+            // writes (`vector_row_step`).
+            let from = match (from_buffer, self.whole_rows) {
+                (true, _) => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
+                (false, false) => {
+                    format!("reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c]")
+                }
+                (false, true) => format!(
+                    "fz_ld_keep(reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}) + c)"
+                ),
             };
+            if self.whole_rows && !from_buffer {
+                self.helpers.insert("fz_keep");
+            }
             self.line(format!("{}rc_{name}[q] = {from};", self.if_in_cached_row()));
             self.close();
         }
@@ -211,6 +222,18 @@ impl Cuda<'_> {
             ));
         }
         self.line("int buf = 0;");
+    }
+
+    /// Starts copying the block's first row (rows, in segments) of the `cached` tensors into
+    /// buffer 0, thread by thread, before its row loop (`row_loop` with `prefetch`) waits for it.
+    fn first_row_copy(&mut self, cached: &[usize]) {
+        let whole = std::mem::replace(&mut self.whole_rows, false);
+        self.open(format!(
+            "if ((len & 3) == 0 && len <= {CACHE} * width && (long long)blockIdx.x * per_block < groups)"
+        ));
+        self.prefetch_rows(cached, "(long long)blockIdx.x * per_block", "0");
+        self.close();
+        self.whole_rows = whole;
     }
 
     /// Starts copying the `cached` tensors' elements of this thread's row among those from
@@ -283,23 +306,6 @@ impl Cuda<'_> {
         self.divisors(&rows);
         self.reciprocals(plan, "len");
         rows
-    }
-
-    /// The tensors worth keeping in registers across a row's passes: those over the whole domain
-    /// (the row's own elements, contiguous along the reduced dim).
-    fn cached_params(&self, domain: &[DimId]) -> Vec<usize> {
-        let Launch::Rows { axis, .. } = self.k.launch else {
-            return vec![];
-        };
-        let passes = self.plan.passes.len();
-        if passes < 2 || domain.last() != Some(&axis) {
-            return vec![];
-        }
-        self.k
-            .tensor_params()
-            .filter(|(_, _, s)| s.as_slice() == domain)
-            .map(|(i, _, _)| i)
-            .collect()
     }
 
     /// The passes over a row: streaming (`cached` empty: `r` strides through the row, four
@@ -576,4 +582,159 @@ impl Cuda<'_> {
 /// 4-byte elements (32 KB).
 pub(super) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
+}
+
+/// The tensors worth keeping in registers across a row's passes: those over the whole domain
+/// (the row's own elements, contiguous along the reduced dim).
+fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return vec![];
+    };
+    if plan.passes.len() < 2 || domain.last() != Some(axis) {
+        return vec![];
+    }
+    k.tensor_params()
+        .filter(|(_, _, s)| s.as_slice() == domain.as_slice())
+        .map(|(i, _, _)| i)
+        .collect()
+}
+
+/// The most a row's element may cost ([`element_cost`]) for a row a block to load its row
+/// straight into registers ([`reads_rows_directly`]): between softmax's 15 and layernorm with
+/// GELU's 29.
+const DIRECT_COST: u32 = 20;
+
+/// Whether the row-a-block loop (rows of `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements, a
+/// row a block) loads each row straight from memory into registers rather than from a buffer
+/// its next row was copied into ahead: where it writes whole rows, reduces in at most two passes
+/// and each element costs few instructions. Such kernels spend little time on a row but the
+/// wait for its loads, which more blocks (`blocks_per_sm_direct` in `expand.rs`) overlap
+/// better than a copy ahead does, and the copy's trip through shared memory is then pure cost.
+/// Measured on an H200 (benches/NOTES.md, item 55): loaded directly at 320 blocks an SM, W5
+/// (softmax) 100% of copy speed and W8 (RMSNorm) 100%, against 98% and 98% with the copy
+/// ahead; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73% against 97%.
+pub(crate) fn reads_rows_directly(k: &Kernel, plan: &Plan) -> bool {
+    let Launch::Rows { domain, .. } = &k.launch else {
+        return false;
+    };
+    let cached = cached_params(k, plan);
+    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
+    !cached.is_empty()
+        && writes_rows
+        && plan.reducing_passes() <= 2
+        && element_cost(k, plan, &cached) <= DIRECT_COST
+}
+
+/// Roughly the instructions an element of a row takes over all the passes of the row-a-block
+/// loop, a value stored for later passes (`long_rows::pass_stashes`) counted once: an operation
+/// or a load along the row 1, a division 4, a math routine 8 (`exp`, `ln` and kin) or 20
+/// (the others: `erf`, `tanh`, trigonometry, powers), a random number 16, an accumulation 1.
+/// Only sizes the grid's choice above, so it needs to order kernels, not count exactly: W8
+/// costs 5, W5 15, W6 29.
+fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
+    use crate::func::Func::*;
+    let stashes = long_rows::pass_stashes(k, plan, cached);
+    let node = |n: NodeId| -> u32 {
+        match &k.nodes[n].op {
+            Op::Load(p) if cached.contains(p) => 0,
+            Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => 0,
+            Op::Binary(BinOp::Div | BinOp::Rem, ..) => 4,
+            Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => 8,
+            Op::Call(f, _) if f.is_routine() => 20,
+            Op::Random(..) => 16,
+            _ => 1,
+        }
+    };
+    plan.passes
+        .iter()
+        .zip(stashes)
+        .map(|(pass, (reuse, _))| {
+            let computed: u32 = match reuse {
+                Some((read, _)) => long_rows::needed(k, pass, read)
+                    .into_iter()
+                    .filter(|&n| n != read)
+                    .map(node)
+                    .sum(),
+                None => pass.elems.iter().map(|&n| node(n)).sum(),
+            };
+            computed + pass.reduces.len() as u32
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{cached_params, element_cost, reads_rows_directly};
+    use crate::testing::kernel;
+    use quote::quote;
+
+    /// The benchmark's row kernels (benches/kernels.rs): their cost an element, and whether a
+    /// row a block loads their rows directly.
+    #[test]
+    fn light_rows_are_loaded_directly_and_heavy_ones_copied_ahead() {
+        let cases = [
+            (
+                "w5",
+                kernel(quote! {
+                    fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+                }),
+            ),
+            (
+                "w6",
+                kernel(quote! {
+                    fn f(x: [f32; r, c], g: [f32; c], b: [f32; c]) -> [f32; r, c] {
+                        let mu = mean(x, c);
+                        let d = x - mu;
+                        let rstd = rsqrt(mean(d * d, c) + 1e-5);
+                        gelu(d * rstd * g + b)
+                    }
+                }),
+            ),
+            (
+                "w7",
+                kernel(quote! {
+                    fn f(x: [f32; r, c], g: [f32; c], b: [f32; c]) -> ([i8; r, c], [f32; r]) {
+                        let d = x - mean(x, c);
+                        let y = d * rsqrt(mean(d * d, c) + 1e-5) * g + b;
+                        let scale = max(y.abs(), c) / 127.0;
+                        ((y / scale).round().clamp(-127.0, 127.0) as i8, scale)
+                    }
+                }),
+            ),
+            (
+                "w8",
+                kernel(quote! {
+                    fn f(x: [f32; r, c], w: [f32; c]) -> [f32; r, c] { x * rsqrt(mean(x * x, c) + 1e-6) * w }
+                }),
+            ),
+            (
+                "w9",
+                kernel(quote! {
+                    fn f(x: [f32; r, c], label: [i64; r]) -> [f32; r] {
+                        logsumexp(x, c) - sum(if index(c) as i64 == label { x } else { 0.0 }, c)
+                    }
+                }),
+            ),
+        ];
+        let found: Vec<(&str, u32, bool)> = cases
+            .iter()
+            .map(|(name, k)| {
+                let plan = crate::plan::plan(k);
+                let cost = element_cost(k, &plan, &cached_params(k, &plan));
+                (*name, cost, reads_rows_directly(k, &plan))
+            })
+            .collect();
+        // W5's `exp` is computed once: its write pass divides the value its sum's pass stored.
+        // W7 costs less than W6 but reduces in three passes; W9 writes no rows.
+        assert_eq!(
+            found,
+            [
+                ("w5", 15, true),
+                ("w6", 29, false),
+                ("w7", 18, false),
+                ("w8", 5, true),
+                ("w9", 16, false),
+            ]
+        );
+    }
 }
