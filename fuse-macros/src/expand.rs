@@ -374,16 +374,23 @@ fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &crate::plan::Plan) -> 
 }
 
 /// The most blocks per SM of a row kernel's grid where a block loads whole rows straight into
-/// registers (`Geometry::Rows`; `cuda::reads_rows_directly`), else 0. With no copy ahead a block
-/// waits for each row's loads, which other blocks overlap: 320 an SM, of which a few are
-/// resident at once, each a row or two. Measured on an H200 (benches/NOTES.md, item 55): W8
-/// (RMSNorm) 4293 GB/s at 320 against 4246 at 160 and 99% of copy speed at a block a row; W5
-/// (softmax) 4266 against 4260. For the whole kernel, 320 cost softmax's shorter rows (1024
-/// columns) 6 points, so it is for these rows only.
+/// registers (`Geometry::Rows`; `cuda::direct_row_cost`), else 0. With no copy ahead a block
+/// waits for each row's loads, which other blocks overlap: hundreds of blocks an SM, a few of
+/// them resident at once, each a row or two; the fewer instructions an element costs, the
+/// more. Measured on an H200, two runs each (benches/NOTES.md, items 55 and 57), in GB/s:
+///
+/// | blocks an SM | 160 | 240 | 320 | 480 | a block a row |
+/// | --- | --- | --- | --- | --- | --- |
+/// | W8 (RMSNorm, cost 5) | 4246 | 4280 | 4296 | **4337** | 4326 |
+/// | W5 (softmax, cost 15) | 4260 | 4288 | **4297** | 4266 | 4255 |
+///
+/// For the whole kernel, 320 cost softmax's shorter rows (1024 columns) 6 points, so these
+/// grids are for these rows only.
 fn direct_blocks_per_sm(k: &Kernel, plan: &crate::plan::Plan) -> u32 {
-    match crate::cuda::reads_rows_directly(k, plan) {
-        true => 320,
-        false => 0,
+    match crate::cuda::direct_row_cost(k, plan) {
+        None => 0,
+        Some(0..=8) => 480,
+        Some(_) => 320,
     }
 }
 
@@ -677,6 +684,34 @@ mod tests {
             }
         });
         assert_eq!((quantize, softmax, cross_entropy), (40, 160, 40));
+    }
+
+    /// The grid where a block loads whole rows straight into registers: more blocks for
+    /// RMSNorm than for softmax, none for layernorm with GELU, which copies its rows ahead.
+    #[test]
+    fn direct_row_grids_follow_the_cost_of_an_element() {
+        let blocks = |tokens| {
+            let k = kernel(tokens);
+            super::direct_blocks_per_sm(&k, &crate::plan::plan(&k))
+        };
+        let rmsnorm = blocks(quote! {
+            fn r(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
+                x * rsqrt(mean(x * x, cols) + 1e-6) * w
+            }
+        });
+        let softmax = blocks(quote! {
+            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] {
+                let e = (x - max(x, cols)).exp();
+                e / sum(e, cols)
+            }
+        });
+        let layernorm_gelu = blocks(quote! {
+            fn l(x: [f32; rows, cols], g: [f32; cols], b: [f32; cols]) -> [f32; rows, cols] {
+                let d = x - mean(x, cols);
+                gelu(d * rsqrt(mean(d * d, cols) + 1e-5) * g + b)
+            }
+        });
+        assert_eq!((rmsnorm, softmax, layernorm_gelu), (480, 320, 0));
     }
 
     /// Elementwise grids: two vectors a thread where each element calls a math routine, four

@@ -886,8 +886,9 @@ fn logsumexp_tol() -> Tol {
 
 /// Long rows, short rows, and many of both: the row launch's paths; then every row width of the
 /// register-cached path (a length that is a multiple of 4 up to 16 per thread of 256: from one
-/// thread per row to a whole block), and lengths just past it.
-const SOFTMAX_SHAPES: [(usize, usize); 14] = [
+/// thread per row to a whole block, whose rows are full at 4096 or not), and lengths just past
+/// it.
+const SOFTMAX_SHAPES: [(usize, usize); 15] = [
     (4099, 1031),
     (3, 100_003),
     (100_003, 3),
@@ -899,27 +900,30 @@ const SOFTMAX_SHAPES: [(usize, usize); 14] = [
     (37, 512),
     (37, 1024),
     (13, 2048),
+    (11, 3076),
     (9, 4096),
     (7, 4100),
     (3, 8192),
 ];
 
-/// Rows on chip over several rounds of the grid: more rows than the runtime's row grid holds
-/// (160 blocks per SM for kernels that write whole rows, 40 for those that write a value per row,
-/// on GPUs of up to about 180 SMs), so that each block copies its next row ahead while it reduces
-/// the current one, and hands the two shared buffers over, many times.
+/// Rows on chip over several rounds of the grid: more rows than the runtime's row grid holds on
+/// GPUs of up to about 180 SMs, so that blocks go on to further rows: softmax's rows of 2052,
+/// loaded straight into registers (320 blocks per SM on sm_90; 160 on sm_80, copied ahead);
+/// then, at 4096 columns, kernels that copy each next row ahead while they reduce the current
+/// one and hand the two shared buffers over many times (40 blocks per SM): one that writes
+/// whole rows (three reducing passes) and one that writes a value per row.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn rows_on_chip_go_round_the_grid() {
     let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
         return;
     };
-    // A block per row per round at 4096 columns: 30011 rows are two rounds of 21120 blocks.
-    let (rows, cols) = (30_011, 4096);
+    let (rows, cols) = (60_011, 2052);
     let x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
     let what = format!("softmax, {rows} x {cols}");
     let run = |d: &Device| kernels::softmax(d, &put(d, &x, &[rows, cols]));
     assert_gpu_matches_cpu(&gpu, &what, run, &[softmax_tol()]);
+    check_layernorm_quantize(&gpu, &mut rng, 7_331, 4096);
     let (rows, cols) = (7_331, 4096);
     let x = rng.floats::<f32>(rows * cols, -20.0, 20.0);
     let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
@@ -1394,13 +1398,14 @@ fn layernorm_quantize_on(
 }
 
 /// `(rows, cols)` of the quantize tests: rows of 1, 3 and 33 values, register-cached widths
-/// (4, 1024, 4096) and just past them (4097, 4100), many rows, one long row, empty dims.
-const QUANTIZE_SHAPES: [(usize, usize); 12] = [
+/// (4, 1024, 3076, 4096) and just past them (4097, 4100), many rows, one long row, empty dims.
+const QUANTIZE_SHAPES: [(usize, usize); 13] = [
     (37, 33),
     (31, 1),
     (13, 3),
     (37, 4),
     (37, 1024),
+    (11, 3076),
     (9, 4096),
     (5, 4097),
     (7, 4100),
@@ -1528,19 +1533,25 @@ fn layernorm_quantize_matches_the_cpu() {
         return;
     };
     for (rows, cols) in QUANTIZE_SHAPES {
-        let what = format!("layernorm_quantize, {rows} x {cols}");
-        let inputs = quantize_inputs(&mut rng, rows, cols);
-        let (q_gpu, scale_gpu) = layernorm_quantize_on(&gpu, &inputs, rows, cols);
-        let (q_cpu, scale_cpu) = layernorm_quantize_on(&Device::cpu(), &inputs, rows, cols);
-        let (y, y_err) = layernorm_f64(&inputs.0, &inputs.1, &inputs.2, cols);
-        let bounds = QuantizeBounds::new(&y, &y_err, &scale_cpu, cols);
-        let scale_tol = Tol::Bounds(bounds.scale_tol);
-        let scale_what = format!("{what}: `scale`");
-        assert_close(&scale_what, &scale_gpu, &f64s(&scale_cpu), &scale_tol);
-        let (ratio, ratio_tol) = (&bounds.ratio, &bounds.ratio_tol);
-        assert_quantized(&format!("{what}: `q`"), &q_gpu, &q_cpu, ratio, ratio_tol);
-        assert_saturated(&what, &q_gpu, cols);
+        check_layernorm_quantize(&gpu, &mut rng, rows, cols);
     }
+}
+
+/// W7 on `gpu` against the CPU on fresh inputs of `rows x cols`, as
+/// [`layernorm_quantize_matches_the_cpu`] describes.
+fn check_layernorm_quantize(gpu: &Device, rng: &mut Rng, rows: usize, cols: usize) {
+    let what = format!("layernorm_quantize, {rows} x {cols}");
+    let inputs = quantize_inputs(rng, rows, cols);
+    let (q_gpu, scale_gpu) = layernorm_quantize_on(gpu, &inputs, rows, cols);
+    let (q_cpu, scale_cpu) = layernorm_quantize_on(&Device::cpu(), &inputs, rows, cols);
+    let (y, y_err) = layernorm_f64(&inputs.0, &inputs.1, &inputs.2, cols);
+    let bounds = QuantizeBounds::new(&y, &y_err, &scale_cpu, cols);
+    let scale_tol = Tol::Bounds(bounds.scale_tol);
+    let scale_what = format!("{what}: `scale`");
+    assert_close(&scale_what, &scale_gpu, &f64s(&scale_cpu), &scale_tol);
+    let (ratio, ratio_tol) = (&bounds.ratio, &bounds.ratio_tol);
+    assert_quantized(&format!("{what}: `q`"), &q_gpu, &q_cpu, ratio, ratio_tol);
+    assert_saturated(&what, &q_gpu, cols);
 }
 
 /// With `gamma` zero, `y` is `beta`, exactly: values `(k + 0.5) / 8` beside a largest `|beta|`

@@ -16,8 +16,8 @@ mod text;
 mod tile;
 
 pub use reduce::slot_count;
+pub(crate) use rows::direct_row_cost;
 pub use rows::long_rows::{cached_bytes, long_rows_symbol};
-pub(crate) use rows::reads_rows_directly;
 pub use tile::{short_rows_symbol, SHORT};
 
 /// Threads per block; the runtime launches every kernel with this many.

@@ -55,8 +55,8 @@ impl Cuda<'_> {
             self.line(format!("const int width = {BLOCK};"));
             self.line("const int per_block = 1;");
             self.line("const int lane = threadIdx.x;");
-            // Light rows are loaded straight into registers (`reads_rows_directly`).
-            let ahead = prefetch && !reads_rows_directly(self.k, self.plan);
+            // Light rows are loaded straight into registers (`direct_row_cost`).
+            let ahead = prefetch && direct_row_cost(self.k, self.plan).is_none();
             if ahead {
                 self.first_row_copy(&cached);
                 // The transaction barriers of the two buffers' bulk copies, and their phases.
@@ -600,36 +600,38 @@ fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
 }
 
 /// The most a row's element may cost ([`element_cost`]) for a row a block to load its row
-/// straight into registers ([`reads_rows_directly`]): between softmax's 15 and layernorm with
+/// straight into registers ([`direct_row_cost`]): between softmax's 15 and layernorm with
 /// GELU's 29.
 const DIRECT_COST: u32 = 20;
 
-/// Whether the row-a-block loop (rows of `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements, a
-/// row a block) loads each row straight from memory into registers rather than from a buffer
-/// its next row was copied into ahead: where it writes whole rows, reduces in at most two passes
-/// and each element costs few instructions. Such kernels spend little time on a row but the
-/// wait for its loads, which more blocks (`blocks_per_sm_direct` in `expand.rs`) overlap
-/// better than a copy ahead does, and the copy's trip through shared memory is then pure cost.
-/// Measured on an H200 (benches/NOTES.md, item 55): loaded directly at 320 blocks an SM, W5
-/// (softmax) 100% of copy speed and W8 (RMSNorm) 100%, against 98% and 98% with the copy
-/// ahead; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73% against 97%.
-pub(crate) fn reads_rows_directly(k: &Kernel, plan: &Plan) -> bool {
+/// The cost of an element ([`element_cost`]) of a kernel whose row-a-block loop (rows of
+/// `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements) loads each row straight from memory into
+/// registers rather than from a buffer its next row was copied into ahead; `None` where it
+/// copies rows ahead, or has no such loop. Loaded directly: kernels that write whole rows,
+/// reduce in at most two passes and cost little an element. They spend little time on a row
+/// but the wait for its loads, which more blocks overlap better than a copy ahead does
+/// (`direct_blocks_per_sm` in `expand.rs` sizes the grid from the cost), and the copy's trip
+/// through shared memory is then pure cost. Measured on an H200 (benches/NOTES.md, items 55
+/// and 57): loaded directly, W5 (softmax) and W8 (RMSNorm) 100% of copy speed, against 98%
+/// and 98% with the copy ahead; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing
+/// passes) 73% against 97%.
+pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
     let Launch::Rows { domain, .. } = &k.launch else {
-        return false;
+        return None;
     };
     let cached = cached_params(k, plan);
     let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
-    !cached.is_empty()
-        && writes_rows
-        && plan.reducing_passes() <= 2
-        && element_cost(k, plan, &cached) <= DIRECT_COST
+    if cached.is_empty() || !writes_rows || plan.reducing_passes() > 2 {
+        return None;
+    }
+    Some(element_cost(k, plan, &cached)).filter(|&cost| cost <= DIRECT_COST)
 }
 
 /// Roughly the instructions an element of a row takes over all the passes of the row-a-block
 /// loop, a value stored for later passes (`long_rows::pass_stashes`) counted once: an operation
 /// or a load along the row 1, a division 4, a math routine 8 (`exp`, `ln` and kin) or 20
 /// (the others: `erf`, `tanh`, trigonometry, powers), a random number 16, an accumulation 1.
-/// Only sizes the grid's choice above, so it needs to order kernels, not count exactly: W8
+/// It only chooses a path and a grid, so it needs to order kernels, not count exactly: W8
 /// costs 5, W5 15, W6 29.
 fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
     use crate::func::Func::*;
@@ -664,7 +666,7 @@ fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{cached_params, element_cost, reads_rows_directly};
+    use super::{cached_params, direct_row_cost, element_cost};
     use crate::testing::kernel;
     use quote::quote;
 
@@ -721,7 +723,7 @@ mod tests {
             .map(|(name, k)| {
                 let plan = crate::plan::plan(k);
                 let cost = element_cost(k, &plan, &cached_params(k, &plan));
-                (*name, cost, reads_rows_directly(k, &plan))
+                (*name, cost, direct_row_cost(k, &plan).is_some())
             })
             .collect();
         // W5's `exp` is computed once: its write pass divides the value its sum's pass stored.
