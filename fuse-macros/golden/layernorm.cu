@@ -149,8 +149,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red4[8];
     __shared__ float red7[8];
-    __shared__ fz_vec<float, 4> pf_x alignas(128) [2][1024];
-    int buf = 0;
     #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     if (width == 256 && (len & 3) == 0 && len <= 16 * 256) {
         const int width = 256;
@@ -524,15 +522,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
     else
     #endif
     {
-        if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
-            const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
-            const float* const pr_x = p_x + gp * len + lane * 4;
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 4);
-            }
-        }
         for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
             const long long gl = g0 + threadIdx.x / width;
             const bool live = gl < groups;
@@ -543,44 +532,39 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
             const long long b2 = c0;
             const float v3 = p_eps;
             if ((len & 3) == 0 && len <= 16 * width) {
-                fz_copy_wait();
-                if (g0 + (long long)gridDim.x * per_block < groups) {
-                    const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
-                    const float* const pr_x = p_x + gp * len + lane * 4;
-                    #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int c = lane + q * width;
-                        if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
-                    }
+                fz_vec<float, 4> rc_x[4];
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (c * 4 < (int)len) rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 }
                 float acc4 = (float)0;
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
                     if (c * 4 < (int)len) {
-                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc4 = acc4 + v0;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc4 = acc4 + v0;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc4 = acc4 + v0;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc4 = acc4 + v0;
                         }
                     }
@@ -611,39 +595,44 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
                     if (c * 4 < (int)len) {
-                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        fz_vec<float, 4> fz_st;
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v5 = (v0 - v4);
                             const float v6 = (v5 * v5);
                             acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v5 = (v0 - v4);
                             const float v6 = (v5 * v5);
                             acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v5 = (v0 - v4);
                             const float v6 = (v5 * v5);
                             acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v5 = (v0 - v4);
                             const float v6 = (v5 * v5);
                             acc7 = acc7 + v6;
+                            fz_st.v[j] = v5;
                         }
+                        rc_x[q] = fz_st;
                     }
                 }
                 #pragma unroll
@@ -674,16 +663,14 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                     const int c = lane + q * width;
                     if (live && c * 4 < (int)len) {
                         fz_vec<float, 4> s0;
-                        const fz_vec<float, 4> lv_gamma = *(reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1) + lane + q * width);
-                        const fz_vec<float, 4> lv_beta = *(reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1) + lane + q * width);
-                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        const fz_vec<float, 4> lv_gamma = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_gamma + b1) + lane + q * width);
+                        const fz_vec<float, 4> lv_beta = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_beta + b1) + lane + q * width);
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
                             const float v1 = lv_gamma.v[j];
                             const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
+                            const float v5 = rc_x[q].v[j];
                             const float v10 = (v5 * v9);
                             const float v11 = (v10 * v1);
                             const float v12 = (v11 + v2);
@@ -692,10 +679,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
                             const float v1 = lv_gamma.v[j];
                             const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
+                            const float v5 = rc_x[q].v[j];
                             const float v10 = (v5 * v9);
                             const float v11 = (v10 * v1);
                             const float v12 = (v11 + v2);
@@ -704,10 +690,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
                             const float v1 = lv_gamma.v[j];
                             const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
+                            const float v5 = rc_x[q].v[j];
                             const float v10 = (v5 * v9);
                             const float v11 = (v10 * v1);
                             const float v12 = (v11 + v2);
@@ -716,22 +701,20 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
                             const float v1 = lv_gamma.v[j];
                             const float v2 = lv_beta.v[j];
-                            const float v5 = (v0 - v4);
+                            const float v5 = rc_x[q].v[j];
                             const float v10 = (v5 * v9);
                             const float v11 = (v10 * v1);
                             const float v12 = (v11 + v2);
                             s0.v[j] = v12;
                         }
-                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
+                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
                     }
                 }
                 if (live && lane == 0) {
                     out1[b2] = v9;
                 }
-                buf ^= 1;
             }
             else {
                 float acc4 = (float)0;
@@ -813,7 +796,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
             }
         }
     }
-    fz_copy_wait();
 }
 template <int width, bool fours, bool full>
 static __device__ __forceinline__ void fz_short_rows(

@@ -170,8 +170,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
     __shared__ float red4[8];
-    __shared__ fz_vec<float, 4> pf_x alignas(128) [2][1024];
-    int buf = 0;
     #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
     if (width == 256 && (len & 3) == 0 && len <= 16 * 256) {
         const int width = 256;
@@ -557,15 +555,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
     else
     #endif
     {
-        if ((len & 3) == 0 && len <= 16 * width && (long long)blockIdx.x * per_block < groups) {
-            const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
-            const float* const pr_x = p_x + gp * len + lane * 4;
-            #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int c = lane + q * width;
-                if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 4);
-            }
-        }
         for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
             const long long gl = g0 + threadIdx.x / width;
             const bool live = gl < groups;
@@ -573,44 +562,39 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             const long long c0 = g;
             const long long b0 = c0 * d_cols;
             if ((len & 3) == 0 && len <= 16 * width) {
-                fz_copy_wait();
-                if (g0 + (long long)gridDim.x * per_block < groups) {
-                    const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
-                    const float* const pr_x = p_x + gp * len + lane * 4;
-                    #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const int c = lane + q * width;
-                        if (c * 4 < (int)len) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 4);
-                    }
+                fz_vec<float, 4> rc_x[4];
+                #pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const int c = lane + q * width;
+                    if (c * 4 < (int)len) rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 }
                 float acc1 = (-__int_as_float(0x7f800000));
                 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
                     if (c * 4 < (int)len) {
-                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc1 = fmaxf(acc1, v0);
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc1 = fmaxf(acc1, v0);
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc1 = fmaxf(acc1, v0);
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             acc1 = fmaxf(acc1, v0);
                         }
                     }
@@ -641,39 +625,44 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 for (int q = 0; q < 4; ++q) {
                     const int c = lane + q * width;
                     if (c * 4 < (int)len) {
-                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        fz_vec<float, 4> fz_st;
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
                             acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
                             acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
                             acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
+                            const float v0 = rc_x[q].v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
                             acc4 = acc4 + v3;
+                            fz_st.v[j] = v3;
                         }
+                        rc_x[q] = fz_st;
                     }
                 }
                 #pragma unroll
@@ -703,53 +692,74 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                     const int c = lane + q * width;
                     if (live && c * 4 < (int)len) {
                         fz_vec<float, 4> s0;
-                        const fz_vec<float, 4> rc_x = pf_x[buf][q * 256 + threadIdx.x];
+                        bool fz_bad = false;
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 1;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 2;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
                             const int j = 3;
                             const long long r = c * 4 + j;
-                            const float v0 = rc_x.v[j];
-                            const float v2 = (v0 - v1);
-                            const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v3 = rc_x[q].v[j];
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
-                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v3 = rc_x[q].v[j];
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                        }
+                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
                     }
                 }
-                buf ^= 1;
             }
             else {
                 float acc1 = (-__int_as_float(0x7f800000));
                 if ((len & 3) == 0) {
                     for (long long c = lane; c * 4 < len; c += width) {
-                        const fz_vec<float, 4> lv_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                        const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
@@ -808,7 +818,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 float acc4 = (float)0;
                 if ((len & 3) == 0) {
                     for (long long c = lane; c * 4 < len; c += width) {
-                        const fz_vec<float, 4> lv_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                        const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
@@ -878,14 +888,15 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                 if ((len & 3) == 0) {
                     for (long long c = lane; live && c * 4 < len; c += width) {
                         fz_vec<float, 4> s0;
-                        const fz_vec<float, 4> lv_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                        const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                        bool fz_bad = false;
                         {
                             const int j = 0;
                             const long long r = c * 4 + j;
                             const float v0 = lv_x.v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
@@ -894,7 +905,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                             const float v0 = lv_x.v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
@@ -903,7 +914,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                             const float v0 = lv_x.v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
                         {
@@ -912,10 +923,48 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                             const float v0 = lv_x.v[j];
                             const float v2 = (v0 - v1);
                             const float v3 = expf(v2);
-                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                             s0.v[j] = v5;
                         }
-                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                        }
+                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c, s0);
                     }
                 }
                 else {
@@ -932,7 +981,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
             }
         }
     }
-    fz_copy_wait();
 }
 template <int width, bool fours, bool full>
 static __device__ __forceinline__ void fz_short_rows(

@@ -908,7 +908,7 @@ const SOFTMAX_SHAPES: [(usize, usize); 15] = [
 
 /// Rows on chip over several rounds of the grid: more rows than the runtime's row grid holds on
 /// GPUs of up to about 180 SMs, so that blocks go on to further rows: softmax's rows of 2052,
-/// loaded straight into registers (320 blocks per SM on sm_90; 160 on sm_80, copied ahead);
+/// loaded straight into registers (320 blocks per SM on sm_90, 160 on sm_80);
 /// then, at 4096 columns, kernels that copy each next row ahead while they reduce the current
 /// one and hand the two shared buffers over many times (40 blocks per SM): one that writes
 /// whole rows (three reducing passes) and one that writes a value per row.

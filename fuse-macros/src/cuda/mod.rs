@@ -80,6 +80,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
         whole_rows: false,
+        direct_rows: false,
         full_rows: false,
         defers_division: false,
         fast_division: false,
@@ -225,6 +226,9 @@ struct Cuda<'a> {
     /// constant there): no segments, every thread live, and cached rows longer than half the
     /// cache (see `rows::Cuda::row_loop`).
     whole_rows: bool,
+    /// Whether the row kernel being written loads its rows straight into registers in every
+    /// row loop, its rows being light (`rows::direct_row_cost`).
+    direct_rows: bool,
     /// Whether the row-a-block loop being written is the one for rows of exactly
     /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
     full_rows: bool,

@@ -33,7 +33,10 @@ impl Cuda<'_> {
         self.line(format!("const int per_block = {BLOCK} / width;"));
         self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
-        let prefetch = prefetches(self.k, &cached);
+        // Light rows are loaded straight into registers in every row loop (`direct_row_cost`);
+        // the others are copied ahead where `prefetches` allows.
+        self.direct_rows = direct_row_cost(self.k, self.plan).is_some();
+        let prefetch = prefetches(self.k, &cached) && !self.direct_rows;
         if prefetch {
             self.prefetch_buffers(&cached);
         }
@@ -55,9 +58,7 @@ impl Cuda<'_> {
             self.line(format!("const int width = {BLOCK};"));
             self.line("const int per_block = 1;");
             self.line("const int lane = threadIdx.x;");
-            // Light rows are loaded straight into registers (`direct_row_cost`).
-            let ahead = prefetch && direct_row_cost(self.k, self.plan).is_none();
-            if ahead {
+            if prefetch {
                 self.first_row_copy(&cached);
                 // The transaction barriers of the two buffers' bulk copies, and their phases.
                 self.line("__shared__ unsigned long long fz_rb[2];");
@@ -70,11 +71,11 @@ impl Cuda<'_> {
             self.whole_rows = true;
             self.open(format!("if (len == {CACHE} * {BLOCK})"));
             self.full_rows = true;
-            self.row_loop(domain, axis, plan, &rows, &cached, ahead);
+            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.full_rows = false;
             self.close();
             self.open("else");
-            self.row_loop(domain, axis, plan, &rows, &cached, ahead);
+            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.close();
             self.whole_rows = false;
             self.close();
@@ -91,6 +92,16 @@ impl Cuda<'_> {
             // No copy may land in shared memory after the block has exited.
             self.line("fz_copy_wait();");
         }
+        self.direct_rows = false;
+    }
+
+    /// Whether the row loop being written treats its cached row as a row a block's loop does:
+    /// its passes store values for later ones (`long_rows::stashes`), defer their divisions by a
+    /// row's value, and ask L2 to keep what they read and write (`fz_keep`). The row-a-block
+    /// loop, and every row loop of a kernel whose rows are light (`direct_row_cost`): in the
+    /// segmented loop of heavier kernels they spilled (see `row_passes`).
+    fn treats_rows_whole(&self) -> bool {
+        self.whole_rows || self.direct_rows
     }
 
     /// The grid-stride loop over rows (`g0`, the block's first row), `per_block` rows a step;
@@ -186,9 +197,9 @@ impl Cuda<'_> {
             self.line("#pragma unroll");
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
-            // A row a block asks L2 to keep what it reads, as it does its other loads and its
-            // writes (`vector_row_step`).
-            let from = match (from_buffer, self.whole_rows) {
+            // A row a block, or a light row, asks L2 to keep what it reads, as it does its other
+            // loads and its writes (`vector_row_step`).
+            let from = match (from_buffer, self.treats_rows_whole()) {
                 (true, _) => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
                 (false, false) => {
                     format!("reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c]")
@@ -197,7 +208,7 @@ impl Cuda<'_> {
                     "fz_ld_keep(reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}) + c)"
                 ),
             };
-            if self.whole_rows && !from_buffer {
+            if self.treats_rows_whole() && !from_buffer {
                 self.helpers.insert("fz_keep");
             }
             self.line(format!("{}rc_{name}[q] = {from};", self.if_in_cached_row()));
@@ -314,10 +325,14 @@ impl Cuda<'_> {
     fn row_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize], stream: bool) {
         let shapes = self.layout.shapes();
         // A cached row's passes store values in place of its elements for later passes to
-        // read, as long rows do (`long_rows::stashes`): in the row-a-block copy of the loop
-        // only, the usual one; in the segmented copy as well, `w7_layernorm_quantize` spilled
-        // 4 bytes on sm_90 at its 64 registers.
-        let stashing = if self.whole_rows { cached } else { &[] };
+        // read, as long rows do (`long_rows::stashes`): in the row-a-block copy of the loop,
+        // the usual one, and in light rows' segmented loop; in every segmented loop,
+        // `w7_layernorm_quantize` spilled 4 bytes on sm_90 at its 64 registers.
+        let stashing = if self.treats_rows_whole() {
+            cached
+        } else {
+            &[]
+        };
         let stashes = long_rows::pass_stashes(self.k, plan, stashing);
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
@@ -371,7 +386,7 @@ impl Cuda<'_> {
                 }
                 self.vector_row_step(pass, axis, cached, &shapes, true);
                 if stash.is_some() {
-                    // Only the row-a-block loop stashes, and its rows are in registers.
+                    // Only loops whose rows are in registers stash (`treats_rows_whole`).
                     self.line(format!("rc_{name}[q] = fz_st;"));
                 }
                 (self.reuse, self.stash) = (None, None);
@@ -425,13 +440,13 @@ impl Cuda<'_> {
         // unrolled `q`s share one address plus constant offsets where `width` is a constant.
         let at = if at_q { " + lane + q * width" } else { " + c" };
         // Other tensors contiguous along the row (gamma, beta) load four at a time too. In the
-        // row-a-block loop, these loads and the writes ask L2 to evict their lines last
-        // (`fz_keep`), as its bulk copies of the rows do (`fz_copy_row`): W5 and W8 a point
-        // faster on the H200, W6 half a point, before the bulk copies. Rows of 1024 lost a
-        // point with it, and long rows at 32768 ten, whose copies are asked into L2 ahead
-        // (NOTES item 53).
+        // row-a-block loop and light rows' loops, these loads and the writes ask L2 to evict
+        // their lines last (`fz_keep`), as the row's own loads or bulk copies do: W5 and W8 a
+        // point faster on the H200, W6 half a point, before the bulk copies. Rows of 1024
+        // copied ahead lost a point with it, and long rows at 32768 ten, whose copies are asked
+        // into L2 ahead (NOTES item 53).
         let vectors = self.row_vectors(pass, axis, cached);
-        let keep = self.whole_rows;
+        let keep = self.treats_rows_whole();
         if keep && (!vectors.is_empty() || !pass.writes.is_empty()) {
             self.helpers.insert("fz_keep");
         }
@@ -455,13 +470,13 @@ impl Cuda<'_> {
         }
         let mut in_registers = cached.to_vec();
         in_registers.extend(&vectors);
-        // In a row a block's pass that only writes (and a tiled short row's or a long row's),
-        // a division by a row's value takes the fast path alone, noting whether any of the four
-        // dividends left its range; then, rarely, the four lanes again with the checked
-        // division (`fz_div_by`), over the same `s<o>`. This saves the branch and its
-        // reconvergence around every division. (In the segmented row loop ptxas spilled one
-        // kernel or another at their register bounds.)
-        let deferred = (self.whole_rows || self.defers_division)
+        // In a row a block's pass that only writes (and a light row's, a tiled short row's or a
+        // long row's), a division by a row's value takes the fast path alone, noting whether
+        // any of the four dividends left its range; then, rarely, the four lanes again with the
+        // checked division (`fz_div_by`), over the same `s<o>`. This saves the branch and its
+        // reconvergence around every division. (In the segmented loop of heavier rows ptxas
+        // spilled one kernel or another at their register bounds.)
+        let deferred = (self.treats_rows_whole() || self.defers_division)
             && pass.reduces.is_empty()
             && pass.elems.iter().any(|&id| {
                 matches!(self.k.nodes[id].op, Op::Binary(BinOp::Div, _, b) if self.uniform_divisors.contains(&b))
@@ -579,7 +594,8 @@ impl Cuda<'_> {
 /// the row-a-block loop one bulk copy, `fz_copy_row`), the next row while the block reduces the
 /// current one, so that each block keeps bytes in flight instead of alternating between loading
 /// and computing. Two buffers of `CACHE * BLOCK` elements: done for one whole-domain tensor of
-/// 4-byte elements (32 KB).
+/// 4-byte elements (32 KB), unless the rows are light enough to load directly
+/// (`direct_row_cost`, which `rows_body` asks as well).
 pub(super) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }
@@ -604,17 +620,17 @@ fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
 /// GELU's 29.
 const DIRECT_COST: u32 = 20;
 
-/// The cost of an element ([`element_cost`]) of a kernel whose row-a-block loop (rows of
-/// `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements) loads each row straight from memory into
-/// registers rather than from a buffer its next row was copied into ahead; `None` where it
-/// copies rows ahead, or has no such loop. Loaded directly: kernels that write whole rows,
-/// reduce in at most two passes and cost little an element. They spend little time on a row
-/// but the wait for its loads, which more blocks overlap better than a copy ahead does
-/// (`direct_blocks_per_sm` in `expand.rs` sizes the grid from the cost), and the copy's trip
-/// through shared memory is then pure cost. Measured on an H200 (benches/NOTES.md, items 55
-/// and 57): loaded directly, W5 (softmax) and W8 (RMSNorm) 100% of copy speed, against 98%
-/// and 98% with the copy ahead; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing
-/// passes) 73% against 97%.
+/// The cost of an element ([`element_cost`]) of a kernel whose row loops load each row that
+/// fits in registers straight from memory, rather than from a buffer it was copied into ahead;
+/// `None` where they copy rows ahead (`prefetches`), or cache none. Loaded directly: kernels
+/// that write whole rows, reduce in at most two passes and cost little an element. They spend
+/// little time on a row but the wait for its loads, which more blocks overlap better than a
+/// copy ahead does (`direct_blocks_per_sm` in `expand.rs` sizes the row-a-block grid from the
+/// cost), and the copy's trip through shared memory is then pure cost. Measured on an H200
+/// (benches/NOTES.md, items 55, 57 and 59): loaded directly, W5 (softmax) and W8 (RMSNorm)
+/// 100% of copy speed, against 98% and 98% with the copy ahead, and softmax's rows of 1024
+/// 98% against 90%; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73%
+/// against 97%.
 pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
     let Launch::Rows { domain, .. } = &k.launch else {
         return None;
