@@ -328,7 +328,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                             const float v12 = (v11 + v2);
                             s0.v[j] = v12;
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
                 if (live && lane == 0) {
@@ -510,7 +510,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                             const float v12 = (v11 + v2);
                             s0.v[j] = v12;
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
                 if (live && lane == 0) {
@@ -709,7 +709,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm(
                             const float v12 = (v11 + v2);
                             s0.v[j] = v12;
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
                 if (live && lane == 0) {

@@ -358,7 +358,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                                 s0.v[j] = v5;
                             }
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
             }
@@ -546,7 +546,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                                 s0.v[j] = v5;
                             }
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
             }
@@ -751,7 +751,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                                 s0.v[j] = v5;
                             }
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + lane + q * width) = s0;
                     }
                 }
             }
@@ -964,7 +964,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax(
                                 s0.v[j] = v5;
                             }
                         }
-                        fz_st_keep(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c, s0);
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
                     }
                 }
                 else {
