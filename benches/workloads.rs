@@ -279,7 +279,13 @@ fn header(runner: &Runner, config: &Config) -> Vec<(&'static str, String)> {
         ("rows x cols", format!("{} x {}", s.rows, s.cols)),
         (
             "reps",
-            format!("median of {} after {} warm-up", s.reps, s.warmup),
+            format!(
+                "median of {} after {} warm-up ({} under {} ms)",
+                s.reps,
+                s.warmup,
+                s.reps * runner::SHORT_REPS,
+                runner::SHORT_MS
+            ),
         ),
         ("seed", runner.seeds.base.to_string()),
     ]
