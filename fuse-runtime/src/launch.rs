@@ -46,7 +46,7 @@ pub enum Geometry {
         blocks_per_sm: u32,
         /// The most blocks per SM where a block takes whole rows straight into registers (rows
         /// of 2049 to 4096 elements, a multiple of four, on sm_90 and later; the macro's
-        /// `reads_rows_directly`), in place of `blocks_per_sm`; 0 where the kernel copies its
+        /// `direct_blocks_per_sm`), in place of `blocks_per_sm`; 0 where the kernel copies its
         /// rows ahead there.
         direct_blocks_per_sm: u32,
     },

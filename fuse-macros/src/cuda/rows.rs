@@ -198,7 +198,7 @@ impl Cuda<'_> {
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
             // A row a block, or a light row, asks L2 to keep what it reads, as it does its other
-            // loads and its writes (`vector_row_step`).
+            // loads along the row (`vector_row_step`).
             let from = match (from_buffer, self.treats_rows_whole()) {
                 (true, _) => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
                 (false, false) => {
@@ -618,8 +618,8 @@ fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
-/// The most a row's element may cost ([`element_cost`]) for a row a block to load its row
-/// straight into registers ([`direct_row_cost`]): between softmax's 15 and layernorm with
+/// The most a row's element may cost ([`element_cost`]) for a kernel's row loops to load their
+/// rows straight into registers ([`direct_row_cost`]): between softmax's 15 and layernorm with
 /// GELU's 29.
 const DIRECT_COST: u32 = 20;
 
@@ -631,8 +631,8 @@ const DIRECT_COST: u32 = 20;
 /// copy ahead does (`direct_blocks_per_sm` in `expand.rs` sizes the row-a-block grid from the
 /// cost), and the copy's trip through shared memory is then pure cost. Measured on an H200
 /// (benches/NOTES.md, items 55, 57 and 59): loaded directly, W5 (softmax) and W8 (RMSNorm)
-/// 100% of copy speed, against 98% and 98% with the copy ahead, and softmax's rows of 1024
-/// 98% against 90%; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73%
+/// 100-101% of copy speed, against 98% and 98% with the copy ahead, and softmax's rows of
+/// 1024 99% against 90%; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73%
 /// against 97%.
 pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
     let Launch::Rows { domain, .. } = &k.launch else {
