@@ -166,7 +166,10 @@ impl Cuda<'_> {
                 // The next row's copies go to the other buffer, read last by the previous row.
                 let next = "g0 + (long long)gridDim.x * per_block";
                 self.open(format!("if ({next} < groups)"));
-                self.prefetch_rows(cached, next, "buf ^ 1");
+                match whole {
+                    true => self.copy_row_in_bulk(cached, next, "buf ^ 1"),
+                    false => self.copy_rows_by_thread(cached, next, "buf ^ 1"),
+                }
                 self.close();
                 self.in_shared = !whole;
                 self.row_passes(plan, axis, cached, false);
@@ -238,31 +241,31 @@ impl Cuda<'_> {
     /// Starts copying the block's first row (rows, in segments) of the `cached` tensors into
     /// buffer 0, thread by thread, before its row loop (`row_loop` with `prefetch`) waits for it.
     fn first_row_copy(&mut self, cached: &[usize]) {
-        let whole = std::mem::replace(&mut self.whole_rows, false);
         self.open(format!(
             "if ((len & 3) == 0 && len <= {CACHE} * width && (long long)blockIdx.x * per_block < groups)"
         ));
-        self.prefetch_rows(cached, "(long long)blockIdx.x * per_block", "0");
+        self.copy_rows_by_thread(cached, "(long long)blockIdx.x * per_block", "0");
         self.close();
-        self.whole_rows = whole;
+    }
+
+    /// Starts copying the row from `first` of the one tensor `prefetches` allows into buffer
+    /// `buf`, in one bulk copy (`fz_copy_row`) for the row-a-block loop: the buffer holds it in
+    /// order, vector `c` at `c`, as the per-thread copies place it (`c = lane + q * BLOCK`).
+    fn copy_row_in_bulk(&mut self, cached: &[usize], first: &str, buf: &str) {
+        let &[p] = cached else {
+            unreachable!("a row a block prefetches one tensor")
+        };
+        let (t, name) = self.param_text(p);
+        self.line(format!("const long long gp = {first};"));
+        self.line(format!("if (threadIdx.x == 0) fz_copy_row(&pf_{name}[{buf}][0], p_{name} + gp * len, (unsigned int)len * sizeof({t}), &fz_rb[{buf}]);"));
     }
 
     /// Starts copying the `cached` tensors' elements of this thread's row among those from
-    /// `first` into buffer `buf`. A tensor over the whole domain with the reduced dim last holds
-    /// row `g` at `g * len`; a segment past the last row copies the last row, as it computes on it.
-    fn prefetch_rows(&mut self, cached: &[usize], first: &str, buf: &str) {
-        if self.whole_rows {
-            // The whole row in one bulk copy (`fz_copy_row`) of the one tensor `prefetches`
-            // allows: the buffer holds it in order, vector `c` at `c`, as the per-thread copies
-            // place it (`c = lane + q * BLOCK`).
-            let &[p] = cached else {
-                unreachable!("a row a block prefetches one tensor")
-            };
-            let (t, name) = self.param_text(p);
-            self.line(format!("const long long gp = {first};"));
-            self.line(format!("if (threadIdx.x == 0) fz_copy_row(&pf_{name}[{buf}][0], p_{name} + gp * len, (unsigned int)len * sizeof({t}), &fz_rb[{buf}]);"));
-            return;
-        }
+    /// `first` into buffer `buf`, a `cp.async` a vector. A tensor over the whole domain with the
+    /// reduced dim last holds row `g` at `g * len`; a segment past the last row copies the last
+    /// row, as it computes on it. Outside the row-a-block loop (`whole_rows`), whose rows come
+    /// in bulk but for the first (`first_row_copy`, written before that loop).
+    fn copy_rows_by_thread(&mut self, cached: &[usize], first: &str, buf: &str) {
         self.line(format!(
             "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
         ));

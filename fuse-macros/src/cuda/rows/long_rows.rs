@@ -589,7 +589,7 @@ pub const HELPERS: &str = concat!(
     "    } while (!done);\n",
     "    parity ^= 1u << phase;\n",
     "}\n",
-    // The row-a-block loop's copies of the next row (`rows::Cuda::prefetch_rows`): one bulk
+    // The row-a-block loop's copies of the next row (`rows::Cuda::copy_row_in_bulk`): one bulk
     // copy by one thread, counted by the transaction barrier of the buffer it fills, its lines
     // evicted last in L2. Against four `cp.async` a thread on an H200: W5 and W8 96% -> 98% of
     // copy speed, W6 94 -> 95-96%, W7 94 -> 96%, W9 98 -> 101% (NOTES item 54).
