@@ -2,27 +2,6 @@
 // One thread per element of [rows, cols], grid-stride.
 static __device__ __forceinline__ float fz_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }
 static __device__ __forceinline__ double fz_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.707106781186547524)); }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k)); return k; }
-template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) {
-    if constexpr (sizeof(V) != 16) return *p;
-    else {
-        union { V v; unsigned int w[4]; } u;
-        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p), "l"(fz_keep_policy()));
-        return u.v;
-    }
-}
-template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) {
-    if constexpr (sizeof(V) != 16) *p = v;
-    else {
-        const union { V v; unsigned int w[4]; } u = {v};
-        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" :: "l"(p), "r"(u.w[0]), "r"(u.w[1]), "r"(u.w[2]), "r"(u.w[3]), "l"(fz_keep_policy()) : "memory");
-    }
-}
-#else
-template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
-template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
-#endif
 struct fz_divisor { unsigned long long d, m; };
 static __device__ __forceinline__ fz_divisor fz_divisor_of(unsigned long long d) { return {d, d ? 0xffffffffffffffffull / d : 0ull}; }
 static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long t, fz_divisor v) {
@@ -37,15 +16,29 @@ static __device__ __forceinline__ fz_qr fz_divmod(unsigned long long t, fz_divis
     return r >= d32 ? fz_qr{q + 1u, r - d32} : fz_qr{q, r};
 }
 struct fz_u4 { unsigned int v[4]; };
-static __device__ __forceinline__ fz_u4 fz_philox(unsigned long long seed, unsigned long long counter, unsigned int stream) {
-    unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = stream, c3 = 0u;
+struct fz_key { unsigned long long k[10]; };
+static __device__ __forceinline__ fz_key fz_key_of(unsigned long long seed) {
+    fz_key r;
     unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);
     #pragma unroll
+    for (int i = 0; i < 10; ++i) { r.k[i] = (unsigned long long)k1 << 32 | k0; k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+    return r;
+}
+static __device__ __forceinline__ void fz_mul_wide(unsigned int a, unsigned int b, unsigned int &lo, unsigned int &hi) {
+#ifdef __CUDA_ARCH__
+    asm("{ .reg .u64 t; mul.wide.u32 t, %2, %3; mov.b64 {%0, %1}, t; }" : "=r"(lo), "=r"(hi) : "r"(a), "r"(b));
+#else
+    const unsigned long long t = (unsigned long long)a * b; lo = (unsigned int)t; hi = (unsigned int)(t >> 32);
+#endif
+}
+static __device__ __forceinline__ fz_u4 fz_philox(const fz_key &key, unsigned long long counter, unsigned int stream) {
+    unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = stream, c3 = 0u;
+    #pragma unroll
     for (int i = 0; i < 10; ++i) {
-        const unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;
-        const unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;
-        c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;
-        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+        unsigned int hi0, lo0, hi1, lo1;
+        fz_mul_wide(c0, 0xD2511F53u, lo0, hi0);
+        fz_mul_wide(c2, 0xCD9E8D57u, lo1, hi1);
+        c0 = hi1 ^ c1 ^ (unsigned int)key.k[i]; c1 = lo1; c2 = hi0 ^ c3 ^ (unsigned int)(key.k[i] >> 32); c3 = lo0;
     }
     return {{c0, c1, c2, c3}};
 }
@@ -97,19 +90,25 @@ static __device__ __forceinline__ float fz_box_muller(unsigned int a, unsigned i
     return __fmul_rn(r, v);
 }
 static __device__ __forceinline__ unsigned int fz_word(const fz_u4 &w, unsigned int k) { return k == 0u ? w.v[0] : k == 1u ? w.v[1] : k == 2u ? w.v[2] : w.v[3]; }
-static __device__ __forceinline__ float fz_rand(unsigned long long seed, unsigned long long i, unsigned int stream) {
-    return fz_u01(fz_word(fz_philox(seed, i >> 2, stream), (unsigned int)i & 3u));
+static __device__ __forceinline__ float fz_rand(const fz_key &key, unsigned long long i, unsigned int stream) {
+    return fz_u01(fz_word(fz_philox(key, i >> 2, stream), (unsigned int)i & 3u));
 }
-static __device__ __forceinline__ float fz_randn(unsigned long long seed, unsigned long long i, unsigned int stream) {
-    const fz_u4 w = fz_philox(seed, i >> 2, stream);
+static __device__ __forceinline__ float fz_randn(const fz_key &key, unsigned long long i, unsigned int stream) {
+    const fz_u4 w = fz_philox(key, i >> 2, stream);
     const unsigned int k = (unsigned int)i & 2u;
     return fz_box_muller(fz_word(w, k), fz_word(w, k | 1u), (i & 1) != 0);
+}
+template <typename I> struct fz_run { I q, r; };
+template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_of(unsigned long long t, fz_divisor v, bool small) { const fz_qr x = fz_divmod(t, v, small); return {(I)x.q, (I)x.r}; }
+template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_next(fz_run<I> at, fz_run<I> step, I rest) {
+    return at.r >= rest ? fz_run<I>{at.q + step.q + 1, at.r - rest} : fz_run<I>{at.q + step.q, at.r + step.r};
 }
 static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {
     if (!(p > 0.0f)) return 0u;
     if (p >= 1.0f) return 1u << 24;
     return (unsigned int)ceilf(p * 16777216.0f);
 }
+static __device__ __forceinline__ bool fz_u01_below(unsigned int w, unsigned int bound) { return bound >> 24 != 0u || w < bound << 8; }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const float* __restrict__ p_x,
@@ -119,10 +118,20 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const long long d_rows,
     const long long d_cols,
     const unsigned long long fz_recip_0,
-    const unsigned long long fz_recip_1
+    const unsigned long long fz_recip_1,
+    const unsigned long long fz_key0_1,
+    const unsigned long long fz_key0_2,
+    const unsigned long long fz_key0_3,
+    const unsigned long long fz_key0_4,
+    const unsigned long long fz_key0_5,
+    const unsigned long long fz_key0_6,
+    const unsigned long long fz_key0_7,
+    const unsigned long long fz_key0_8,
+    const unsigned long long fz_key0_9
 ) {
     const long long n = d_rows * d_cols;
     const unsigned long long v2 = p_seed;
+    const fz_key rk2 = {{v2, fz_key0_1, fz_key0_2, fz_key0_3, fz_key0_4, fz_key0_5, fz_key0_6, fz_key0_7, fz_key0_8, fz_key0_9}};
     const float v5 = 0.1f;
     const float v8 = 1.0f;
     const float v9 = (v8 - v5);
@@ -131,65 +140,134 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     long long i0 = 0;
     if ((d_cols) % 4 == 0) {
         const long long nv = n / 4;
-        const bool small = nv <= 0xffffffffll;
+        const long long js = (long long)gridDim.x * blockDim.x;
+        const bool small = nv + js <= 0xffffffffll;
         const fz_divisor vr1 = {(unsigned long long)(d_cols) / 4, fz_recip_0};
-        #pragma unroll 1
-        for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += (long long)gridDim.x * blockDim.x) {
-            const long long jv1 = (long long)fz_divmod((unsigned long long)j, vr1, small).r;
-            const fz_vec<float, 4> l_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x) + j);
-            const fz_vec<float, 4> l_bias = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_bias) + jv1);
-            fz_vec<float, 4> s0;
-            fz_u4 rq6[1];
-            rq6[0] = fz_philox(v2, (unsigned long long)j * 1 + 0, 0u);
-            {
-                const int l = 0;
-                const float v0 = l_x.v[l];
-                const float v1 = l_bias.v[l];
-                const float v3 = (v0 + v1);
-                const float v4 = fz_gelu(v3);
-                const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
-                const float v11 = (v4 * v10);
-                const float v13 = (v7 ? v12 : v11);
-                s0.v[l] = v13;
+        if (small) {
+            fz_run<unsigned int> jq1 = fz_run_of<unsigned int>((long long)blockIdx.x * blockDim.x + threadIdx.x, vr1, small);
+            const fz_run<unsigned int> jd1 = fz_run_of<unsigned int>(js, vr1, small);
+            const unsigned int je1 = (unsigned int)vr1.d - jd1.r;
+            #pragma unroll 1
+            for (unsigned int j = (unsigned int)((long long)blockIdx.x * blockDim.x + threadIdx.x); j < (unsigned int)(nv); j += (unsigned int)(js), jq1 = fz_run_next(jq1, jd1, je1)) {
+                const unsigned int jv1 = jq1.r;
+                const fz_vec<float, 4> l_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x) + j);
+                const fz_vec<float, 4> l_bias = *(reinterpret_cast<const fz_vec<float, 4>*>(p_bias) + jv1);
+                fz_vec<float, 4> s0;
+                fz_u4 rq6[1];
+                rq6[0] = fz_philox(rk2, (unsigned long long)j * 1 + 0, 0u);
+                {
+                    const int l = 0;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                {
+                    const int l = 1;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                {
+                    const int l = 2;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                {
+                    const int l = 3;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                reinterpret_cast<fz_vec<float, 4>*>(out0)[j] = s0;
             }
-            {
-                const int l = 1;
-                const float v0 = l_x.v[l];
-                const float v1 = l_bias.v[l];
-                const float v3 = (v0 + v1);
-                const float v4 = fz_gelu(v3);
-                const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
-                const float v11 = (v4 * v10);
-                const float v13 = (v7 ? v12 : v11);
-                s0.v[l] = v13;
+        }
+        else {
+            fz_run<unsigned long long> jq1 = fz_run_of<unsigned long long>((long long)blockIdx.x * blockDim.x + threadIdx.x, vr1, small);
+            const fz_run<unsigned long long> jd1 = fz_run_of<unsigned long long>(js, vr1, small);
+            const unsigned long long je1 = (unsigned long long)vr1.d - jd1.r;
+            #pragma unroll 1
+            for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += js, jq1 = fz_run_next(jq1, jd1, je1)) {
+                const unsigned long long jv1 = jq1.r;
+                const fz_vec<float, 4> l_x = *(reinterpret_cast<const fz_vec<float, 4>*>(p_x) + j);
+                const fz_vec<float, 4> l_bias = *(reinterpret_cast<const fz_vec<float, 4>*>(p_bias) + jv1);
+                fz_vec<float, 4> s0;
+                fz_u4 rq6[1];
+                rq6[0] = fz_philox(rk2, (unsigned long long)j * 1 + 0, 0u);
+                {
+                    const int l = 0;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                {
+                    const int l = 1;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                {
+                    const int l = 2;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                {
+                    const int l = 3;
+                    const float v0 = l_x.v[l];
+                    const float v1 = l_bias.v[l];
+                    const float v3 = (v0 + v1);
+                    const float v4 = fz_gelu(v3);
+                    const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
+                    const bool v7 = fz_u01_below(rq6[l >> 2].v[l & 3], fz_u01_bound(v5));
+                    const float v11 = (v4 * v10);
+                    const float v13 = (v7 ? v12 : v11);
+                    s0.v[l] = v13;
+                }
+                reinterpret_cast<fz_vec<float, 4>*>(out0)[j] = s0;
             }
-            {
-                const int l = 2;
-                const float v0 = l_x.v[l];
-                const float v1 = l_bias.v[l];
-                const float v3 = (v0 + v1);
-                const float v4 = fz_gelu(v3);
-                const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
-                const float v11 = (v4 * v10);
-                const float v13 = (v7 ? v12 : v11);
-                s0.v[l] = v13;
-            }
-            {
-                const int l = 3;
-                const float v0 = l_x.v[l];
-                const float v1 = l_bias.v[l];
-                const float v3 = (v0 + v1);
-                const float v4 = fz_gelu(v3);
-                const float v6 = fz_u01(rq6[l >> 2].v[l & 3]);
-                const bool v7 = ((rq6[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v5));
-                const float v11 = (v4 * v10);
-                const float v13 = (v7 ? v12 : v11);
-                s0.v[l] = v13;
-            }
-            reinterpret_cast<fz_vec<float, 4>*>(out0)[j] = s0;
         }
         i0 = nv * 4;
     }
@@ -206,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
         const float v1 = p_bias[o1];
         const float v3 = (v0 + v1);
         const float v4 = fz_gelu(v3);
-        const float v6 = fz_rand(v2, (unsigned long long)(i), 0u);
+        const float v6 = fz_rand(rk2, (unsigned long long)(i), 0u);
         const bool v7 = (v6 < v5);
         const float v11 = (v4 * v10);
         const float v13 = (v7 ? v12 : v11);

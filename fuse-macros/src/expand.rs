@@ -498,6 +498,12 @@ fn module_items(
         let (size, by) = (product(k, &d.dims), u64::from(d.by));
         quote!(#rt::__private::Arg::Scalar(#rt::__private::reciprocal(#size / #by)))
     });
+    let key_args: Vec<TokenStream> = source
+        .seeds
+        .iter()
+        .flat_map(|&p| (1..crate::cuda::ROUNDS).map(move |i| (&k.params[p].name, i)))
+        .map(|(seed, i)| quote!(#rt::__private::Arg::Scalar(#rt::__private::round_key(#seed, #i))))
+        .collect();
     let source = &source.text;
     let geometry = geometry(k, plan);
     let picked = local("geometry");
@@ -509,6 +515,7 @@ fn module_items(
             #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
             #(#dim_args,)*
             #(#recip_args,)*
+            #(#key_args,)*
         ]
     };
     let launch = match long_rows {

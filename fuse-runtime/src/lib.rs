@@ -150,8 +150,8 @@ pub mod __private {
     pub use crate::ops;
     pub use crate::private::floors;
     pub use crate::private::{
-        alloc, bind, host_read, host_write, is_cpu, kernels, reciprocal, shape_of, AnyBuffer,
-        DimRef, KernelInfo, Signature, Sizes, TensorSig,
+        alloc, bind, host_read, host_write, is_cpu, kernels, reciprocal, round_key, shape_of,
+        AnyBuffer, DimRef, KernelInfo, Signature, Sizes, TensorSig,
     };
     pub use crate::{Buffer, Device, Element, Error};
     pub use inventory;

@@ -299,6 +299,17 @@ pub fn reciprocal(d: u64) -> u64 {
     u64::MAX.checked_div(d).unwrap_or(0)
 }
 
+/// The key of Philox's round `round` (from 0) for `seed`: `k0 + round * W0` in the low word and
+/// `k1 + round * W1` in the high word, each wrapping (see [`crate::random`]). A kernel whose
+/// seed is a parameter takes rounds 1 to 9 as parameters of their own (`fz_key<j>_<i>`), so
+/// that its rounds read them rather than add them again at every draw.
+pub fn round_key(seed: u64, round: u32) -> u64 {
+    use crate::random::{W0, W1};
+    let k0 = (seed as u32).wrapping_add(round.wrapping_mul(W0));
+    let k1 = ((seed >> 32) as u32).wrapping_add(round.wrapping_mul(W1));
+    u64::from(k1) << 32 | u64::from(k0)
+}
+
 /// Whether `dev` is the CPU, so generated code runs its CPU version.
 pub fn is_cpu(dev: &Device) -> bool {
     dev.is_cpu()

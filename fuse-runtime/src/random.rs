@@ -36,8 +36,8 @@
 
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;
-const W0: u32 = 0x9E37_79B9;
-const W1: u32 = 0xBB67_AE85;
+pub(crate) const W0: u32 = 0x9E37_79B9;
+pub(crate) const W1: u32 = 0xBB67_AE85;
 
 /// Philox 4x32 with 10 rounds: the block cipher that turns a counter into four random words.
 pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {

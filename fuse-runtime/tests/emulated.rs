@@ -126,14 +126,39 @@ struct Shared {
     bytes: u64,
 }
 
-/// How `emulate.py` runs a kernel: blocks in the grid (clusters, with `shared`), and whether
+/// How `emulate.py` runs a kernel: blocks in the grid (clusters, with `shared`), whether
 /// every buffer starts one element past a 64-byte boundary (as no allocation of the runtime
-/// does, to check that the kernels' 16-byte vector paths step aside).
+/// does, to check that the kernels' 16-byte vector paths step aside), and whether the vector
+/// loops take their 64-bit indices (`wide`), as for tensors of 2^32 vectors and more, which no
+/// test could allocate.
 #[derive(Default)]
 struct Emulation {
     grid: Option<u32>,
     misalign: bool,
     shared: Option<Shared>,
+    wide: bool,
+}
+
+/// [`emulate`], then again with the vector loops' 64-bit indices.
+#[allow(clippy::too_many_arguments)]
+fn emulate_both<R: Outputs>(
+    what: &str,
+    source: &str,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+) {
+    for wide in [false, true] {
+        let how = Emulation {
+            wide,
+            ..Emulation::default()
+        };
+        let (tensors, scalars) = (tensors.clone(), scalars.clone());
+        how.run(what, source, tensors, scalars, dims, cpu, types, tols);
+    }
 }
 
 impl Emulation {
@@ -163,21 +188,22 @@ impl Emulation {
             format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
         });
         let spec = format!(
-        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}], \"misalign\": {}{grid}{launch}}}",
+        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}], \"misalign\": {}, \"wide\": {}{grid}{launch}}}",
         json_str(source),
         tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
         scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         dims.iter().map(|(n, v)| format!("\"{n}\": {v}")).collect::<Vec<_>>().join(","),
         outs.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
         self.misalign,
+        self.wide,
     );
         let build = concat!(env!("CARGO_TARGET_TMPDIR"), "/emulated");
         std::fs::create_dir_all(build).unwrap();
         let name = what.replace(|c: char| !c.is_alphanumeric(), "_");
-        let name = if self.misalign {
-            format!("{name}_misaligned")
-        } else {
-            name
+        let name = match (self.misalign, self.wide) {
+            (true, _) => format!("{name}_misaligned"),
+            (_, true) => format!("{name}_wide"),
+            _ => name,
         };
         let path = format!("{build}/{name}.json");
         std::fs::write(&path, spec).unwrap();
@@ -380,7 +406,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             0.5,
         )
         .unwrap();
-        emulate(
+        emulate_both(
             &format!("bcast {rows}x{cols}"),
             kernels::bcast::CUDA_SOURCE,
             vec![hex(&x), hex(&r), hex(&g)],
@@ -392,7 +418,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         );
         let seed = rng.next_u64();
         let cpu = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), seed).unwrap();
-        emulate(
+        emulate_both(
             &format!("noise {rows}x{cols}"),
             kernels::noise::CUDA_SOURCE,
             vec![hex(&x)],
@@ -727,7 +753,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             seed,
         )
         .unwrap();
-        emulate(
+        emulate_both(
             &format!("w3 {rows}x{cols}"),
             bench_kernels::w3_bias_gelu_dropout::CUDA_SOURCE,
             vec![hex(&x), hex(&b)],

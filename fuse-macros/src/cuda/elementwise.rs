@@ -7,6 +7,7 @@ use crate::parse::BinOp;
 use crate::plan::{Pass, Plan};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
+use std::fmt::Write;
 
 /// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
 /// every tensor is of at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of 1-byte
@@ -186,10 +187,15 @@ impl Cuda<'_> {
         self.helpers.insert("fz_vec");
         let lanes = self.lanes;
         self.line(format!("const long long nv = n / {lanes};"));
-        // Each vector's index `j`, and the size of each run it is divided by, are below `nv`.
         let broadcast = runs.iter().any(|(_, run)| run.repeat(domain).is_some());
-        if broadcast {
-            self.line("const bool small = nv <= 0xffffffffll;");
+        // Such a kernel has its loop twice, with 32-bit indices where they fit, and 64-bit ones
+        // for the largest tensors.
+        let narrow = self.draws_random(pass);
+        if broadcast || narrow {
+            // Each vector's index, one step past the last, and the size of each run it is
+            // divided by, fit in 32 bits.
+            self.line(format!("const long long js = {step};"));
+            self.line("const bool small = nv + js <= 0xffffffffll;");
         }
         for (s, run) in runs {
             if let Some(dims) = run.repeat(domain) {
@@ -197,25 +203,89 @@ impl Cuda<'_> {
                 self.line(format!("const fz_divisor vr{s} = {divisor};"));
             }
         }
+        let step = if broadcast || narrow { "js" } else { step };
+        if narrow {
+            self.open("if (small)");
+            self.vector_steps(pass, start, step, domain, runs, "unsigned int");
+            self.close();
+            self.open("else");
+            self.vector_steps(pass, start, step, domain, runs, "long long");
+            self.close();
+        } else {
+            self.vector_steps(pass, start, step, domain, runs, "long long");
+        }
+    }
+
+    /// Whether an elementwise kernel's vector loop draws random numbers, and so is bound by its
+    /// instructions (Philox's 40 a vector), of which its 64-bit index arithmetic was a good part.
+    /// In W3 (bias, GELU and dropout) the loop took 207 instructions a vector with 64-bit indices
+    /// (the loop, the addresses, the bias's column, Philox's counter) and 175 with 32-bit ones
+    /// (NOTES item 61). Kernels that only broadcast are bound by memory; a second loop would
+    /// only cost them compile time.
+    fn draws_random(&self, pass: &Pass) -> bool {
+        let k = self.k;
+        matches!(k.launch, Launch::Map { .. })
+            && pass
+                .elems
+                .iter()
+                .any(|&id| matches!(k.nodes[id].op, Op::Random(..)))
+    }
+
+    /// `vector_loop`'s loop, with indices of type `index`. A broadcast tensor's vector is the
+    /// loop's place in its run (`jq<s>`: the quotient and remainder of `j` by the run's size),
+    /// divided once and then carried from step to step (`fz_run_next`): divided at every step it
+    /// cost W3 12 instructions a vector, carried 4.
+    fn vector_steps(
+        &mut self,
+        pass: &Pass,
+        start: &str,
+        step: &str,
+        domain: &[DimId],
+        runs: &[(usize, Run)],
+        index: &str,
+    ) {
+        let lanes = self.lanes;
+        let wide = index == "long long";
+        let unsigned = if wide { "unsigned long long" } else { index };
+        let cast = |x: &str| match wide {
+            true => x.to_string(),
+            false => format!("({index})({x})"),
+        };
+        let mut advance = String::new();
+        for (s, run) in runs {
+            if run.repeat(domain).is_some() {
+                self.helpers.insert("fz_run");
+                self.line(format!(
+                    "fz_run<{unsigned}> jq{s} = fz_run_of<{unsigned}>({start}, vr{s}, small);"
+                ));
+                self.line(format!(
+                    "const fz_run<{unsigned}> jd{s} = fz_run_of<{unsigned}>({step}, vr{s}, small);"
+                ));
+                self.line(format!(
+                    "const {unsigned} je{s} = ({unsigned})vr{s}.d - jd{s}.r;"
+                ));
+                let _ = write!(advance, ", jq{s} = fz_run_next(jq{s}, jd{s}, je{s})");
+            }
+        }
         // An elementwise grid gives each thread one vector, so the loop runs once: unrolled,
         // ptxas computed its trip count with a 64-bit division in every thread. (Rolled, loops
         // that divide floats spilled around the division's slow path, so broadcasts only.)
-        if matches!(self.k.launch, Launch::Map { .. }) && broadcast {
+        if matches!(self.k.launch, Launch::Map { .. }) && !advance.is_empty() {
             self.line("#pragma unroll 1");
         }
-        self.open(format!("for (long long j = {start}; j < nv; j += {step})"));
+        self.open(format!(
+            "for ({index} j = {}; j < {}; j += {}{advance})",
+            cast(start),
+            cast("nv"),
+            cast(step)
+        ));
         // The vector of each broadcast shape: `j` within the run it repeats (a suffix of the
         // domain's dims), or the run's number (a prefix: one element for all lanes).
         for (s, run) in runs {
-            let divmod = format!("fz_divmod((unsigned long long)j, vr{s}, small)");
             match run {
                 Run::Whole => {}
-                Run::Suffix(_) => {
-                    self.line(format!("const long long jv{s} = (long long){divmod}.r;"))
-                }
-                Run::Prefix(_) => {
-                    self.line(format!("const long long jv{s} = (long long){divmod}.q;"))
-                }
+                Run::Suffix(_) => self.line(format!("const {unsigned} jv{s} = jq{s}.r;")),
+                Run::Prefix(_) => self.line(format!("const {unsigned} jv{s} = jq{s}.q;")),
             }
         }
         let k = self.k;
@@ -232,8 +302,10 @@ impl Cuda<'_> {
             .collect();
         // A loop that writes asks L2 to evict the lines it reads last (`fz_ld_keep`), so that
         // the lines it writes leave first: W1 1.5 points faster on the H200, W2 0.8. A loop that
-        // only reads (a full reduction's) lost 15 points with it (NOTES item 53).
-        let keep = !pass.writes.is_empty();
+        // only reads (a full reduction's) lost 15 points with it (NOTES item 53). A loop that
+        // draws random numbers is bound by its instructions: it gains nothing from it, and the
+        // policy took W3 6 instructions a vector (NOTES item 61).
+        let keep = !pass.writes.is_empty() && !self.draws_random(pass);
         if keep {
             self.helpers.insert("fz_keep");
         }
@@ -275,7 +347,7 @@ impl Cuda<'_> {
                 let blocks = self.lanes / 4;
                 self.line(format!("fz_u4 rq{id}[{blocks}];"));
                 for b in 0..blocks {
-                    self.line(format!("rq{id}[{b}] = fz_philox(v{seed}, (unsigned long long)j * {blocks} + {b}, {site}u);"));
+                    self.line(format!("rq{id}[{b}] = fz_philox(rk{seed}, (unsigned long long)j * {blocks} + {b}, {site}u);"));
                 }
             }
         }

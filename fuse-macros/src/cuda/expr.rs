@@ -62,7 +62,7 @@ impl Cuda<'_> {
                     && k.nodes[*b].elem() == Elem::F32 =>
             {
                 self.helpers.insert("fz_u01_bound");
-                format!("((rq{a}[l >> 2].v[l & 3] >> 8) < fz_u01_bound(v{b}))")
+                format!("fz_u01_below(rq{a}[l >> 2].v[l & 3], fz_u01_bound(v{b}))")
             }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
@@ -95,10 +95,10 @@ impl Cuda<'_> {
                         "fz_box_muller(rq{id}[l >> 2].v[l & 2], rq{id}[l >> 2].v[(l & 2) | 1], (l & 1) != 0)"
                     ),
                     (_, Random::Uniform) => {
-                        format!("fz_rand(v{seed}, {}, {site}u)", self.position(id, scope))
+                        format!("fz_rand(rk{seed}, {}, {site}u)", self.position(id, scope))
                     }
                     (_, Random::Normal) => {
-                        format!("fz_randn(v{seed}, {}, {site}u)", self.position(id, scope))
+                        format!("fz_randn(rk{seed}, {}, {site}u)", self.position(id, scope))
                     }
                 }
             }

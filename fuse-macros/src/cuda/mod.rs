@@ -44,6 +44,9 @@ const LANES: u32 = 4;
 /// Elements of a row each thread keeps in registers, when the row fits.
 const CACHE: u32 = 16;
 
+/// Philox 4x32-10's rounds, each with its own key.
+pub(crate) const ROUNDS: u32 = 10;
+
 pub fn symbol(k: &Kernel) -> String {
     format!("fuse_{}", crate::expand::plain_name(&k.name))
 }
@@ -54,6 +57,26 @@ pub struct Source {
     /// The divisor behind each `fz_recip_<j>` parameter, in order: the host computes
     /// `floor((2^64 - 1) / d)` for each (see [`Divisor`]).
     pub divisors: Vec<Divisor>,
+    /// The scalar parameters that seed random draws, in order: the host computes Philox's round
+    /// keys 1 to 9 of each, parameters `fz_key<j>_1` to `fz_key<j>_9` (see [`seed_params`]).
+    pub seeds: Vec<usize>,
+}
+
+/// The scalar parameters that some `rand`, `randn` or `dropout` takes as its seed, in the order
+/// of the kernel's nodes. Their round keys come from the host (`fz_key` in the CUDA C); a seed
+/// computed in the kernel has its keys made there.
+pub fn seed_params(k: &Kernel) -> Vec<usize> {
+    let mut seeds = vec![];
+    for node in &k.nodes {
+        if let Op::Random(_, seed, _) = node.op {
+            if let Op::Scalar(p) = k.nodes[seed].op {
+                if !seeds.contains(&p) {
+                    seeds.push(p);
+                }
+            }
+        }
+    }
+    seeds
 }
 
 /// A divisor of an elementwise kernel's index arithmetic: the product of the sizes of `dims`,
@@ -87,6 +110,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         reuse: None,
         stash: None,
         host_divisors: vec![],
+        seeds: seed_params(k),
     };
     match &k.launch {
         Launch::Map { domain } => w.map_body(domain, plan),
@@ -119,6 +143,7 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
     Source {
         text,
         divisors: w.host_divisors,
+        seeds: w.seeds,
     }
 }
 
@@ -251,6 +276,8 @@ struct Cuda<'a> {
     uniform_divisors: BTreeSet<NodeId>,
     /// The divisors whose reciprocals are parameters (`fz_recip_<j>`), in order.
     host_divisors: Vec<Divisor>,
+    /// The parameters whose Philox round keys are parameters (`fz_key<j>_<i>`), in order.
+    seeds: Vec<usize>,
 }
 
 impl Cuda<'_> {
@@ -333,6 +360,11 @@ impl Cuda<'_> {
         }
         for j in 0..self.host_divisors.len() {
             ps.push(("const unsigned long long".into(), format!("fz_recip_{j}")));
+        }
+        for j in 0..self.seeds.len() {
+            for i in 1..ROUNDS {
+                ps.push(("const unsigned long long".into(), format!("fz_key{j}_{i}")));
+            }
         }
         if matches!(k.launch, Launch::Full { .. }) {
             ps.push((
@@ -434,7 +466,35 @@ impl Cuda<'_> {
             if scope == Scope::Row {
                 self.divider(id);
             }
+            self.key(id);
         }
+    }
+
+    /// After `v<id>`, a value that seeds random draws: Philox's round keys `rk<id>`, from the
+    /// parameters `fz_key<j>_<i>` for a seed that is a parameter, else made from the value.
+    fn key(&mut self, id: NodeId) {
+        let k = self.k;
+        if !k
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Random(_, seed, _) if seed == id))
+        {
+            return;
+        }
+        let key = match k.nodes[id].op {
+            Op::Scalar(p) => {
+                let j = self
+                    .seeds
+                    .iter()
+                    .position(|&s| s == p)
+                    .expect("a seed parameter");
+                let rounds: Vec<String> = (1..ROUNDS).map(|i| format!("fz_key{j}_{i}")).collect();
+                format!("{{{{v{id}, {}}}}}", rounds.join(", "))
+            }
+            _ => format!("fz_key_of(v{id})"),
+        };
+        self.helpers.insert("fz_random");
+        self.line(format!("const fz_key rk{id} = {key};"));
     }
 
     /// After `v<id>`, a value computed once per launch or per row of a row kernel: when it

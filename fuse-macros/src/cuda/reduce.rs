@@ -297,6 +297,7 @@ impl Cuda<'_> {
             };
             self.line(format!("const {} v{r} = {value};", e.c_name()));
             self.divider(r);
+            self.key(r);
         }
     }
 }

@@ -300,6 +300,18 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return r >= d32 ? fz_qr{q + 1u, r - d32} : fz_qr{q, r};\n",
             "}\n",
         ),
+        // A grid-stride loop's place in a run (the quotient and remainder of its index by the
+        // run's size d), carried from step to step rather than divided again: with the
+        // step's own place and rest = d - step.r, the remainder wraps exactly when r >= rest,
+        // and neither sum can overflow I (r and step.r are below d). I is the loop's index
+        // type, unsigned.
+        "fz_run" => concat!(
+            "template <typename I> struct fz_run { I q, r; };\n",
+            "template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_of(unsigned long long t, fz_divisor v, bool small) { const fz_qr x = fz_divmod(t, v, small); return {(I)x.q, (I)x.r}; }\n",
+            "template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_next(fz_run<I> at, fz_run<I> step, I rest) {\n",
+            "    return at.r >= rest ? fz_run<I>{at.q + step.q + 1, at.r - rest} : fz_run<I>{at.q + step.q, at.r + step.r};\n",
+            "}\n",
+        ),
         // CUDA's f64 hypot overflows at f64::MAX; scaling by a power of two is exact.
         "fz_hypot" => concat!(
             "static __device__ __forceinline__ double fz_hypot(double a, double b) {\n",
@@ -391,24 +403,48 @@ pub(super) fn helper(name: &str) -> &'static str {
         // scaled by 2^-24 exactly, and so is p * 2^24 by 2^24 (p < 1), so for the integer k =
         // w >> 8, k * 2^-24 < p exactly when k < ceil(p * 2^24). NaN and p <= 0 keep nothing
         // below; p >= 1 keeps every k (at most 2^24 - 1) below. ptxas hoists it out of the loop.
+        // `fz_u01_below` compares the whole word, w < bound * 2^8 (w's low byte is below 2^8):
+        // one instruction an element fewer than w >> 8 < bound, where bound is below 2^24.
         "fz_u01_bound" => concat!(
             "static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {\n",
             "    if (!(p > 0.0f)) return 0u;\n",
             "    if (p >= 1.0f) return 1u << 24;\n",
             "    return (unsigned int)ceilf(p * 16777216.0f);\n",
             "}\n",
+            "static __device__ __forceinline__ bool fz_u01_below(unsigned int w, unsigned int bound) { return bound >> 24 != 0u || w < bound << 8; }\n",
         ),
         "fz_random" => concat!(
             "struct fz_u4 { unsigned int v[4]; };\n",
-            "static __device__ __forceinline__ fz_u4 fz_philox(unsigned long long seed, unsigned long long counter, unsigned int stream) {\n",
-            "    unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = stream, c3 = 0u;\n",
+            // Philox's round keys, round i's (k0 + i * 0x9E3779B9, k1 + i * 0xBB67AE85) as the
+            // low and high word of k[i]. A seed that is a parameter has them from the host, as
+            // parameters (`fz_key<j>_<i>`, round 0's the seed itself), which the rounds read from
+            // the constant bank; computed here, ptxas made them again at every draw (18 adds).
+            "struct fz_key { unsigned long long k[10]; };\n",
+            "static __device__ __forceinline__ fz_key fz_key_of(unsigned long long seed) {\n",
+            "    fz_key r;\n",
             "    unsigned int k0 = (unsigned int)seed, k1 = (unsigned int)(seed >> 32);\n",
             "    #pragma unroll\n",
+            "    for (int i = 0; i < 10; ++i) { r.k[i] = (unsigned long long)k1 << 32 | k0; k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }\n",
+            "    return r;\n",
+            "}\n",
+            // One `mul.wide` gives both halves of a product (IMAD.WIDE.U32). From C (`__umulhi`
+            // and `*`, or a 64-bit product) ptxas made the halves apart, or copied each high half
+            // with an add of zero: 60 instructions a block against 40.
+            "static __device__ __forceinline__ void fz_mul_wide(unsigned int a, unsigned int b, unsigned int &lo, unsigned int &hi) {\n",
+            "#ifdef __CUDA_ARCH__\n",
+            "    asm(\"{ .reg .u64 t; mul.wide.u32 t, %2, %3; mov.b64 {%0, %1}, t; }\" : \"=r\"(lo), \"=r\"(hi) : \"r\"(a), \"r\"(b));\n",
+            "#else\n",
+            "    const unsigned long long t = (unsigned long long)a * b; lo = (unsigned int)t; hi = (unsigned int)(t >> 32);\n",
+            "#endif\n",
+            "}\n",
+            "static __device__ __forceinline__ fz_u4 fz_philox(const fz_key &key, unsigned long long counter, unsigned int stream) {\n",
+            "    unsigned int c0 = (unsigned int)counter, c1 = (unsigned int)(counter >> 32), c2 = stream, c3 = 0u;\n",
+            "    #pragma unroll\n",
             "    for (int i = 0; i < 10; ++i) {\n",
-            "        const unsigned int hi0 = __umulhi(0xD2511F53u, c0), lo0 = 0xD2511F53u * c0;\n",
-            "        const unsigned int hi1 = __umulhi(0xCD9E8D57u, c2), lo1 = 0xCD9E8D57u * c2;\n",
-            "        c0 = hi1 ^ c1 ^ k0; c1 = lo1; c2 = hi0 ^ c3 ^ k1; c3 = lo0;\n",
-            "        k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;\n",
+            "        unsigned int hi0, lo0, hi1, lo1;\n",
+            "        fz_mul_wide(c0, 0xD2511F53u, lo0, hi0);\n",
+            "        fz_mul_wide(c2, 0xCD9E8D57u, lo1, hi1);\n",
+            "        c0 = hi1 ^ c1 ^ (unsigned int)key.k[i]; c1 = lo1; c2 = hi0 ^ c3 ^ (unsigned int)(key.k[i] >> 32); c3 = lo0;\n",
             "    }\n",
             "    return {{c0, c1, c2, c3}};\n",
             "}\n",
@@ -461,11 +497,11 @@ pub(super) fn helper(name: &str) -> &'static str {
             "}\n",
             // Selects rather than `.v[i & 3]`: a variable index would put the words in local memory.
             "static __device__ __forceinline__ unsigned int fz_word(const fz_u4 &w, unsigned int k) { return k == 0u ? w.v[0] : k == 1u ? w.v[1] : k == 2u ? w.v[2] : w.v[3]; }\n",
-            "static __device__ __forceinline__ float fz_rand(unsigned long long seed, unsigned long long i, unsigned int stream) {\n",
-            "    return fz_u01(fz_word(fz_philox(seed, i >> 2, stream), (unsigned int)i & 3u));\n",
+            "static __device__ __forceinline__ float fz_rand(const fz_key &key, unsigned long long i, unsigned int stream) {\n",
+            "    return fz_u01(fz_word(fz_philox(key, i >> 2, stream), (unsigned int)i & 3u));\n",
             "}\n",
-            "static __device__ __forceinline__ float fz_randn(unsigned long long seed, unsigned long long i, unsigned int stream) {\n",
-            "    const fz_u4 w = fz_philox(seed, i >> 2, stream);\n",
+            "static __device__ __forceinline__ float fz_randn(const fz_key &key, unsigned long long i, unsigned int stream) {\n",
+            "    const fz_u4 w = fz_philox(key, i >> 2, stream);\n",
             "    const unsigned int k = (unsigned int)i & 2u;\n",
             "    return fz_box_muller(fz_word(w, k), fz_word(w, k | 1u), (i & 1) != 0);\n",
             "}\n",
@@ -548,10 +584,10 @@ mod tests {
         }
     }
 
-    /// `fz_u01_bound`: `(w >> 8) < bound(p)` exactly when `fz_u01(w) < p`.
+    /// `fz_u01_bound` and `fz_u01_below`: `below(w, bound(p))` exactly when `fz_u01(w) < p`.
     #[test]
     fn uniform_draws_compare_as_integers() {
-        let u01 = |k: u32| k as f32 * 5.960_464_5e-8;
+        let u01 = |w: u32| (w >> 8) as f32 * 5.960_464_5e-8;
         let bound = |p: f32| -> u32 {
             if p.is_nan() || p <= 0.0 {
                 0
@@ -561,6 +597,7 @@ mod tests {
                 (p * 16_777_216.0).ceil() as u32
             }
         };
+        let below = |w: u32, bound: u32| bound >> 24 != 0 || w < bound << 8;
         let mut ps = vec![
             0.1,
             0.5,
@@ -578,12 +615,21 @@ mod tests {
         ];
         let mut w = words(7);
         ps.extend((0..20_000).map(|_| f32::from_bits(w.next().unwrap() as u32)));
-        ps.extend((0..20_000).map(|_| u01((w.next().unwrap() >> 40) as u32)));
+        ps.extend((0..20_000).map(|_| u01((w.next().unwrap() >> 32) as u32)));
         for p in ps {
             let b = bound(p);
-            let near = [0, 1, b.saturating_sub(1), b, b + 1, (1 << 24) - 1];
-            for k in near.into_iter().filter(|&k| k < 1 << 24) {
-                assert_eq!(k < b, u01(k) < p, "k = {k}, p = {p:e}");
+            let edge = u64::from(b) << 8;
+            let near = [
+                0,
+                1,
+                edge.saturating_sub(257),
+                edge.saturating_sub(1),
+                edge,
+                edge + 255,
+            ];
+            let near = near.into_iter().chain([u64::from(u32::MAX)]);
+            for w in near.filter_map(|w| u32::try_from(w).ok()) {
+                assert_eq!(below(w, b), u01(w) < p, "w = {w:#x}, p = {p:e}");
             }
         }
     }

@@ -272,3 +272,42 @@ fn launch_on_cpu_is_an_error_not_a_panic() {
     .unwrap_err();
     assert_eq!(err, Error::NotCuda { kernel: "k".into() });
 }
+
+/// Philox's rounds keyed as a kernel keys them, by `round_key` (round 0 the seed itself), give
+/// the words of `random::philox4x32_10`, on random seeds and counters.
+#[test]
+fn round_keys_give_philoxs_words() {
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for _ in 0..1000 {
+        let (seed, lo, hi) = (next(), next(), next());
+        let counter = [lo as u32, (lo >> 32) as u32, hi as u32, (hi >> 32) as u32];
+        let [mut c0, mut c1, mut c2, mut c3] = counter;
+        assert_eq!(round_key(seed, 0), seed);
+        for i in 0..10 {
+            let key = round_key(seed, i);
+            let p0 = u64::from(0xD251_1F53u32) * u64::from(c0);
+            let p1 = u64::from(0xCD9E_8D57u32) * u64::from(c2);
+            [c0, c1, c2, c3] = [
+                (p1 >> 32) as u32 ^ c1 ^ key as u32,
+                p1 as u32,
+                (p0 >> 32) as u32 ^ c3 ^ (key >> 32) as u32,
+                p0 as u32,
+            ];
+        }
+        let want = crate::random::philox4x32_10(counter, [seed as u32, (seed >> 32) as u32]);
+        assert_eq!(
+            [c0, c1, c2, c3],
+            want,
+            "seed {seed:#x}, counter {counter:x?}"
+        );
+    }
+}

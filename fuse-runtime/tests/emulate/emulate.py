@@ -2,7 +2,8 @@
 CUDA thread a std::thread, the blocks of a cluster at once, clusters one after another), feeds it
 the inputs of a JSON spec and prints the outputs' bytes. The spec's optional "cluster" (blocks per
 cluster, default 1) and "smem" (dynamic shared bytes per block, default 0) shape the launch as the
-runtime does for long rows; "grid" is the number of clusters (default 3). Used by
+runtime does for long rows; "grid" is the number of clusters (default 3); "wide" makes the vector
+loops take their 64-bit indices. Used by
 tests/emulated.rs; usage: emulate.py SPEC BUILD_DIR."""
 import json, re, subprocess, sys, os, hashlib, struct
 spec = json.load(open(sys.argv[1]))
@@ -13,6 +14,11 @@ src = re.sub(r'static __device__ __forceinline__ unsigned short fz_f32_to_f16\(f
   'static inline unsigned short fz_f32_to_f16(float f) { _Float16 g = (_Float16)f; unsigned short h; std::memcpy(&h, &g, 2); return h; }\n', src)
 # A template on the block's rank in its cluster: each instance has its own statics (__shared__).
 src = src.replace('extern "C" __global__', 'template <int fz_rank> static')
+# With "wide", the vector loops take their 64-bit indices, as for 2^32 vectors and more.
+if spec.get("wide"):
+    small = "const bool small = nv + js <= 0xffffffffll;"
+    assert small in src, "wide: the source has no loop with 32-bit indices"
+    src = src.replace(small, "const bool small = false;")
 # The kernel to run, as the runtime picks it: the entry point for short rows when the source
 # has one and the rows are 1 to 32 elements long; the one for long rows when the spec gives
 # dynamic shared memory (the runtime gives it that entry only); else the source's first kernel.
@@ -37,6 +43,7 @@ decl, args, load, post = [], [], [], []
 # The dynamic shared memory comes first in the input, so one build serves every size.
 blob = struct.pack("<Q", spec.get("smem", 0))
 ti = oi = si = di = 0
+scalars = {}
 u64 = lambda v: struct.pack("<Q", v)
 for ty, ptr, pname in params:
     if pname == "fz_scratch":
@@ -66,11 +73,23 @@ for ty, ptr, pname in params:
         blob += u64((2**64 - 1) // d if d else 0)
         decl.append(f"static unsigned long long {pname}_v;"); load.append(f"{pname}_v = rd();")
         args.append(f"{pname}_v")
+    elif pname.startswith("fz_key"):
+        # Philox's round key i of the j-th seed parameter, which the runtime computes: the seed is
+        # the parameter of the value the source's `{{v<id>, fz_key<j>_1, ...}}` starts from.
+        j, i = map(int, pname[len("fz_key"):].split("_"))
+        v = re.search(r"\{\{v(\d+), fz_key" + str(j) + r"_1,", src).group(1)
+        seed = scalars[re.search(r"const unsigned long long v" + v + r" = (p_\w+);", src).group(1)]
+        k0 = (seed + i * 0x9E3779B9) % 2**32
+        k1 = ((seed >> 32) + i * 0xBB67AE85) % 2**32
+        blob += u64(k1 << 32 | k0)
+        decl.append(f"static unsigned long long {pname}_v;"); load.append(f"{pname}_v = rd();")
+        args.append(f"{pname}_v")
     elif pname.startswith("d_"):
         blob += u64(dims[pname[2:]])
         decl.append(f"static long long {pname}_v;"); load.append(f"{pname}_v = (long long)rd();")
         args.append(f"{pname}_v")
     else:
+        scalars[pname] = scal[si]
         blob += u64(scal[si]); si += 1
         decl.append(f"static {ty} {pname}_v;")
         load.append(f"{{ unsigned long long bits = rd(); std::memcpy(&{pname}_v, &bits, sizeof({pname}_v)); }}")
