@@ -188,8 +188,8 @@ impl Cuda<'_> {
         let lanes = self.lanes;
         self.line(format!("const long long nv = n / {lanes};"));
         let broadcast = runs.iter().any(|(_, run)| run.repeat(domain).is_some());
-        // Such a kernel has its loop twice, with 32-bit indices where they fit, and 64-bit ones
-        // for the largest tensors.
+        // A loop that draws random numbers comes twice: with 32-bit indices where they fit, and
+        // with 64-bit ones for the largest tensors (see `draws_random`).
         let narrow = self.draws_random(pass);
         if broadcast || narrow {
             // Each vector's index, one step past the last, and the size of each run it is
