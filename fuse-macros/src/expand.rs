@@ -132,7 +132,7 @@ impl RustSig {
             .map(|(name, e, tensor)| {
                 let t = elem_tokens(*e);
                 if *tensor {
-                    quote!(#name: &#rt::Buffer<#t>,)
+                    quote!(#name: &impl #rt::Input<#t>,)
                 } else {
                     quote!(#name: #t,)
                 }
@@ -165,7 +165,7 @@ impl RustSig {
             .zip(&self.outputs)
             .map(|(name, e)| {
                 let t = elem_tokens(*e);
-                quote!(#name: &mut #rt::Buffer<#t>,)
+                quote!(#name: &mut impl #rt::Output<#t>,)
             })
             .collect()
     }
@@ -207,6 +207,7 @@ fn stub(def: &KernelDef) -> TokenStream {
         #vis mod #name {
             pub const CUDA_SOURCE: &str = "";
             pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> { #unreachable }
+            pub fn load(#dev: &#rt::Device) -> ::core::result::Result<(), #rt::Error> { #unreachable }
         }
     }
 }
@@ -511,7 +512,7 @@ fn module_items(
     let args = quote! {
         &[
             #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
-            #(#rt::__private::Arg::Buffer(&*#out_names),)*
+            #(#rt::__private::Arg::Output(&*#out_names),)*
             #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
             #(#dim_args,)*
             #(#recip_args,)*
@@ -525,7 +526,8 @@ fn module_items(
         None => quote!(#rt::__private::launch(#dev, #kernel_info, #picked, #args)),
     };
     let cpu = cpu_items(k, plan, sig);
-    let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate.");
+    let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate (and CUDA graph captures).");
+    let load_doc = format!("Loads [`{kernel}()`](fn@super::{kernel}) on `dev` now, as its first call would, and readies the stream's reduction scratch: call it before capturing a CUDA graph that uses the kernel. Does nothing on the CPU.");
     quote! {
         /// The CUDA C text of this kernel, compiled by NVRTC on its first use on a device.
         pub const CUDA_SOURCE: &str = #source;
@@ -555,6 +557,10 @@ fn module_items(
             }
             let #picked = #geometry;
             #launch
+        }
+        #[doc = #load_doc]
+        pub fn load(#dev: &#rt::Device) -> ::core::result::Result<(), #rt::Error> {
+            #dev.load(&self::__fuse::KERNEL)
         }
         #cpu
     }
@@ -641,9 +647,9 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
         #[allow(clippy::too_many_arguments)]
         fn cpu(
             #dims: &[usize],
-            #(#t_names: &#rt::Buffer<#t_types>,)*
+            #(#t_names: &dyn #rt::Input<#t_types>,)*
             #(#s_names: #s_types,)*
-            #(#out_names: &mut #rt::Buffer<#outs>,)*
+            #(#out_names: &mut dyn #rt::Output<#outs>,)*
         ) -> ::core::result::Result<(), #rt::Error> {
             #(let #h_t = #rt::__private::host_read(#t_names)?;)*
             #(let mut #h_o = #rt::__private::host_read(&*#out_names)?;)*

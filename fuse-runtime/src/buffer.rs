@@ -1,14 +1,17 @@
 //! [`Buffer`]: a typed, shaped array on a [`Device`].
 
+use std::any::Any;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, DevicePtr};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
 
-use crate::cuda::{lock, CudaDevice};
+use crate::cuda::lock;
 use crate::device::{Device, Kind};
 use crate::element::Element;
 use crate::error::Error;
+use crate::queue::Queue;
+use crate::view::{check_type, Rejected};
 
 /// A row-major array of `T` with a shape, living on a [`Device`].
 ///
@@ -37,17 +40,20 @@ pub struct Buffer<T: Element> {
 enum Storage<T: Element> {
     Cpu(Arc<Mutex<Vec<T>>>),
     Cuda {
-        slice: Arc<CudaSlice<T::Repr>>,
+        /// The `CudaSlice` that owns the allocation: of `T::Repr` when fuse allocated it, or of
+        /// the caller's type ([`Buffer::from_cuda_slice`]), `T` itself or `T::Repr`.
+        slice: Arc<dyn Any + Send + Sync>,
         /// The allocation's device address, read once: launches pass it for every buffer.
         address: u64,
     },
 }
 
 impl<T: Element> Storage<T> {
-    fn cuda(slice: CudaSlice<T::Repr>, cuda: &CudaDevice) -> Storage<T> {
-        // The address never changes, and with the context's event tracking off (see
-        // `CudaDevice::open`) `device_ptr` neither waits nor records anything.
-        let address = slice.device_ptr(&cuda.stream).0;
+    fn cuda<R: DeviceRepr + 'static>(slice: CudaSlice<R>, queue: &Queue) -> Storage<T> {
+        // The address never changes. With the context's event tracking off (see
+        // `CudaDevice::open`) `device_ptr` neither waits nor records anything; with a caller's
+        // context that tracks events, it orders this stream after the slice's last write.
+        let address = slice.device_ptr(&queue.stream).0;
         Storage::Cuda {
             slice: Arc::new(slice),
             address,
@@ -60,7 +66,7 @@ impl<T: Element> Buffer<T> {
     pub(crate) fn from_slice(device: &Device, data: &[T]) -> Result<Buffer<T>, Error> {
         let storage = match device.kind() {
             Kind::Cpu => Storage::Cpu(Arc::new(Mutex::new(data.to_vec()))),
-            Kind::Cuda(cuda) => Storage::cuda(cuda.upload(&T::to_repr(data))?, cuda),
+            Kind::Cuda(queue) => Storage::cuda(queue.upload(&T::to_repr(data))?, queue),
         };
         Ok(Buffer {
             shape: vec![data.len()],
@@ -75,7 +81,7 @@ impl<T: Element> Buffer<T> {
         let len = element_count::<T>(shape)?;
         let storage = match device.kind() {
             Kind::Cpu => Storage::Cpu(Arc::new(Mutex::new(vec![T::default(); len]))),
-            Kind::Cuda(cuda) => Storage::cuda(cuda.zeros(len)?, cuda),
+            Kind::Cuda(queue) => Storage::cuda(queue.zeros::<T::Repr>(len)?, queue),
         };
         Ok(Buffer {
             shape: shape.to_vec(),
@@ -91,7 +97,7 @@ impl<T: Element> Buffer<T> {
         let len = element_count::<T>(shape)?;
         let storage = match device.kind() {
             Kind::Cpu => Storage::Cpu(Arc::new(Mutex::new(vec![T::default(); len]))),
-            Kind::Cuda(cuda) => Storage::cuda(cuda.uninit(len)?, cuda),
+            Kind::Cuda(queue) => Storage::cuda(queue.uninit::<T::Repr>(len)?, queue),
         };
         Ok(Buffer {
             shape: shape.to_vec(),
@@ -99,6 +105,166 @@ impl<T: Element> Buffer<T> {
             device: device.clone(),
             storage,
         })
+    }
+
+    /// A buffer of `shape` on `dev` that takes over `slice`, cudarc memory, without a copy: the
+    /// way to run kernels on memory cudarc (or candle, or CubeCL) allocated.
+    /// [`into_cuda_slice`](Buffer::into_cuda_slice) gives it back.
+    ///
+    /// The slice holds `T` or its device type (`u16` for [`f16`](crate::f16) and
+    /// [`bf16`](crate::bf16), `u8` for `bool`), exactly as many elements as `shape`, on the GPU
+    /// of `dev`. Otherwise the slice comes back untouched in the [`Rejected`], with an
+    /// [`Error::Interop`] that says what did not fit (`?` turns it into the error).
+    ///
+    /// The slice is used as it is: contiguous, in row-major order. Its last use on another
+    /// stream must be ordered before `dev`'s stream uses it (cudarc's event tracking does this
+    /// when the slice's context has it on; fuse's own context has it off).
+    ///
+    /// ```no_run
+    /// use fuse_runtime::{Buffer, Device};
+    /// let dev = Device::cuda(0)?;
+    /// let stream = dev.cuda_stream().unwrap();
+    /// let slice = stream.clone_htod(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+    /// let x: Buffer<f32> = Buffer::from_cuda_slice(&dev, slice, &[2, 2])?;
+    /// assert_eq!(x.to_vec()?, [1.0, 2.0, 3.0, 4.0]);
+    /// let slice = x.into_cuda_slice::<f32>()?;
+    /// assert_eq!(slice.len(), 4);
+    /// # Ok::<(), fuse_runtime::Error>(())
+    /// ```
+    // The slice comes back whole in the error, by design: large, but only on a mistake.
+    #[allow(clippy::result_large_err)]
+    pub fn from_cuda_slice<R: DeviceRepr + 'static>(
+        dev: &Device,
+        slice: CudaSlice<R>,
+        shape: &[usize],
+    ) -> Result<Buffer<T>, Rejected<CudaSlice<R>>> {
+        let op = "Buffer::from_cuda_slice";
+        let checked = (|| {
+            let queue = crate::view::cuda_device(dev, op)?;
+            check_type::<T, R>(op, "slice")?;
+            crate::view::check_context(queue, slice.stream().context(), op, "slice")?;
+            let len = crate::view::check_len::<T>(op, shape, slice.len())?;
+            Ok((queue.clone(), len))
+        })();
+        let (queue, len) = match checked {
+            Ok(checked) => checked,
+            Err(error) => {
+                return Err(Rejected {
+                    error,
+                    value: slice,
+                })
+            }
+        };
+        Ok(Buffer {
+            shape: shape.to_vec(),
+            len,
+            device: dev.clone(),
+            storage: Storage::cuda(slice, &queue),
+        })
+    }
+
+    /// The cudarc slice that holds this buffer's elements, given back without a copy: of `R`,
+    /// which is `T` or its device type as for [`from_cuda_slice`](Buffer::from_cuda_slice) (a
+    /// buffer fuse allocated holds its device type: `f32` for `f32`, `u16` for `bf16`).
+    ///
+    /// Fails, giving the buffer back in the [`Rejected`], on the CPU, for another `R`, and while
+    /// another handle ([`reshape`](Buffer::reshape)) shares the memory.
+    // The buffer comes back whole in the error, by design: large, but only on a mistake.
+    #[allow(clippy::result_large_err)]
+    pub fn into_cuda_slice<R: DeviceRepr + 'static>(
+        self,
+    ) -> Result<CudaSlice<R>, Rejected<Buffer<T>>> {
+        let op = "Buffer::into_cuda_slice";
+        let reject = |buffer, expected: String, found: String| Rejected {
+            error: Error::Interop {
+                op,
+                param: "self",
+                expected,
+                found,
+            },
+            value: buffer,
+        };
+        let Buffer {
+            shape,
+            len,
+            device,
+            storage,
+        } = self;
+        let (slice, address) = match storage {
+            Storage::Cuda { slice, address } if slice.is::<CudaSlice<R>>() => (slice, address),
+            storage => {
+                let found = match &storage {
+                    Storage::Cpu(_) => "a buffer on the CPU".to_string(),
+                    Storage::Cuda { .. } => {
+                        format!("not a slice of `{}`", std::any::type_name::<R>())
+                    }
+                };
+                let buffer = Buffer {
+                    shape,
+                    len,
+                    device,
+                    storage,
+                };
+                let expected = format!(
+                    "a GPU buffer held in a `CudaSlice<{}>`",
+                    std::any::type_name::<R>()
+                );
+                return Err(reject(buffer, expected, found));
+            }
+        };
+        match slice.downcast::<CudaSlice<R>>().map(Arc::try_unwrap) {
+            Ok(Ok(slice)) => Ok(slice),
+            Ok(Err(shared)) => {
+                let handles = Arc::strong_count(&shared) - 1;
+                let storage = Storage::Cuda {
+                    slice: shared,
+                    address,
+                };
+                let buffer = Buffer {
+                    shape,
+                    len,
+                    device,
+                    storage,
+                };
+                let found = format!("shared with {handles} other handle(s) made by `reshape`");
+                Err(reject(
+                    buffer,
+                    "the only handle to its memory".to_string(),
+                    found,
+                ))
+            }
+            Err(_) => unreachable!("the slice's type was checked above"),
+        }
+    }
+
+    /// The cudarc slice that holds this buffer's elements when it is a `CudaSlice<T::Repr>`
+    /// (every buffer fuse allocates on a GPU), for cudarc calls that read it, such as an NCCL
+    /// send; `None` on the CPU.
+    pub fn cuda_slice(&self) -> Option<&CudaSlice<T::Repr>> {
+        match &self.storage {
+            Storage::Cuda { slice, .. } => slice.downcast_ref(),
+            Storage::Cpu(_) => None,
+        }
+    }
+
+    /// The cudarc slice as [`cuda_slice`](Buffer::cuda_slice) gives it, to write, such as an
+    /// NCCL all-reduce in place. Fails while another handle ([`reshape`](Buffer::reshape))
+    /// shares the memory, since writing through `&mut` then would be seen through it.
+    pub fn cuda_slice_mut(&mut self) -> Result<&mut CudaSlice<T::Repr>, Error> {
+        let op = "Buffer::cuda_slice_mut";
+        let error = |found: &str| Error::Interop {
+            op,
+            param: "self",
+            expected: "the only handle to a GPU buffer fuse allocated".to_string(),
+            found: found.to_string(),
+        };
+        match &mut self.storage {
+            Storage::Cpu(_) => Err(error("a buffer on the CPU")),
+            Storage::Cuda { slice, .. } => Arc::get_mut(slice)
+                .ok_or_else(|| error("shared with other handles made by `reshape`"))?
+                .downcast_mut()
+                .ok_or_else(|| error("a slice of another type")),
+        }
     }
 
     /// The size of each axis, outermost first.
@@ -157,8 +323,10 @@ impl<T: Element> Buffer<T> {
     pub fn to_vec(&self) -> Result<Vec<T>, Error> {
         match (&self.storage, self.device.kind()) {
             (Storage::Cpu(data), _) => Ok(lock(data).clone()),
-            (Storage::Cuda { slice, .. }, Kind::Cuda(cuda)) => {
-                Ok(T::from_repr(cuda.read(slice, self.len)?))
+            (Storage::Cuda { address, .. }, Kind::Cuda(queue)) => {
+                // SAFETY: the storage is a live allocation of this device holding `len`
+                // elements of `T::Repr`, kept alive by `self` during the call.
+                Ok(T::from_repr(unsafe { queue.read(*address, self.len)? }))
             }
             (Storage::Cuda { .. }, Kind::Cpu) => Err(self.storage_mismatch()),
         }
@@ -173,7 +341,10 @@ impl<T: Element> Buffer<T> {
                 lock(storage).copy_from_slice(data);
                 Ok(())
             }
-            (Storage::Cuda { slice, .. }, Kind::Cuda(cuda)) => cuda.write(slice, &T::to_repr(data)),
+            (Storage::Cuda { address, .. }, Kind::Cuda(queue)) => {
+                // SAFETY: as in `to_vec`; `data` has `len` elements (checked above).
+                unsafe { queue.write(*address, &T::to_repr(data)) }
+            }
             (Storage::Cuda { .. }, Kind::Cpu) => Err(self.storage_mismatch()),
         }
     }

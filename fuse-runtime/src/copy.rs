@@ -1,7 +1,6 @@
 //! [`Buffer::copy_to`]: a copy from one buffer into another on the same device.
 
 use crate::buffer::Buffer;
-use crate::cuda::driver_error;
 use crate::device::Kind;
 use crate::element::Element;
 use crate::error::Error;
@@ -42,7 +41,7 @@ impl<T: Element> Buffer<T> {
         }
         match self.device().kind() {
             Kind::Cpu => dst.replace(self.to_vec()?),
-            Kind::Cuda(cuda) => {
+            Kind::Cuda(queue) => {
                 let missing = || Error::Internal {
                     detail: format!("a buffer on {} without a device address", self.device()),
                 };
@@ -53,23 +52,14 @@ impl<T: Element> Buffer<T> {
                     return Ok(());
                 }
                 let bytes = self.len() * std::mem::size_of::<T::Repr>();
-                cuda.bind()?;
                 // SAFETY: both addresses are the starts of live allocations of this device's
                 // context, each holding at least `len` elements of `T::Repr` (the lengths are
                 // equal, checked above), so the copy stays in bounds of both. Distinct buffers
                 // are distinct allocations (a buffer is always a whole allocation), so the two
-                // ranges do not overlap. The copy is queued on the device's one stream, after
-                // every kernel that used either buffer; allocations are freed in stream order,
-                // so both outlive it.
-                let copied = unsafe {
-                    cudarc::driver::result::memcpy_dtod_async(
-                        dst_address,
-                        src_address,
-                        bytes,
-                        cuda.stream.cu_stream(),
-                    )
-                };
-                copied.map_err(|e| driver_error("cuMemcpyDtoDAsync", e))
+                // ranges do not overlap. The copy is queued on the source's stream, after every
+                // kernel queued there that used either buffer; allocations are freed in stream
+                // order, so both outlive it.
+                unsafe { queue.copy(dst_address, src_address, bytes) }
             }
         }
     }

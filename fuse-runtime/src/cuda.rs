@@ -1,21 +1,18 @@
-//! One CUDA device: its context and stream, memory, and its loaded kernels.
+//! One CUDA device: its context, its properties and its loaded kernels.
 //!
-//! This is the only module that talks to the CUDA driver (through cudarc's safe layer, plus one
-//! raw copy); [`crate::launch`] adds the kernel launch.
+//! Its streams, and the memory operations queued on them, are [`crate::queue`]'s;
+//! [`crate::launch`] adds the kernel launch.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-use cudarc::driver::{
-    result::DriverError, sys, CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream,
-    DevicePtr, DeviceRepr, ValidAsZeroBits,
-};
+use cudarc::driver::{result::DriverError, sys, CudaContext, CudaFunction, CudaModule};
 
 use crate::cache::{self, Cubin, Origin};
 use crate::error::Error;
-use crate::launch::ReduceScratch;
 use crate::private::KernelInfo;
+use crate::queue::Queue;
 
 /// An open CUDA device, shared by every [`Device`](crate::Device) handle of its ordinal.
 pub(crate) struct CudaDevice {
@@ -26,13 +23,11 @@ pub(crate) struct CudaDevice {
     pub(crate) capability: (u32, u32),
     /// The number of streaming multiprocessors, which sizes launch grids.
     pub(crate) sm_count: u32,
-    ctx: Arc<CudaContext>,
-    pub(crate) stream: Arc<CudaStream>,
+    /// The device's primary context, with cudarc's event tracking off (see [`CudaDevice::open`]).
+    pub(crate) ctx: Arc<CudaContext>,
     kernels: Mutex<Kernels>,
     /// The handles of `kernels`' functions, which launches read without taking its lock.
     handles: Handles,
-    /// The scratch and counter of full reductions; see [`crate::launch`].
-    pub(crate) reduce: Mutex<ReduceScratch>,
     /// The shared-memory limits and kernel settings of long rows; see [`crate::long_rows`].
     pub(crate) long_rows: crate::long_rows::LongRows,
 }
@@ -51,16 +46,14 @@ struct Kernels {
 /// Whether the CUDA driver library can be loaded, asked once per process.
 pub(crate) fn driver_present() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: `is_culib_present` only tries to `dlopen` each candidate name and closes it again;
-    // loading the NVIDIA driver library runs no initialisation that could break this process.
-    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    *PRESENT.get_or_init(|| crate::libs::present(&driver_candidates()))
 }
 
 /// The library names cudarc searches for the driver.
 pub(crate) fn driver_candidates() -> Vec<String> {
-    let mut names = cudarc::get_lib_name_candidates("cuda");
-    names.extend(cudarc::get_lib_name_candidates("nvcuda"));
-    crate::nvrtc::unique(names)
+    let mut names = crate::libs::candidates("cuda");
+    names.extend(crate::libs::candidates("nvcuda"));
+    crate::libs::unique(names)
 }
 
 /// Turns a driver error into an [`Error::Cuda`] naming the failed operation.
@@ -97,10 +90,12 @@ impl CudaDevice {
         }
         let ctx =
             CudaContext::new(ordinal).map_err(|e| driver_error("cuDevicePrimaryCtxRetain", e))?;
-        // SAFETY: event tracking only orders work between streams. We submit everything to the
-        // context's one default stream, where the driver already runs copies, kernels and frees
-        // in submission order, so the per-allocation events would only add launch overhead.
-        // It is turned off before this context allocates anything.
+        // SAFETY: event tracking orders a cudarc allocation's uses between streams. fuse orders
+        // work by stream instead: each `Device` handle queues everything on its one stream, in
+        // submission order, and work on two streams is ordered by the caller (as the crate docs
+        // say), so the per-allocation events would only add launch overhead. It is turned off
+        // before this context allocates anything; a caller's own context object (of the same
+        // primary context) keeps its setting.
         unsafe { ctx.disable_event_tracking() };
         let attribute = |a| {
             ctx.attribute(a)
@@ -118,11 +113,9 @@ impl CudaDevice {
             gpu_name,
             capability: (non_negative(major), non_negative(minor)),
             sm_count: non_negative(sm_count).max(1),
-            stream: ctx.default_stream(),
             ctx,
             kernels: Mutex::default(),
             handles: Handles::new(),
-            reduce: Mutex::default(),
             long_rows: Default::default(),
         })
     }
@@ -141,112 +134,11 @@ impl CudaDevice {
         self.capability.0 * 10 + self.capability.1
     }
 
-    /// Waits for all work submitted to this device.
-    pub(crate) fn synchronize(&self) -> Result<(), Error> {
-        self.stream
-            .synchronize()
-            .map_err(|e| driver_error("cuStreamSynchronize", e))
-    }
-
-    /// Allocates `len` zeroed elements (at least one, since the driver rejects empty
-    /// allocations; callers keep the logical length).
-    pub(crate) fn zeros<R: DeviceRepr + ValidAsZeroBits>(
-        &self,
-        len: usize,
-    ) -> Result<CudaSlice<R>, Error> {
-        let len = len.max(1);
-        self.stream
-            .alloc_zeros::<R>(len)
-            .map_err(|e| self.alloc_error::<R>(len, e))
-    }
-
-    /// Allocates `len` elements whose contents are unspecified (at least one element).
-    pub(crate) fn uninit<R: DeviceRepr + ValidAsZeroBits>(
-        &self,
-        len: usize,
-    ) -> Result<CudaSlice<R>, Error> {
-        let len = len.max(1);
-        // SAFETY: the memory is device memory, never read as Rust values in place. Reads copy
-        // it to the host as `R`, which is an element's `Repr` or a scratch integer: plain
-        // numbers (and `u8` for `bool`) for which every bit pattern is a valid value. Kernels
-        // write their outputs before anything reads them.
-        let slice = unsafe { self.stream.alloc::<R>(len) };
-        slice.map_err(|e| self.alloc_error::<R>(len, e))
-    }
-
-    /// Copies `data` into a new allocation.
-    pub(crate) fn upload<R: DeviceRepr + ValidAsZeroBits>(
-        &self,
-        data: &[R],
-    ) -> Result<CudaSlice<R>, Error> {
-        let slice = self.uninit::<R>(data.len())?;
-        self.write(&slice, data)?;
-        Ok(slice)
-    }
-
-    /// Overwrites the first `data.len()` elements of `dst`, which must be on this device.
-    pub(crate) fn write<R: DeviceRepr>(&self, dst: &CudaSlice<R>, data: &[R]) -> Result<(), Error> {
-        if data.len() > dst.len() {
-            return Err(Error::Internal {
-                detail: format!(
-                    "a copy of {} elements into {} elements",
-                    data.len(),
-                    dst.len()
-                ),
-            });
-        }
-        if data.is_empty() {
-            return Ok(());
-        }
-        self.bind()?;
-        let (address, _record) = dst.device_ptr(&self.stream);
-        // SAFETY: `address` is the start of `dst`, a live allocation of this context holding at
-        // least `data.len()` elements of `R` (checked above), so the copy stays in bounds. The
-        // copy is ordered on the device's one stream after every kernel that used `dst`, and we
-        // synchronize before returning, so `data` outlives the copy even if it is pinned memory.
-        let copy = unsafe {
-            cudarc::driver::result::memcpy_htod_async(address, data, self.stream.cu_stream())
-        };
-        copy.map_err(|e| driver_error("cuMemcpyHtoDAsync", e))?;
-        self.synchronize()
-    }
-
-    /// Copies the first `len` elements of `src` to the host, after all queued work.
-    pub(crate) fn read<R: DeviceRepr>(
-        &self,
-        src: &CudaSlice<R>,
-        len: usize,
-    ) -> Result<Vec<R>, Error> {
-        if len == 0 {
-            return self.synchronize().map(|()| Vec::new());
-        }
-        let view = src.try_slice(0..len).ok_or_else(|| Error::Internal {
-            detail: format!("a read of {len} elements from {} elements", src.len()),
-        })?;
-        let data = self
-            .stream
-            .clone_dtoh(&view)
-            .map_err(|e| driver_error("cuMemcpyDtoHAsync", e))?;
-        // The copy to pageable memory has already waited; this surfaces any kernel error now.
-        self.synchronize()?;
-        Ok(data)
-    }
-
     /// Binds this device's context to the calling thread, as raw driver calls need.
     pub(crate) fn bind(&self) -> Result<(), Error> {
         self.ctx
             .bind_to_thread()
             .map_err(|e| driver_error("cuCtxSetCurrent", e))
-    }
-
-    fn alloc_error<R>(&self, len: usize, e: DriverError) -> Error {
-        match e.0 {
-            sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY => Error::OutOfMemory {
-                bytes: len.saturating_mul(std::mem::size_of::<R>()),
-                device: self.describe(),
-            },
-            _ => driver_error("cuMemAlloc", e),
-        }
     }
 
     /// The handle of `kernel`'s loaded function, for a launch: after the first call on this
@@ -255,15 +147,24 @@ impl CudaDevice {
     pub(crate) fn function_handle(
         &self,
         kernel: &'static KernelInfo,
+        queue: &Queue,
     ) -> Result<sys::CUfunction, Error> {
         match self.handles.get(kernel) {
             Some(handle) => Ok(handle),
-            None => self.function(kernel).map(|function| function.cu_function()),
+            None => self
+                .function(kernel, queue)
+                .map(|function| function.cu_function()),
         }
     }
 
-    /// The loaded function of `kernel`, compiling and loading its module on first use.
-    pub(crate) fn function(&self, kernel: &'static KernelInfo) -> Result<CudaFunction, Error> {
+    /// The loaded function of `kernel`, compiling and loading its module on first use. The
+    /// first use fails with [`Error::Capture`] while `queue`'s stream captures a graph: loading
+    /// a module there would break the capture.
+    pub(crate) fn function(
+        &self,
+        kernel: &'static KernelInfo,
+        queue: &Queue,
+    ) -> Result<CudaFunction, Error> {
         let key = [
             kernel.source.as_ptr() as usize,
             kernel.source.len(),
@@ -280,6 +181,17 @@ impl CudaDevice {
         if kernel.symbol.contains('\0') {
             return Err(Error::Internal {
                 detail: format!("kernel symbol {:?} contains a NUL byte", kernel.symbol),
+            });
+        }
+        if !kernels.modules.contains_key(kernel.source) && queue.capturing()? {
+            return Err(Error::Capture {
+                detail: format!(
+                    "kernel `{}` is not loaded on {} yet, and loading it would break the \
+                     capture; call `{}::load(&dev)` (or the kernel itself) before capturing",
+                    kernel.name,
+                    self.describe(),
+                    kernel.name
+                ),
             });
         }
         let function = self

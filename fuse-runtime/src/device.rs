@@ -5,19 +5,28 @@ use std::sync::{Arc, Mutex};
 
 use crate::buffer::Buffer;
 use crate::cache::Origin;
-use crate::cuda::{lock, CudaDevice};
+use cudarc::driver::{sys, CudaStream};
+
+use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::element::Element;
 use crate::error::Error;
 use crate::private::KernelInfo;
+use crate::queue::Queue;
 
-/// The CUDA devices opened so far, by ordinal: one shared instance each per process, so that
-/// buffers from two `Device::cuda(0)` calls work together.
-static OPEN: Mutex<Vec<(usize, Arc<CudaDevice>)>> = Mutex::new(Vec::new());
+/// The CUDA devices opened so far, by ordinal, each with the stream `Device::cuda` queues on:
+/// one shared instance each per process, so that buffers from two `Device::cuda(0)` calls work
+/// together.
+static OPEN: Mutex<Vec<(usize, Arc<Queue>)>> = Mutex::new(Vec::new());
 
-/// A place where buffers live and kernels run: the CPU, or one CUDA GPU.
+/// A place where buffers live and kernels run: the CPU, or one CUDA GPU and one of its streams.
 ///
-/// Cloning is cheap (a reference count). On a CUDA device all work goes, in order, to one
-/// stream: launches return before the kernel has run, and [`Buffer::to_vec`] waits for it.
+/// Cloning is cheap (a reference count). On a CUDA device all work of a handle goes, in order,
+/// to its stream: launches return before the kernel has run, and [`Buffer::to_vec`] waits for
+/// it. [`Device::cuda`] queues on a stream fuse creates for the GPU (never the legacy default
+/// stream); [`Device::from_cuda_stream`] and [`Device::new_stream`] give handles on other
+/// streams of the same GPU. Handles of one GPU compare equal and share buffers and loaded
+/// kernels, whatever their streams; ordering work between two streams is the caller's (events,
+/// or [`Device::synchronize`]).
 ///
 /// ```
 /// use fuse_runtime::Device;
@@ -34,7 +43,7 @@ pub struct Device {
 #[derive(Clone)]
 pub(crate) enum Kind {
     Cpu,
-    Cuda(Arc<CudaDevice>),
+    Cuda(Arc<Queue>),
 }
 
 impl Device {
@@ -49,17 +58,134 @@ impl Device {
     /// [`Error::NoDevice`] when there is no device `ordinal`.
     pub fn cuda(ordinal: usize) -> Result<Device, Error> {
         let mut open = lock(&OPEN);
-        if let Some((_, device)) = open.iter().find(|(n, _)| *n == ordinal) {
+        if let Some((_, queue)) = open.iter().find(|(n, _)| *n == ordinal) {
             return Ok(Device {
-                kind: Kind::Cuda(device.clone()),
+                kind: Kind::Cuda(queue.clone()),
             });
         }
         // Opening under the lock makes concurrent first calls share one instance.
-        let device = Arc::new(CudaDevice::open(ordinal)?);
-        open.push((ordinal, device.clone()));
+        let cuda = Arc::new(CudaDevice::open(ordinal)?);
+        let stream = cuda
+            .ctx
+            .new_stream()
+            .map_err(|e| driver_error("cuStreamCreate", e))?;
+        let queue = Arc::new(Queue::new(cuda, stream));
+        open.push((ordinal, queue.clone()));
         Ok(Device {
-            kind: Kind::Cuda(device),
+            kind: Kind::Cuda(queue),
         })
+    }
+
+    /// The number of CUDA devices, for [`Device::cuda`]`(0..n)`; 0 without a driver.
+    pub fn cuda_count() -> usize {
+        crate::cuda::device_count().unwrap_or(0)
+    }
+
+    /// A handle on the GPU of `stream` that queues all its work on `stream`, a cudarc stream
+    /// the caller owns: launches, copies, and the allocations of outputs and scratch. Kernels
+    /// then run in order with the caller's own work on that stream, with no synchronization.
+    ///
+    /// The stream must belong to the device's primary context (cudarc's
+    /// [`CudaContext::new`](cudarc::driver::CudaContext::new) retains it, as candle and CubeCL
+    /// do); another context is an [`Error::Interop`].
+    ///
+    /// ```no_run
+    /// use fuse_runtime::{cudarc::driver::CudaContext, Device};
+    /// let ctx = CudaContext::new(0).unwrap();
+    /// let stream = ctx.new_stream().unwrap();
+    /// let dev = Device::from_cuda_stream(stream.clone())?;
+    /// assert_eq!(dev.cuda_stream(), Some(&stream));
+    /// # Ok::<(), fuse_runtime::Error>(())
+    /// ```
+    pub fn from_cuda_stream(stream: Arc<CudaStream>) -> Result<Device, Error> {
+        let ordinal = stream.context().ordinal();
+        let Kind::Cuda(queue) = Device::cuda(ordinal)?.kind else {
+            unreachable!("Device::cuda gives a CUDA device")
+        };
+        let cuda = queue.cuda.clone();
+        if stream.context().cu_ctx() != cuda.ctx.cu_ctx() {
+            return Err(Error::Interop {
+                op: "Device::from_cuda_stream",
+                param: "stream",
+                expected: format!("a stream of the primary context of {}", cuda.describe()),
+                found: "a stream of another context".to_string(),
+            });
+        }
+        Ok(Device {
+            kind: Kind::Cuda(Arc::new(Queue::new(cuda, stream))),
+        })
+    }
+
+    /// A handle on this GPU that queues its work on `stream`, a raw `CUstream` created by
+    /// other code (a framework that hands out only the handle).
+    ///
+    /// # Safety
+    /// - `stream` is a live stream of this GPU's primary context (checked: another context is
+    ///   an [`Error::Interop`]), or null for the legacy default stream.
+    /// - It stays alive as long as the returned handle and everything made from it (buffers
+    ///   allocated through it are freed on it), and the caller does not destroy it before.
+    /// - Ordering fuse's work with work that other code queues elsewhere is the caller's.
+    pub unsafe fn with_raw_stream(&self, stream: sys::CUstream) -> Result<Device, Error> {
+        let queue = self.queue("Device::with_raw_stream")?;
+        let cuda = queue.cuda.clone();
+        cuda.bind()?;
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: the caller promises `stream` is a live stream; the driver writes its context.
+        unsafe { sys::cuStreamGetCtx(stream, &mut ctx) }
+            .result()
+            .map_err(|e| driver_error("cuStreamGetCtx", e))?;
+        if ctx != cuda.ctx.cu_ctx() {
+            return Err(Error::Interop {
+                op: "Device::with_raw_stream",
+                param: "stream",
+                expected: format!("a stream of the primary context of {}", cuda.describe()),
+                found: "a stream of another context".to_string(),
+            });
+        }
+        // SAFETY: the stream belongs to this context (checked), and the caller keeps it alive
+        // and orders work with it, as this function's contract says.
+        let stream = unsafe { cuda.ctx.wrap_borrowed_stream(stream) };
+        Ok(Device {
+            kind: Kind::Cuda(Arc::new(Queue::new(cuda, stream))),
+        })
+    }
+
+    /// A handle on the same GPU with a new stream of its own, which runs concurrently with this
+    /// handle's (a non-blocking stream, as cudarc creates them); the CPU gives the CPU. Buffers
+    /// and loaded kernels are shared; the order of work between the two streams is the
+    /// caller's, as with any two streams.
+    pub fn new_stream(&self) -> Result<Device, Error> {
+        match &self.kind {
+            Kind::Cpu => Ok(Device::cpu()),
+            Kind::Cuda(queue) => {
+                let cuda = queue.cuda.clone();
+                let stream = cuda
+                    .ctx
+                    .new_stream()
+                    .map_err(|e| driver_error("cuStreamCreate", e))?;
+                Ok(Device {
+                    kind: Kind::Cuda(Arc::new(Queue::new(cuda, stream))),
+                })
+            }
+        }
+    }
+
+    /// The cudarc stream this handle queues on, or `None` for the CPU: pass it to cudarc (a
+    /// launch, a copy, a graph capture, NCCL) to order that work with fuse's.
+    pub fn cuda_stream(&self) -> Option<&Arc<CudaStream>> {
+        match &self.kind {
+            Kind::Cpu => None,
+            Kind::Cuda(queue) => Some(&queue.stream),
+        }
+    }
+
+    /// Whether `other` queues on the same stream (both the CPU counts as the same).
+    pub fn same_stream(&self, other: &Device) -> bool {
+        match (&self.kind, &other.kind) {
+            (Kind::Cpu, Kind::Cpu) => true,
+            (Kind::Cuda(a), Kind::Cuda(b)) => a.stream.cu_stream() == b.stream.cu_stream(),
+            _ => false,
+        }
     }
 
     /// The first CUDA device when a driver and a GPU are there, else the CPU.
@@ -81,7 +207,7 @@ impl Device {
     pub fn ordinal(&self) -> Option<usize> {
         match &self.kind {
             Kind::Cpu => None,
-            Kind::Cuda(cuda) => Some(cuda.ordinal),
+            Kind::Cuda(queue) => Some(queue.cuda.ordinal),
         }
     }
 
@@ -89,7 +215,7 @@ impl Device {
     pub fn name(&self) -> String {
         match &self.kind {
             Kind::Cpu => "CPU".to_string(),
-            Kind::Cuda(cuda) => cuda.describe(),
+            Kind::Cuda(queue) => queue.cuda.describe(),
         }
     }
 
@@ -97,7 +223,7 @@ impl Device {
     pub fn compute_capability(&self) -> Option<(u32, u32)> {
         match &self.kind {
             Kind::Cpu => None,
-            Kind::Cuda(cuda) => Some(cuda.capability),
+            Kind::Cuda(queue) => Some(queue.cuda.capability),
         }
     }
 
@@ -113,12 +239,26 @@ impl Device {
         Buffer::zeros(self, shape)
     }
 
-    /// Waits until all work submitted to this device has finished, and reports any error it
-    /// raised. Does nothing on the CPU.
+    /// Waits until all work submitted to this handle's stream has finished, and reports any
+    /// error it raised. Does nothing on the CPU.
     pub fn synchronize(&self) -> Result<(), Error> {
         match &self.kind {
             Kind::Cpu => Ok(()),
-            Kind::Cuda(cuda) => cuda.synchronize(),
+            Kind::Cuda(queue) => queue.synchronize(),
+        }
+    }
+
+    /// Loads `kernel` on this device now (its embedded CUBIN, the disk cache or NVRTC), as its
+    /// first call would, and readies the scratch of full reductions on this handle's stream:
+    /// what a CUDA graph capture must find done. Generated code calls it as `name::load(&dev)`.
+    /// Does nothing on the CPU.
+    pub fn load(&self, kernel: &'static KernelInfo) -> Result<(), Error> {
+        match &self.kind {
+            Kind::Cpu => Ok(()),
+            Kind::Cuda(queue) => {
+                queue.cuda.function(kernel, queue)?;
+                queue.scratch(0).map(drop)
+            }
         }
     }
 
@@ -144,7 +284,7 @@ impl Device {
     pub fn kernel_origin(&self, kernel: &KernelInfo) -> Option<Origin> {
         match &self.kind {
             Kind::Cpu => None,
-            Kind::Cuda(cuda) => cuda.origin(kernel),
+            Kind::Cuda(queue) => queue.cuda.origin(kernel),
         }
     }
 
@@ -152,10 +292,10 @@ impl Device {
         &self.kind
     }
 
-    /// The CUDA device, or [`Error::NotCuda`] naming `kernel`.
-    pub(crate) fn cuda_for(&self, kernel: &str) -> Result<&Arc<CudaDevice>, Error> {
+    /// The CUDA stream and device, or [`Error::NotCuda`] naming `kernel`.
+    pub(crate) fn queue(&self, kernel: &str) -> Result<&Arc<Queue>, Error> {
         match &self.kind {
-            Kind::Cuda(cuda) => Ok(cuda),
+            Kind::Cuda(queue) => Ok(queue),
             Kind::Cpu => Err(Error::NotCuda {
                 kernel: kernel.to_string(),
             }),
@@ -164,11 +304,12 @@ impl Device {
 }
 
 impl PartialEq for Device {
-    /// Two handles are equal when they are the same device: both the CPU, or the same GPU.
+    /// Two handles are equal when they are the same device: both the CPU, or the same GPU,
+    /// whatever their streams ([`Device::same_stream`] tells those apart).
     fn eq(&self, other: &Device) -> bool {
         match (&self.kind, &other.kind) {
             (Kind::Cpu, Kind::Cpu) => true,
-            (Kind::Cuda(a), Kind::Cuda(b)) => Arc::ptr_eq(a, b),
+            (Kind::Cuda(a), Kind::Cuda(b)) => Arc::ptr_eq(&a.cuda, &b.cuda),
             _ => false,
         }
     }

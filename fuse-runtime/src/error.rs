@@ -118,6 +118,25 @@ pub enum Error {
         /// The driver's name and description of the error.
         detail: String,
     },
+    /// Memory or a stream from outside fuse (cudarc, a raw pointer, a raw stream) does not fit
+    /// where it was given: another GPU or context, another element type, too few elements, a
+    /// misaligned pointer, or storage other handles still share.
+    Interop {
+        /// The function that was given it, such as `BufferView::new`.
+        op: &'static str,
+        /// The parameter that does not fit.
+        param: &'static str,
+        /// What it should be.
+        expected: String,
+        /// What it is.
+        found: String,
+    },
+    /// Something that would break a CUDA graph capture on the device's stream: a kernel's first
+    /// use (compiling or loading its module), or scratch memory that must grow.
+    Capture {
+        /// What was asked, and how to do it before the capture.
+        detail: String,
+    },
     /// A broken invariant between generated code and the runtime: a bug in fuse.
     Internal {
         /// What was wrong.
@@ -204,6 +223,16 @@ impl fmt::Display for Error {
                 "out of memory on {device}: could not allocate {bytes} bytes"
             ),
             Error::Cuda { op, detail } => write!(f, "CUDA error in `{op}`: {detail}"),
+            Error::Interop {
+                op,
+                param,
+                expected,
+                found,
+            } => write!(f, "`{op}`: `{param}` is {found}, but it must be {expected}"),
+            Error::Capture { detail } => write!(
+                f,
+                "not possible while the stream captures a CUDA graph: {detail}"
+            ),
             Error::Internal { detail } => {
                 write!(f, "internal error in fuse (please report it): {detail}")
             }

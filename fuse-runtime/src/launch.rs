@@ -4,13 +4,14 @@ use std::ffi::c_void;
 use std::fmt;
 use std::sync::OnceLock;
 
-use cudarc::driver::{result, sys, DevicePtr, LaunchConfig};
+use cudarc::driver::{result, sys, CudaSlice, LaunchConfig};
 
-use crate::cuda::{driver_error, lock, CudaDevice};
+use crate::cuda::driver_error;
 use crate::device::Device;
 use crate::error::Error;
 use crate::inline::Inline;
 use crate::private::{AnyBuffer, KernelInfo};
+use crate::queue::Queue;
 
 /// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C).
 pub const BLOCK: u32 = 256;
@@ -63,8 +64,10 @@ pub enum Geometry {
 /// One kernel argument, each passed in an 8-byte slot.
 #[derive(Clone, Copy)]
 pub enum Arg<'a> {
-    /// A buffer, passed as its device address.
+    /// A buffer the kernel reads, passed as its device address.
     Buffer(&'a dyn AnyBuffer),
+    /// A buffer the kernel writes, passed as its device address.
+    Output(&'a dyn AnyBuffer),
     /// A scalar: its bytes in the low bytes of the `u64` ([`Element::to_bits`](crate::Element)).
     Scalar(u64),
     /// The size of a named dim.
@@ -75,6 +78,7 @@ impl fmt::Debug for Arg<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Arg::Buffer(b) => write!(f, "Buffer({:?} on {})", b.shape(), b.device()),
+            Arg::Output(b) => write!(f, "Output({:?} on {})", b.shape(), b.device()),
             Arg::Scalar(bits) => write!(f, "Scalar({bits:#x})"),
             Arg::Dim(n) => write!(f, "Dim({n})"),
         }
@@ -176,7 +180,7 @@ pub fn launch_long_rows(
 }
 
 /// [`launch`] or [`launch_long_rows`] (`long_rows`) with `submit` in place of the call that
-/// queues the kernel: `submit` is given the device, the function, the launch shape and every
+/// queues the kernel: `submit` is given the stream, the function, the launch shape and every
 /// argument slot (the scratch's included). The benchmark's hooks ([`crate::private::floors`])
 /// pass one that does not call the driver, to time fuse's host code alone.
 pub(crate) fn launch_with(
@@ -185,9 +189,9 @@ pub(crate) fn launch_with(
     long_rows: Option<&'static KernelInfo>,
     geometry: Geometry,
     args: &[Arg],
-    submit: impl FnOnce(&CudaDevice, sys::CUfunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
+    submit: impl FnOnce(&Queue, sys::CUfunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
 ) -> Result<(), Error> {
-    let cuda = dev.cuda_for(kernel.name)?;
+    let queue = dev.queue(kernel.name)?;
     let scratch_slots = match geometry {
         Geometry::Full { .. } => 2,
         Geometry::Map { .. } | Geometry::Rows { .. } => 0,
@@ -195,38 +199,115 @@ pub(crate) fn launch_with(
     let mut slots = Inline::<u64, INLINE_SLOTS>::new(0, args.len() + scratch_slots);
     let slots = slots.as_mut_slice();
     arg_slots(dev, kernel, args, &mut slots[..args.len()])?;
-    let Some(grid) = grid(geometry, cuda.sm_count, cuda.capability.0) else {
+    let Some(grid) = grid(geometry, queue.cuda.sm_count, queue.cuda.capability.0) else {
         return Ok(());
+    };
+    if let Geometry::Full {
+        slots: per_block, ..
+    } = geometry
+    {
+        let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
+        let (scratch_address, counter_address) = queue.scratch(needed)?;
+        if let [.., scratch_slot, counter_slot] = &mut *slots {
+            (*scratch_slot, *counter_slot) = (scratch_address, counter_address);
+        }
+    }
+    // Memory from outside fuse may start anywhere; the kernels' vector loads need 16 bytes.
+    let staged = match args.iter().any(misaligned) {
+        true => Some(Staged::new(queue, args, slots)?),
+        false => None,
     };
     if let Some(long_rows) = long_rows.filter(|_| crate::long_rows::taken(geometry)) {
         // Long rows take their own entry and launch (clusters, dynamic shared memory), which
         // needs the function's attributes: the locked lookup, once per such call.
-        let function = cuda.function(long_rows)?;
-        if crate::long_rows::launch(cuda, &function, geometry, slots)? {
-            return Ok(());
+        let function = queue.cuda.function(long_rows, queue)?;
+        if crate::long_rows::launch(queue, &function, geometry, slots)? {
+            return staged.map_or(Ok(()), |staged| staged.finish(queue));
         }
     }
-    let function = cuda.function_handle(kernel)?;
+    let function = queue.cuda.function_handle(kernel, queue)?;
     let config = LaunchConfig {
         grid_dim: (grid, 1, 1),
         block_dim: (BLOCK, 1, 1),
         shared_mem_bytes: 0,
     };
-    match geometry {
-        Geometry::Full {
-            slots: per_block, ..
-        } => {
-            // Hold the lock until the launch is queued, so no other thread can replace the
-            // scratch between reading its address and queueing the kernel that uses it.
-            let mut scratch = lock(&cuda.reduce);
-            let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
-            let (scratch_address, counter_address) = scratch.addresses(cuda, needed)?;
-            if let [.., scratch_slot, counter_slot] = &mut *slots {
-                (*scratch_slot, *counter_slot) = (scratch_address, counter_address);
-            }
-            submit(cuda, function, config, slots)
+    submit(queue, function, config, slots)?;
+    staged.map_or(Ok(()), |staged| staged.finish(queue))
+}
+
+/// The alignment of every buffer address a kernel is given: its widest vector loads and stores
+/// (16 bytes) and bulk copies need it.
+const ALIGN: u64 = 16;
+
+/// Whether `arg` is a buffer whose address is not [`ALIGN`]ed (a view at an element offset).
+fn misaligned(arg: &Arg) -> bool {
+    match arg {
+        Arg::Buffer(b) | Arg::Output(b) => {
+            b.device_address().is_some_and(|a| !a.is_multiple_of(ALIGN))
         }
-        Geometry::Map { .. } | Geometry::Rows { .. } => submit(cuda, function, config, slots),
+        Arg::Scalar(_) | Arg::Dim(_) => false,
+    }
+}
+
+/// The aligned copies of a launch's misaligned buffers: each is copied into a new allocation on
+/// the stream before the kernel (inputs) or back out of it after (outputs), so that every
+/// kernel path runs on aligned memory. All of it is queued on the stream, with no host
+/// synchronization, and works inside a CUDA graph capture.
+struct Staged {
+    copies: Vec<StagedCopy>,
+}
+
+/// One misaligned buffer's aligned copy.
+struct StagedCopy {
+    aligned: CudaSlice<u8>,
+    /// For an output, the caller's address and bytes, which the copy goes back to.
+    back_to: Option<(u64, usize)>,
+}
+
+impl Staged {
+    fn new(queue: &Queue, args: &[Arg], slots: &mut [u64]) -> Result<Staged, Error> {
+        let mut copies = Vec::new();
+        for (arg, slot) in args.iter().zip(slots.iter_mut()) {
+            let (Arg::Buffer(b) | Arg::Output(b)) = arg else {
+                continue;
+            };
+            if !misaligned(arg) {
+                continue;
+            }
+            let bytes = b.bytes();
+            let copy = queue.uninit::<u8>(bytes)?;
+            let address = cudarc::driver::DevicePtr::device_ptr(&copy, &queue.stream).0;
+            let back_to = match arg {
+                Arg::Output(_) => Some((*slot, bytes)),
+                _ => {
+                    // SAFETY: `*slot` is the address of a live buffer of this device holding
+                    // `bytes` bytes (checked by `arg_slots` and the buffer's constructor), the
+                    // copy a new allocation of as many; both outlive the copy in stream order.
+                    unsafe { queue.copy(address, *slot, bytes)? };
+                    None
+                }
+            };
+            *slot = address;
+            copies.push(StagedCopy {
+                aligned: copy,
+                back_to,
+            });
+        }
+        Ok(Staged { copies })
+    }
+
+    /// Queues the copies of the outputs back to the caller's memory; the aligned copies are
+    /// freed in stream order, after the kernel and those copies.
+    fn finish(self, queue: &Queue) -> Result<(), Error> {
+        for copy in &self.copies {
+            if let Some((address, bytes)) = copy.back_to {
+                let from = cudarc::driver::DevicePtr::device_ptr(&copy.aligned, &queue.stream).0;
+                // SAFETY: as in `Staged::new`, with the roles swapped: the caller's output
+                // holds `bytes` bytes, and so does its aligned copy.
+                unsafe { queue.copy(address, from, bytes)? };
+            }
+        }
+        Ok(())
     }
 }
 
@@ -239,7 +320,7 @@ fn arg_slots(
 ) -> Result<(), Error> {
     for (position, (arg, slot)) in args.iter().zip(slots).enumerate() {
         *slot = match *arg {
-            Arg::Buffer(buffer) => match buffer.device_address() {
+            Arg::Buffer(buffer) | Arg::Output(buffer) => match buffer.device_address() {
                 Some(address) if buffer.device() == dev => address,
                 _ => {
                     return Err(Error::DeviceMismatch {
@@ -270,14 +351,14 @@ pub(crate) fn param_array(slots: &mut [u64]) -> Inline<*mut c_void, INLINE_SLOTS
 /// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
 /// is built on the stack, so a launch allocates nothing.
 fn enqueue(
-    cuda: &CudaDevice,
+    queue: &Queue,
     function: sys::CUfunction,
     config: LaunchConfig,
     slots: &mut [u64],
 ) -> Result<(), Error> {
     let mut params = param_array(slots);
     let params = params.as_mut_slice();
-    cuda.bind()?;
+    queue.cuda.bind()?;
     // SAFETY: the `fuse!` macro generated both the kernel's CUDA signature and this argument
     // list from one parsed signature: every parameter is an 8-byte pointer, or a scalar of at
     // most 8 bytes that the driver reads from the low (little-endian) bytes of its slot, and the
@@ -296,7 +377,7 @@ fn enqueue(
             config.grid_dim,
             config.block_dim,
             config.shared_mem_bytes,
-            cuda.stream.cu_stream(),
+            queue.cu_stream(),
             params,
         )
     };
@@ -306,35 +387,6 @@ fn enqueue(
 /// The argument slots a launch keeps on the stack; more (a kernel of over 14 tensors, scalars
 /// and dims, with a full reduction's two) go to the heap.
 const INLINE_SLOTS: usize = 16;
-
-/// The scratch and counter of full reductions on one device.
-#[derive(Default)]
-pub(crate) struct ReduceScratch {
-    slots: Option<cudarc::driver::CudaSlice<u64>>,
-    counter: Option<cudarc::driver::CudaSlice<u32>>,
-}
-
-impl ReduceScratch {
-    /// The device addresses of at least `needed` scratch slots and of the zeroed counter,
-    /// allocating them on first use and growing the scratch when it is too small.
-    fn addresses(&mut self, cuda: &CudaDevice, needed: usize) -> Result<(u64, u64), Error> {
-        let slots = match self.slots.take() {
-            Some(slots) if slots.len() >= needed => slots,
-            // A smaller old scratch is dropped here and freed in stream order, after the
-            // kernels already queued with it.
-            _ => cuda.uninit::<u64>(needed.next_power_of_two())?,
-        };
-        let slots_address = slots.device_ptr(&cuda.stream).0;
-        self.slots = Some(slots);
-        let counter = match self.counter.take() {
-            Some(counter) => counter,
-            None => cuda.zeros::<u32>(1)?,
-        };
-        let counter_address = counter.device_ptr(&cuda.stream).0;
-        self.counter = Some(counter);
-        Ok((slots_address, counter_address))
-    }
-}
 
 #[cfg(test)]
 mod tests {

@@ -26,6 +26,7 @@ use cudarc::driver::{sys, CudaFunction};
 use crate::cuda::{driver_error, lock, CudaDevice};
 use crate::error::Error;
 use crate::launch::{Geometry, BLOCK, REGISTER_ROW};
+use crate::queue::Queue;
 
 /// The blocks per SM that `FUSE_LONG_ROWS_PER_SM` asks a block's shared memory to leave room
 /// for, in place of the split [`choose`] makes, for the benchmark to compare the two in one
@@ -186,11 +187,12 @@ pub(crate) struct LongRows {
 /// Launches `function`, a row kernel's long-row entry, when `geometry`, the kernel and the device
 /// allow it, and says whether it did; otherwise the caller launches the row kernel.
 pub(crate) fn launch(
-    cuda: &CudaDevice,
+    queue: &Queue,
     function: &CudaFunction,
     geometry: Geometry,
     slots: &mut [u64],
 ) -> Result<bool, Error> {
+    let cuda = &*queue.cuda;
     let Geometry::Rows {
         groups,
         row_len,
@@ -210,7 +212,7 @@ pub(crate) fn launch(
     let clusters =
         grid_clusters(groups, resident, waves()).min(u64::from(i32::MAX as u32 / shape.cluster));
     let grid = clusters as u32 * shape.cluster;
-    enqueue(cuda, function, slots, grid, shape).map(|()| true)
+    enqueue(queue, function, slots, grid, shape).map(|()| true)
 }
 
 /// Whether `geometry` may take the long-row launch (rows past the register cache of a kernel
@@ -255,7 +257,7 @@ impl DeviceLimits {
         if std::env::var_os("FUSE_LONG_ROWS").is_some_and(|v| v == "0") {
             return None;
         }
-        let context = cuda.stream.context();
+        let context = &cuda.ctx;
         let get = |a| {
             context
                 .attribute(a)
@@ -350,7 +352,7 @@ fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
 /// The launch configuration of `grid` blocks in clusters of `shape.cluster`, pointing at
 /// `attribute` (the cluster dimension, or nothing for clusters of one).
 fn config(
-    cuda: &CudaDevice,
+    stream: sys::CUstream,
     grid: u32,
     shape: Shape,
     attribute: &mut sys::CUlaunchAttribute,
@@ -363,7 +365,7 @@ fn config(
         blockDimY: 1,
         blockDimZ: 1,
         sharedMemBytes: shape.shared,
-        hStream: cuda.stream.cu_stream(),
+        hStream: stream,
         attrs: attribute,
         numAttrs: u32::from(shape.cluster > 1),
     }
@@ -382,7 +384,8 @@ fn resident_clusters(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -
         return per_sm.map_or(0, |blocks| blocks.saturating_mul(cuda.sm_count));
     }
     let mut attribute = cluster_attribute(shape.cluster);
-    let config = config(cuda, shape.cluster, shape, &mut attribute);
+    // The occupancy query reads the shape, not the stream.
+    let config = config(std::ptr::null_mut(), shape.cluster, shape, &mut attribute);
     let mut clusters: std::ffi::c_int = 0;
     // SAFETY: `config` and the attribute it points at live until the call returns, and
     // `function` is a loaded kernel of this device's context, which `prepare` bound.
@@ -397,7 +400,7 @@ fn resident_clusters(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -
 
 /// Queues `function` on `grid` blocks of `shape` with the argument `slots`.
 fn enqueue(
-    cuda: &CudaDevice,
+    queue: &Queue,
     function: &CudaFunction,
     slots: &mut [u64],
     grid: u32,
@@ -405,8 +408,8 @@ fn enqueue(
 ) -> Result<(), Error> {
     let mut params = crate::launch::param_array(slots);
     let mut attribute = cluster_attribute(shape.cluster);
-    let config = config(cuda, grid, shape, &mut attribute);
-    cuda.bind()?;
+    let config = config(queue.cu_stream(), grid, shape, &mut attribute);
+    queue.cuda.bind()?;
     // SAFETY: as for `launch::enqueue`, the arguments are the kernel's own parameters in order
     // (the macro wrote both from one signature), each read by the driver from its 8-byte slot
     // during this call; `params` points into `slots`, which outlives the call. The grid is a

@@ -35,25 +35,12 @@ pub struct Compiled {
 /// Whether the NVRTC library can be loaded, asked once per process.
 pub fn is_available() -> bool {
     static PRESENT: OnceLock<bool> = OnceLock::new();
-    // SAFETY: `is_culib_present` only tries to `dlopen` each candidate name and closes it
-    // again; loading NVRTC runs no initialisation that could break this process.
-    *PRESENT.get_or_init(|| unsafe { sys::is_culib_present() })
+    *PRESENT.get_or_init(|| crate::libs::present(&candidates()))
 }
 
 /// The library names searched for NVRTC, in order.
 pub fn candidates() -> Vec<String> {
-    unique(cudarc::get_lib_name_candidates("nvrtc"))
-}
-
-/// `names` without repeats, in first-seen order.
-pub(crate) fn unique(names: Vec<String>) -> Vec<String> {
-    let mut seen = Vec::with_capacity(names.len());
-    for name in names {
-        if !seen.contains(&name) {
-            seen.push(name);
-        }
-    }
-    seen
+    crate::libs::candidates("nvrtc")
 }
 
 /// Which NVRTC build this process would load, without loading it: the resolved path, size and

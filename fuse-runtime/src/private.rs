@@ -10,6 +10,7 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::error::Error;
 use crate::inline::Inline;
+use crate::view::{Input, Output};
 
 pub mod floors;
 
@@ -91,10 +92,13 @@ pub struct Signature {
 mod sealed {
     pub trait Sealed {}
     impl<T: crate::Element> Sealed for crate::Buffer<T> {}
+    impl<T: crate::Element> Sealed for crate::BufferView<'_, T> {}
+    impl<T: crate::Element> Sealed for crate::BufferViewMut<'_, T> {}
 }
 
 /// A buffer of any element type, as [`bind`] and [`launch`](crate::__private::launch) see it.
-/// Sealed: only [`Buffer`] implements it.
+/// Sealed: [`Buffer`], [`BufferView`](crate::BufferView) and
+/// [`BufferViewMut`](crate::BufferViewMut) implement it.
 pub trait AnyBuffer: sealed::Sealed + Sync {
     /// The buffer's shape.
     fn shape(&self) -> &[usize];
@@ -102,6 +106,8 @@ pub trait AnyBuffer: sealed::Sealed + Sync {
     fn device(&self) -> &Device;
     /// The device address of its first element, or `None` on the CPU.
     fn device_address(&self) -> Option<u64>;
+    /// The bytes its elements take on the device.
+    fn bytes(&self) -> usize;
 }
 
 impl<T: Element> AnyBuffer for Buffer<T> {
@@ -115,6 +121,10 @@ impl<T: Element> AnyBuffer for Buffer<T> {
 
     fn device_address(&self) -> Option<u64> {
         Buffer::device_address(self)
+    }
+
+    fn bytes(&self) -> usize {
+        self.len() * std::mem::size_of::<T::Repr>()
     }
 }
 
@@ -281,15 +291,18 @@ pub fn alloc<T: Element>(dev: &Device, shape: &[usize]) -> Result<Buffer<T>, Err
     Buffer::uninit(dev, shape)
 }
 
-/// A copy of a buffer's elements, in row-major order (for the CPU backend).
-pub fn host_read<T: Element>(b: &Buffer<T>) -> Result<Vec<T>, Error> {
-    b.to_vec()
+/// A copy of a tensor's elements, in row-major order (for the CPU backend).
+pub fn host_read<T: Element>(b: &(impl Input<T> + ?Sized)) -> Result<Vec<T>, Error> {
+    b.read()
 }
 
-/// Replaces all of a buffer's elements with `data`, which must have `b.len()` elements (for the
-/// CPU backend; on the CPU the vector is moved in, not copied).
-pub fn host_write<T: Element>(b: &mut Buffer<T>, data: Vec<T>) -> Result<(), Error> {
-    b.replace(data)
+/// Replaces all of a tensor's elements with `data`, which must have as many elements (for the
+/// CPU backend; on the CPU a buffer's vector is moved in, not copied).
+pub fn host_write<T: Element>(
+    b: &mut (impl Output<T> + ?Sized),
+    data: Vec<T>,
+) -> Result<(), Error> {
+    b.write(data)
 }
 
 /// The reciprocal an elementwise kernel divides its indices by (`fz_recip_<j>`):

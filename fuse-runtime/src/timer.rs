@@ -74,15 +74,15 @@ impl Device {
                 start: Instant::now(),
                 end: None,
             },
-            Kind::Cuda(cuda) => {
-                let ctx = cuda.stream.context();
+            Kind::Cuda(queue) => {
+                let ctx = queue.stream.context();
                 let event = || {
                     ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                         .map_err(|e| driver_error("cuEventCreate", e))
                 };
                 let (start, end) = (event()?, event()?);
                 start
-                    .record(&cuda.stream)
+                    .record(&queue.stream)
                     .map_err(|e| driver_error("cuEventRecord", e))?;
                 Clock::Cuda {
                     device: self.clone(),
@@ -112,8 +112,8 @@ impl Timer {
                 ..
             } => {
                 if !*stopped {
-                    let cuda = device.cuda_for("Timer::stop")?;
-                    end.record(&cuda.stream)
+                    let queue = device.queue("Timer::stop")?;
+                    end.record(&queue.stream)
                         .map_err(|e| driver_error("cuEventRecord", e))?;
                     *stopped = true;
                 }

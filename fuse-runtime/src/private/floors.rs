@@ -16,11 +16,12 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaFunction, LaunchConfig, PushKernelArg};
 
-use crate::cuda::{driver_error, CudaDevice};
+use crate::cuda::driver_error;
 use crate::device::Device;
 use crate::error::Error;
 use crate::launch::{launch_with, Arg, Geometry};
 use crate::private::{bind, is_cpu, AnyBuffer, KernelInfo, Signature};
+use crate::queue::Queue;
 
 /// A kernel with an empty body and the parameters of a map with one input, one output and one
 /// dim (`x`, `out`, `n`), as W1's: launch it with the same arguments and geometry.
@@ -86,7 +87,7 @@ pub fn host_only_into(
 /// again and again without fuse's per-call work. It borrows the buffers it was built with, so
 /// they outlive every launch.
 pub struct Prebuilt<'a> {
-    cuda: Arc<CudaDevice>,
+    queue: Arc<Queue>,
     function: CudaFunction,
     config: LaunchConfig,
     slots: Box<[u64]>,
@@ -119,12 +120,12 @@ impl<'a> Prebuilt<'a> {
         })?;
         let (config, mut slots) = resolved.ok_or_else(|| internal("nothing to run"))?;
         let params = slots.iter_mut().map(|slot| (slot as *mut u64).cast());
-        let cuda = dev.cuda_for(kernel.name)?.clone();
-        let function = cuda.function(kernel)?;
-        cuda.bind()?;
+        let queue = dev.queue(kernel.name)?.clone();
+        let function = queue.cuda.function(kernel, &queue)?;
+        queue.cuda.bind()?;
         Ok(Prebuilt {
             params: params.collect(),
-            cuda,
+            queue,
             function,
             config,
             slots,
@@ -135,7 +136,7 @@ impl<'a> Prebuilt<'a> {
     /// Queues the kernel through cudarc's launch builder, one `arg` per slot, as fuse launched
     /// before it called the driver itself.
     pub fn launch_builder(&self) -> Result<(), Error> {
-        let mut builder = self.cuda.stream.launch_builder(&self.function);
+        let mut builder = self.queue.stream.launch_builder(&self.function);
         for slot in self.slots.iter() {
             builder.arg(slot);
         }
@@ -165,7 +166,7 @@ impl<'a> Prebuilt<'a> {
                 block.1,
                 block.2,
                 self.config.shared_mem_bytes,
-                self.cuda.stream.cu_stream(),
+                self.queue.cu_stream(),
                 self.params.as_mut_ptr(),
                 std::ptr::null_mut(),
             )
