@@ -15,8 +15,10 @@
 //! | Reading data out | (already there) | [`Buffer::to_vec`], which waits for the GPU |
 //! | A function | `fn` | a kernel in [`fuse!`] |
 //! | Its compiler | `rustc`, ahead of time | NVRTC at first use, cached on disk ([`nvrtc`], [`cache`]), or at build time (`FUSE_CUBIN_ARCHS`) |
-//! | Calling it | runs now | queued, in order, on the device's one stream |
+//! | Calling it | runs now | queued, in order, on the device handle's stream |
 //! | Waiting for it | (returns when done) | [`Device::synchronize`] |
+//! | Memory you already have | a slice | [`BufferView`], [`BufferViewMut`], [`Buffer::from_cuda_slice`] (cudarc memory, raw pointers) |
+//! | A stream you already have | — | [`Device::from_cuda_stream`], [`Device::with_raw_stream`] |
 //!
 //! Generated kernels take a [`Device`] and buffers; the same call runs on either device, so
 //! code can be written once and tested on the CPU.
@@ -101,6 +103,12 @@
 //!   CUDA C, as it would without them.
 //! - [`Device::kernel_origin`] tells whether a kernel was loaded from its embedded CUBIN, the disk
 //!   cache or NVRTC; [`cache::set_embedded_cubins`]`(false)` ignores the embedded CUBINs.
+//!
+//! # Interop
+//!
+//! fuse kernels run on the caller's cudarc streams and memory (candle's, CubeCL's), at any
+//! element offset, inside CUDA graphs, and on several GPUs: the "Interop" section of
+//! [`language`] has the table "you have X, call Y" and the rules of each `unsafe` constructor.
 //!
 //! ## Language reference
 //!
