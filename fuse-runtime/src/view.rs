@@ -264,7 +264,7 @@ impl<'a, T: Element> BufferView<'a, T> {
 
     /// A view of `shape` at `address`, a device pointer of the GPU of `dev` that other code
     /// (a framework that hands out only pointers) allocated. The pointer is checked with the
-    /// driver: it must be memory of this GPU's primary context, aligned to `T`, with
+    /// driver: it must be device memory of this GPU, aligned to `T`, with
     /// `shape`'s elements inside one allocation; otherwise this is an [`Error::Interop`].
     ///
     /// # Safety
@@ -434,8 +434,9 @@ fn check_cudarc<'d, T: Element, R: 'static>(
     Ok((queue, check_len::<T>(op, shape, found)?))
 }
 
-/// The checks of a raw pointer: aligned to `T`, memory of `dev`'s context, and `shape`'s bytes
-/// inside one allocation, as the driver reports them.
+/// The checks of a raw pointer: aligned to `T`, device memory of `dev`'s GPU, and `shape`'s bytes
+/// inside one allocation, as the driver reports them. (The GPU, not the context: memory from a
+/// stream-ordered pool, as cudarc allocates, belongs to no context.)
 fn check_raw<T: Element>(
     dev: &Device,
     op: &'static str,
@@ -460,17 +461,15 @@ fn check_raw<T: Element>(
     }
     queue.cuda.bind()?;
     use sys::CUpointer_attribute::*;
-    let context = pointer_attribute(address, CU_POINTER_ATTRIBUTE_CONTEXT, std::ptr::null_mut());
+    let ordinal = pointer_attribute(address, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, -1i32);
     let start = pointer_attribute(address, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, 0u64);
     let size = pointer_attribute(address, CU_POINTER_ATTRIBUTE_RANGE_SIZE, 0usize);
     let expected = || format!("memory of {}", queue.cuda.describe());
-    match context {
-        Some(context) if context == queue.cuda.ctx.cu_ctx() as *mut std::ffi::c_void => {}
-        Some(_) => {
-            return Err(error(
-                expected(),
-                format!("{address:#x}, memory of another context or GPU"),
-            ))
+    match ordinal {
+        Some(ordinal) if usize::try_from(ordinal) == Ok(queue.cuda.ordinal) => {}
+        Some(ordinal) => {
+            let found = format!("{address:#x}, memory of CUDA device {ordinal}");
+            return Err(error(expected(), found));
         }
         None => {
             return Err(error(
@@ -498,9 +497,75 @@ fn check_raw<T: Element>(
 fn pointer_attribute<V>(address: u64, attribute: sys::CUpointer_attribute, init: V) -> Option<V> {
     let mut value = init;
     // SAFETY: every attribute asked for here is written by the driver as a value of the type
-    // `V` it is read into (a context handle as a pointer, an address, a size), into `value`,
-    // which lives until the call returns.
+    // `V` it is read into (an `int` ordinal, an address, a size), into `value`, which lives
+    // until the call returns.
     let asked =
         unsafe { sys::cuPointerGetAttribute((&mut value as *mut V).cast(), attribute, address) };
     asked.result().ok().map(|()| value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_types_match_by_type_or_device_type() {
+        check_type::<f32, f32>("op", "src").unwrap();
+        check_type::<half::bf16, half::bf16>("op", "src").unwrap();
+        check_type::<half::bf16, u16>("op", "src").unwrap();
+        check_type::<bool, u8>("op", "src").unwrap();
+        let err = check_type::<f32, f64>("BufferView::new", "src").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`BufferView::new`: `src` is memory of `f64`, but it must be memory of `f32` (or `f32`)"
+        );
+        let err = check_type::<half::f16, i16>("op", "slice").unwrap_err();
+        assert!(
+            matches!(err, Error::Interop { param: "slice", .. }),
+            "{err}"
+        );
+        assert!(
+            check_type::<u8, bool>("op", "src").is_err(),
+            "bool is not u8's device type"
+        );
+    }
+
+    #[test]
+    fn lengths_must_equal_the_shape() {
+        assert_eq!(check_len::<f32>("op", &[3, 4], 12).unwrap(), 12);
+        assert_eq!(check_len::<f32>("op", &[], 1).unwrap(), 1);
+        let err = check_len::<f32>("Buffer::from_cuda_slice", &[5, 2], 12).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "`Buffer::from_cuda_slice`: `shape` is [5, 2], 10 elements, but it must be 12 \
+             elements, as the memory holds"
+        );
+        let err = check_len::<f64>("op", &[usize::MAX, 2], 3).unwrap_err();
+        assert!(matches!(err, Error::TooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn views_need_a_cuda_device() {
+        let Err(err) = cuda_device(&Device::cpu(), "BufferView::new") else {
+            panic!("the CPU has no stream")
+        };
+        assert!(matches!(err, Error::Interop { param: "dev", .. }), "{err}");
+        // SAFETY: the CPU device is refused before the address is looked at.
+        let err = unsafe { BufferView::<f32>::from_raw(&Device::cpu(), 256, &[4]) }.unwrap_err();
+        assert!(matches!(err, Error::Interop { param: "dev", .. }), "{err}");
+    }
+
+    #[test]
+    fn rejected_turns_into_its_error() {
+        let rejected = Rejected {
+            error: Error::Reshape {
+                from: vec![3],
+                to: vec![4],
+            },
+            value: vec![1, 2, 3],
+        };
+        assert!(rejected.to_string().starts_with("cannot reshape"));
+        let error: Error = rejected.into();
+        assert!(matches!(error, Error::Reshape { .. }));
+    }
 }
