@@ -9,7 +9,7 @@ use std::process::ExitCode;
 
 use fuse_runtime::cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
 use fuse_runtime::cudarc::nvrtc::compile_ptx;
-use fuse_runtime::{fuse, BufferView, BufferViewMut, Device, Error};
+use fuse_runtime::{fuse, BufferView, BufferViewMut, Device};
 
 fuse! {
     /// RMSNorm of each row, with a weight per column.
@@ -93,9 +93,4 @@ fn compare(x: &[f32], w: &[f32], y: &[f32]) -> f64 {
         }
     }
     worst
-}
-
-#[allow(dead_code)]
-fn _errors_are_fuse_errors(e: Error) -> Box<dyn std::error::Error> {
-    Box::new(e)
 }
