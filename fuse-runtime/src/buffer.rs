@@ -370,6 +370,18 @@ impl<T: Element> Buffer<T> {
         }
     }
 
+    /// Where the elements are, for the overlap check of a call (see `AnyBuffer::span`).
+    pub(crate) fn span(&self) -> Option<(usize, std::ops::Range<u64>)> {
+        let bytes = (self.len * std::mem::size_of::<T::Repr>()) as u64;
+        if bytes == 0 {
+            return None;
+        }
+        match &self.storage {
+            Storage::Cpu(data) => Some((Arc::as_ptr(data) as usize, 0..bytes)),
+            Storage::Cuda { address, .. } => Some((0, *address..address + bytes)),
+        }
+    }
+
     fn check_length(&self, op: &'static str, found: usize) -> Result<(), Error> {
         if found == self.len {
             Ok(())

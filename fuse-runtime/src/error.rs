@@ -131,6 +131,16 @@ pub enum Error {
         /// What it is.
         found: String,
     },
+    /// An output of a call shares memory with an input or another output (a handle made by
+    /// `reshape`, or overlapping views): the kernel would read what it is writing.
+    Alias {
+        /// The kernel's Rust name.
+        kernel: String,
+        /// The output.
+        output: String,
+        /// The input or output it overlaps.
+        other: String,
+    },
     /// Something that would break a CUDA graph capture on the device's stream: a kernel's first
     /// use (compiling or loading its module), or scratch memory that must grow.
     Capture {
@@ -229,6 +239,15 @@ impl fmt::Display for Error {
                 expected,
                 found,
             } => write!(f, "`{op}`: `{param}` is {found}, but it must be {expected}"),
+            Error::Alias {
+                kernel,
+                output,
+                other,
+            } => write!(
+                f,
+                "kernel `{kernel}`: output `{output}` shares memory with `{other}`; write the \
+                 output into a buffer of its own"
+            ),
             Error::Capture { detail } => write!(
                 f,
                 "not possible while the stream captures a CUDA graph: {detail}"

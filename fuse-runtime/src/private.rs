@@ -108,6 +108,11 @@ pub trait AnyBuffer: sealed::Sealed + Sync {
     fn device_address(&self) -> Option<u64>;
     /// The bytes its elements take on the device.
     fn bytes(&self) -> usize;
+    /// Where its elements are, as (the start of the memory, the byte range within it): two
+    /// tensors overlap when they have the same start and their ranges meet. On a GPU the start
+    /// is 0 (one address space) and the range is the device addresses; on the CPU the start
+    /// identifies the storage and the range is the whole of it. `None` when it holds nothing.
+    fn span(&self) -> Option<(usize, std::ops::Range<u64>)>;
 }
 
 impl<T: Element> AnyBuffer for Buffer<T> {
@@ -125,6 +130,10 @@ impl<T: Element> AnyBuffer for Buffer<T> {
 
     fn bytes(&self) -> usize {
         self.len() * std::mem::size_of::<T::Repr>()
+    }
+
+    fn span(&self) -> Option<(usize, std::ops::Range<u64>)> {
+        Buffer::span(self)
     }
 }
 
@@ -154,6 +163,9 @@ pub fn bind(sig: &Signature, dev: &Device, tensors: &[&dyn AnyBuffer]) -> Result
             }
         }
     }
+    if tensors.len() == sig.tensors.len() {
+        check_overlaps(sig, tensors)?;
+    }
     let mut sizes = Inline::new(0, sig.dims.len());
     for ((size, bound), name) in sizes.as_mut_slice().iter_mut().zip(&*bound).zip(sig.dims) {
         *size = bound.map(|(n, _)| n).ok_or_else(|| Error::Internal {
@@ -161,6 +173,36 @@ pub fn bind(sig: &Signature, dev: &Device, tensors: &[&dyn AnyBuffer]) -> Result
         })?;
     }
     Ok(Sizes(sizes))
+}
+
+/// Checks that no output shares memory with an input or another output: the kernels read their
+/// inputs through non-aliasing pointers (and the CPU backend would read a copy), so such a call
+/// would be undefined on a GPU. Reported as [`Error::Alias`], naming both parameters.
+fn check_overlaps(sig: &Signature, tensors: &[&dyn AnyBuffer]) -> Result<(), Error> {
+    for (j, (out, out_tensor)) in sig.tensors.iter().zip(tensors).enumerate() {
+        if !out.output {
+            continue;
+        }
+        let Some((base, range)) = out_tensor.span() else {
+            continue;
+        };
+        for (i, (other, other_tensor)) in sig.tensors.iter().zip(tensors).enumerate() {
+            if i == j || (other.output && i > j) {
+                continue;
+            }
+            let overlaps = other_tensor
+                .span()
+                .is_some_and(|(b, r)| b == base && r.start < range.end && range.start < r.end);
+            if overlaps {
+                return Err(Error::Alias {
+                    kernel: sig.kernel.to_string(),
+                    output: out.name.to_string(),
+                    other: other.name.to_string(),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Checks one tensor's device, rank and sizes, binding the named dims it is first to have.

@@ -213,6 +213,11 @@ macro_rules! view_accessors {
             fn bytes(&self) -> usize {
                 self.raw.len * std::mem::size_of::<T::Repr>()
             }
+
+            fn span(&self) -> Option<(usize, std::ops::Range<u64>)> {
+                let bytes = (self.raw.len * std::mem::size_of::<T::Repr>()) as u64;
+                (bytes > 0).then(|| (0, self.raw.address..self.raw.address + bytes))
+            }
         }
 
         impl<T: Element> Input<T> for $view<'_, T> {

@@ -215,6 +215,50 @@ fn cuda_slices_into_buffers_and_back() {
     assert!(matches!(err, Error::Interop { param: "dev", .. }), "{err}");
 }
 
+/// An output that shares memory with an input (a `reshape` handle, or raw views that overlap)
+/// is an error that names both, on the GPU as on the CPU; nothing is launched.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn outputs_sharing_memory_are_errors() {
+    let Some(dev) = gpu() else { return };
+    let mut rng = Rng::new();
+    let data: Vec<f32> = rng.floats(6 * 40, -1.0, 1.0);
+    for on in [dev.clone(), Device::cpu()] {
+        let x = on.upload(&data).unwrap().reshape(&[6, 40]).unwrap();
+        let mut same = x.reshape(&[6, 40]).unwrap();
+        let err = softmax::into(&on, &x, &mut same).unwrap_err();
+        assert!(
+            matches!(&err, Error::Alias { output, other, .. } if output == "out" && other == "x"),
+            "{on}: {err}"
+        );
+        assert_eq!(x.to_vec().unwrap(), data, "{on}: nothing was written");
+    }
+    let stream = stream_of(&dev);
+    let memory = upload(&stream, &[&data[..200], &data[..200]].concat());
+    let (address, _sync) = fuse_runtime::cudarc::driver::DevicePtr::device_ptr(&memory, &stream);
+    // SAFETY (both blocks): the views lie inside `memory`, 400 floats, which outlives them; the
+    // overlapping call is refused before anything reads or writes them.
+    let (x, mut y) = unsafe {
+        (
+            BufferView::<f32>::from_raw(&dev, address, &[5, 40]).unwrap(),
+            BufferViewMut::<f32>::from_raw(&dev, address + 4 * 40, &[5, 40]).unwrap(),
+        )
+    };
+    let err = softmax::into(&dev, &x, &mut y).unwrap_err();
+    assert!(matches!(err, Error::Alias { .. }), "{err}");
+    // Side by side, not overlapping: it runs.
+    let mut y =
+        unsafe { BufferViewMut::<f32>::from_raw(&dev, address + 4 * 200, &[5, 40]) }.unwrap();
+    softmax::into(&dev, &x, &mut y).unwrap();
+    let want = f64s(&on_cpu(softmax, &data[..200], &[5, 40]));
+    assert_close(
+        "softmax beside its input",
+        &y.to_vec().unwrap(),
+        &want,
+        &Tol::close(1e-5, 1e-7),
+    );
+}
+
 /// A raw device pointer, checked with the driver: inside its allocation, on this GPU, aligned.
 #[test]
 #[ignore = "needs a CUDA GPU"]

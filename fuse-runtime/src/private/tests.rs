@@ -311,3 +311,67 @@ fn round_keys_give_philoxs_words() {
         );
     }
 }
+
+#[test]
+fn an_output_sharing_memory_with_a_tensor_is_an_error() {
+    let dev = cpu();
+    let x = dev
+        .upload(&[1.5f32, -2.0, 3.25, 4.0, 0.5, 6.0])
+        .unwrap()
+        .reshape(&[2, 3])
+        .unwrap();
+    let gamma = dev.upload(&[1.0f32, 2.0, 3.0]).unwrap();
+    let beta = dev.upload(&[0.5f32, 0.25, 0.125]).unwrap();
+    let y = x.reshape(&[2, 3]).unwrap(); // the same memory as `x`
+    let err = bind(&LAYERNORM, &dev, &[&x, &gamma, &beta, &y]).unwrap_err();
+    assert_eq!(
+        err,
+        Error::Alias {
+            kernel: "layernorm".into(),
+            output: "y".into(),
+            other: "x".into()
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "kernel `layernorm`: output `y` shares memory with `x`; write the output into a buffer \
+         of its own"
+    );
+    // Two outputs on one buffer: `split(x: [n]) -> (a: [n], b: [n])`.
+    const SPLIT: Signature = Signature {
+        kernel: "split",
+        dims: &["n"],
+        tensors: &[
+            TensorSig {
+                name: "x",
+                dims: &[Named(0)],
+                output: false,
+            },
+            TensorSig {
+                name: "a",
+                dims: &[Named(0)],
+                output: true,
+            },
+            TensorSig {
+                name: "b",
+                dims: &[Named(0)],
+                output: true,
+            },
+        ],
+    };
+    let input = dev.upload(&[1u16, 2, 3]).unwrap();
+    let a = dev.zeros::<u16>(&[3]).unwrap();
+    let b = a.reshape(&[3]).unwrap();
+    let err = bind(&SPLIT, &dev, &[&input, &a, &b]).unwrap_err();
+    assert!(
+        matches!(&err, Error::Alias { output, other, .. } if output == "b" && other == "a"),
+        "{err}"
+    );
+    let b = dev.zeros::<u16>(&[3]).unwrap();
+    bind(&SPLIT, &dev, &[&input, &a, &b]).unwrap();
+    // The inputs alone (the allocating form binds them before it allocates) are not checked.
+    bind(&SPLIT, &dev, &[&input]).unwrap();
+    // Distinct buffers, and an input used twice, are fine.
+    let y = dev.zeros::<f32>(&[2, 3]).unwrap();
+    bind(&LAYERNORM, &dev, &[&x, &gamma, &gamma, &y]).unwrap();
+}
