@@ -7,7 +7,9 @@
 //! `interop/candle/build.sh`. Run: `candle` (the GPU if there is one, else the CPU).
 
 use candle_core::backend::BackendStorage;
-use candle_core::{CpuStorage, CudaStorage, CustomOp1, Device as CandleDevice, Layout, Shape, Tensor, D};
+use candle_core::{
+    CpuStorage, CudaStorage, CustomOp1, Device as CandleDevice, Layout, Shape, Tensor, D,
+};
 use fuse_runtime::{fuse, BufferView, BufferViewMut, Device};
 
 fuse! {
@@ -40,18 +42,29 @@ impl CustomOp1 for FuseRmsNorm {
         "fuse-rmsnorm"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (rows, cols, start, end) = rows_cols(layout)?;
         let CpuStorage::F32(data) = storage else {
             candle_core::bail!("FuseRmsNorm takes f32")
         };
         let cpu = Device::cpu();
-        let x = cpu.upload(&data[start..end]).and_then(|x| x.reshape(&[rows, cols])).map_err(fused)?;
+        let x = cpu
+            .upload(&data[start..end])
+            .and_then(|x| x.reshape(&[rows, cols]))
+            .map_err(fused)?;
         let y = rmsnorm(&cpu, &x).and_then(|y| y.to_vec()).map_err(fused)?;
         Ok((CpuStorage::F32(y), layout.shape().clone()))
     }
 
-    fn cuda_fwd(&self, storage: &CudaStorage, layout: &Layout) -> candle_core::Result<(CudaStorage, Shape)> {
+    fn cuda_fwd(
+        &self,
+        storage: &CudaStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CudaStorage, Shape)> {
         let (rows, cols, start, end) = rows_cols(layout)?;
         let candle = storage.device().clone();
         // candle's stream: the kernel queues after candle's work on the input, and candle's next
@@ -65,7 +78,10 @@ impl CustomOp1 for FuseRmsNorm {
             let mut y = BufferViewMut::<f32>::new(&dev, &mut out, &[rows, cols]).map_err(fused)?;
             rmsnorm::into(&dev, &x, &mut y).map_err(fused)?;
         }
-        Ok((CudaStorage::wrap_cuda_slice(out, candle), layout.shape().clone()))
+        Ok((
+            CudaStorage::wrap_cuda_slice(out, candle),
+            layout.shape().clone(),
+        ))
     }
 }
 

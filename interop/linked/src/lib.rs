@@ -12,9 +12,17 @@ fuse! {
 }
 
 /// Runs [`row_norm2`] on memory cudarc allocated on its own stream, without a copy.
-pub fn norms_of(stream: std::sync::Arc<cudarc::driver::CudaStream>, rows: usize, cols: usize) -> Result<Vec<f32>, Error> {
+pub fn norms_of(
+    stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<f32>, Error> {
     let dev = Device::from_cuda_stream(stream.clone())?;
-    let x = stream.alloc_zeros::<f32>(rows * cols).map_err(|e| Error::Internal { detail: e.to_string() })?;
+    let x = stream
+        .alloc_zeros::<f32>(rows * cols)
+        .map_err(|e| Error::Internal {
+            detail: e.to_string(),
+        })?;
     let x: Buffer<f32> = Buffer::from_cuda_slice(&dev, x, &[rows, cols])?;
     row_norm2(&dev, &x)?.to_vec()
 }
