@@ -7,6 +7,7 @@
 //! touches `proc_macro`, so every stage is an ordinary function with unit tests. With
 //! `FUSE_CUBIN_ARCHS` set, `expand` also embeds CUBINs that `cubin` compiles with NVRTC.
 
+mod abi;
 mod check;
 mod cpu;
 mod cubin;
@@ -28,6 +29,22 @@ mod typing;
 #[proc_macro]
 pub fn fuse(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
     expand::fuse(input.into()).into()
+}
+
+/// A number the generated code and the runtime agree on (`BLOCK`, `CACHE`, `PORTABLE_CLUSTER`,
+/// `MAX_CLUSTER`, `PART`, `PHILOX_W0`, `PHILOX_W1`, `ROUNDS`, `ALIGN`), as a `u32` literal: the
+/// runtime defines its constants with it, so each is written once, in the macro's `abi.rs`.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __abi(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    let name = input.to_string();
+    match abi::value(name.trim()) {
+        Some(value) => quote::quote!(#value).into(),
+        None => {
+            let message = format!("no ABI constant named `{}`", name.trim());
+            quote::quote!(::core::compile_error!(#message)).into()
+        }
+    }
 }
 
 /// The NVRTC options of every kernel, `{arch}` standing for the architecture number, as an array

@@ -13,12 +13,13 @@ use crate::inline::Inline;
 use crate::private::{AnyBuffer, KernelInfo};
 use crate::queue::Queue;
 
-/// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C).
-pub const BLOCK: u32 = 256;
+/// The threads per block of every launch (`FUSE_BLOCK` in the generated CUDA C); the macro
+/// defines it (`abi.rs`), as every number both sides must agree on.
+pub const BLOCK: u32 = fuse_macros::__abi!(BLOCK);
 
 /// Rows up to this length are left to a row kernel's register cache (16 elements a thread);
 /// those longer than half of it take a block each.
-pub(crate) const REGISTER_ROW: u64 = 16 * BLOCK as u64;
+pub(crate) const REGISTER_ROW: u64 = fuse_macros::__abi!(CACHE) as u64 * BLOCK as u64;
 
 /// How a kernel spreads its work over the GPU; the runtime picks the grid from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -237,7 +238,7 @@ pub(crate) fn launch_with(
 
 /// The alignment of every buffer address a kernel is given: its widest vector loads and stores
 /// (16 bytes) and bulk copies need it.
-const ALIGN: u64 = 16;
+const ALIGN: u64 = fuse_macros::__abi!(ALIGN) as u64;
 
 /// Whether `arg` is a buffer whose address is not [`ALIGN`]ed (a view at an element offset).
 fn misaligned(arg: &Arg) -> bool {

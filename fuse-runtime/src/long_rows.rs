@@ -62,15 +62,15 @@ fn grid_clusters(groups: u64, resident: u32, waves: u64) -> u64 {
 }
 
 /// The most blocks of a cluster: 8 is the portable limit, 16 needs the kernel's permission.
-const PORTABLE_CLUSTER: u32 = 8;
-const MAX_CLUSTER: u32 = 16;
+const PORTABLE_CLUSTER: u32 = fuse_macros::__abi!(PORTABLE_CLUSTER);
+const MAX_CLUSTER: u32 = fuse_macros::__abi!(MAX_CLUSTER);
 
 /// The elements of a row each of `cluster` blocks caches: a multiple of 32, so that each part
 /// of a row starts on a 128-byte line (the kernel's `fz_part` rounds alike).
 fn part(row_len: u64, cluster: u32) -> u64 {
     row_len
         .div_ceil(u64::from(cluster.max(1)))
-        .next_multiple_of(32)
+        .next_multiple_of(u64::from(fuse_macros::__abi!(PART)))
 }
 
 /// The dynamic shared memory each block of a cluster of `cluster` needs for rows of `row_len`

@@ -36,14 +36,16 @@
 
 const M0: u32 = 0xD251_1F53;
 const M1: u32 = 0xCD9E_8D57;
-pub(crate) const W0: u32 = 0x9E37_79B9;
-pub(crate) const W1: u32 = 0xBB67_AE85;
+/// The key schedule's words, as the macro's generated Philox adds them (`abi.rs`).
+pub(crate) const W0: u32 = fuse_macros::__abi!(PHILOX_W0);
+pub(crate) const W1: u32 = fuse_macros::__abi!(PHILOX_W1);
+const ROUNDS: u32 = fuse_macros::__abi!(ROUNDS);
 
 /// Philox 4x32 with 10 rounds: the block cipher that turns a counter into four random words.
 pub fn philox4x32_10(counter: [u32; 4], key: [u32; 2]) -> [u32; 4] {
     let [mut c0, mut c1, mut c2, mut c3] = counter;
     let [mut k0, mut k1] = key;
-    for _ in 0..10 {
+    for _ in 0..ROUNDS {
         let p0 = u64::from(M0) * u64::from(c0);
         let p1 = u64::from(M1) * u64::from(c2);
         let (hi0, lo0) = ((p0 >> 32) as u32, p0 as u32);

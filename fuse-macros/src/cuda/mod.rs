@@ -20,8 +20,7 @@ pub(crate) use rows::direct_row_cost;
 pub use rows::long_rows::{cached_bytes, long_rows_symbol};
 pub use tile::{short_rows_symbol, SHORT};
 
-/// Threads per block; the runtime launches every kernel with this many.
-pub const BLOCK: u32 = 256;
+pub use crate::abi::BLOCK;
 
 /// Coordinates in 64 bits, divided by reciprocals that `divisors` computes once per launch: a
 /// 64-bit division is a subroutine call (slow, and live registers spill around it).
@@ -41,11 +40,9 @@ const MIN_BLOCKS: u32 = 2;
 /// types (8-byte types load two 16-byte vectors).
 const LANES: u32 = 4;
 
-/// Elements of a row each thread keeps in registers, when the row fits.
-const CACHE: u32 = 16;
+use crate::abi::CACHE;
 
-/// Philox 4x32-10's rounds, each with its own key.
-pub(crate) const ROUNDS: u32 = 10;
+pub(crate) use crate::abi::ROUNDS;
 
 pub fn symbol(k: &Kernel) -> String {
     format!("fuse_{}", crate::expand::plain_name(&k.name))

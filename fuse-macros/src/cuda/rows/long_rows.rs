@@ -16,10 +16,9 @@ use crate::plan::{Pass, Plan};
 /// entry.
 const PASS_REDUCTIONS: usize = 16;
 
-/// The most blocks of a cluster (the runtime's limit: 8 is portable, 16 needs the kernel's
-/// permission). Each block keeps an eight-byte slot for every block's result of every reduction
-/// of a pass, in two phases.
-const MAX_CLUSTER: usize = 16;
+/// The most blocks of a cluster (`abi::MAX_CLUSTER`, the runtime's limit). Each block keeps an
+/// eight-byte slot for every block's result of every reduction of a pass, in two phases.
+const MAX_CLUSTER: usize = crate::abi::MAX_CLUSTER as usize;
 
 /// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
 /// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
