@@ -362,9 +362,11 @@ fn call(f: Func, e: Elem, a: &[String]) -> String {
         Asin => method("asin"),
         Acos => method("acos"),
         Atan => method("atan"),
-        Asinh => method("asinh"),
-        Acosh => method("acosh"),
-        Atanh => method("atanh"),
+        // Not std's: its formulas overflow near the largest value and lose accuracy near 1
+        // (`acosh`) and -1 (`atanh`); `ops` has libm's.
+        Asinh => op("asinh"),
+        Acosh => op("acosh"),
+        Atanh => op("atanh"),
         ExpM1 => method("exp_m1"),
         Ln1p => method("ln_1p"),
         Floor => method("floor"),

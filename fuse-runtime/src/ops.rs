@@ -1,6 +1,8 @@
 //! CPU helper functions called by generated code: the language's functions that std does not have
 //! with the same meaning (the ML vocabulary, `erf`, a panic-free `clamp`, integer division that
-//! does not trap). Each matches the CUDA helper of the same name in the generated source.
+//! does not trap), or has only as formulas that overflow or lose accuracy where the GPU's do not
+//! (`asinh`, `acosh`, `atanh`). Each matches the CUDA helper or function of the same name in the
+//! generated source.
 
 pub use crate::random::{normal as randn, uniform as rand};
 
@@ -18,6 +20,9 @@ pub fn lse_add(m: &mut f64, s: &mut f64, x: f64) {
 /// Float operations of the CPU backend, for `f32` and `f64`.
 pub trait Real: Copy + PartialOrd + core::ops::Neg<Output = Self> {
     fn erf(self) -> Self;
+    fn asinh(self) -> Self;
+    fn acosh(self) -> Self;
+    fn atanh(self) -> Self;
     fn sigmoid(self) -> Self;
     fn silu(self) -> Self;
     fn gelu(self) -> Self;
@@ -28,11 +33,32 @@ pub trait Real: Copy + PartialOrd + core::ops::Neg<Output = Self> {
     fn powi(self, n: i32) -> Self;
 }
 
+// The inverse hyperbolic functions are libm's (musl's), not std's, whose formulas fail where
+// the GPU's functions do not: `asinh` and `acosh` overflow to infinity near the type's largest
+// value (where the answer is about 89.4 for f32), `acosh` takes `ln` of a value near 1 for `x`
+// near 1 (54,000 ulps off in f64 at 1 + 4e-13), and `atanh`, `0.5 * ln_1p(2x / (1 - x))`,
+// takes `ln_1p` near -1 for `x` near -1 (363,000 ulps off in f32 at -0.99999994).
 macro_rules! real {
-    ($t:ident, $erf:path, $sqrt_half:expr, $sqrt_2_over_pi:expr) => {
+    ($t:ident, $sqrt_half:expr, $sqrt_2_over_pi:expr) => {
         impl Real for $t {
             fn erf(self) -> Self {
-                $erf(self)
+                libm::Libm::<$t>::erf(self)
+            }
+            fn asinh(self) -> Self {
+                libm::Libm::<$t>::asinh(self)
+            }
+            /// NaN below 1 by a test of its own: libm's `acosh` does not check the sign on its
+            /// path for `2 <= |x| < 2^12` (f32) or `2^26` (f64), and returns finite values for
+            /// many `x <= -2`.
+            fn acosh(self) -> Self {
+                if self < 1.0 {
+                    <$t>::NAN
+                } else {
+                    libm::Libm::<$t>::acosh(self)
+                }
+            }
+            fn atanh(self) -> Self {
+                libm::Libm::<$t>::atanh(self)
             }
             fn sigmoid(self) -> Self {
                 1.0 / (1.0 + (-self).exp())
@@ -40,8 +66,11 @@ macro_rules! real {
             fn silu(self) -> Self {
                 self / (1.0 + (-self).exp())
             }
+            /// `0.5 x (1 + erf(x / sqrt 2))` written with `erfc`, as the CUDA helper: `1 + erf`
+            /// cancels for negative `x` (to 0 below about -5.7), where `erfc` keeps the
+            /// relative accuracy.
             fn gelu(self) -> Self {
-                0.5 * self * (1.0 + $erf(self * $sqrt_half))
+                0.5 * self * libm::Libm::<$t>::erfc(-self * $sqrt_half)
             }
             fn gelu_tanh(self) -> Self {
                 0.5 * self
@@ -90,21 +119,20 @@ mod constants {
     pub const SQRT_2_OVER_PI_F64: f64 = 0.797884560802865356;
 }
 
-real!(
-    f32,
-    libm::erff,
-    constants::SQRT_HALF_F32,
-    constants::SQRT_2_OVER_PI_F32
-);
-real!(
-    f64,
-    libm::erf,
-    constants::SQRT_HALF_F64,
-    constants::SQRT_2_OVER_PI_F64
-);
+real!(f32, constants::SQRT_HALF_F32, constants::SQRT_2_OVER_PI_F32);
+real!(f64, constants::SQRT_HALF_F64, constants::SQRT_2_OVER_PI_F64);
 
 pub fn erf<T: Real>(x: T) -> T {
     x.erf()
+}
+pub fn asinh<T: Real>(x: T) -> T {
+    x.asinh()
+}
+pub fn acosh<T: Real>(x: T) -> T {
+    x.acosh()
+}
+pub fn atanh<T: Real>(x: T) -> T {
+    x.atanh()
 }
 pub fn sigmoid<T: Real>(x: T) -> T {
     x.sigmoid()
