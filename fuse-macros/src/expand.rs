@@ -9,7 +9,7 @@
 use crate::check::{check, DEVICE_ARG};
 use crate::error::Errors;
 use crate::ir::{Dim, Kernel, Launch};
-use crate::parse::{Input, KernelDef};
+use crate::parse::KernelDef;
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
@@ -18,7 +18,7 @@ use syn::ext::IdentExt;
 const RT: &str = "::fuse_runtime";
 
 pub fn fuse(input: TokenStream) -> TokenStream {
-    let input: Input = match syn::parse2(input) {
+    let input = match crate::parse::parse_input(input) {
         Ok(i) => i,
         Err(e) => return e.to_compile_error(),
     };

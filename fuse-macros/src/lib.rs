@@ -16,6 +16,7 @@ mod expand;
 mod func;
 mod fusion;
 mod ir;
+mod limits;
 mod parse;
 mod plan;
 mod special;
