@@ -316,7 +316,13 @@ impl<'a> Checker<'a> {
             return None;
         }
         let ids: Vec<usize> = ids.into_iter().collect::<Option<_>>()?;
+        let before_literals = self.cx.len();
         self.default_literals(&ids, &declared);
+        if self.cx.len() != before_literals {
+            // A literal that does not fit its type keeps a literal type, which has no element
+            // type to compare with the declared one below.
+            return None;
+        }
         self.shape_randoms(&ids, &declared, &items)?;
         let mut outputs = vec![];
         for ((&id, (elem, shape)), e) in ids.iter().zip(declared).zip(items) {
@@ -418,10 +424,15 @@ impl<'a> Checker<'a> {
 
     /// Outputs give their literals the declared type; every other literal takes Rust's default.
     fn default_literals(&mut self, ids: &[usize], declared: &[(Elem, Vec<DimId>)]) {
+        let mut fits = true;
         for (&id, (elem, _)) in ids.iter().zip(declared) {
             if self.nodes[id].ty.is_literal() {
-                self.coerce_or_report(id, *elem);
+                fits &= self.coerce_or_report(id, *elem);
             }
+        }
+        if !fits {
+            // The literal that did not fit is still untyped: defaulting it would report it again.
+            return;
         }
         for id in (0..self.nodes.len()).rev() {
             let ty = self.nodes[id].ty;

@@ -15,6 +15,8 @@ mod error;
 mod expand;
 mod func;
 mod fusion;
+#[cfg(test)]
+mod fuzz;
 mod ir;
 mod limits;
 mod parse;
