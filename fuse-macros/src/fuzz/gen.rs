@@ -117,8 +117,36 @@ const POOL: &str = r##"
     ..= , ; : :: -> => # $ ? ~ 'a 'static
 "##;
 
+/// The pool, whole and by kind: a token replaced by one of its kind keeps more inputs valid, so
+/// that more of them reach the later stages.
+pub struct Pool {
+    pub all: Vec<TokenTree>,
+    by_kind: [Vec<TokenTree>; 3],
+}
+
+impl Pool {
+    pub fn new() -> Pool {
+        let all = pool();
+        let by_kind = [0, 1, 2].map(|k| all.iter().filter(|t| kind(t) == k).cloned().collect());
+        Pool { all, by_kind }
+    }
+
+    /// A pool token of the same kind as `tt`: identifier, literal, or punctuation and groups.
+    fn like(&self, rng: &mut Rng, tt: &TokenTree) -> TokenTree {
+        rng.pick(&self.by_kind[kind(tt)]).clone()
+    }
+}
+
+fn kind(tt: &TokenTree) -> usize {
+    match tt {
+        TokenTree::Ident(_) => 0,
+        TokenTree::Literal(_) => 1,
+        _ => 2,
+    }
+}
+
 /// The pool as single tokens and groups, parsed once.
-pub fn pool() -> Vec<TokenTree> {
+fn pool() -> Vec<TokenTree> {
     let mut tokens: Vec<TokenTree> = POOL
         .split_whitespace()
         .flat_map(|word| word.parse::<TokenStream>().unwrap_or_default())
@@ -147,17 +175,46 @@ fn parse(text: &str) -> Vec<Flat> {
 
 /// A mutation of `seed`: a few edits of the kinds that find bugs, sometimes one that builds a
 /// deep or long input, sometimes a splice from `other`.
-pub fn mutate(rng: &mut Rng, seed: &[Flat], other: &[Flat], pool: &[TokenTree]) -> Vec<Flat> {
+pub fn mutate(rng: &mut Rng, seed: &[Flat], other: &[Flat], pool: &Pool) -> Vec<Flat> {
     let mut flat = seed.to_vec();
-    let edits = 1 + rng.below(4);
-    for _ in 0..edits {
-        edit(rng, &mut flat, other, pool);
+    if rng.chance(2) {
+        replace_alike(rng, &mut flat, pool);
+    } else {
+        for _ in 0..1 + rng.below(4) {
+            edit(rng, &mut flat, other, &pool.all);
+        }
     }
     if rng.chance(40) {
         grow(rng, &mut flat);
     }
     flat.truncate(MAX_TOKENS);
     flat
+}
+
+/// Replaces one token by a pool token of its kind: the gentlest edit, which often leaves a valid
+/// kernel with an unusual name, literal or operator.
+fn replace_alike(rng: &mut Rng, flat: &mut [Flat], pool: &Pool) {
+    if flat.is_empty() {
+        return;
+    }
+    let at = rng.below(flat.len());
+    let Flat::Leaf(tt) = &flat[at] else {
+        return;
+    };
+    // Half the time a token of the kernel itself: another of its names, literals or operators.
+    let own: Vec<&TokenTree> = flat
+        .iter()
+        .filter_map(|f| match f {
+            Flat::Leaf(other) if kind(other) == kind(tt) => Some(other),
+            _ => None,
+        })
+        .collect();
+    let new = if rng.chance(2) {
+        (*rng.pick(&own)).clone()
+    } else {
+        pool.like(rng, tt)
+    };
+    flat[at] = Flat::Leaf(new);
 }
 
 fn edit(rng: &mut Rng, flat: &mut Vec<Flat>, other: &[Flat], pool: &[TokenTree]) {

@@ -34,6 +34,11 @@ pub fn all() -> Vec<Vec<Flat>> {
             find_blocks(tokens, &mut seeds);
         }
     }
+    let kernels: Vec<TokenStream> = seeds
+        .iter()
+        .flat_map(|b| split_kernels(b.clone()))
+        .collect();
+    seeds.extend(kernels);
     seeds
         .into_iter()
         .map(|block| {
@@ -117,4 +122,27 @@ fn fill_metavariables(tokens: TokenStream) -> TokenStream {
         }
     }
     out
+}
+
+/// The kernels of a block with several, one a stream: a mutation of a single kernel more often
+/// still checks, and then reaches the planner and both emitters.
+fn split_kernels(block: TokenStream) -> Vec<TokenStream> {
+    let mut kernels = vec![];
+    let mut current = TokenStream::new();
+    let mut saw_fn = false;
+    for tt in block {
+        saw_fn |= matches!(&tt, TokenTree::Ident(i) if i == "fn");
+        let ends = saw_fn
+            && matches!(&tt, TokenTree::Group(g) if g.delimiter() == proc_macro2::Delimiter::Brace);
+        current.extend([tt]);
+        if ends {
+            kernels.push(std::mem::take(&mut current));
+            saw_fn = false;
+        }
+    }
+    if kernels.len() > 1 {
+        kernels
+    } else {
+        vec![]
+    }
 }
