@@ -2,6 +2,7 @@
 //! checked kernel and treat a broken invariant as a bug.
 
 use crate::error::Errors;
+use crate::expand::plain_name;
 use crate::ir::{Dim, DimId, Kernel, Node, Op, OutputInfo, ParamInfo};
 use crate::parse::{lower_body, DimDecl, Expr, ExprKind, Input, KernelDef, TypeDecl};
 use crate::ty::{Elem, Ty};
@@ -17,17 +18,17 @@ pub const DEVICE_ARG: &str = "dev";
 pub fn check(input: &Input, cx: &mut Errors) -> Vec<Kernel> {
     let mut seen = HashSet::new();
     for k in &input.kernels {
-        if !seen.insert(k.name.to_string()) {
+        if !seen.insert(plain_name(&k.name)) {
             cx.spanned(
                 &k.name,
                 format!(
                     "the kernel `{}` is defined more than once in this `fuse!`; rename one",
-                    k.name
+                    plain_name(&k.name)
                 ),
             );
         }
     }
-    let names: Vec<String> = input.kernels.iter().map(|k| k.name.to_string()).collect();
+    let names: Vec<String> = input.kernels.iter().map(|k| plain_name(&k.name)).collect();
     input
         .kernels
         .iter()
@@ -108,14 +109,14 @@ impl<'a> Checker<'a> {
         let mut poisoned = body.poisoned.iter().peekable();
         for (i, (name, e)) in body.lets.iter().enumerate() {
             while let Some((_, p)) = poisoned.next_if(|(at, _)| *at == i) {
-                self.scope.push((p.to_string(), POISONED));
+                self.scope.push((plain_name(p), POISONED));
             }
             // A value with an error still binds its name, so its uses are not errors again.
             let id = self.expr(e).unwrap_or(POISONED);
-            self.scope.push((name.to_string(), id));
+            self.scope.push((plain_name(name), id));
         }
         for (_, p) in poisoned {
-            self.scope.push((p.to_string(), POISONED));
+            self.scope.push((plain_name(p), POISONED));
         }
         let tail = match &body.tail {
             Some(t) => t,
@@ -155,7 +156,7 @@ impl<'a> Checker<'a> {
     fn signature(&mut self, def: &KernelDef) {
         let mut names = HashSet::new();
         for p in &def.params {
-            let name = p.name.to_string();
+            let name = plain_name(&p.name);
             if name == DEVICE_ARG {
                 self.cx.spanned(&p.name, format!("the parameter name `{DEVICE_ARG}` is reserved for the device argument of the generated function; rename it"));
             }
@@ -208,7 +209,7 @@ impl<'a> Checker<'a> {
         let mut shape: Vec<DimId> = vec![];
         for d in dims {
             let dim = match d {
-                DimDecl::Named(n) => Dim::Named(n.to_string()),
+                DimDecl::Named(n) => Dim::Named(plain_name(n)),
                 DimDecl::Fixed(lit) => match lit.base10_parse::<u64>() {
                     Ok(v) if lit.suffix().is_empty() || lit.suffix() == "usize" => Dim::Fixed(v),
                     Ok(_) => {
@@ -315,7 +316,13 @@ impl<'a> Checker<'a> {
             return None;
         }
         let ids: Vec<usize> = ids.into_iter().collect::<Option<_>>()?;
+        let before_literals = self.cx.len();
         self.default_literals(&ids, &declared);
+        if self.cx.len() != before_literals {
+            // A literal that does not fit its type keeps a literal type, which has no element
+            // type to compare with the declared one below.
+            return None;
+        }
         self.shape_randoms(&ids, &declared, &items)?;
         let mut outputs = vec![];
         for ((&id, (elem, shape)), e) in ids.iter().zip(declared).zip(items) {
@@ -417,10 +424,15 @@ impl<'a> Checker<'a> {
 
     /// Outputs give their literals the declared type; every other literal takes Rust's default.
     fn default_literals(&mut self, ids: &[usize], declared: &[(Elem, Vec<DimId>)]) {
+        let mut fits = true;
         for (&id, (elem, _)) in ids.iter().zip(declared) {
             if self.nodes[id].ty.is_literal() {
-                self.coerce_or_report(id, *elem);
+                fits &= self.coerce_or_report(id, *elem);
             }
+        }
+        if !fits {
+            // The literal that did not fit is still untyped: defaulting it would report it again.
+            return;
         }
         for id in (0..self.nodes.len()).rev() {
             let ty = self.nodes[id].ty;

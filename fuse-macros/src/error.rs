@@ -89,6 +89,30 @@ pub fn tokens(node: &impl ToTokens) -> TokenStream {
     node.to_token_stream()
 }
 
+/// An expression nested past [`crate::limits::MAX_EXPR_DEPTH`].
+pub fn expr_depth(limit: usize) -> String {
+    format!(
+        "this expression nests more than {limit} levels deep, the most `fuse!` takes; bind inner \
+         parts to names with `let`"
+    )
+}
+
+/// Brackets nested past [`crate::limits::MAX_GROUP_DEPTH`].
+pub fn group_depth(limit: usize) -> String {
+    format!(
+        "brackets nest more than {limit} levels deep here, the most `fuse!` takes; bind inner \
+         parts to names with `let`"
+    )
+}
+
+/// Punctuation in a row past [`crate::limits::MAX_PUNCT_RUN`].
+pub fn punct_run(limit: usize) -> String {
+    format!(
+        "more than {limit} operators in a row, the most `fuse!` takes; bind inner parts to names \
+         with `let`"
+    )
+}
+
 /// The way out of every build-time CUBIN error.
 const CUBIN_FIX: &str = "unset `FUSE_CUBIN_ARCHS` to compile kernels at run time";
 

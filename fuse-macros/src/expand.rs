@@ -9,7 +9,7 @@
 use crate::check::{check, DEVICE_ARG};
 use crate::error::Errors;
 use crate::ir::{Dim, Kernel, Launch};
-use crate::parse::{Input, KernelDef};
+use crate::parse::KernelDef;
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
@@ -18,7 +18,7 @@ use syn::ext::IdentExt;
 const RT: &str = "::fuse_runtime";
 
 pub fn fuse(input: TokenStream) -> TokenStream {
-    let input: Input = match syn::parse2(input) {
+    let input = match crate::parse::parse_input(input) {
         Ok(i) => i,
         Err(e) => return e.to_compile_error(),
     };
@@ -38,7 +38,7 @@ pub fn fuse(input: TokenStream) -> TokenStream {
                 input
                     .kernels
                     .iter()
-                    .filter(|k| seen.insert(k.name.to_string()))
+                    .filter(|k| seen.insert(plain_name(&k.name)))
                     .map(stub),
             );
             out
@@ -88,10 +88,12 @@ impl RustSig {
             .iter()
             .map(|p| {
                 let mut name = plain_name(&p.name);
+                let mut ident = p.name.clone();
                 while !seen.insert(name.clone()) {
+                    // A suffixed name is no keyword, so it needs no `r#` (which it may have had).
                     name.push('_');
+                    ident = Ident::new(&name, p.name.span());
                 }
-                let ident = Ident::new(&name, p.name.span());
                 (
                     ident,
                     p.ty.elem.resolve().unwrap_or(Elem::F32),

@@ -16,7 +16,10 @@ mod error;
 mod expand;
 mod func;
 mod fusion;
+#[cfg(test)]
+mod fuzz;
 mod ir;
+mod limits;
 mod parse;
 mod plan;
 mod special;

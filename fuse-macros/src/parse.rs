@@ -4,6 +4,7 @@
 //! errors point at exactly the offending code.
 
 use crate::error::{tokens, Errors};
+use crate::limits::MAX_EXPR_DEPTH;
 use crate::ty::Elem;
 use proc_macro2::{Span, TokenStream};
 use syn::parse::{Parse, ParseStream};
@@ -76,6 +77,12 @@ impl Parse for Input {
         }
         Ok(Input { kernels })
     }
+}
+
+/// Parses the macro's input, after checking it against the limits that syn's parser needs.
+pub fn parse_input(tokens: TokenStream) -> syn::Result<Input> {
+    crate::limits::check_tokens(&tokens)?;
+    syn::parse2(tokens)
 }
 
 /// Takes `#[fast_math]` out of a kernel's attributes (the others go on the generated fn).
@@ -308,6 +315,11 @@ pub struct Body {
 
 /// Lowers a body's statements, reporting every construct the language does not have.
 pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
+    let cx = &mut Lowering {
+        cx,
+        depth: 0,
+        too_deep: false,
+    };
     let mut body = Body {
         lets: Vec::new(),
         tail: None,
@@ -341,7 +353,7 @@ const UNSUPPORTED_MACRO: &str =
     "macros are not expanded inside a kernel; write the expression with the language's operators and functions";
 
 /// A `let`'s name and value; on an error, the name if there is one.
-fn lower_let(local: &syn::Local, cx: &mut Errors) -> Result<(Ident, Expr), Option<Ident>> {
+fn lower_let(local: &syn::Local, cx: &mut Lowering) -> Result<(Ident, Expr), Option<Ident>> {
     let name = match &local.pat {
         syn::Pat::Ident(p) if p.by_ref.is_none() && p.subpat.is_none() => {
             if let Some(m) = &p.mutability {
@@ -377,9 +389,60 @@ fn lower_let(local: &syn::Local, cx: &mut Errors) -> Result<(Ident, Expr), Optio
     }
 }
 
-/// Lowers one expression; `None` if it (or a part) is not part of the language, with the error
-/// in `cx`.
-pub fn lower_expr(e: &syn::Expr, cx: &mut Errors) -> Option<Expr> {
+/// The state of lowering one body: the errors, and how deep the expression being lowered is.
+struct Lowering<'a> {
+    cx: &'a mut Errors,
+    depth: usize,
+    /// Whether the depth limit was reported: one error a body is enough.
+    too_deep: bool,
+}
+
+impl std::ops::Deref for Lowering<'_> {
+    type Target = Errors;
+
+    fn deref(&self) -> &Errors {
+        self.cx
+    }
+}
+
+impl std::ops::DerefMut for Lowering<'_> {
+    fn deref_mut(&mut self) -> &mut Errors {
+        self.cx
+    }
+}
+
+/// Lowers one expression; `None` if it (or a part) is not part of the language, or nests past
+/// [`MAX_EXPR_DEPTH`], with the error in `cx`.
+fn lower_expr(e: &syn::Expr, cx: &mut Lowering) -> Option<Expr> {
+    if cx.depth == MAX_EXPR_DEPTH {
+        if !std::mem::replace(&mut cx.too_deep, true) {
+            cx.at(operator_span(e), crate::error::expr_depth(MAX_EXPR_DEPTH));
+        }
+        return None;
+    }
+    cx.depth += 1;
+    let lowered = lower_expr_within(e, cx);
+    cx.depth -= 1;
+    lowered
+}
+
+/// The span of an expression's own operator or name, found without walking its operands: at
+/// the depth limit they may nest far deeper still.
+fn operator_span(e: &syn::Expr) -> Span {
+    use syn::spanned::Spanned;
+    match e {
+        syn::Expr::Binary(b) => b.op.span(),
+        syn::Expr::Unary(u) => u.op.span(),
+        syn::Expr::Paren(p) => p.paren_token.span.open(),
+        syn::Expr::Call(c) => c.paren_token.span.open(),
+        syn::Expr::MethodCall(m) => m.method.span(),
+        syn::Expr::Cast(c) => c.as_token.span,
+        syn::Expr::If(i) => i.if_token.span,
+        other => other.span(),
+    }
+}
+
+fn lower_expr_within(e: &syn::Expr, cx: &mut Lowering) -> Option<Expr> {
     let kind = match e {
         syn::Expr::Lit(lit) => lower_lit(&lit.lit, cx)?,
         syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
@@ -413,7 +476,10 @@ pub fn lower_expr(e: &syn::Expr, cx: &mut Errors) -> Option<Expr> {
     })
 }
 
-fn lower_all<'a>(exprs: impl Iterator<Item = &'a syn::Expr>, cx: &mut Errors) -> Option<Vec<Expr>> {
+fn lower_all<'a>(
+    exprs: impl Iterator<Item = &'a syn::Expr>,
+    cx: &mut Lowering,
+) -> Option<Vec<Expr>> {
     let lowered: Vec<Option<Expr>> = exprs.map(|e| lower_expr(e, cx)).collect();
     lowered.into_iter().collect()
 }
@@ -478,7 +544,7 @@ fn lit_suffix(suffix: &str, lit: &syn::Lit, cx: &mut Errors) -> Option<Option<El
     }
 }
 
-fn lower_unary(u: &syn::ExprUnary, cx: &mut Errors) -> Option<ExprKind> {
+fn lower_unary(u: &syn::ExprUnary, cx: &mut Lowering) -> Option<ExprKind> {
     let op = match u.op {
         syn::UnOp::Neg(_) => UnOp::Neg,
         syn::UnOp::Not(_) => UnOp::Not,
@@ -501,7 +567,7 @@ fn lower_unary(u: &syn::ExprUnary, cx: &mut Errors) -> Option<ExprKind> {
     Some(ExprKind::Unary(op, Box::new(inner)))
 }
 
-fn lower_binary(b: &syn::ExprBinary, cx: &mut Errors) -> Option<ExprKind> {
+fn lower_binary(b: &syn::ExprBinary, cx: &mut Lowering) -> Option<ExprKind> {
     use syn::BinOp as S;
     let op = match b.op {
         S::Add(_) => BinOp::Add,
@@ -540,7 +606,7 @@ fn lower_binary(b: &syn::ExprBinary, cx: &mut Errors) -> Option<ExprKind> {
 const ASSIGNMENT: &str =
     "assignment is not part of the language: values never change; bind a new name with `let`";
 
-fn lower_if(i: &syn::ExprIf, cx: &mut Errors) -> Option<ExprKind> {
+fn lower_if(i: &syn::ExprIf, cx: &mut Lowering) -> Option<ExprKind> {
     let cond = lower_expr(&i.cond, cx);
     let then = lower_block(&i.then_branch, cx);
     let Some((_, els)) = &i.else_branch else {
@@ -561,7 +627,7 @@ fn lower_if(i: &syn::ExprIf, cx: &mut Errors) -> Option<ExprKind> {
     ))
 }
 
-fn lower_block(block: &syn::Block, cx: &mut Errors) -> Option<Expr> {
+fn lower_block(block: &syn::Block, cx: &mut Lowering) -> Option<Expr> {
     match block.stmts.as_slice() {
         [syn::Stmt::Expr(e, None)] => lower_expr(e, cx),
         _ => {
@@ -571,7 +637,7 @@ fn lower_block(block: &syn::Block, cx: &mut Errors) -> Option<Expr> {
     }
 }
 
-fn lower_call(c: &syn::ExprCall, cx: &mut Errors) -> Option<ExprKind> {
+fn lower_call(c: &syn::ExprCall, cx: &mut Lowering) -> Option<ExprKind> {
     let func = match &*c.func {
         syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
             p.path.get_ident()?.clone()
@@ -584,7 +650,7 @@ fn lower_call(c: &syn::ExprCall, cx: &mut Errors) -> Option<ExprKind> {
     Some(ExprKind::Call(func, lower_all(c.args.iter(), cx)?))
 }
 
-fn lower_method(m: &syn::ExprMethodCall, cx: &mut Errors) -> Option<ExprKind> {
+fn lower_method(m: &syn::ExprMethodCall, cx: &mut Lowering) -> Option<ExprKind> {
     if let Some(turbofish) = &m.turbofish {
         cx.spanned(turbofish, "generic arguments are not part of the language");
         return None;
@@ -701,9 +767,13 @@ mod tests {
 
     #[test]
     fn negative_literals_fold() {
-        let e: syn::Expr = syn::parse2(quote!(-2147483648i32)).unwrap();
+        let k = kernel(quote!(
+            fn f() -> i32 {
+                -2147483648i32
+            }
+        ));
         let mut cx = Errors::default();
-        let lowered = lower_expr(&e, &mut cx).unwrap();
+        let lowered = lower_body(&k.body, &mut cx).tail.unwrap();
         assert!(matches!(
             lowered.kind,
             ExprKind::Int {

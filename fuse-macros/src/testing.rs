@@ -6,7 +6,7 @@ use proc_macro2::TokenStream;
 
 /// Parses and checks `tokens`; the kernels, or every error message.
 pub fn kernels(tokens: TokenStream) -> Result<Vec<Kernel>, Vec<String>> {
-    let input = syn::parse2(tokens).map_err(|e| vec![e.to_string()])?;
+    let input = crate::parse::parse_input(tokens).map_err(|e| vec![e.to_string()])?;
     let mut cx = Errors::default();
     let kernels = crate::check::check(&input, &mut cx);
     match cx.propagate() {

@@ -51,7 +51,7 @@ impl Checker<'_> {
     }
 
     fn var(&mut self, name: &syn::Ident) -> Option<usize> {
-        let text = name.to_string();
+        let text = crate::expand::plain_name(name);
         if let Some(&(_, id)) = self.scope.iter().rev().find(|(n, _)| *n == text) {
             return (id != crate::check::POISONED).then_some(id);
         }
@@ -267,7 +267,7 @@ impl Checker<'_> {
     }
 
     fn call(&mut self, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
-        let text = name.to_string();
+        let text = crate::expand::plain_name(name);
         if let Some(op) = Reduce::from_name(&text) {
             return self.reduce(op, name, args, t);
         }
@@ -328,7 +328,7 @@ impl Checker<'_> {
         args: &[Expr],
         t: &TokenStream,
     ) -> Option<usize> {
-        let text = name.to_string();
+        let text = crate::expand::plain_name(name);
         let mut all = vec![self.expr(recv)];
         all.extend(args.iter().map(|a| self.expr(a)));
         let ids: Vec<usize> = all.into_iter().collect::<Option<_>>()?;
@@ -476,7 +476,7 @@ impl Checker<'_> {
         args: &[Expr],
         t: &TokenStream,
     ) -> Option<usize> {
-        let text = name.to_string();
+        let text = crate::expand::plain_name(name);
         if args.is_empty() || args.len() > 2 {
             self.cx.spanned(t, format!("`{text}` takes a tensor and optionally a dim: `{text}(e)` over every element or `{text}(e, dim)` over one dim"));
             return None;
@@ -544,7 +544,7 @@ impl Checker<'_> {
     /// The dim `ident` names, or an error: `instead` if given, else "cannot find dim" with the
     /// closest name.
     pub fn named_dim(&mut self, ident: &syn::Ident, instead: Option<String>) -> Option<DimId> {
-        let name = ident.to_string();
+        let name = crate::expand::plain_name(ident);
         if let Some(id) = self
             .dims
             .iter()

@@ -7,7 +7,7 @@
 fn ui() {
     let t = trybuild::TestCases::new();
     for stage in [
-        "parse", "names", "types", "shapes", "outputs", "fusion", "random",
+        "parse", "limits", "names", "types", "shapes", "outputs", "fusion", "random",
     ] {
         t.compile_fail(format!("tests/ui/{stage}/*.rs"));
     }
