@@ -66,11 +66,8 @@ macro_rules! real {
             fn silu(self) -> Self {
                 self / (1.0 + (-self).exp())
             }
-            /// `0.5 x (1 + erf(x / sqrt 2))` written with `erfc`, as the CUDA helper: `1 + erf`
-            /// cancels for negative `x` (to 0 below about -5.7), where `erfc` keeps the
-            /// relative accuracy.
             fn gelu(self) -> Self {
-                0.5 * self * libm::Libm::<$t>::erfc(-self * $sqrt_half)
+                0.5 * self * (1.0 + libm::Libm::<$t>::erf(self * $sqrt_half))
             }
             fn gelu_tanh(self) -> Self {
                 0.5 * self

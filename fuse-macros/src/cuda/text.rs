@@ -385,11 +385,9 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ float fz_silu(float x) { return x / (1.0f + expf(-x)); }\n",
             "static __device__ __forceinline__ double fz_silu(double x) { return x / (1.0 + exp(-x)); }\n",
         ),
-        // 0.5 x (1 + erf(x / sqrt 2)) with erfc, as the CPU's `ops::gelu`: 1 + erf cancels
-        // for negative x (to 0 below about -5.7), where erfc keeps the relative accuracy.
         "fz_gelu" => concat!(
-            "static __device__ __forceinline__ float fz_gelu(float x) { return 0.5f * x * erfcf(-x * 0.707106781186547524f); }\n",
-            "static __device__ __forceinline__ double fz_gelu(double x) { return 0.5 * x * erfc(-x * 0.707106781186547524); }\n",
+            "static __device__ __forceinline__ float fz_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }\n",
+            "static __device__ __forceinline__ double fz_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.707106781186547524)); }\n",
         ),
         "fz_gelu_tanh" => concat!(
             "static __device__ __forceinline__ float fz_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.797884560802865356f * (x + 0.044715f * x * x * x))); }\n",
