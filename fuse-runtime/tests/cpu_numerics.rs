@@ -48,7 +48,7 @@ const FUNCS: [Func; 4] = [Func::Asinh, Func::Acosh, Func::Atanh, Func::Gelu];
 
 impl Func {
     /// The bound of doc/language.md for `T`, in ulps: NVIDIA's for the GPU's function, and for
-    /// `gelu` that of `erfc`, which its formula calls.
+    /// `gelu` a margin over `erf`'s, which its formula calls.
     fn doc_ulps<T: Float>(self) -> f64 {
         let (f32_ulps, f64_ulps) = match self {
             Func::Asinh => (3.0, 3.0),
@@ -77,19 +77,23 @@ fn ulp<T: Float>(w: f64) -> f64 {
     (2f64.powi(exponent) * T::EPSILON).max(T::TINY)
 }
 
-/// The bound of `gelu(x)` in `T` around the exact `want`, computed as `0.5 * x * erfc(-x *
-/// FRAC_1_SQRT_2)` with each step rounded: `erfc`'s own error, the two products, and the
-/// rounding of its argument (at most an epsilon relative, with the constant's), which `erfc`
-/// amplifies by its condition number, below `x² + 1` for `x < 0`. Results near the underflow
-/// may also be 64 of `T`'s smallest subnormals off: `erfc`'s subnormal error times `0.5 |x|`.
+/// The bound of `gelu(x)` in `T` around the exact `want`, computed as `0.5 * x * (1 + erf(x *
+/// FRAC_1_SQRT_2))` with each step rounded: relative to `want` where `x >= 0`, and for `x < 0`
+/// also absolute, `0.5 |x|` times the error of `1 + erf` (a few epsilons of 1), which cancels
+/// there: the tail's relative accuracy is lost (the documented cost of the form the GPU
+/// computes fastest; `erfc` slowed W3 from 93 to 71% of the copy on an H200).
 fn gelu_bound<T: Float>(x: f64, want: f64, reference_eps: f64) -> f64 {
-    let condition = if x < 0.0 { x * x + 1.0 } else { 1.0 };
-    let rel = Func::Gelu.doc_ulps::<T>() + 1.5 + condition;
+    let rel = Func::Gelu.doc_ulps::<T>() + 2.5;
     let floor = 64.0 * T::TINY;
+    let cancel = if x < 0.0 {
+        0.5 * x.abs() * (rel + 1.0) * T::EPSILON
+    } else {
+        0.0
+    };
     if want == 0.0 || !want.is_finite() {
-        return floor;
+        return floor + cancel;
     }
-    T::EPSILON * rel * want.abs() + reference_eps * want.abs() + floor
+    T::EPSILON * rel * want.abs() + reference_eps * want.abs() + floor + cancel
 }
 
 /// The bound of `f(x)` in `T` around the reference `want`, whose own error is at most
@@ -441,8 +445,14 @@ fn bf16_special_and_random_values() {
     let x = f64s(&x);
     for (f, got) in FUNCS.iter().zip(&got) {
         let want: Vec<f64> = x.iter().map(|&x| f32_reference(*f, x)).collect();
-        let bound =
-            |i: usize| <bf16 as Float>::EPSILON * want[i].abs() + 2.0 * <bf16 as Float>::TINY;
+        // gelu's `1 + erf` cancels for x < 0 in the f32 it computes in (see `gelu_bound`).
+        let cancel = |i: usize| match f {
+            Func::Gelu if x[i] < 0.0 => 4.0 * x[i].abs() * f64::from(f32::EPSILON),
+            _ => 0.0,
+        };
+        let bound = |i: usize| {
+            <bf16 as Float>::EPSILON * want[i].abs() + 2.0 * <bf16 as Float>::TINY + cancel(i)
+        };
         assert_within(&format!("bf16 {f:?}"), &x, got, &want, bound);
     }
 }
