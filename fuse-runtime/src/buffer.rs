@@ -190,51 +190,42 @@ impl<T: Element> Buffer<T> {
             device,
             storage,
         } = self;
+        let rebuild = |storage| Buffer {
+            shape,
+            len,
+            device,
+            storage,
+        };
+        let type_name = std::any::type_name::<R>();
+        let expected = || format!("a GPU buffer held in a `CudaSlice<{type_name}>`");
         let (slice, address) = match storage {
-            Storage::Cuda { slice, address } if slice.is::<CudaSlice<R>>() => (slice, address),
-            storage => {
-                let found = match &storage {
-                    Storage::Cpu(_) => "a buffer on the CPU".to_string(),
-                    Storage::Cuda { .. } => {
-                        format!("not a slice of `{}`", std::any::type_name::<R>())
-                    }
-                };
-                let buffer = Buffer {
-                    shape,
-                    len,
-                    device,
-                    storage,
-                };
-                let expected = format!(
-                    "a GPU buffer held in a `CudaSlice<{}>`",
-                    std::any::type_name::<R>()
-                );
-                return Err(reject(buffer, expected, found));
+            Storage::Cuda { slice, address } => (slice, address),
+            cpu => {
+                let found = "a buffer on the CPU".to_string();
+                return Err(reject(rebuild(cpu), expected(), found));
             }
         };
-        match slice.downcast::<CudaSlice<R>>().map(Arc::try_unwrap) {
-            Ok(Ok(slice)) => Ok(slice),
-            Ok(Err(shared)) => {
-                let handles = Arc::strong_count(&shared) - 1;
-                let storage = Storage::Cuda {
-                    slice: shared,
-                    address,
-                };
-                let buffer = Buffer {
-                    shape,
-                    len,
-                    device,
-                    storage,
-                };
-                let found = format!("shared with {handles} other handle(s) made by `reshape`");
-                Err(reject(
-                    buffer,
-                    "the only handle to its memory".to_string(),
+        let typed = match slice.downcast::<CudaSlice<R>>() {
+            Ok(typed) => typed,
+            Err(slice) => {
+                let found = format!("not a slice of `{type_name}`");
+                return Err(reject(
+                    rebuild(Storage::Cuda { slice, address }),
+                    expected(),
                     found,
-                ))
+                ));
             }
-            Err(_) => unreachable!("the slice's type was checked above"),
-        }
+        };
+        Arc::try_unwrap(typed).map_err(|shared| {
+            let handles = Arc::strong_count(&shared) - 1;
+            let found = format!("shared with {handles} other handle(s) made by `reshape`");
+            let storage = Storage::Cuda {
+                slice: shared,
+                address,
+            };
+            let only = "the only handle to its memory".to_string();
+            reject(rebuild(storage), only, found)
+        })
     }
 
     /// The cudarc slice that holds this buffer's elements when it is a `CudaSlice<T::Repr>`

@@ -57,22 +57,8 @@ impl Device {
     /// Fails with [`Error::NoDriver`] when the CUDA driver library cannot be loaded, and with
     /// [`Error::NoDevice`] when there is no device `ordinal`.
     pub fn cuda(ordinal: usize) -> Result<Device, Error> {
-        let mut open = lock(&OPEN);
-        if let Some((_, queue)) = open.iter().find(|(n, _)| *n == ordinal) {
-            return Ok(Device {
-                kind: Kind::Cuda(queue.clone()),
-            });
-        }
-        // Opening under the lock makes concurrent first calls share one instance.
-        let cuda = Arc::new(CudaDevice::open(ordinal)?);
-        let stream = cuda
-            .ctx
-            .new_stream()
-            .map_err(|e| driver_error("cuStreamCreate", e))?;
-        let queue = Arc::new(Queue::new(cuda, stream));
-        open.push((ordinal, queue.clone()));
         Ok(Device {
-            kind: Kind::Cuda(queue),
+            kind: Kind::Cuda(open_queue(ordinal)?),
         })
     }
 
@@ -98,11 +84,7 @@ impl Device {
     /// # Ok::<(), fuse_runtime::Error>(())
     /// ```
     pub fn from_cuda_stream(stream: Arc<CudaStream>) -> Result<Device, Error> {
-        let ordinal = stream.context().ordinal();
-        let Kind::Cuda(queue) = Device::cuda(ordinal)?.kind else {
-            unreachable!("Device::cuda gives a CUDA device")
-        };
-        let cuda = queue.cuda.clone();
+        let cuda = open_queue(stream.context().ordinal())?.cuda.clone();
         if stream.context().cu_ctx() != cuda.ctx.cu_ctx() {
             return Err(Error::Interop {
                 op: "Device::from_cuda_stream",
@@ -301,6 +283,24 @@ impl Device {
             }),
         }
     }
+}
+
+/// The queue `Device::cuda(ordinal)` gives: device `ordinal` and the stream fuse created for it,
+/// opened on first use and shared afterwards.
+fn open_queue(ordinal: usize) -> Result<Arc<Queue>, Error> {
+    let mut open = lock(&OPEN);
+    if let Some((_, queue)) = open.iter().find(|(n, _)| *n == ordinal) {
+        return Ok(queue.clone());
+    }
+    // Opening under the lock makes concurrent first calls share one instance.
+    let cuda = Arc::new(CudaDevice::open(ordinal)?);
+    let stream = cuda
+        .ctx
+        .new_stream()
+        .map_err(|e| driver_error("cuStreamCreate", e))?;
+    let queue = Arc::new(Queue::new(cuda, stream));
+    open.push((ordinal, queue.clone()));
+    Ok(queue)
 }
 
 impl PartialEq for Device {

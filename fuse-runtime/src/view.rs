@@ -215,7 +215,7 @@ macro_rules! view_accessors {
             }
 
             fn span(&self) -> Option<(usize, std::ops::Range<u64>)> {
-                let bytes = (self.raw.len * std::mem::size_of::<T::Repr>()) as u64;
+                let bytes = self.bytes() as u64;
                 (bytes > 0).then(|| (0, self.raw.address..self.raw.address + bytes))
             }
         }
