@@ -190,14 +190,16 @@ fn nvrtc_times(runner: &mut Runner) {
         .dev
         .compute_capability()
         .map_or(90, |(major, minor)| major * 10 + minor);
-    let mut summary = Row::new("C1", "NVRTC per kernel, all kernels");
+    let mut summary = Row::new("C1", "NVRTC per entry point, all kernels");
     summary.formula = "-".to_string();
     if !nvrtc::is_available() {
         (summary.status, summary.note) = (Status::Skipped, "NVRTC not found".to_string());
         return runner.push(summary);
     }
-    let mut kernels: Vec<_> = fuse_runtime::kernels().collect();
-    kernels.sort_by_key(|k| k.name);
+    let mut kernels: Vec<_> = fuse_runtime::__private::programs()
+        .flat_map(|p| p.entries.iter().map(|e| e.kernel))
+        .collect();
+    kernels.sort_by_key(|k| k.symbol);
     let compile = |k: &fuse_runtime::KernelInfo| {
         let started = Instant::now();
         nvrtc::compile(k.source, &format!("{}.cu", k.name), arch, &[])
@@ -210,7 +212,7 @@ fn nvrtc_times(runner: &mut Runner) {
             0 => compile(kernel).and_then(|_| compile(kernel)),
             _ => compile(kernel),
         };
-        let mut row = Row::new("C1", &format!("NVRTC {}", kernel.name));
+        let mut row = Row::new("C1", &format!("NVRTC {}", kernel.symbol));
         row.formula = "-".to_string();
         match timed {
             Ok(ms) => {

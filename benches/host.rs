@@ -97,7 +97,7 @@ fn main() -> ExitCode {
 fn rows(dev: &Device, config: &Config) -> Result<(), Error> {
     let x = dev.upload(&vec![0.5f32; N])?;
     let mut out = dev.zeros::<f32>(&[N])?;
-    let (signature, kernel) = (&softplus::__fuse::SIGNATURE, &softplus::__fuse::KERNEL);
+    let (signature, kernel) = (&softplus::__fuse::SIGNATURE, &softplus::__fuse::ENTRY_0);
     let geometry = Geometry::Map {
         elems: N as u64,
         vectors: 1,
@@ -110,7 +110,7 @@ fn rows(dev: &Device, config: &Config) -> Result<(), Error> {
         floors::host_only(dev, kernel, geometry, &args)
     })?;
     row(config, "into, no driver call", || {
-        floors::host_only_into(dev, signature, kernel, &x, &out)
+        floors::host_only_into(dev, &softplus::__fuse::PROGRAM, &x, &out)
     })?;
     row(config, "into", || softplus::into(dev, &x, &mut out))?;
     row(config, "allocating its output", || {

@@ -172,16 +172,13 @@ fn floor_row(
     let n = x[0].len();
     let out = dev.upload(&vec![f32::NAN; n])?;
     if floor == Floor::HostOnly {
-        let (signature, kernel) = (
-            &w1_softplus::__fuse::SIGNATURE,
-            &w1_softplus::__fuse::KERNEL,
-        );
-        let call = |i: usize| floors::host_only_into(dev, signature, kernel, &x[i % 2], &out);
+        let program = &w1_softplus::__fuse::PROGRAM;
+        let call = |i: usize| floors::host_only_into(dev, program, &x[i % 2], &out);
         return rounds(runner, call).map(Ok);
     }
     let kernel: &'static KernelInfo = match floor {
         Floor::Empty => &floors::EMPTY,
-        _ => &w1_softplus::__fuse::KERNEL,
+        _ => &w1_softplus::__fuse::ENTRY_0,
     };
     let geometry = Geometry::Map {
         elems: n as u64,

@@ -49,7 +49,7 @@ mod tests {
     /// The CUDA text of a kernel, with every helper it may print.
     fn text(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        crate::cuda::source(&k, &crate::plan::plan(&k)).text
+        crate::cuda::text(&k)
     }
 
     #[test]

@@ -237,14 +237,14 @@ impl Cpu<'_> {
             Op::Load(p) => {
                 let param = &k.params[*p];
                 let at = self.at(param.shape.as_ref().expect("a tensor"), scope);
-                let raw = format!("p_{}[{at}]", crate::expand::plain_name(&param.name));
+                let raw = format!("p_{}[{at}]", crate::ir::plain_name(&param.name));
                 loaded(param.elem, raw)
             }
             Op::Scalar(p) => {
                 let param = &k.params[*p];
                 loaded(
                     param.elem,
-                    format!("p_{}", crate::expand::plain_name(&param.name)),
+                    format!("p_{}", crate::ir::plain_name(&param.name)),
                 )
             }
             Op::Index(d) => match &k.launch {

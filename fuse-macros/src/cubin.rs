@@ -67,7 +67,7 @@ pub fn requested_at(first: Option<&Ident>) -> (Vec<u32>, TokenStream) {
 /// The `&[(arch, CUBIN)]` expression of the CUBINs of kernel `name` for each of `archs`, and, if
 /// NVRTC failed, the error at the kernel's name (the list is then empty).
 pub fn embed(name: &Ident, source: &str, archs: &[u32]) -> (TokenStream, TokenStream) {
-    match compile_all(source, &crate::expand::plain_name(name), archs) {
+    match compile_all(source, &crate::ir::plain_name(name), archs) {
         Ok(cubins) => {
             let entries = cubins.iter().map(|(arch, bytes)| {
                 let bytes = Literal::byte_string(bytes);

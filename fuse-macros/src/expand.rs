@@ -8,12 +8,11 @@
 
 use crate::check::{check, DEVICE_ARG};
 use crate::error::Errors;
-use crate::ir::{Dim, Kernel, Launch};
+use crate::ir::{plain_name, Dim, Kernel, Launch};
 use crate::parse::KernelDef;
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
-use syn::ext::IdentExt;
 
 const RT: &str = "::fuse_runtime";
 
@@ -49,11 +48,6 @@ pub fn fuse(input: TokenStream) -> TokenStream {
 /// A generated local name, hygienic to the macro, so that no parameter name can capture it.
 fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
-}
-
-/// An identifier's text without `r#`.
-pub fn plain_name(ident: &Ident) -> String {
-    ident.unraw().to_string()
 }
 
 fn rt() -> TokenStream {
@@ -216,9 +210,19 @@ fn stub(def: &KernelDef) -> TokenStream {
 
 /// The items of kernel `k`, with its CUBIN for each of `archs` (see [`crate::cubin`]).
 fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
-    let plan = crate::plan::plan(k);
-    let source = crate::cuda::source(k, &plan);
-    let (cubins, cubin_error) = crate::cubin::embed(&k.name, &source.text, archs);
+    let program = crate::plan::program(k);
+    let sources = crate::cuda::sources(k, &program);
+    let mut cubin_errors = TokenStream::new();
+    let cubins: Vec<TokenStream> = sources
+        .iter()
+        .map(|source| {
+            let (cubins, error) = crate::cubin::embed(&k.name, source, archs);
+            if cubin_errors.is_empty() {
+                cubin_errors = error;
+            }
+            cubins
+        })
+        .collect();
     let sig = RustSig::from_kernel(k);
     let rt = rt();
     let (vis, name, attrs) = (&k.vis, &k.name, &k.attrs);
@@ -247,7 +251,8 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
         plain_name(name),
         plain_name(name)
     );
-    let module = module_items(k, &plan, &sig, &source, &cubins);
+    let module = module_items(k, &program, &sig, &sources, &cubins);
+    let cubin_error = cubin_errors;
     quote! {
         #cubin_error
         #(#attrs)*
@@ -312,129 +317,6 @@ fn launch_text(k: &Kernel) -> String {
     }
 }
 
-/// The size of a dim at launch: an entry of `dims` or a fixed literal.
-fn dim_size(k: &Kernel, d: usize) -> TokenStream {
-    match (&k.dims[d], k.named_index(d)) {
-        (_, Some(i)) => {
-            let dims = local("dims");
-            quote!(#dims[#i])
-        }
-        (Dim::Fixed(v), None) => {
-            let v = *v as usize;
-            quote!(#v)
-        }
-        (Dim::Named(_), None) => unreachable!("a named dim has an index"),
-    }
-}
-
-fn product(k: &Kernel, dims: &[usize]) -> TokenStream {
-    let sizes = dims.iter().map(|&d| dim_size(k, d));
-    quote!((1u64 #(* (#sizes as u64))*))
-}
-
-/// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
-/// eight where a thread sets up Philox's keys (W3 on an H200: 74% of copy bandwidth at four,
-/// 77% at eight); four where it sets up the reciprocals of a broadcast's index; two where each
-/// element calls a math routine (`exp`, `ln`, `tanh`...), which makes the kernel bound by its
-/// instructions on a GPU with fast memory, so a thread's own setup and loop costs are worth
-/// spreading over two vectors (W1 on an H200: 93% with one, 99% with two; benches/NOTES.md item
-/// 30); else one, which keeps the most loads in flight for kernels that only stream (W10: 103%
-/// with one, 102% with two).
-fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
-    let broadcast = k
-        .tensor_params()
-        .any(|(_, _, shape)| shape.as_slice() != domain)
-        || k.outputs.iter().any(|o| o.shape.as_slice() != domain);
-    let random = k.draws_random();
-    let routine = k
-        .nodes
-        .iter()
-        .any(|n| matches!(&n.op, crate::ir::Op::Call(f, _) if f.is_routine()));
-    match (random, broadcast, routine) {
-        (true, _, _) => 8,
-        (false, true, _) => 4,
-        (false, false, true) => 2,
-        (false, false, false) => 1,
-    }
-}
-
-/// The most blocks per SM of a row kernel's grid (`Geometry::Rows`). Many short-lived blocks
-/// (160 per SM) stream best where a kernel writes whole rows: a block's row writes cover the
-/// start of the next block's loads. Longer-lived blocks (40 per SM), each copying its next row
-/// while it works through the passes of this one, keep a kernel fed where it has three reducing
-/// passes over the row (W7: mean, variance, absolute maximum; bound by its instructions) or
-/// writes a value per row only (W9, cross-entropy: its rows are read, reduced and left, so
-/// little but the copy ahead hides the next row's loads). Measured (benches/NOTES.md, items 27,
-/// 28 and 30): on an H200, W9 96% at 40 against 86% at 160, W7 70% against 67%, W5 95% at 160
-/// against 91% at 40; on an H100 the per-row case was 97% at 40 and 100% at 160, and the fast
-/// memory decides here.
-fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &crate::plan::Plan) -> u32 {
-    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
-    match (plan.reducing_passes(), writes_rows) {
-        (0..=2, true) => 160,
-        _ => 40,
-    }
-}
-
-/// The most blocks per SM of a row kernel's grid where a block loads whole rows straight into
-/// registers (`Geometry::Rows`; `cuda::direct_row_cost`), else 0. With no copy ahead a block
-/// waits for each row's loads, which other blocks overlap: hundreds of blocks an SM, a few of
-/// them resident at once, each a row or two; the fewer instructions an element costs, the
-/// more. Measured on an H200, two runs each (benches/NOTES.md, items 55 and 57), in GB/s:
-///
-/// | blocks an SM | 160 | 240 | 320 | 480 | a block a row |
-/// | --- | --- | --- | --- | --- | --- |
-/// | W8 (RMSNorm, cost 5) | 4246 | 4280 | 4296 | **4337** | 4326 |
-/// | W5 (softmax, cost 15) | 4260 | 4288 | **4297** | 4266 | 4255 |
-///
-/// For the whole kernel, 320 cost softmax's shorter rows (1024 columns) 6 points, so these
-/// grids are for these rows only.
-fn direct_blocks_per_sm(k: &Kernel, plan: &crate::plan::Plan) -> u32 {
-    match crate::cuda::direct_row_cost(k, plan) {
-        None => 0,
-        Some(0..=8) => 480,
-        Some(_) => 320,
-    }
-}
-
-fn geometry(k: &Kernel, plan: &crate::plan::Plan) -> TokenStream {
-    let g = quote!(::fuse_runtime::__private::Geometry);
-    match &k.launch {
-        Launch::Map { domain } => {
-            let elems = product(k, domain);
-            let vectors = map_vectors(k, domain);
-            quote!(#g::Map { elems: #elems, vectors: #vectors })
-        }
-        Launch::Rows { domain, axis } => {
-            let rows: Vec<usize> = domain.iter().copied().filter(|d| d != axis).collect();
-            let (groups, len) = (product(k, &rows), product(k, &[*axis]));
-            let cache_bytes = crate::cuda::cached_bytes(k, plan);
-            let blocks_per_sm = row_blocks_per_sm(k, domain, plan);
-            let direct_blocks_per_sm = direct_blocks_per_sm(k, plan);
-            quote!(#g::Rows {
-                groups: #groups,
-                row_len: #len,
-                cache_bytes: #cache_bytes,
-                blocks_per_sm: #blocks_per_sm,
-                direct_blocks_per_sm: #direct_blocks_per_sm,
-            })
-        }
-        Launch::Full { domain } => {
-            let elems = product(k, domain);
-            let slots: usize = k
-                .nodes
-                .iter()
-                .filter_map(|n| match n.op {
-                    crate::ir::Op::Reduce(op, ..) => Some(crate::cuda::slot_count(op)),
-                    _ => None,
-                })
-                .sum();
-            let slots = slots as u32;
-            quote!(#g::Full { elems: #elems, slots: #slots })
-        }
-    }
-}
-
 fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
     let rt = rt();
     let dims: Vec<&str> = k.named_dims().map(|(_, n)| n).collect();
@@ -474,18 +356,150 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
     }
 }
 
+/// A dim as the runtime's `DimRef`: an index into the named dims, or a fixed size.
+fn dim_ref(k: &Kernel, d: usize) -> TokenStream {
+    let rt = rt();
+    match (&k.dims[d], k.named_index(d)) {
+        (_, Some(i)) => quote!(#rt::__private::DimRef::Named(#i)),
+        (Dim::Fixed(v), None) => {
+            let v = *v as usize;
+            quote!(#rt::__private::DimRef::Fixed(#v))
+        }
+        (Dim::Named(_), None) => unreachable!("a named dim has an index"),
+    }
+}
+
+/// The runtime's `Program` of `program`: the parameters, the work, and an entry per path, each
+/// naming its `KernelInfo` (`ENTRY_<i>`, beside the `KernelInfo` literals submitted to
+/// `inventory`).
+fn program_items(
+    k: &Kernel,
+    program: &crate::plan::Program,
+    sources: &[String],
+    cubins: &[TokenStream],
+) -> TokenStream {
+    use crate::plan::{Grid, Param};
+    let rt = rt();
+    let p = quote!(#rt::__private);
+    let kernel = plain_name(&k.name);
+    let tensor_index = |i: usize| {
+        k.tensor_params()
+            .position(|(j, _, _)| j == i)
+            .expect("a tensor")
+    };
+    let scalar_index = |i: usize| k.params[..i].iter().filter(|p| p.shape.is_none()).count();
+    let n_inputs = k.tensor_params().count();
+    let params = program.params.iter().map(|param| match *param {
+        Param::Input(i) => {
+            let (tensor, bytes) = (tensor_index(i), k.params[i].elem.bits() / 8);
+            quote!(#p::Param::Input { tensor: #tensor, bytes: #bytes })
+        }
+        Param::Output(j) => {
+            let (tensor, bytes) = (n_inputs + j, k.outputs[j].elem.bits() / 8);
+            quote!(#p::Param::Output { tensor: #tensor, bytes: #bytes })
+        }
+        Param::Scalar(i) => {
+            let i = scalar_index(i);
+            quote!(#p::Param::Scalar(#i))
+        }
+        Param::Dim(i) => quote!(#p::Param::Dim(#i)),
+        Param::Reciprocal(j) => {
+            let divisor = &program.divisors[j];
+            let dims = divisor.dims.iter().map(|&d| dim_ref(k, d));
+            let by = divisor.by;
+            quote!(#p::Param::Reciprocal { dims: &[#(#dims),*], by: #by })
+        }
+        Param::RoundKey { seed, round } => {
+            let seed = scalar_index(program.seeds[seed]);
+            quote!(#p::Param::RoundKey { seed: #seed, round: #round })
+        }
+        Param::Scratch => quote!(#p::Param::Scratch),
+        Param::Counter => quote!(#p::Param::Counter),
+    });
+    let work = match &k.launch {
+        Launch::Map { domain } | Launch::Full { domain } => {
+            let dims = domain.iter().map(|&d| dim_ref(k, d));
+            quote!(#p::Work::Elements(&[#(#dims),*]))
+        }
+        Launch::Rows { domain, axis } => {
+            let rows = domain.iter().filter(|&d| d != axis).map(|&d| dim_ref(k, d));
+            let len = dim_ref(k, *axis);
+            quote!(#p::Work::Rows { rows: &[#(#rows),*], len: #len })
+        }
+    };
+    let mut statics = TokenStream::new();
+    let mut entries = vec![];
+    for (i, ((entry, source), cubins)) in
+        program.entries.iter().zip(sources).zip(cubins).enumerate()
+    {
+        let (info, cubin) = (format_ident!("ENTRY_{}", i), format_ident!("CUBINS_{}", i));
+        let symbol = &entry.symbol;
+        let source = if i + 1 == program.entries.len() {
+            quote!(super::CUDA_SOURCE)
+        } else {
+            quote!(#source)
+        };
+        let doc = format!("The entry point of path `{}`.", entry.path.name());
+        statics.extend(quote! {
+            const #cubin: &[(u32, &[u8])] = #cubins;
+            #[doc = #doc]
+            pub static #info: #p::KernelInfo = #p::KernelInfo { name: #kernel, symbol: #symbol, source: #source, cubins: #cubin };
+        });
+        // `fuse_runtime::kernels()` lists a kernel once, by its general entry.
+        if i + 1 == program.entries.len() {
+            statics.extend(quote! {
+                #p::inventory::submit! {
+                    #p::KernelInfo { name: #kernel, symbol: #symbol, source: #source, cubins: #cubin }
+                }
+            });
+        }
+        let w = entry.when;
+        let (min_len, max_len, multiple_of, min_arch, long_rows) =
+            (w.min_len, w.max_len, w.multiple_of, w.min_arch, w.long_rows);
+        let grid = match entry.grid {
+            Grid::Map { vectors } => quote!(#p::Grid::Map { vectors: #vectors }),
+            Grid::Rows { blocks_per_sm } => {
+                quote!(#p::Grid::Rows { blocks_per_sm: #blocks_per_sm })
+            }
+            Grid::LongRows { cache_bytes } => {
+                quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes })
+            }
+            Grid::Full { slots } => quote!(#p::Grid::Full { slots: #slots }),
+        };
+        let path = entry.path.name();
+        entries.push(quote! {
+            #p::Entry {
+                kernel: &#info,
+                path: #path,
+                when: #p::When { min_len: #min_len, max_len: #max_len, multiple_of: #multiple_of, min_arch: #min_arch, long_rows: #long_rows },
+                grid: #grid,
+            }
+        });
+    }
+    quote! {
+        #statics
+        /// The kernel's schedule: its entry points, their arguments, and the rule that picks one.
+        pub static PROGRAM: #p::Program = #p::Program {
+            signature: &SIGNATURE,
+            params: &[#(#params),*],
+            work: #work,
+            entries: &[#(#entries),*],
+        };
+        #p::inventory::submit! { #p::Registered(&PROGRAM) }
+    }
+}
+
 fn module_items(
     k: &Kernel,
-    plan: &crate::plan::Plan,
+    program: &crate::plan::Program,
     sig: &RustSig,
-    source: &crate::cuda::Source,
-    cubins: &TokenStream,
+    sources: &[String],
+    cubins: &[TokenStream],
 ) -> TokenStream {
     let rt = rt();
     let dev = format_ident!("{}", DEVICE_ARG);
     let (inputs, outputs) = (sig.input_params(), sig.output_params());
     let kernel = plain_name(&k.name);
-    let symbol = crate::cuda::symbol(k);
     let signature = signature(k, sig);
     let out_names = sig.output_names();
     let tensor_inputs: Vec<&Ident> = k.tensor_params().map(|(_, p, _)| &p.name).collect();
@@ -496,114 +510,51 @@ fn module_items(
         .map(|p| &p.name)
         .collect();
     let dims = local("dims");
-    let dim_args = (0..k.named_dims().count()).map(|i| quote!(#rt::__private::Arg::Dim(#dims[#i])));
-    let recip_args = source.divisors.iter().map(|d| {
-        let (size, by) = (product(k, &d.dims), u64::from(d.by));
-        quote!(#rt::__private::Arg::Scalar(#rt::__private::reciprocal(#size / #by)))
-    });
-    let key_args: Vec<TokenStream> = source
-        .seeds
-        .iter()
-        .flat_map(|&p| (1..crate::cuda::ROUNDS).map(move |i| (&k.params[p].name, i)))
-        .map(|(seed, i)| quote!(#rt::__private::Arg::Scalar(#rt::__private::round_key(#seed, #i))))
-        .collect();
-    let source = &source.text;
-    let geometry = geometry(k, plan);
-    let picked = local("geometry");
-    let (entries, kernel_info, long_rows) = entry_items(k, plan, &picked);
-    let args = quote! {
-        &[
-            #(#rt::__private::Arg::Buffer(#tensor_inputs),)*
-            #(#rt::__private::Arg::Output(&*#out_names),)*
-            #(#rt::__private::Arg::Scalar(#rt::Element::to_bits(#scalars)),)*
-            #(#dim_args,)*
-            #(#recip_args,)*
-            #(#key_args,)*
-        ]
-    };
-    let launch = match long_rows {
-        Some(long_rows) => {
-            quote!(#rt::__private::launch_long_rows(#dev, #kernel_info, #long_rows, #picked, #args))
-        }
-        None => quote!(#rt::__private::launch(#dev, #kernel_info, #picked, #args)),
-    };
-    let cpu = cpu_items(k, plan, sig);
+    let tensors = local("tensors");
+    let general = sources.last().expect("every program has an entry");
+    let program_items = program_items(k, program, sources, cubins);
+    let n_entries = program.entries.len();
+    let entry_infos = (0..n_entries).map(|i| format_ident!("ENTRY_{}", i));
+    let cpu = cpu_items(k, &program.plan, sig);
     let into_doc = format!("Runs [`{kernel}()`](fn@super::{kernel}) into preallocated outputs, for loops that must not allocate (and CUDA graph captures).");
-    let load_doc = format!("Loads [`{kernel}()`](fn@super::{kernel}) on `dev` now, as its first call would, and readies the stream's reduction scratch: call it before capturing a CUDA graph that uses the kernel. Does nothing on the CPU.");
+    let load_doc = format!("Loads every entry point of [`{kernel}()`](fn@super::{kernel}) on `dev` now, as the first call that takes each would, and readies the stream's reduction scratch: call it before capturing a CUDA graph that uses the kernel. Does nothing on the CPU.");
+    let source_doc = format!(
+        "The CUDA C text of this kernel's general entry point, which takes every shape; \
+         `ENTRIES` lists every entry point ({n_entries} here), each with its own text, compiled \
+         by NVRTC on its first use on a device."
+    );
     quote! {
-        /// The CUDA C text of this kernel, compiled by NVRTC on its first use on a device.
-        pub const CUDA_SOURCE: &str = #source;
+        #[doc = #source_doc]
+        pub const CUDA_SOURCE: &str = #general;
+        /// Every entry point of this kernel, one per path, in the order the launch tries them;
+        /// the last is `CUDA_SOURCE`'s.
+        pub static ENTRIES: [&#rt::KernelInfo; #n_entries] = [#(&self::__fuse::#entry_infos),*];
         /// What the runtime needs of this kernel; in a module of its own so that no parameter
         /// name can shadow it.
         #[doc(hidden)]
         pub mod __fuse {
-            /// The CUBINs compiled when the crate was built (`FUSE_CUBIN_ARCHS`), by architecture.
-            const CUBINS: &[(u32, &[u8])] = #cubins;
-            pub static KERNEL: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS };
-            #rt::__private::inventory::submit! {
-                #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS }
-            }
-            #entries
+            #program_items
             #signature
         }
         #[doc = #into_doc]
         #[allow(clippy::too_many_arguments)]
         pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> {
-            let #dims = #rt::__private::bind(
-                &self::__fuse::SIGNATURE,
-                #dev,
-                &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer,)* #(&*#out_names as &dyn #rt::__private::AnyBuffer),*],
-            )?;
+            let #tensors = [#(#tensor_inputs as &dyn #rt::__private::AnyBuffer,)* #(&*#out_names as &dyn #rt::__private::AnyBuffer),*];
+            let #dims = #rt::__private::bind(&self::__fuse::SIGNATURE, #dev, &#tensors)?;
             if #rt::__private::is_cpu(#dev) {
                 return self::cpu(&#dims, #(#tensor_inputs,)* #(#scalars,)* #(#out_names),*);
             }
-            let #picked = #geometry;
-            #launch
+            #rt::__private::launch_program(#dev, &self::__fuse::PROGRAM, &#dims, &#tensors, &[#(#rt::Element::to_bits(#scalars)),*])
         }
         #[doc = #load_doc]
         pub fn load(#dev: &#rt::Device) -> ::core::result::Result<(), #rt::Error> {
-            #dev.load(&self::__fuse::KERNEL)
+            for entry in &ENTRIES {
+                #dev.load(entry)?;
+            }
+            ::core::result::Result::Ok(())
         }
         #cpu
     }
-}
-
-/// For a kernel with entry points for short or long rows: their `KernelInfo`s (in `__fuse`,
-/// beside `KERNEL`, and like it but for the symbol); the expression that picks the entry for the
-/// launch's `geometry`, the short one for rows of 1 to [`SHORT`](crate::cuda::SHORT) elements,
-/// else `KERNEL`; and the long one's path, which the runtime picks for long rows when the device
-/// has the shared memory.
-fn entry_items(
-    k: &Kernel,
-    plan: &crate::plan::Plan,
-    geometry: &Ident,
-) -> (TokenStream, TokenStream, Option<TokenStream>) {
-    let rt = rt();
-    let kernel = plain_name(&k.name);
-    let info = |name: &Ident, symbol: &str, doc: &str| {
-        quote! {
-            #[doc = #doc]
-            pub static #name: #rt::__private::KernelInfo = #rt::__private::KernelInfo { name: #kernel, symbol: #symbol, source: super::CUDA_SOURCE, cubins: CUBINS };
-        }
-    };
-    let (mut infos, mut pick, mut long) = (quote!(), quote!(&self::__fuse::KERNEL), None);
-    if let Some(symbol) = crate::cuda::short_rows_symbol(k, plan) {
-        let short = crate::cuda::SHORT as u64;
-        let doc = format!("The entry point for rows of 1 to {short} elements, in the same module.");
-        infos.extend(info(&format_ident!("SHORT_ROWS"), &symbol, &doc));
-        pick = quote! {
-            match #geometry {
-                #rt::__private::Geometry::Rows { row_len: 1..=#short, .. } => &self::__fuse::SHORT_ROWS,
-                _ => &self::__fuse::KERNEL,
-            }
-        };
-    }
-    if let Some(symbol) = crate::cuda::long_rows_symbol(k, plan) {
-        let doc = "The entry point for rows longer than the register cache, with the row in dynamic shared memory, in the same module.";
-        infos.extend(info(&format_ident!("LONG_ROWS"), &symbol, doc));
-        long = Some(quote!(&self::__fuse::LONG_ROWS));
-    }
-    (infos, pick, long)
 }
 
 fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream {
@@ -664,90 +615,5 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
             #(#dim_lets)*
             #body
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::testing::kernel;
-    use quote::quote;
-
-    /// The row grid by reducing passes and outputs: W7's three passes (mean, variance, absolute
-    /// maximum) and cross-entropy's value per row, against softmax's two passes and whole rows.
-    #[test]
-    fn row_grids_follow_the_reducing_passes() {
-        let blocks = |tokens| {
-            let k = kernel(tokens);
-            let crate::ir::Launch::Rows { domain, .. } = &k.launch else {
-                panic!("a row kernel")
-            };
-            super::row_blocks_per_sm(&k, domain, &crate::plan::plan(&k))
-        };
-        let quantize = blocks(quote! {
-            fn q(x: [f32; rows, cols]) -> [i8; rows, cols] {
-                let d = x - mean(x, cols);
-                let y = d * rsqrt(mean(d * d, cols) + 1e-5);
-                (y / (max(y.abs(), cols) / 127.0)).round() as i8
-            }
-        });
-        let softmax = blocks(quote! {
-            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) }
-        });
-        let cross_entropy = blocks(quote! {
-            fn c(x: [f32; rows, cols], label: [i64; rows]) -> [f32; rows] {
-                logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
-            }
-        });
-        assert_eq!((quantize, softmax, cross_entropy), (40, 160, 40));
-    }
-
-    /// The grid where a block loads whole rows straight into registers: more blocks for
-    /// RMSNorm than for softmax, none for layernorm with GELU, which copies its rows ahead.
-    #[test]
-    fn direct_row_grids_follow_the_cost_of_an_element() {
-        let blocks = |tokens| {
-            let k = kernel(tokens);
-            super::direct_blocks_per_sm(&k, &crate::plan::plan(&k))
-        };
-        let rmsnorm = blocks(quote! {
-            fn r(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
-                x * rsqrt(mean(x * x, cols) + 1e-6) * w
-            }
-        });
-        let softmax = blocks(quote! {
-            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] {
-                let e = (x - max(x, cols)).exp();
-                e / sum(e, cols)
-            }
-        });
-        let layernorm_gelu = blocks(quote! {
-            fn l(x: [f32; rows, cols], g: [f32; cols], b: [f32; cols]) -> [f32; rows, cols] {
-                let d = x - mean(x, cols);
-                gelu(d * rsqrt(mean(d * d, cols) + 1e-5) * g + b)
-            }
-        });
-        assert_eq!((rmsnorm, softmax, layernorm_gelu), (480, 320, 0));
-    }
-
-    /// Elementwise grids: two vectors a thread where each element calls a math routine, four
-    /// where a broadcast sets up each thread's work, eight for random numbers, else one.
-    #[test]
-    fn map_vectors_follow_the_work_per_element() {
-        let vectors = |tokens| {
-            let k = kernel(tokens);
-            let crate::ir::Launch::Map { domain } = &k.launch else {
-                panic!("an elementwise kernel")
-            };
-            super::map_vectors(&k, domain)
-        };
-        let tangent = vectors(
-            quote! { fn t(x: [f32; n], y: [f32; n]) -> [f32; n] { x * y + x.abs().max(y) } },
-        );
-        let softplus = vectors(quote! { fn s(x: [f32; n]) -> [f32; n] { (x.exp() + 1.0).ln() } });
-        let bias =
-            vectors(quote! { fn b(x: [f32; r, c], b: [f32; c]) -> [f32; r, c] { (x + b).tanh() } });
-        let noise =
-            vectors(quote! { fn d(x: [f32; n], seed: u64) -> [f32; n] { x + randn(seed) } });
-        assert_eq!((tangent, softplus, bias, noise), (1, 2, 4, 8));
     }
 }

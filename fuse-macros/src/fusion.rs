@@ -2,13 +2,14 @@
 //! that launch iterates. Every rule here is a user error with the reason and the split that fixes it.
 
 use crate::error::Errors;
-use crate::ir::{DimId, Kernel, Launch, Op};
-use crate::typing::is_subsequence;
+use crate::ir::is_subsequence;
+use crate::ir::{Body, DimId, Launch, Op};
 
 const SPLIT: &str =
     "split it into two `fn`s, each one launch, and pass the first one's result to the second";
 
-pub fn launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
+/// How the launch of the kernel of `k` iterates, or the fusion errors that keep it from one launch.
+pub fn launch(k: &Body, cx: &mut Errors) -> Option<Launch> {
     let live = live_nodes(k);
     let reduces: Vec<(usize, Option<DimId>)> = (0..k.nodes.len())
         .filter(|&i| live[i])
@@ -42,9 +43,9 @@ pub fn launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
 }
 
 /// Which nodes the outputs depend on; the others are never computed.
-pub fn live_nodes(k: &Kernel) -> Vec<bool> {
+pub fn live_nodes(k: &Body) -> Vec<bool> {
     let mut live = vec![false; k.nodes.len()];
-    for o in &k.outputs {
+    for o in k.outputs {
         live[o.node] = true;
     }
     for i in (0..k.nodes.len()).rev() {
@@ -57,14 +58,14 @@ pub fn live_nodes(k: &Kernel) -> Vec<bool> {
     live
 }
 
-fn map_launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
+fn map_launch(k: &Body, cx: &mut Errors) -> Option<Launch> {
     let domain = k
         .outputs
         .iter()
         .map(|o| o.shape.clone())
         .max_by_key(Vec::len)
         .unwrap_or_default();
-    for o in &k.outputs {
+    for o in k.outputs {
         if o.shape != domain {
             let message = format!(
                 "this output has shape `{}` but another has `{}`: an elementwise kernel writes every output at each element of one domain, so outputs of different shapes need two launches; {SPLIT}",
@@ -78,7 +79,7 @@ fn map_launch(k: &Kernel, cx: &mut Errors) -> Option<Launch> {
     Some(Launch::Map { domain })
 }
 
-fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Option<Launch> {
+fn full_launch(k: &Body, live: &[bool], first: usize, cx: &mut Errors) -> Option<Launch> {
     let Op::Reduce(_, operand, _) = k.nodes[first].op else {
         unreachable!("`first` is a reduction")
     };
@@ -109,7 +110,7 @@ fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Opti
             }
         }
     }
-    for o in &k.outputs {
+    for o in k.outputs {
         if !o.shape.is_empty() && o.shape != domain {
             domain_error(k, o, &domain, "a scalar", cx);
             return None;
@@ -119,7 +120,7 @@ fn full_launch(k: &Kernel, live: &[bool], first: usize, cx: &mut Errors) -> Opti
 }
 
 fn rows_launch(
-    k: &Kernel,
+    k: &Body,
     reduces: &[(usize, Option<DimId>)],
     axis: DimId,
     cx: &mut Errors,
@@ -149,7 +150,7 @@ fn rows_launch(
         }
     }
     let rows: Vec<DimId> = domain.iter().copied().filter(|&d| d != axis).collect();
-    for o in &k.outputs {
+    for o in k.outputs {
         if o.shape != domain && o.shape != rows {
             let per_row = format!("`{}` (one value per row)", k.shape_text(&rows));
             domain_error(k, o, &domain, &per_row, cx);
@@ -160,7 +161,7 @@ fn rows_launch(
 }
 
 fn domain_error(
-    k: &Kernel,
+    k: &Body,
     o: &crate::ir::OutputInfo,
     domain: &[DimId],
     other: &str,

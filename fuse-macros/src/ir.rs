@@ -9,6 +9,18 @@ use syn::{Attribute, Ident, Visibility};
 pub type NodeId = usize;
 pub type DimId = usize;
 
+/// An identifier's text without `r#`: the name every backend and the runtime see.
+pub fn plain_name(ident: &Ident) -> String {
+    use syn::ext::IdentExt;
+    ident.unraw().to_string()
+}
+
+/// Whether `short`'s dims appear in `long` in the same order.
+pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {
+    let mut it = long.iter();
+    short.iter().all(|d| it.any(|x| x == d))
+}
+
 /// A dim of the kernel: a name bound at launch, or a size fixed in the source.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Dim {
@@ -108,10 +120,29 @@ pub struct Node {
     pub op: Op,
     pub ty: Ty,
     pub shape: Vec<DimId>,
+    /// The user's tokens the value came from, where errors about it point; empty for a value the
+    /// macro derived itself (a gradient's, say), which no error names.
     pub tokens: TokenStream,
 }
 
+// Derived values are what gradients (issue 21) are made of; until then only tests make them.
+#[cfg_attr(not(test), allow(dead_code))]
 impl Node {
+    /// A value the macro derives, with no tokens of the user's behind it.
+    pub fn derived(op: Op, elem: Elem, shape: Vec<DimId>) -> Node {
+        Node {
+            op,
+            ty: Ty::Elem(elem),
+            shape,
+            tokens: TokenStream::new(),
+        }
+    }
+
+    /// Whether the macro derived the value (see [`Node::derived`]).
+    pub fn is_derived(&self) -> bool {
+        self.tokens.is_empty()
+    }
+
     /// The element type; past `check` every node has one.
     pub fn elem(&self) -> Elem {
         match self.ty {
@@ -149,6 +180,22 @@ pub struct Kernel {
     pub tuple: bool,
     pub nodes: Vec<Node>,
     pub launch: Launch,
+}
+
+/// A kernel's values and outputs, before its launch is known: what `fusion` decides the launch
+/// from, and what every stage after it reads through [`Kernel::body`].
+#[derive(Clone, Copy)]
+pub struct Body<'a> {
+    pub dims: &'a [Dim],
+    pub nodes: &'a [Node],
+    pub outputs: &'a [OutputInfo],
+}
+
+impl Body<'_> {
+    pub fn shape_text(&self, shape: &[DimId]) -> String {
+        let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
+        format!("[{}]", dims.join(", "))
+    }
 }
 
 /// How the kernel's one launch iterates, decided by `check` from its reductions.
@@ -198,7 +245,15 @@ impl Kernel {
     }
 
     pub fn shape_text(&self, shape: &[DimId]) -> String {
-        let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
-        format!("[{}]", dims.join(", "))
+        self.body().shape_text(shape)
+    }
+
+    /// Its values and outputs.
+    pub fn body(&self) -> Body<'_> {
+        Body {
+            dims: &self.dims,
+            nodes: &self.nodes,
+            outputs: &self.outputs,
+        }
     }
 }

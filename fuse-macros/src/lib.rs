@@ -1,9 +1,10 @@
 //! The `fuse!` macro. Documentation and the language reference live in `fuse-runtime`, which
 //! re-exports this macro; depend on that crate, not on this one.
 //!
-//! The pipeline, one file a stage: `parse` (syntax tree, spans kept) → `check`, `typing`,
-//! `special` and `fusion` (types, dims and fusion legality; every user error ends here) → `plan` (the launch schedule) → `cuda`
-//! and `cpu` (the two backends) → `expand` (the generated Rust items). Nothing below this file
+//! The pipeline, one module a stage: `parse` (syntax tree, spans kept) → `check` (with `typing`
+//! and `special`) and `fusion` (types, dims and fusion legality; every user error ends here) →
+//! `plan` (the launch schedule as one value, a `Program`) → `cuda` and `cpu` (the two backends,
+//! printers of that value) → `expand` (the generated Rust items). See doc/ARCHITECTURE.md. Nothing below this file
 //! touches `proc_macro`, so every stage is an ordinary function with unit tests. With
 //! `FUSE_CUBIN_ARCHS` set, `expand` also embeds CUBINs that `cubin` compiles with NVRTC.
 
@@ -22,11 +23,9 @@ mod ir;
 mod limits;
 mod parse;
 mod plan;
-mod special;
 #[cfg(test)]
 mod testing;
 mod ty;
-mod typing;
 
 /// Defines fused kernels; see the `fuse_runtime` crate documentation for the language.
 #[proc_macro]

@@ -6,12 +6,12 @@ use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr};
 
-use crate::cuda::lock;
 use crate::device::{Device, Kind};
 use crate::element::Element;
+use crate::error::lock;
 use crate::error::Error;
+use crate::foreign::{check_type, element_count, Rejected};
 use crate::queue::Queue;
-use crate::view::{check_type, Rejected};
 
 /// A row-major array of `T` with a shape, living on a [`Device`].
 ///
@@ -140,10 +140,10 @@ impl<T: Element> Buffer<T> {
     ) -> Result<Buffer<T>, Rejected<CudaSlice<R>>> {
         let op = "Buffer::from_cuda_slice";
         let checked = (|| {
-            let queue = crate::view::cuda_device(dev, op)?;
+            let queue = crate::foreign::cuda_device(dev, op)?;
             check_type::<T, R>(op, "slice")?;
-            crate::view::check_context(queue, slice.stream().context(), op, "slice")?;
-            let len = crate::view::check_len::<T>(op, shape, slice.len())?;
+            crate::foreign::check_context(queue, slice.stream().context(), op, "slice")?;
+            let len = crate::foreign::check_len::<T>(op, shape, slice.len())?;
             Ok((queue.clone(), len))
         })();
         let (queue, len) = match checked {
@@ -392,23 +392,19 @@ impl<T: Element> Buffer<T> {
     }
 }
 
-/// The number of elements of `shape`, checking that their bytes fit in memory.
-pub(crate) fn element_count<T: Element>(shape: &[usize]) -> Result<usize, Error> {
-    let too_large = || Error::TooLarge {
-        shape: shape.to_vec(),
-        element: T::NAME,
-    };
-    let len = shape
-        .iter()
-        .try_fold(1usize, |n, &d| n.checked_mul(d))
-        .ok_or_else(too_large)?;
-    let bytes = len
-        .checked_mul(std::mem::size_of::<T>())
-        .ok_or_else(too_large)?;
-    if bytes > isize::MAX as usize {
-        return Err(too_large());
+/// Buffers made by a device (here rather than in `device.rs`, which knows no buffer).
+impl Device {
+    /// A new one-dimensional buffer holding a copy of `data`.
+    pub fn upload<T: Element>(&self, data: &[T]) -> Result<Buffer<T>, Error> {
+        Buffer::from_slice(self, data)
     }
-    Ok(len)
+
+    /// A new buffer of `shape`, filled with zeros (`false` for `bool`).
+    ///
+    /// The shape `[]` holds one element.
+    pub fn zeros<T: Element>(&self, shape: &[usize]) -> Result<Buffer<T>, Error> {
+        Buffer::zeros(self, shape)
+    }
 }
 
 impl<T: Element> fmt::Debug for Buffer<T> {

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
-use crate::cuda::lock;
+use crate::error::lock;
 use crate::error::Error;
 use crate::nvrtc;
 #[cfg(doc)]

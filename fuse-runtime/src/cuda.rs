@@ -5,14 +5,13 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result::DriverError, sys, CudaContext, CudaFunction, CudaModule};
 
 use crate::cache::{self, Cubin, Origin};
-use crate::error::Error;
-use crate::private::KernelInfo;
-use crate::queue::Queue;
+use crate::error::{driver_error, lock, Error};
+use crate::kernel::KernelInfo;
 
 /// An open CUDA device, shared by every [`Device`](crate::Device) handle of its ordinal.
 pub(crate) struct CudaDevice {
@@ -29,7 +28,7 @@ pub(crate) struct CudaDevice {
     /// The handles of `kernels`' functions, which launches read without taking its lock.
     handles: Handles,
     /// The shared-memory limits and kernel settings of long rows; see [`crate::long_rows`].
-    pub(crate) long_rows: crate::long_rows::LongRows,
+    long_rows: crate::long_rows::LongRows,
 }
 
 /// The loaded kernels of one device.
@@ -54,17 +53,6 @@ pub(crate) fn driver_candidates() -> Vec<String> {
     let mut names = crate::libs::candidates("cuda");
     names.extend(crate::libs::candidates("nvcuda"));
     crate::libs::unique(names)
-}
-
-/// Turns a driver error into an [`Error::Cuda`] naming the failed operation.
-pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
-    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
-    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
-    let detail = match (name, text) {
-        (Ok(name), Ok(text)) => format!("{name}: {text}"),
-        _ => format!("driver error code {}", e.0 as u32),
-    };
-    Error::Cuda { op, detail }
 }
 
 /// The number of CUDA devices; `Ok(0)` when the driver loads but finds no device.
@@ -141,29 +129,38 @@ impl CudaDevice {
             .map_err(|e| driver_error("cuCtxSetCurrent", e))
     }
 
+    /// What the long rows need of this device.
+    pub(crate) fn long_rows(&self) -> crate::long_rows::Gpu<'_> {
+        crate::long_rows::Gpu {
+            ctx: &self.ctx,
+            sm_count: self.sm_count,
+            state: &self.long_rows,
+        }
+    }
+
     /// The handle of `kernel`'s loaded function, for a launch: after the first call on this
     /// device it is found without a lock or an allocation. The function stays loaded as long as
     /// the device: its module is never unloaded.
     pub(crate) fn function_handle(
         &self,
         kernel: &'static KernelInfo,
-        queue: &Queue,
+        capturing: impl FnOnce() -> Result<bool, Error>,
     ) -> Result<sys::CUfunction, Error> {
         match self.handles.get(kernel) {
             Some(handle) => Ok(handle),
             None => self
-                .function(kernel, queue)
+                .function(kernel, capturing)
                 .map(|function| function.cu_function()),
         }
     }
 
     /// The loaded function of `kernel`, compiling and loading its module on first use. The
-    /// first use fails with [`Error::Capture`] while `queue`'s stream captures a graph: loading
-    /// a module there would break the capture.
+    /// first use fails with [`Error::Capture`] while the launching stream captures a graph
+    /// (`capturing`, asked only then): loading a module there would break the capture.
     pub(crate) fn function(
         &self,
         kernel: &'static KernelInfo,
-        queue: &Queue,
+        capturing: impl FnOnce() -> Result<bool, Error>,
     ) -> Result<CudaFunction, Error> {
         let key = [
             kernel.source.as_ptr() as usize,
@@ -183,7 +180,7 @@ impl CudaDevice {
                 detail: format!("kernel symbol {:?} contains a NUL byte", kernel.symbol),
             });
         }
-        if !kernels.modules.contains_key(kernel.source) && queue.capturing()? {
+        if !kernels.modules.contains_key(kernel.source) && capturing()? {
             return Err(Error::Capture {
                 detail: format!(
                     "kernel `{}` is not loaded on {} yet, and loading it would break the \
@@ -343,14 +340,6 @@ impl Handles {
             }
         }
     }
-}
-
-/// Locks `mutex`, recovering the data if another thread panicked while holding it: every
-/// structure behind our locks is valid between statements, so poisoning carries no meaning.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A compile error names the kernel, not the NVRTC program.

@@ -3,14 +3,13 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use crate::buffer::Buffer;
 use crate::cache::Origin;
 use cudarc::driver::{sys, CudaStream};
 
-use crate::cuda::{driver_error, lock, CudaDevice};
-use crate::element::Element;
+use crate::cuda::CudaDevice;
 use crate::error::Error;
-use crate::private::KernelInfo;
+use crate::error::{driver_error, lock};
+use crate::kernel::KernelInfo;
 use crate::queue::Queue;
 
 /// The CUDA devices opened so far, by ordinal, each with the stream `Device::cuda` queues on:
@@ -21,7 +20,7 @@ static OPEN: Mutex<Vec<(usize, Arc<Queue>)>> = Mutex::new(Vec::new());
 /// A place where buffers live and kernels run: the CPU, or one CUDA GPU and one of its streams.
 ///
 /// Cloning is cheap (a reference count). On a CUDA device all work of a handle goes, in order,
-/// to its stream: launches return before the kernel has run, and [`Buffer::to_vec`] waits for
+/// to its stream: launches return before the kernel has run, and [`Buffer::to_vec`](crate::Buffer::to_vec) waits for
 /// it. [`Device::cuda`] queues on a stream fuse creates for the GPU (never the legacy default
 /// stream); [`Device::from_cuda_stream`] and [`Device::new_stream`] give handles on other
 /// streams of the same GPU. Handles of one GPU compare equal and share buffers and loaded
@@ -209,18 +208,6 @@ impl Device {
         }
     }
 
-    /// A new one-dimensional buffer holding a copy of `data`.
-    pub fn upload<T: Element>(&self, data: &[T]) -> Result<Buffer<T>, Error> {
-        Buffer::from_slice(self, data)
-    }
-
-    /// A new buffer of `shape`, filled with zeros (`false` for `bool`).
-    ///
-    /// The shape `[]` holds one element.
-    pub fn zeros<T: Element>(&self, shape: &[usize]) -> Result<Buffer<T>, Error> {
-        Buffer::zeros(self, shape)
-    }
-
     /// Waits until all work submitted to this handle's stream has finished, and reports any
     /// error it raised. Does nothing on the CPU.
     pub fn synchronize(&self) -> Result<(), Error> {
@@ -238,7 +225,7 @@ impl Device {
         match &self.kind {
             Kind::Cpu => Ok(()),
             Kind::Cuda(queue) => {
-                queue.cuda.function(kernel, queue)?;
+                queue.cuda.function(kernel, || queue.capturing())?;
                 queue.scratch(0).map(drop)
             }
         }

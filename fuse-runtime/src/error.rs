@@ -1,6 +1,9 @@
 //! The one error type of the runtime, with messages written as full sentences.
 
 use std::fmt;
+use std::sync::{Mutex, MutexGuard};
+
+use cudarc::driver::result::DriverError;
 
 /// Everything that can go wrong when binding, compiling or launching a kernel, or when moving
 /// data between the host and a device.
@@ -338,6 +341,25 @@ fn write_compile(
         write!(f, "\nNVRTC log:\n{log}")?;
     }
     Ok(())
+}
+
+/// Turns a driver error into an [`Error::Cuda`] naming the failed operation.
+pub(crate) fn driver_error(op: &'static str, e: DriverError) -> Error {
+    let name = e.error_name().map(|s| s.to_string_lossy().into_owned());
+    let text = e.error_string().map(|s| s.to_string_lossy().into_owned());
+    let detail = match (name, text) {
+        (Ok(name), Ok(text)) => format!("{name}: {text}"),
+        _ => format!("driver error code {}", e.0 as u32),
+    };
+    Error::Cuda { op, detail }
+}
+
+/// Locks `mutex`, recovering the data if another thread panicked while holding it: every
+/// structure behind our locks is valid between statements, so poisoning carries no meaning.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(test)]

@@ -19,21 +19,19 @@
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use cudarc::driver::{sys, CudaFunction};
+use cudarc::driver::{sys, CudaContext, CudaFunction};
 
-use crate::cuda::{driver_error, lock, CudaDevice};
-use crate::error::Error;
-use crate::launch::{Geometry, BLOCK, REGISTER_ROW};
-use crate::queue::Queue;
+use crate::error::{driver_error, lock, Error};
+use crate::grid::{knob, param_array, Geometry, BLOCK, REGISTER_ROW};
 
 /// The blocks per SM that `FUSE_LONG_ROWS_PER_SM` asks a block's shared memory to leave room
 /// for, in place of the split [`choose`] makes, for the benchmark to compare the two in one
 /// build.
 fn blocks_per_sm() -> Option<u64> {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
-    crate::launch::knob(&SET, "FUSE_LONG_ROWS_PER_SM").filter(|&n| n > 0)
+    knob(&SET, "FUSE_LONG_ROWS_PER_SM").filter(|&n| n > 0)
 }
 
 /// The clusters of a long-row grid, in multiples of those the device runs at once: 0, a cluster
@@ -46,7 +44,7 @@ fn blocks_per_sm() -> Option<u64> {
 /// blocks an SM) 56% against 63%, and rows of 32768 (clusters of 3, four an SM) 60% against 80%.
 fn waves() -> u64 {
     static SET: OnceLock<Option<u64>> = OnceLock::new();
-    crate::launch::knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or(0)
+    knob(&SET, "FUSE_LONG_ROWS_WAVES").unwrap_or(0)
 }
 
 /// The clusters of the grid for `groups` rows when the device runs `resident` clusters at once:
@@ -184,15 +182,32 @@ pub(crate) struct LongRows {
     functions: Mutex<HashMap<usize, Function>>,
 }
 
-/// Launches `function`, a row kernel's long-row entry, when `geometry`, the kernel and the device
-/// allow it, and says whether it did; otherwise the caller launches the row kernel.
-pub(crate) fn launch(
-    queue: &Queue,
-    function: &CudaFunction,
-    geometry: Geometry,
-    slots: &mut [u64],
-) -> Result<bool, Error> {
-    let cuda = &*queue.cuda;
+/// A long-row launch the device can run: its grid and split.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LongLaunch {
+    grid: u32,
+    shape: Shape,
+}
+
+/// What the long rows need of a device: its context, its SMs, and its long-row state.
+#[derive(Clone, Copy)]
+pub(crate) struct Gpu<'a> {
+    pub(crate) ctx: &'a Arc<CudaContext>,
+    pub(crate) sm_count: u32,
+    pub(crate) state: &'a LongRows,
+}
+
+impl Gpu<'_> {
+    fn bind(&self) -> Result<(), Error> {
+        self.ctx
+            .bind_to_thread()
+            .map_err(|e| driver_error("cuCtxSetCurrent", e))
+    }
+}
+
+/// The launch of `function`, a row kernel's long-row entry, for `geometry`, when the rows, the
+/// kernel and the device allow it; `None` where the rows should take the next entry.
+pub(crate) fn prepare(gpu: Gpu, function: &CudaFunction, geometry: Geometry) -> Option<LongLaunch> {
     let Geometry::Rows {
         groups,
         row_len,
@@ -200,19 +215,31 @@ pub(crate) fn launch(
         ..
     } = geometry
     else {
-        return Ok(false);
+        return None;
     };
     if !taken(geometry) {
-        return Ok(false);
+        return None;
     }
-    let Some((shape, resident)) = cuda.long_rows.prepare(cuda, function, row_len, cache_bytes)
-    else {
-        return Ok(false);
-    };
+    let (shape, resident) = gpu.state.prepare(gpu, function, row_len, cache_bytes)?;
     let clusters =
         grid_clusters(groups, resident, waves()).min(u64::from(i32::MAX as u32 / shape.cluster));
-    let grid = clusters as u32 * shape.cluster;
-    enqueue(queue, function, slots, grid, shape).map(|()| true)
+    Some(LongLaunch {
+        grid: clusters as u32 * shape.cluster,
+        shape,
+    })
+}
+
+impl LongLaunch {
+    /// Queues the launch on `stream` with the argument `slots`.
+    pub(crate) fn enqueue(
+        self,
+        gpu: Gpu,
+        stream: sys::CUstream,
+        function: &CudaFunction,
+        slots: &mut [u64],
+    ) -> Result<(), Error> {
+        enqueue(gpu, stream, function, slots, self.grid, self.shape)
+    }
 }
 
 /// Whether `geometry` may take the long-row launch (rows past the register cache of a kernel
@@ -227,13 +254,13 @@ impl LongRows {
     /// clusters of it the device runs at once; `None` when the rows should stream instead.
     fn prepare(
         &self,
-        cuda: &CudaDevice,
+        gpu: Gpu,
         function: &CudaFunction,
         row_len: u64,
         cache_bytes: u32,
     ) -> Option<(Shape, u32)> {
-        cuda.bind().ok()?;
-        let device = (*self.device.get_or_init(|| DeviceLimits::read(cuda)))?;
+        gpu.bind().ok()?;
+        let device = (*self.device.get_or_init(|| DeviceLimits::read(gpu.ctx)))?;
         let mut functions = lock(&self.functions);
         let entry = match functions.entry(function.cu_function() as usize) {
             Entry::Occupied(entry) => entry.into_mut(),
@@ -243,7 +270,7 @@ impl LongRows {
             return split;
         }
         let candidates = candidates(row_len, cache_bytes, entry.limits);
-        let split = choose(&candidates, |shape| entry.resident(cuda, function, shape));
+        let split = choose(&candidates, |shape| entry.resident(gpu, function, shape));
         entry.splits.insert((row_len, cache_bytes), split);
         split
     }
@@ -252,12 +279,11 @@ impl LongRows {
 impl DeviceLimits {
     /// The device's shared-memory limits; `None` when the driver will not say, or when
     /// `FUSE_LONG_ROWS=0` turns the path off.
-    fn read(cuda: &CudaDevice) -> Option<DeviceLimits> {
+    fn read(context: &CudaContext) -> Option<DeviceLimits> {
         use sys::CUdevice_attribute::*;
         if std::env::var_os("FUSE_LONG_ROWS").is_some_and(|v| v == "0") {
             return None;
         }
-        let context = &cuda.ctx;
         let get = |a| {
             context
                 .attribute(a)
@@ -305,7 +331,7 @@ impl Function {
 
     /// How many clusters of `shape` the device runs at once (0 when none, or when the kernel
     /// may not have its shared memory), asked once per shape.
-    fn resident(&mut self, cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> u32 {
+    fn resident(&mut self, gpu: Gpu, function: &CudaFunction, shape: Shape) -> u32 {
         if let Some(&clusters) = self.clusters.get(&(shape.cluster, shape.shared)) {
             return clusters;
         }
@@ -319,7 +345,7 @@ impl Function {
             }
             self.max_dynamic = shape.shared;
         }
-        let clusters = resident_clusters(cuda, function, shape);
+        let clusters = resident_clusters(gpu, function, shape);
         self.clusters
             .insert((shape.cluster, shape.shared), clusters);
         clusters
@@ -374,14 +400,14 @@ fn config(
 /// How many clusters of `shape` the device runs at once, 0 when it can place none (clusters of
 /// 16 may not fit the SMs of one GPC with that much shared memory each) or the driver will not
 /// say. For clusters of one, blocks per SM times SMs.
-fn resident_clusters(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -> u32 {
+fn resident_clusters(gpu: Gpu, function: &CudaFunction, shape: Shape) -> u32 {
     if shape.cluster == 1 {
         let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(
             BLOCK,
             shape.shared as usize,
             None,
         );
-        return per_sm.map_or(0, |blocks| blocks.saturating_mul(cuda.sm_count));
+        return per_sm.map_or(0, |blocks| blocks.saturating_mul(gpu.sm_count));
     }
     let mut attribute = cluster_attribute(shape.cluster);
     // The occupancy query reads the shape, not the stream.
@@ -400,16 +426,17 @@ fn resident_clusters(cuda: &CudaDevice, function: &CudaFunction, shape: Shape) -
 
 /// Queues `function` on `grid` blocks of `shape` with the argument `slots`.
 fn enqueue(
-    queue: &Queue,
+    gpu: Gpu,
+    stream: sys::CUstream,
     function: &CudaFunction,
     slots: &mut [u64],
     grid: u32,
     shape: Shape,
 ) -> Result<(), Error> {
-    let mut params = crate::launch::param_array(slots);
+    let mut params = param_array(slots);
     let mut attribute = cluster_attribute(shape.cluster);
-    let config = config(queue.cu_stream(), grid, shape, &mut attribute);
-    queue.cuda.bind()?;
+    let config = config(stream, grid, shape, &mut attribute);
+    gpu.bind()?;
     // SAFETY: as for `launch::enqueue`, the arguments are the kernel's own parameters in order
     // (the macro wrote both from one signature), each read by the driver from its 8-byte slot
     // during this call; `params` points into `slots`, which outlives the call. The grid is a

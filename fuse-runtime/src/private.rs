@@ -10,53 +10,7 @@ use crate::device::Device;
 use crate::element::Element;
 use crate::error::Error;
 use crate::inline::Inline;
-use crate::view::{Input, Output};
-
-pub mod floors;
-
-/// One kernel defined by `fuse!`: generated code submits one per `fn` to [`inventory`].
-#[derive(Debug)]
-pub struct KernelInfo {
-    /// The Rust fn name, such as `"softmax"`.
-    pub name: &'static str,
-    /// The CUDA entry point, such as `"fuse_softmax"`.
-    pub symbol: &'static str,
-    /// The CUDA C text of the kernel's module.
-    pub source: &'static str,
-    /// CUBINs compiled from `source` when the crate was built, as (architecture, CUBIN), such as
-    /// `(90, ..)` for sm_90: one for each architecture `FUSE_CUBIN_ARCHS` named, or none.
-    pub cubins: &'static [(u32, &'static [u8])],
-}
-
-impl KernelInfo {
-    /// The CUBIN embedded for `sm_{arch}`, if the crate was built with one.
-    ///
-    /// ```
-    /// # use fuse_runtime::KernelInfo;
-    /// let kernel = KernelInfo { name: "k", symbol: "fuse_k", source: "", cubins: &[(90, b"\x7fELF")] };
-    /// assert_eq!(kernel.cubin(90), Some(&b"\x7fELF"[..]));
-    /// assert_eq!(kernel.cubin(80), None);
-    /// ```
-    pub fn cubin(&self, arch: u32) -> Option<&'static [u8]> {
-        self.cubins
-            .iter()
-            .find(|(embedded, _)| *embedded == arch)
-            .map(|(_, cubin)| *cubin)
-    }
-}
-
-inventory::collect!(KernelInfo);
-
-/// Every kernel defined with `fuse!` in the program, in no particular order.
-///
-/// ```
-/// for kernel in fuse_runtime::kernels() {
-///     println!("{} ({} bytes of CUDA C, {} CUBINs)", kernel.name, kernel.source.len(), kernel.cubins.len());
-/// }
-/// ```
-pub fn kernels() -> impl Iterator<Item = &'static KernelInfo> {
-    inventory::iter::<KernelInfo>.into_iter()
-}
+use crate::tensor::{AnyBuffer, Input, Output};
 
 /// One axis of a tensor in a signature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,54 +41,6 @@ pub struct Signature {
     pub dims: &'static [&'static str],
     /// Inputs, then outputs.
     pub tensors: &'static [TensorSig],
-}
-
-mod sealed {
-    pub trait Sealed {}
-    impl<T: crate::Element> Sealed for crate::Buffer<T> {}
-    impl<T: crate::Element> Sealed for crate::BufferView<'_, T> {}
-    impl<T: crate::Element> Sealed for crate::BufferViewMut<'_, T> {}
-}
-
-/// A buffer of any element type, as [`bind`] and [`launch`](crate::__private::launch) see it.
-/// Sealed: [`Buffer`], [`BufferView`](crate::BufferView) and
-/// [`BufferViewMut`](crate::BufferViewMut) implement it.
-pub trait AnyBuffer: sealed::Sealed + Sync {
-    /// The buffer's shape.
-    fn shape(&self) -> &[usize];
-    /// The device it lives on.
-    fn device(&self) -> &Device;
-    /// The device address of its first element, or `None` on the CPU.
-    fn device_address(&self) -> Option<u64>;
-    /// The bytes its elements take on the device.
-    fn bytes(&self) -> usize;
-    /// Where its elements are, as (the start of the memory, the byte range within it): two
-    /// tensors overlap when they have the same start and their ranges meet. On a GPU the start
-    /// is 0 (one address space) and the range is the device addresses; on the CPU the start
-    /// identifies the storage and the range is the whole of it. `None` when it holds nothing.
-    fn span(&self) -> Option<(usize, std::ops::Range<u64>)>;
-}
-
-impl<T: Element> AnyBuffer for Buffer<T> {
-    fn shape(&self) -> &[usize] {
-        Buffer::shape(self)
-    }
-
-    fn device(&self) -> &Device {
-        Buffer::device(self)
-    }
-
-    fn device_address(&self) -> Option<u64> {
-        Buffer::device_address(self)
-    }
-
-    fn bytes(&self) -> usize {
-        self.len() * std::mem::size_of::<T::Repr>()
-    }
-
-    fn span(&self) -> Option<(usize, std::ops::Range<u64>)> {
-        Buffer::span(self)
-    }
 }
 
 /// Checks that every tensor (inputs then outputs, in [`Signature::tensors`] order) is on `dev`

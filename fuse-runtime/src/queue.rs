@@ -13,8 +13,9 @@ use cudarc::driver::{
     result::DriverError, sys, CudaSlice, CudaStream, DevicePtr, DeviceRepr, ValidAsZeroBits,
 };
 
-use crate::cuda::{driver_error, lock, CudaDevice};
+use crate::cuda::CudaDevice;
 use crate::error::Error;
+use crate::error::{driver_error, lock};
 
 /// A CUDA stream of one device, shared by the [`Device`](crate::Device) handles made from it.
 pub(crate) struct Queue {

@@ -4,8 +4,8 @@ use std::time::Instant;
 
 use cudarc::driver::{sys::CUevent_flags, CudaEvent};
 
-use crate::cuda::driver_error;
 use crate::device::{Device, Kind};
+use crate::error::driver_error;
 use crate::error::Error;
 
 /// Measures the device time of the work submitted between [`Device::timer`] and

@@ -1,79 +1,25 @@
 //! Memory fuse does not own: [`BufferView`] and [`BufferViewMut`], borrowed views of cudarc
 //! memory or of a raw device pointer, and the [`Input`] and [`Output`] traits through which a
-//! generated kernel takes them beside [`Buffer`]s.
+//! generated kernel takes them beside [`Buffer`](crate::Buffer)s.
 
-use std::any::TypeId;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaContext, DevicePtr, DevicePtrMut};
 
-use crate::buffer::{element_count, Buffer};
-use crate::device::{Device, Kind};
+use crate::device::Device;
 use crate::element::Element;
 use crate::error::Error;
-use crate::private::AnyBuffer;
+use crate::foreign::{check_context, check_len, check_type, cuda_device, element_count};
 use crate::queue::Queue;
+use crate::tensor::{sealed::Sealed, AnyBuffer, Input, Output};
 
-/// A value given back with the [`Error`] that kept it from being taken, so that nothing is lost
-/// (a cudarc slice [`Buffer::from_cuda_slice`] could not take, or a buffer
-/// [`Buffer::into_cuda_slice`] could not give up). `?` turns it into the error.
-pub struct Rejected<V> {
-    /// Why it was not taken.
-    pub error: Error,
-    /// The value, untouched.
-    pub value: V,
-}
-
-impl<V> From<Rejected<V>> for Error {
-    fn from(rejected: Rejected<V>) -> Error {
-        rejected.error
-    }
-}
-
-impl<V> fmt::Debug for Rejected<V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Rejected({:?})", self.error)
-    }
-}
-
-impl<V> fmt::Display for Rejected<V> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(&self.error, f)
-    }
-}
-
-/// What a generated kernel takes for a tensor parameter of element type `T`: a [`Buffer<T>`],
-/// a [`BufferView<T>`] or a [`BufferViewMut<T>`]. Sealed.
-pub trait Input<T: Element>: AnyBuffer {
-    /// A copy of the elements, in row-major order (for the CPU backend).
-    #[doc(hidden)]
-    fn read(&self) -> Result<Vec<T>, Error>;
-}
-
-/// What a generated kernel writes an output of element type `T` into (`name::into`): a
-/// [`Buffer<T>`] or a [`BufferViewMut<T>`]. Sealed.
-pub trait Output<T: Element>: Input<T> {
-    /// Replaces every element with `data` (for the CPU backend).
-    #[doc(hidden)]
-    fn write(&mut self, data: Vec<T>) -> Result<(), Error>;
-}
-
-impl<T: Element> Input<T> for Buffer<T> {
-    fn read(&self) -> Result<Vec<T>, Error> {
-        self.to_vec()
-    }
-}
-
-impl<T: Element> Output<T> for Buffer<T> {
-    fn write(&mut self, data: Vec<T>) -> Result<(), Error> {
-        self.replace(data)
-    }
-}
+impl<T: Element> Sealed for BufferView<'_, T> {}
+impl<T: Element> Sealed for BufferViewMut<'_, T> {}
 
 /// A borrowed view of `T`s in GPU memory fuse does not own, with a shape: a generated kernel
-/// reads it in place, as it reads a [`Buffer`].
+/// reads it in place, as it reads a [`Buffer`](crate::Buffer).
 ///
 /// Made from cudarc memory ([`BufferView::new`]: a `CudaSlice` or `CudaView`, such as a candle
 /// tensor's storage) or from a raw device pointer ([`BufferView::from_raw`]). The memory is
@@ -347,84 +293,6 @@ impl<T: Element> Output<T> for BufferViewMut<'_, T> {
     }
 }
 
-/// The stream and GPU of `dev`, or an [`Error::Interop`] for the CPU.
-pub(crate) fn cuda_device<'d>(dev: &'d Device, op: &'static str) -> Result<&'d Arc<Queue>, Error> {
-    match dev.kind() {
-        Kind::Cuda(queue) => Ok(queue),
-        Kind::Cpu => Err(Error::Interop {
-            op,
-            param: "dev",
-            expected: "a CUDA device".to_string(),
-            found: "the CPU".to_string(),
-        }),
-    }
-}
-
-/// Checks that memory of `R`s may be seen as `T`s: `R` is `T` or `T`'s device type.
-pub(crate) fn check_type<T: Element, R: 'static>(
-    op: &'static str,
-    param: &'static str,
-) -> Result<(), Error> {
-    let (r, t, repr) = (
-        TypeId::of::<R>(),
-        TypeId::of::<T>(),
-        TypeId::of::<T::Repr>(),
-    );
-    if r == t || r == repr {
-        return Ok(());
-    }
-    Err(Error::Interop {
-        op,
-        param,
-        expected: format!(
-            "memory of `{}` (or `{}`)",
-            T::NAME,
-            std::any::type_name::<T::Repr>()
-        ),
-        found: format!("memory of `{}`", std::any::type_name::<R>()),
-    })
-}
-
-/// Checks that memory of `context` is memory of `queue`'s GPU and context.
-pub(crate) fn check_context(
-    queue: &Queue,
-    context: &CudaContext,
-    op: &'static str,
-    param: &'static str,
-) -> Result<(), Error> {
-    if context.cu_ctx() == queue.cuda.ctx.cu_ctx() {
-        return Ok(());
-    }
-    let found = match context.ordinal() == queue.cuda.ordinal {
-        true => "memory of another context of that GPU".to_string(),
-        false => format!("memory of CUDA device {}", context.ordinal()),
-    };
-    Err(Error::Interop {
-        op,
-        param,
-        expected: format!("memory of {}", queue.cuda.describe()),
-        found,
-    })
-}
-
-/// The elements of `shape`, checked to be `found`, the length of the memory given for it.
-pub(crate) fn check_len<T: Element>(
-    op: &'static str,
-    shape: &[usize],
-    found: usize,
-) -> Result<usize, Error> {
-    let len = element_count::<T>(shape)?;
-    if len == found {
-        return Ok(len);
-    }
-    Err(Error::Interop {
-        op,
-        param: "shape",
-        expected: format!("{found} elements, as the memory holds"),
-        found: format!("{shape:?}, {len} elements"),
-    })
-}
-
 /// The checks of a view of cudarc memory of `context` and `found` elements of `R`.
 fn check_cudarc<'d, T: Element, R: 'static>(
     dev: &'d Device,
@@ -512,6 +380,7 @@ fn pointer_attribute<V>(address: u64, attribute: sys::CUpointer_attribute, init:
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::foreign::Rejected;
 
     #[test]
     fn element_types_match_by_type_or_device_type() {

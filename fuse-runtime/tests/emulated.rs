@@ -16,6 +16,7 @@ use common::kernels;
 #[path = "../../benches/kernels.rs"]
 mod bench_kernels;
 use common::*;
+use fuse_runtime::__private::{DimRef, Param, Program};
 use fuse_runtime::{Device, Element};
 
 /// The bytes of `v` as memory holds them (the kernel's view), in hex.
@@ -67,7 +68,7 @@ fn size(ty: &str) -> usize {
 #[allow(clippy::too_many_arguments)]
 fn emulate<R: Outputs>(
     what: &str,
-    source: &str,
+    program: &'static Program,
     tensors: Vec<String>,
     scalars: Vec<u64>,
     dims: &[(&str, usize)],
@@ -75,7 +76,7 @@ fn emulate<R: Outputs>(
     types: &[&str],
     tols: &[Tol],
 ) {
-    Emulation::default().run(what, source, tensors, scalars, dims, cpu, types, tols);
+    Emulation::default().run(what, program, tensors, scalars, dims, cpu, types, tols);
 }
 
 /// [`emulate`] on a grid of `grid` blocks.
@@ -83,7 +84,7 @@ fn emulate<R: Outputs>(
 fn emulate_on<R: Outputs>(
     grid: u32,
     what: &str,
-    source: &str,
+    program: &'static Program,
     tensors: Vec<String>,
     scalars: Vec<u64>,
     dims: &[(&str, usize)],
@@ -95,14 +96,14 @@ fn emulate_on<R: Outputs>(
         grid: Some(grid),
         ..Emulation::default()
     };
-    how.run(what, source, tensors, scalars, dims, cpu, types, tols);
+    how.run(what, program, tensors, scalars, dims, cpu, types, tols);
 }
 
 /// [`emulate`] on a launch shaped as the runtime shapes long rows (`shared`).
 #[allow(clippy::too_many_arguments)]
 fn emulate_launch<R: Outputs>(
     what: &str,
-    source: &str,
+    program: &'static Program,
     tensors: Vec<String>,
     scalars: Vec<u64>,
     dims: &[(&str, usize)],
@@ -115,7 +116,7 @@ fn emulate_launch<R: Outputs>(
         shared,
         ..Emulation::default()
     };
-    how.run(what, source, tensors, scalars, dims, cpu, types, tols);
+    how.run(what, program, tensors, scalars, dims, cpu, types, tols);
 }
 
 /// A launch shaped as the runtime shapes long rows: `cluster` blocks a row, each given `bytes`
@@ -143,7 +144,7 @@ struct Emulation {
 #[allow(clippy::too_many_arguments)]
 fn emulate_both<R: Outputs>(
     what: &str,
-    source: &str,
+    program: &'static Program,
     tensors: Vec<String>,
     scalars: Vec<u64>,
     dims: &[(&str, usize)],
@@ -157,7 +158,7 @@ fn emulate_both<R: Outputs>(
             ..Emulation::default()
         };
         let (tensors, scalars) = (tensors.clone(), scalars.clone());
-        how.run(what, source, tensors, scalars, dims, cpu, types, tols);
+        how.run(what, program, tensors, scalars, dims, cpu, types, tols);
     }
 }
 
@@ -166,7 +167,7 @@ impl Emulation {
     fn run<R: Outputs>(
         &self,
         what: &str,
-        source: &str,
+        program: &'static Program,
         tensors: Vec<String>,
         scalars: Vec<u64>,
         dims: &[(&str, usize)],
@@ -180,6 +181,55 @@ impl Emulation {
             .zip(types)
             .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
             .collect();
+        // The entry the runtime picks on an sm_90 device, and each argument slot as the runtime
+        // fills it, from the program.
+        let sig = program.signature;
+        let sizes: Vec<usize> = sig
+            .dims
+            .iter()
+            .map(|name| dims.iter().find(|(n, _)| n == name).expect("every dim").1)
+            .collect();
+        // With shared memory the long-row entry runs at any length, as its kernel takes the
+        // path whenever the launch gives it the memory (the runtime does for long rows only).
+        let entry = match self.shared {
+            Some(_) => program.entries.iter().find(|e| e.path == "long_rows"),
+            None => program.pick(&sizes, 90, false),
+        }
+        .expect("an entry takes every shape");
+        let size_of = |d: &DimRef| match *d {
+            DimRef::Named(i) => sizes[i] as u64,
+            DimRef::Fixed(n) => n as u64,
+        };
+        let n_inputs = sig.tensors.iter().filter(|t| !t.output).count();
+        let slots: Vec<String> = program
+            .params
+            .iter()
+            .map(|param| match *param {
+                Param::Input { tensor, bytes } => {
+                    format!(
+                        "{{\"kind\": \"in\", \"elem\": {bytes}, \"data\": \"{}\"}}",
+                        tensors[tensor]
+                    )
+                }
+                Param::Output { tensor, bytes } => format!(
+                    "{{\"kind\": \"out\", \"elem\": {bytes}, \"bytes\": {}}}",
+                    outs[tensor - n_inputs]
+                ),
+                Param::Scalar(i) => format!("{{\"kind\": \"value\", \"value\": {}}}", scalars[i]),
+                Param::Dim(i) => format!("{{\"kind\": \"value\", \"value\": {}}}", sizes[i]),
+                Param::Reciprocal { dims: of, by } => {
+                    let d = of.iter().map(size_of).product::<u64>() / u64::from(by);
+                    let r = fuse_runtime::__private::reciprocal(d);
+                    format!("{{\"kind\": \"value\", \"value\": {r}}}")
+                }
+                Param::RoundKey { seed, round } => {
+                    let key = fuse_runtime::__private::round_key(scalars[seed], round);
+                    format!("{{\"kind\": \"value\", \"value\": {key}}}")
+                }
+                Param::Scratch => "{\"kind\": \"scratch\"}".to_string(),
+                Param::Counter => "{\"kind\": \"counter\"}".to_string(),
+            })
+            .collect();
         let grid = self
             .grid
             .map(|g| format!(", \"grid\": {g}"))
@@ -188,15 +238,13 @@ impl Emulation {
             format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
         });
         let spec = format!(
-        "{{\"source\": {}, \"tensors\": [{}], \"scalars\": [{}], \"dims\": {{{}}}, \"outputs\": [{}], \"misalign\": {}, \"wide\": {}{grid}{launch}}}",
-        json_str(source),
-        tensors.iter().map(|t| format!("\"{t}\"")).collect::<Vec<_>>().join(","),
-        scalars.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-        dims.iter().map(|(n, v)| format!("\"{n}\": {v}")).collect::<Vec<_>>().join(","),
-        outs.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(","),
-        self.misalign,
-        self.wide,
-    );
+            "{{\"source\": {}, \"entry\": \"{}\", \"slots\": [{}], \"misalign\": {}, \"wide\": {}{grid}{launch}}}",
+            json_str(entry.kernel.source),
+            entry.kernel.symbol,
+            slots.join(", "),
+            self.misalign,
+            self.wide,
+        );
         let build = concat!(env!("CARGO_TARGET_TMPDIR"), "/emulated");
         std::fs::create_dir_all(build).unwrap();
         let name = what.replace(|c: char| !c.is_alphanumeric(), "_");
@@ -289,12 +337,13 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         (7, 5),
         (7, 4096),
         (200, 36),
+        (4, 3000),
     ] {
         let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
         let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate(
             &format!("softmax {rows}x{cols}"),
-            kernels::softmax::CUDA_SOURCE,
+            &kernels::softmax::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("rows", rows), ("cols", cols)],
@@ -324,7 +373,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             kernels::div_by_row_max(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape)).unwrap();
         emulate(
             &format!("div_by_row_max {rows}x{cols}"),
-            kernels::div_by_row_max::CUDA_SOURCE,
+            &kernels::div_by_row_max::__fuse::PROGRAM,
             vec![hex(&x), hex(&y)],
             vec![],
             &[("rows", rows), ("cols", cols)],
@@ -355,7 +404,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("layernorm {rows}x{cols}"),
-            kernels::layernorm::CUDA_SOURCE,
+            &kernels::layernorm::__fuse::PROGRAM,
             vec![hex(&x), hex(&g), hex(&b)],
             vec![bits(1e-5)],
             &d,
@@ -373,7 +422,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("layernorm_quantize {rows}x{cols}"),
-            kernels::layernorm_quantize::CUDA_SOURCE,
+            &kernels::layernorm_quantize::__fuse::PROGRAM,
             vec![hex(&x), hex(&g), hex(&b)],
             vec![bits(1e-5)],
             &d,
@@ -390,7 +439,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("rmsnorm {rows}x{cols}"),
-            kernels::rmsnorm::CUDA_SOURCE,
+            &kernels::rmsnorm::__fuse::PROGRAM,
             vec![hex(&x), hex(&g)],
             vec![bits(1e-6)],
             &d,
@@ -408,7 +457,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate_both(
             &format!("bcast {rows}x{cols}"),
-            kernels::bcast::CUDA_SOURCE,
+            &kernels::bcast::__fuse::PROGRAM,
             vec![hex(&x), hex(&r), hex(&g)],
             vec![bits(0.5)],
             &d,
@@ -420,7 +469,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::noise(&dev, &put(&dev, &x, &[rows, cols]), seed).unwrap();
         emulate_both(
             &format!("noise {rows}x{cols}"),
-            kernels::noise::CUDA_SOURCE,
+            &kernels::noise::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![seed],
             &d,
@@ -431,7 +480,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::softmax_dropout(&dev, &put(&dev, &x, &[rows, cols]), 0.3, seed).unwrap();
         emulate(
             &format!("softmax_dropout {rows}x{cols}"),
-            kernels::softmax_dropout::CUDA_SOURCE,
+            &kernels::softmax_dropout::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![bits(0.3), seed],
             &d,
@@ -448,7 +497,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("cross_entropy {rows}x{cols}"),
-            kernels::cross_entropy::CUDA_SOURCE,
+            &kernels::cross_entropy::__fuse::PROGRAM,
             vec![hex(&x), hex(&label)],
             vec![],
             &d,
@@ -465,7 +514,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("arg_rows {rows}x{cols}"),
-            kernels::arg_rows::CUDA_SOURCE,
+            &kernels::arg_rows::__fuse::PROGRAM,
             vec![hex(&x), hex(&k)],
             vec![],
             &d,
@@ -480,7 +529,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
         emulate(
             &format!("f16 softmax {rows}x{cols}"),
-            kernels::f16s::softmax::CUDA_SOURCE,
+            &kernels::f16s::softmax::__fuse::PROGRAM,
             vec![hex(&h)],
             vec![],
             &d,
@@ -491,7 +540,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::bf16s::reduce_rows(&dev, &put(&dev, &hb, &[rows, cols])).unwrap();
         emulate(
             &format!("bf16 reduce_rows {rows}x{cols}"),
-            kernels::bf16s::reduce_rows::CUDA_SOURCE,
+            &kernels::bf16s::reduce_rows::__fuse::PROGRAM,
             vec![hex(&hb)],
             vec![],
             &d,
@@ -508,7 +557,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let abs: f64 = h.iter().map(|v| v.to_f64().abs()).sum();
         emulate(
             &format!("f16 reduce_all {n}"),
-            kernels::f16s::reduce_all::CUDA_SOURCE,
+            &kernels::f16s::reduce_all::__fuse::PROGRAM,
             vec![hex(&h)],
             vec![],
             &[("n", n)],
@@ -526,7 +575,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::halfs(&dev, &put(&dev, &h, &[n]), &put(&dev, &hb, &[n])).unwrap();
         emulate(
             &format!("halfs {n}"),
-            kernels::halfs::CUDA_SOURCE,
+            &kernels::halfs::__fuse::PROGRAM,
             vec![hex(&h), hex(&hb)],
             vec![],
             &[("n", n)],
@@ -540,7 +589,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::f16s::arith(&dev, &put(&dev, &h, &[n]), &put(&dev, &hy, &[n])).unwrap();
         emulate(
             &format!("f16 arith {n}"),
-            kernels::f16s::arith::CUDA_SOURCE,
+            &kernels::f16s::arith::__fuse::PROGRAM,
             vec![hex(&h), hex(&hy)],
             vec![],
             &[("n", n)],
@@ -558,7 +607,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("f16 casts {n}"),
-            kernels::f16s::casts::CUDA_SOURCE,
+            &kernels::f16s::casts::__fuse::PROGRAM,
             vec![hex(&h), hex(&y), hex(&iv)],
             vec![],
             &[("n", n)],
@@ -572,7 +621,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::i8s::arith(&dev, &put(&dev, &a8, &[n]), &put(&dev, &b8, &[n])).unwrap();
         emulate(
             &format!("i8 arith {n}"),
-            kernels::i8s::arith::CUDA_SOURCE,
+            &kernels::i8s::arith::__fuse::PROGRAM,
             vec![hex(&a8), hex(&b8)],
             vec![],
             &[("n", n)],
@@ -584,7 +633,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::u16s::casts(&dev, &put(&dev, &a16, &[n])).unwrap();
         emulate(
             &format!("u16 casts {n}"),
-            kernels::u16s::casts::CUDA_SOURCE,
+            &kernels::u16s::casts::__fuse::PROGRAM,
             vec![hex(&a16)],
             vec![],
             &[("n", n)],
@@ -603,7 +652,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let rev: Vec<u16> = a16.iter().rev().copied().collect();
         emulate(
             &format!("u16 bits {n}"),
-            kernels::u16s::bits::CUDA_SOURCE,
+            &kernels::u16s::bits::__fuse::PROGRAM,
             vec![hex(&a16), hex(&rev), hex(&s16)],
             vec![],
             &[("n", n)],
@@ -621,7 +670,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             emulate_on(
                 grid,
                 &format!("logsumexp_all {n} on {grid} blocks"),
-                kernels::logsumexp_all::CUDA_SOURCE,
+                &kernels::logsumexp_all::__fuse::PROGRAM,
                 vec![hex(&x)],
                 vec![],
                 &[("n", n)],
@@ -635,7 +684,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             kernels::fast_functions(&dev, &put(&dev, &x, &[n]), &put(&dev, &y, &[n])).unwrap();
         emulate(
             &format!("fast_functions {n}"),
-            kernels::fast_functions::CUDA_SOURCE,
+            &kernels::fast_functions::__fuse::PROGRAM,
             vec![hex(&x), hex(&y)],
             vec![],
             &[("n", n)],
@@ -650,7 +699,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             kernels::noisy_sum(&dev, &put(&dev, &xd, &[n]), &put(&dev, &pd, &[n]), seed).unwrap();
         emulate(
             &format!("noisy_sum {n}"),
-            kernels::noisy_sum::CUDA_SOURCE,
+            &kernels::noisy_sum::__fuse::PROGRAM,
             vec![hex(&xd), hex(&pd)],
             vec![seed],
             &[("n", n)],
@@ -667,7 +716,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::col_softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate(
             &format!("col_softmax {rows}x{cols}"),
-            kernels::col_softmax::CUDA_SOURCE,
+            &kernels::col_softmax::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &d,
@@ -678,7 +727,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::softmax_mid(&dev, &put(&dev, &x, &[rows, 2, cols / 2])).unwrap();
         emulate(
             &format!("softmax_mid {rows}x2x{}", cols / 2),
-            kernels::softmax_mid::CUDA_SOURCE,
+            &kernels::softmax_mid::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("b", rows), ("t", 2), ("c", cols / 2)],
@@ -691,7 +740,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &hb, &[rows, cols])).unwrap();
         emulate(
             &format!("bf16 softmax {rows}x{cols}"),
-            kernels::bf16s::softmax::CUDA_SOURCE,
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
             vec![hex(&hb)],
             vec![],
             &d,
@@ -715,7 +764,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("f16 layernorm {rows}x{cols}"),
-            kernels::f16s::layernorm::CUDA_SOURCE,
+            &kernels::f16s::layernorm::__fuse::PROGRAM,
             vec![hex(&h), hex(&g)],
             vec![Element::to_bits(eps)],
             &d,
@@ -728,7 +777,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         let cpu = kernels::u8s::casts(&dev, &put(&dev, &a, &[n])).unwrap();
         emulate(
             &format!("u8 casts {n}"),
-            kernels::u8s::casts::CUDA_SOURCE,
+            &kernels::u8s::casts::__fuse::PROGRAM,
             vec![hex(&a)],
             vec![],
             &[("n", n)],
@@ -755,7 +804,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate_both(
             &format!("w3 {rows}x{cols}"),
-            bench_kernels::w3_bias_gelu_dropout::CUDA_SOURCE,
+            &bench_kernels::w3_bias_gelu_dropout::__fuse::PROGRAM,
             vec![hex(&x), hex(&b)],
             vec![seed],
             &d,
@@ -772,7 +821,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("w7 {rows}x{cols}"),
-            bench_kernels::w7_layernorm_quantize::CUDA_SOURCE,
+            &bench_kernels::w7_layernorm_quantize::__fuse::PROGRAM,
             vec![hex(&x), hex(&g), hex(&b)],
             vec![],
             &d,
@@ -789,7 +838,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("w9 {rows}x{cols}"),
-            bench_kernels::w9_cross_entropy::CUDA_SOURCE,
+            &bench_kernels::w9_cross_entropy::__fuse::PROGRAM,
             vec![hex(&x), hex(&label)],
             vec![],
             &d,
@@ -810,7 +859,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             kernels::f16s::chain(&dev, &put(&dev, &h, &[n]), &put(&dev, &hy, &[n]), s).unwrap();
         emulate(
             &format!("f16 chain {n}"),
-            kernels::f16s::chain::CUDA_SOURCE,
+            &kernels::f16s::chain::__fuse::PROGRAM,
             vec![hex(&h), hex(&hy)],
             vec![Element::to_bits(s)],
             &[("n", n)],
@@ -826,7 +875,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             kernels::bf16s::compare(&dev, &put(&dev, &b, &[n]), &put(&dev, &by, &[n])).unwrap();
         emulate(
             &format!("bf16 compare {n}"),
-            kernels::bf16s::compare::CUDA_SOURCE,
+            &kernels::bf16s::compare::__fuse::PROGRAM,
             vec![hex(&b), hex(&by)],
             vec![],
             &[("n", n)],
@@ -869,7 +918,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate_launch(
             &format!("long softmax {rows}x{cols} in {cluster}"),
-            kernels::softmax::CUDA_SOURCE,
+            &kernels::softmax::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("rows", rows), ("cols", cols)],
@@ -895,7 +944,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         .unwrap();
         emulate_launch(
             &format!("long layernorm {rows}x{cols} in {cluster}"),
-            kernels::layernorm::CUDA_SOURCE,
+            &kernels::layernorm::__fuse::PROGRAM,
             vec![hex(&x), hex(&g), hex(&b)],
             vec![Element::to_bits(1e-5f32)],
             &d,
@@ -913,7 +962,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         .unwrap();
         emulate_launch(
             &format!("long w7 {rows}x{cols} in {cluster}"),
-            bench_kernels::w7_layernorm_quantize::CUDA_SOURCE,
+            &bench_kernels::w7_layernorm_quantize::__fuse::PROGRAM,
             vec![hex(&x), hex(&g), hex(&b)],
             vec![],
             &d,
@@ -931,7 +980,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         .unwrap();
         emulate_launch(
             &format!("long cross_entropy {rows}x{cols} in {cluster}"),
-            kernels::cross_entropy::CUDA_SOURCE,
+            &kernels::cross_entropy::__fuse::PROGRAM,
             vec![hex(&x), hex(&label)],
             vec![],
             &d,
@@ -951,7 +1000,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         .unwrap();
         emulate_launch(
             &format!("long mixed_rows {rows}x{cols} in {cluster}"),
-            kernels::mixed_rows::CUDA_SOURCE,
+            &kernels::mixed_rows::__fuse::PROGRAM,
             vec![hex(&x), hex(&w), hex(&m)],
             vec![],
             &d,
@@ -964,7 +1013,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
         emulate_launch(
             &format!("long f16 softmax {rows}x{cols} in {cluster}"),
-            kernels::f16s::softmax::CUDA_SOURCE,
+            &kernels::f16s::softmax::__fuse::PROGRAM,
             vec![hex(&h)],
             vec![],
             &d,
@@ -977,7 +1026,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let cpu = kernels::softmax_f64(&dev, &put(&dev, &xd, &[rows, cols])).unwrap();
         emulate_launch(
             &format!("long f64 softmax {rows}x{cols} in {cluster}"),
-            kernels::softmax_f64::CUDA_SOURCE,
+            &kernels::softmax_f64::__fuse::PROGRAM,
             vec![hex(&xd)],
             vec![],
             &d,
@@ -994,7 +1043,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let cpu = kernels::softmax_last(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
         emulate_launch(
             &format!("long softmax_last {b}x{t}x{c} in {cluster}"),
-            kernels::softmax_last::CUDA_SOURCE,
+            &kernels::softmax_last::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("b", b), ("t", t), ("c", c)],
@@ -1032,7 +1081,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         for how in [&Emulation::default(), &misaligned] {
             how.run(
                 &format!("short softmax {rows}x{cols}"),
-                kernels::softmax::CUDA_SOURCE,
+                &kernels::softmax::__fuse::PROGRAM,
                 vec![hex(&x)],
                 vec![],
                 &d,
@@ -1054,7 +1103,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         for how in [&Emulation::default(), &misaligned] {
             how.run(
                 &format!("short layernorm {rows}x{cols}"),
-                kernels::layernorm::CUDA_SOURCE,
+                &kernels::layernorm::__fuse::PROGRAM,
                 vec![hex(&x), hex(&g), hex(&b)],
                 vec![Element::to_bits(1e-5f32)],
                 &d,
@@ -1072,7 +1121,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         let cpu = kernels::softmax_f64(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate(
             &format!("short softmax_f64 {rows}x{cols}"),
-            kernels::softmax_f64::CUDA_SOURCE,
+            &kernels::softmax_f64::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &d,
@@ -1089,7 +1138,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         for how in [&Emulation::default(), &misaligned] {
             how.run(
                 &format!("short f16 softmax {rows}x{cols}"),
-                kernels::f16s::softmax::CUDA_SOURCE,
+                &kernels::f16s::softmax::__fuse::PROGRAM,
                 vec![hex(&h)],
                 vec![],
                 &d,
@@ -1102,7 +1151,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         let cpu = kernels::count_true(&dev, &put(&dev, &a, &[rows, cols])).unwrap();
         emulate(
             &format!("short count_true {rows}x{cols}"),
-            kernels::count_true::CUDA_SOURCE,
+            &kernels::count_true::__fuse::PROGRAM,
             vec![hex(&a)],
             vec![],
             &d,
@@ -1123,7 +1172,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("short layernorm_quantize {rows}x{cols}"),
-            kernels::layernorm_quantize::CUDA_SOURCE,
+            &kernels::layernorm_quantize::__fuse::PROGRAM,
             vec![hex(&x), hex(&g), hex(&b)],
             vec![Element::to_bits(1e-5f32)],
             &d,
@@ -1135,7 +1184,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         let cpu = kernels::softmax_dropout(&dev, &put(&dev, &x, &[rows, cols]), 0.3, seed).unwrap();
         emulate(
             &format!("short softmax_dropout {rows}x{cols}"),
-            kernels::softmax_dropout::CUDA_SOURCE,
+            &kernels::softmax_dropout::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![Element::to_bits(0.3f32), seed],
             &d,
@@ -1152,7 +1201,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("short arg_rows {rows}x{cols}"),
-            kernels::arg_rows::CUDA_SOURCE,
+            &kernels::arg_rows::__fuse::PROGRAM,
             vec![hex(&x), hex(&k)],
             vec![],
             &d,
@@ -1167,7 +1216,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         let cpu = kernels::softmax_last(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
         emulate(
             &format!("short softmax_last {b}x{t}x{c}"),
-            kernels::softmax_last::CUDA_SOURCE,
+            &kernels::softmax_last::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("b", b), ("t", t), ("c", c)],
@@ -1182,7 +1231,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         let abs = fold_axis(&f64s(&x), &[4, c], 1, 0.0, |a, v| a + v.abs());
         emulate(
             &format!("short fixed_rows 4x{c}"),
-            kernels::fixed_rows::CUDA_SOURCE,
+            &kernels::fixed_rows::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("n", c)],
@@ -1197,7 +1246,7 @@ fn short_rows_run_on_an_emulated_gpu() {
         let cpu = kernels::softmax_stats(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
         emulate(
             &format!("short softmax_stats {rows}x{cols}"),
-            kernels::softmax_stats::CUDA_SOURCE,
+            &kernels::softmax_stats::__fuse::PROGRAM,
             vec![hex(&x)],
             vec![],
             &[("rows", rows), ("cols", cols)],

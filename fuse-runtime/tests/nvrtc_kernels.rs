@@ -50,14 +50,17 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
         eprintln!("skipping: {why}");
         return;
     }
-    let kernels: Vec<_> = fuse_runtime::kernels().collect();
+    // Every entry point of every kernel: each path is a module of its own.
+    let kernels: Vec<_> = fuse_runtime::__private::programs()
+        .flat_map(|p| p.entries.iter().map(|e| e.kernel))
+        .collect();
     assert!(
         kernels.len() >= 5,
-        "only {} kernels registered",
+        "only {} entry points registered",
         kernels.len()
     );
-    // `FUSE_DUMP_DIR=DIR` also writes each kernel's CUDA C to `DIR/<name>.cu`, and its sm_90
-    // CUBIN and ptxas report to `<name>.sm_90.cubin` and `.log`, to read its SASS (`cuobjdump
+    // `FUSE_DUMP_DIR=DIR` also writes each entry's CUDA C to `DIR/<symbol>.cu`, and its sm_90
+    // CUBIN and ptxas report to `<symbol>.sm_90.cubin` and `.log`, to read its SASS (`cuobjdump
     // -sass` where a toolkit is) or to time variants of it by hand.
     let dump = std::env::var_os("FUSE_DUMP_DIR").map(std::path::PathBuf::from);
     if let Some(dir) = &dump {
@@ -69,11 +72,11 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
     let files: Vec<String> = kernels
         .iter()
         .map(|k| {
-            let n = seen.entry(k.name).or_insert(0);
+            let n = seen.entry(k.symbol).or_insert(0);
             *n += 1;
             match *n {
-                1 => k.name.to_string(),
-                n => format!("{}.{n}", k.name),
+                1 => k.symbol.to_string(),
+                n => format!("{}.{n}", k.symbol),
             }
         })
         .collect();

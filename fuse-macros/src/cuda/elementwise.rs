@@ -1,86 +1,12 @@
 //! Elementwise loops: a vector loop over groups of lanes where every tensor lines up with them,
 //! then a scalar loop with coordinates for the rest.
 
-use super::{Cuda, Scope, LANES, SYNTAX};
-use crate::ir::{DimId, Kernel, Launch, Op};
-use crate::parse::BinOp;
+use super::{Cuda, Scope, SYNTAX};
+use crate::ir::{DimId, Launch, Op};
+use crate::plan::rows::Run;
 use crate::plan::{Pass, Plan};
-use crate::ty::Elem;
 use std::collections::BTreeSet;
 use std::fmt::Write;
-
-/// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
-/// every tensor is of at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of 1-byte
-/// types; 16 lanes of code would cost more registers than the wider load saves). 16-bit floats
-/// compute in f32, and at 8 lanes ptxas spilled around the slow paths of f32 division and
-/// `fmodf` (`f16s::arith`): kernels of them that divide keep 4 lanes (8-byte loads).
-pub(super) fn lanes(k: &Kernel) -> u32 {
-    let narrow = tensor_elems(k).all(|e| e.bits() <= 16);
-    let halves = tensor_elems(k).any(Elem::is_half);
-    if narrow && !(halves && divides_floats(k)) {
-        2 * LANES
-    } else {
-        LANES
-    }
-}
-
-/// Whether a kernel divides floats or takes a float remainder (or calls a function that
-/// divides: `recip`, `rsqrt`, `sigmoid`, `silu`, `log` with a base, `powi` of a negative power).
-fn divides_floats(k: &Kernel) -> bool {
-    use crate::func::Func;
-    k.nodes.iter().any(|n| match &n.op {
-        Op::Binary(BinOp::Div | BinOp::Rem, a, _) => k.nodes[*a].elem().compute().is_float(),
-        Op::Call(f, _) => matches!(
-            f,
-            Func::Recip | Func::Rsqrt | Func::Sigmoid | Func::Silu | Func::Log | Func::Powi
-        ),
-        _ => false,
-    })
-}
-
-/// The element types of every tensor a kernel reads or writes.
-fn tensor_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
-    let outputs = k.outputs.iter().map(|o| o.elem);
-    k.tensor_params().map(|(_, p, _)| p.elem).chain(outputs)
-}
-
-/// How a tensor lines up with the consecutive elements of one vector step (`lanes` of them) of
-/// an elementwise loop's domain.
-#[derive(Clone, Copy, PartialEq, Debug)]
-enum Run {
-    /// The tensor has the domain's shape: its own consecutive elements.
-    Whole,
-    /// Its dims are the domain's dims from the `k`-th on (a bias over `cols`): it repeats along
-    /// the others, so the lanes are consecutive elements of it when its size is a multiple of
-    /// the lane count.
-    Suffix(usize),
-    /// Its dims are the domain's first `k` (a scale per row): the lanes share one of its
-    /// elements when the size of the remaining dims is a multiple of the lane count.
-    Prefix(usize),
-}
-
-impl Run {
-    fn of(shape: &[DimId], domain: &[DimId]) -> Option<Run> {
-        if shape == domain {
-            Some(Run::Whole)
-        } else if !shape.is_empty() && domain.ends_with(shape) {
-            Some(Run::Suffix(domain.len() - shape.len()))
-        } else if domain.starts_with(shape) {
-            Some(Run::Prefix(shape.len()))
-        } else {
-            None
-        }
-    }
-
-    /// The dims of the run a broadcast tensor repeats along (`Suffix`) or is constant over
-    /// (`Prefix`): their size must be a multiple of the lane count. None for `Whole`.
-    fn repeat(self, domain: &[DimId]) -> Option<&[DimId]> {
-        match self {
-            Run::Whole => None,
-            Run::Suffix(k) | Run::Prefix(k) => Some(&domain[k..]),
-        }
-    }
-}
 
 impl Cuda<'_> {
     pub(super) fn map_body(&mut self, domain: &[DimId], plan: &Plan) {
@@ -103,49 +29,36 @@ impl Cuda<'_> {
     /// over groups of `lanes` elements where every tensor lines up with them, then a scalar loop
     /// for the rest (the tail, or everything when they do not line up).
     pub(super) fn element_loop(&mut self, domain: &[DimId], pass: &Pass, start: &str, step: &str) {
-        let used = self.used_shapes(&pass.elems, &pass.writes);
+        let layout = crate::plan::rows::pass_layout(self.k, pass, domain);
         let shapes = self.layout.shapes();
-        // Positions (`index`) come from the coordinates, which only the scalar loop computes.
-        let positions = pass
-            .elems
-            .iter()
-            .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
-        let runs: Option<Vec<(usize, Run)>> = used
-            .iter()
-            .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
-            .collect();
-        let broadcast = used.iter().any(|&s| shapes[s] != domain);
         let mut first = start.to_string();
         let mut tail_rolled = false;
-        match runs {
-            Some(runs) if !used.is_empty() && !positions => {
-                // Broadcast tensors line up with the vectors when their runs are whole vectors.
-                let aligned: Vec<String> = runs
-                    .iter()
-                    .filter_map(|(_, r)| r.repeat(domain))
-                    .map(|dims| format!("({}) % {} == 0", self.layout.product(dims), self.lanes))
-                    .collect();
-                self.line("long long i0 = 0;");
-                if !aligned.is_empty() {
-                    self.open(format!("if ({})", aligned.join(" && ")));
-                }
-                self.vector_loop(pass, start, step, domain, &runs);
-                self.line(format!("i0 = nv * {};", self.lanes));
-                if !aligned.is_empty() {
-                    self.close();
-                }
-                first = format!("i0 + {start}");
-                // The tail runs at most once a thread. Unrolled, ptxas (sm_80) spilled around it
-                // in a kernel reading `u16` (`u16s::casts` of the tests); elsewhere it is left to
-                // ptxas, since rolled it spilled in kernels of 8-byte inputs (`i64s::compare`).
-                tail_rolled = self
-                    .k
-                    .tensor_params()
-                    .any(|(_, p, _)| p.elem.is_int() && p.elem.bits() < 32);
+        if let Some(runs) = layout.vectors() {
+            // Broadcast tensors line up with the vectors when their runs are whole vectors.
+            let aligned: Vec<String> = runs
+                .iter()
+                .filter_map(|(_, r)| r.repeat(domain))
+                .map(|dims| format!("({}) % {} == 0", self.layout.product(dims), self.lanes))
+                .collect();
+            self.line("long long i0 = 0;");
+            if !aligned.is_empty() {
+                self.open(format!("if ({})", aligned.join(" && ")));
             }
-            _ => {}
+            self.vector_loop(pass, start, step, domain, runs);
+            self.line(format!("i0 = nv * {};", self.lanes));
+            if !aligned.is_empty() {
+                self.close();
+            }
+            first = format!("i0 + {start}");
+            // The tail runs at most once a thread. Unrolled, ptxas (sm_80) spilled around it
+            // in a kernel reading `u16` (`u16s::casts` of the tests); elsewhere it is left to
+            // ptxas, since rolled it spilled in kernels of 8-byte inputs (`i64s::compare`).
+            tail_rolled = self
+                .k
+                .tensor_params()
+                .any(|(_, p, _)| p.elem.is_int() && p.elem.bits() < 32);
         }
-        let coordinates = positions || broadcast;
+        let coordinates = layout.coordinates();
         if coordinates {
             self.divisors(domain);
         }
@@ -158,7 +71,7 @@ impl Cuda<'_> {
                 self.line(l);
             }
         }
-        for s in used {
+        for &s in &layout.used {
             let offset = if shapes[s] == domain {
                 "i".to_string()
             } else {

@@ -17,7 +17,7 @@ impl Cuda<'_> {
             Op::Load(p) => {
                 let param = &k.params[*p];
                 let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
-                let name = crate::expand::plain_name(&param.name);
+                let name = crate::ir::plain_name(&param.name);
                 let raw = match (scope, &k.launch) {
                     (Scope::Lane, _) => format!("l_{name}.v[l]"),
                     (Scope::Element, _) if self.row_vectors_now.contains(p) => {
@@ -35,7 +35,7 @@ impl Cuda<'_> {
             }
             Op::Scalar(p) => {
                 let param = &k.params[*p];
-                let raw = format!("p_{}", crate::expand::plain_name(&param.name));
+                let raw = format!("p_{}", crate::ir::plain_name(&param.name));
                 self.loaded(param.elem, raw)
             }
             Op::Index(d) => match &k.launch {

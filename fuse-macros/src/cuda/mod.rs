@@ -2,10 +2,9 @@
 //! helper functions it uses. The text is written through an infallible `String` writer.
 
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op};
-use crate::plan::{Layout, Plan, Syntax};
+use crate::plan::{Divisor, Entry, Layout, Param, Path, Plan, Program, Syntax};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
-use std::fmt::Write;
 use text::{half_helpers, helper};
 
 mod elementwise;
@@ -14,11 +13,6 @@ mod reduce;
 mod rows;
 mod text;
 mod tile;
-
-pub use reduce::slot_count;
-pub(crate) use rows::direct_row_cost;
-pub use rows::long_rows::{cached_bytes, long_rows_symbol};
-pub use tile::{short_rows_symbol, SHORT};
 
 pub use crate::abi::BLOCK;
 
@@ -31,72 +25,35 @@ const SYNTAX: Syntax = Syntax {
     quot: |_, t, d| format!("(long long)fz_quot((unsigned long long){t}, dv{d})"),
 };
 
-/// The fewest blocks per SM a row kernel declares (`__launch_bounds__`): an explicit register
-/// bound (128 here). Without one, ptxas spilled live registers around the IEEE division's
-/// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded.
-const MIN_BLOCKS: u32 = 2;
-
-/// Elements per vector load in elementwise loops, as `elementwise::lanes` picks them: 16 bytes of 4-byte
-/// types (8-byte types load two 16-byte vectors).
-const LANES: u32 = 4;
-
 use crate::abi::CACHE;
 
 pub(crate) use crate::abi::ROUNDS;
 
-pub fn symbol(k: &Kernel) -> String {
-    format!("fuse_{}", crate::expand::plain_name(&k.name))
+/// The CUDA C of each entry point of `program`, in its order: each a module of its own, with
+/// only the helpers it uses.
+pub fn sources(k: &Kernel, program: &Program) -> Vec<String> {
+    program
+        .entries
+        .iter()
+        .map(|entry| entry_source(k, program, entry))
+        .collect()
 }
 
-/// A kernel's CUDA C, with the divisors whose reciprocals its launch passes.
-pub struct Source {
-    pub text: String,
-    /// The divisor behind each `fz_recip_<j>` parameter, in order: the host computes
-    /// `floor((2^64 - 1) / d)` for each (see [`Divisor`]).
-    pub divisors: Vec<Divisor>,
-    /// The scalar parameters that seed random draws, in order: the host computes Philox's round
-    /// keys 1 to 9 of each, parameters `fz_key<j>_1` to `fz_key<j>_9` (see [`seed_params`]).
-    pub seeds: Vec<usize>,
-}
-
-/// The scalar parameters that some `rand`, `randn` or `dropout` takes as its seed, in the order
-/// of the kernel's nodes. Their round keys come from the host (`fz_key` in the CUDA C); a seed
-/// computed in the kernel has its keys made there.
-pub fn seed_params(k: &Kernel) -> Vec<usize> {
-    let mut seeds = vec![];
-    for node in &k.nodes {
-        if let Op::Random(_, seed, _) = node.op {
-            if let Op::Scalar(p) = k.nodes[seed].op {
-                if !seeds.contains(&p) {
-                    seeds.push(p);
-                }
-            }
-        }
-    }
-    seeds
-}
-
-/// A divisor of an elementwise kernel's index arithmetic: the product of the sizes of `dims`,
-/// divided by `by`. Its reciprocal is a kernel parameter, computed once per launch on the host:
-/// in the kernel it was a 64-bit division (a subroutine of about 80 instructions) that every
-/// thread ran before its first element, and an elementwise grid gives each thread one vector.
-#[derive(Clone, PartialEq, Debug)]
-pub struct Divisor {
-    pub dims: Vec<DimId>,
-    pub by: u32,
-}
-
-pub fn source(k: &Kernel, plan: &Plan) -> Source {
+/// The CUDA C of one entry point.
+fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
+    let plan = &program.plan;
     let mut w = Cuda {
         k,
         plan,
+        program,
+        path: entry.path,
         layout: Layout { k },
         out: String::new(),
         indent: 1,
         helpers: BTreeSet::new(),
         cached: vec![],
         row_vectors_now: vec![],
-        lanes: elementwise::lanes(k),
+        lanes: crate::plan::rows::lanes(k),
         uniform_divisors: BTreeSet::new(),
         in_shared: false,
         whole_rows: false,
@@ -106,96 +63,70 @@ pub fn source(k: &Kernel, plan: &Plan) -> Source {
         fast_division: false,
         reuse: None,
         stash: None,
-        host_divisors: vec![],
-        seeds: seed_params(k),
     };
-    match &k.launch {
-        Launch::Map { domain } => w.map_body(domain, plan),
-        Launch::Rows { domain, axis } => w.rows_body(domain, *axis, plan),
-        Launch::Full { domain } => w.full_body(domain, plan),
-    }
-    let body = std::mem::take(&mut w.out);
-    let short_rows = w.short_rows_kernel(plan);
-    let long_rows = w.long_rows_kernel(plan);
+    let kernel = match (&k.launch, entry.path) {
+        (Launch::Rows { .. }, Path::ShortRows) => w.short_rows_kernel(plan, entry),
+        (Launch::Rows { .. }, Path::LongRows) => w.long_rows_kernel(plan, entry),
+        (launch, _) => {
+            match launch {
+                Launch::Map { domain } => w.map_body(domain, plan),
+                Launch::Rows { domain, axis } => w.rows_body(domain, *axis, plan),
+                Launch::Full { domain } => w.full_body(domain, plan),
+            }
+            let body = std::mem::take(&mut w.out);
+            w.global(entry, &body)
+        }
+    };
     let mut text = format!(
-        "// Kernel `{}`, generated by fuse! from its Rust source: edit that, not this.\n// {}\n",
-        crate::expand::plain_name(&k.name),
-        launch_comment(k)
+        "// Kernel `{}`, generated by fuse! from its Rust source: edit that, not this.\n// {}\n// Path `{}`: {}\n",
+        crate::ir::plain_name(&k.name),
+        launch_comment(k),
+        entry.path.name(),
+        path_comment(entry)
     );
     for h in &w.helpers {
         text.push_str(helper(h));
     }
-    let bound = match &k.launch {
-        Launch::Rows { .. } => format!(", {}", min_blocks(k, plan)),
-        _ => String::new(),
-    };
-    let _ = write!(
-        text,
-        "extern \"C\" __global__ void __launch_bounds__({BLOCK}{bound}) {}(\n{}) {{\n{body}}}\n",
-        symbol(k),
-        w.params()
-    );
-    text.push_str(&short_rows);
-    text.push_str(&long_rows);
-    Source {
-        text,
-        divisors: w.host_divisors,
-        seeds: w.seeds,
-    }
+    text.push_str(&kernel);
+    text
 }
 
-/// The `__launch_bounds__` minimum of blocks per SM for a row kernel, which caps its registers
-/// (65536 / 256 / blocks) and so sets how many rows an SM overlaps: a row kernel overlaps rows
-/// only across blocks. Every kernel of the tests, benches and examples is compiled to check
-/// that none spills. For rows cached on chip (4-byte elements, at most three reductions):
-/// - a row kept in shared memory (one whole-domain tensor, copied ahead; see
-///   `rows::prefetches`), no other tensor along the row and one output, a value per row:
-///   five (48 registers);
-/// - a row kept in shared memory otherwise, or one row in registers with one output: four (64);
-/// - one row in registers otherwise: three (85);
-/// - two or more rows in registers: two (128), as they leave too little for the division's
-///   slow-path call (`div_by_row_max` spilled at three).
-///
-/// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`].
-fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
-    let reduces = k
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.op, Op::Reduce(..)))
-        .count();
-    // The rows kept on chip are the tensors over the whole domain; per-row operands (a label,
-    // say) cost a register or two whatever their type.
-    let (domain, axis) = match &k.launch {
-        Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
-        _ => (&[][..], None),
+/// Every entry's text, one after another, for tests that look for a line anywhere in a kernel.
+#[cfg(test)]
+pub(crate) fn text(k: &Kernel) -> String {
+    sources(k, &crate::plan::program(k)).concat()
+}
+
+/// When the host takes an entry, and how it runs, in a line.
+fn path_comment(entry: &Entry) -> String {
+    let w = entry.when;
+    let multiple = match w.multiple_of {
+        1 => String::new(),
+        m => format!(", a multiple of {m}"),
     };
-    let whole: Vec<usize> = k
-        .tensor_params()
-        .filter(|(_, _, s)| s.as_slice() == domain)
-        .map(|(i, _, _)| i)
-        .collect();
-    let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
-    let cached = axis.is_some() && domain.last() == axis.as_ref() && plan.passes.len() >= 2;
-    if !(cached && narrow && reduces <= 3) {
-        return MIN_BLOCKS;
-    }
-    // Philox's state and rounds take registers of their own: `softmax_dropout` needs 91.
-    if k.draws_random() {
-        return MIN_BLOCKS;
-    }
-    let along = k
-        .tensor_params()
-        .filter(|(_, _, s)| s.last() == axis.as_ref())
-        .count();
-    // A kernel that writes whole rows keeps the output's vectors too: softmax spilled the
-    // row-a-block copy of its loop (see `rows`) at five.
-    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
-    match (rows::prefetches(k, &whole), along, k.outputs.len()) {
-        (true, 1, 1) if !writes_rows => MIN_BLOCKS + 3,
-        (true, _, _) => MIN_BLOCKS + 2,
-        (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
-        (false, _, _) if whole.len() == 1 => MIN_BLOCKS + 1,
-        (false, _, _) => MIN_BLOCKS,
+    match entry.path {
+        Path::Map | Path::Full => "every launch.".into(),
+        Path::Rows => "any row length, the rows streamed from memory in every pass.".into(),
+        Path::RowsCached => format!(
+            "rows of 1 to {} elements{multiple}, each held in the registers of a segment of threads, read once.",
+            w.max_len
+        ),
+        Path::RowBlock => format!(
+            "rows of {} to {} elements{multiple}, on sm_{} and later: a block a row, held in registers.",
+            w.min_len, w.max_len, w.min_arch
+        ),
+        Path::RowBlockExact => format!(
+            "rows of exactly {} elements, on sm_{} and later: a block a row, held in registers, no bounds tests.",
+            w.min_len, w.min_arch
+        ),
+        Path::ShortRows => format!(
+            "rows of 1 to {} elements: tiles of whole rows through shared memory, 16-byte loads and stores.",
+            w.max_len
+        ),
+        Path::LongRows => format!(
+            "rows of over {} elements, when the device has the shared memory: the row in the dynamic shared memory of a block or a cluster.",
+            w.min_len - 1
+        ),
     }
 }
 
@@ -231,6 +162,10 @@ struct Cuda<'a> {
     k: &'a Kernel,
     /// The kernel's plan, which `source` was given.
     plan: &'a Plan,
+    /// The whole schedule: parameters, divisors, seeds.
+    program: &'a Program,
+    /// The path of the entry being written.
+    path: Path,
     layout: Layout<'a>,
     out: String,
     indent: usize,
@@ -265,16 +200,12 @@ struct Cuda<'a> {
     /// an earlier pass stored it) instead of computing it, and that tensor; with it, a row step
     /// computes only the values its reductions and writes need besides (see
     /// `rows::long_rows::stashes`).
-    reuse: rows::long_rows::SlotRead,
+    reuse: crate::plan::rows::SlotRead,
     /// A value that the current pass stores in place of the cached tensor's element, gathered
     /// lane by lane into `fz_st` in a vector step.
     stash: Option<NodeId>,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
-    /// The divisors whose reciprocals are parameters (`fz_recip_<j>`), in order.
-    host_divisors: Vec<Divisor>,
-    /// The parameters whose Philox round keys are parameters (`fz_key<j>_<i>`), in order.
-    seeds: Vec<usize>,
 }
 
 impl Cuda<'_> {
@@ -331,46 +262,55 @@ impl Cuda<'_> {
             + "\n"
     }
 
-    /// The kernel's parameters in order, each as its declared type and its name.
+    /// The kernel's parameters in order (the program's), each as its declared type and its name.
     fn param_list(&self) -> Vec<(String, String)> {
         let k = self.k;
-        let mut ps = vec![];
-        for (i, _, _) in k.tensor_params() {
-            let (t, name) = self.param_text(i);
-            ps.push((format!("const {t}* __restrict__"), format!("p_{name}")));
-        }
-        for (j, o) in k.outputs.iter().enumerate() {
-            let t = o.elem.c_storage();
-            ps.push((format!("{t}* __restrict__"), format!("out{j}")));
-        }
-        for (i, _) in k
-            .params
-            .iter()
-            .enumerate()
-            .filter(|(_, p)| p.shape.is_none())
-        {
-            let (t, name) = self.param_text(i);
-            ps.push((format!("const {t}"), format!("p_{name}")));
-        }
-        for (_, name) in k.named_dims() {
-            ps.push(("const long long".into(), format!("d_{name}")));
-        }
-        for j in 0..self.host_divisors.len() {
-            ps.push(("const unsigned long long".into(), format!("fz_recip_{j}")));
-        }
-        for j in 0..self.seeds.len() {
-            for i in 1..ROUNDS {
-                ps.push(("const unsigned long long".into(), format!("fz_key{j}_{i}")));
+        let param = |p: &Param| -> (String, String) {
+            match *p {
+                Param::Input(i) => {
+                    let (t, name) = self.param_text(i);
+                    (format!("const {t}* __restrict__"), format!("p_{name}"))
+                }
+                Param::Output(j) => {
+                    let t = k.outputs[j].elem.c_storage();
+                    (format!("{t}* __restrict__"), format!("out{j}"))
+                }
+                Param::Scalar(i) => {
+                    let (t, name) = self.param_text(i);
+                    (format!("const {t}"), format!("p_{name}"))
+                }
+                Param::Dim(i) => {
+                    let name = k.named_dims().nth(i).expect("a named dim").1;
+                    ("const long long".into(), format!("d_{name}"))
+                }
+                Param::Reciprocal(j) => {
+                    ("const unsigned long long".into(), format!("fz_recip_{j}"))
+                }
+                Param::RoundKey { seed, round } => (
+                    "const unsigned long long".into(),
+                    format!("fz_key{seed}_{round}"),
+                ),
+                Param::Scratch => (
+                    "unsigned long long* __restrict__".into(),
+                    "fz_scratch".into(),
+                ),
+                Param::Counter => ("unsigned int* __restrict__".into(), "fz_counter".into()),
             }
-        }
-        if matches!(k.launch, Launch::Full { .. }) {
-            ps.push((
-                "unsigned long long* __restrict__".into(),
-                "fz_scratch".into(),
-            ));
-            ps.push(("unsigned int* __restrict__".into(), "fz_counter".into()));
-        }
-        ps
+        };
+        self.program.params.iter().map(param).collect()
+    }
+
+    /// The `extern "C" __global__` function of `entry`, around `body`.
+    fn global(&self, entry: &Entry, body: &str) -> String {
+        let bound = entry
+            .min_blocks
+            .map(|b| format!(", {b}"))
+            .unwrap_or_default();
+        format!(
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK}{bound}) {}(\n{}) {{\n{body}}}\n",
+            entry.symbol,
+            self.params()
+        )
     }
 
     /// The initializer of an `fz_divisor` for the product of `dims` over `by`. In an elementwise
@@ -392,23 +332,19 @@ impl Cuda<'_> {
             dims: dims.to_vec(),
             by,
         };
-        let j = match self.host_divisors.iter().position(|d| *d == divisor) {
-            Some(j) => j,
-            None => {
-                self.host_divisors.push(divisor);
-                self.host_divisors.len() - 1
-            }
-        };
+        let j = self
+            .program
+            .divisors
+            .iter()
+            .position(|d| *d == divisor)
+            .expect("the program lists every divisor of an elementwise kernel");
         format!("{{{size}, fz_recip_{j}}}")
     }
 
     /// A parameter's storage type and plain name, as in `const float* p_x`.
     fn param_text(&self, p: usize) -> (&'static str, String) {
         let param = &self.k.params[p];
-        (
-            param.elem.c_storage(),
-            crate::expand::plain_name(&param.name),
-        )
+        (param.elem.c_storage(), crate::ir::plain_name(&param.name))
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
@@ -481,6 +417,7 @@ impl Cuda<'_> {
         let key = match k.nodes[id].op {
             Op::Scalar(p) => {
                 let j = self
+                    .program
                     .seeds
                     .iter()
                     .position(|&s| s == p)
@@ -522,7 +459,7 @@ mod tests {
 
     fn source(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        super::source(&k, &crate::plan::plan(&k)).text
+        super::text(&k)
     }
 
     /// The CUDA text of the language reference's kernels, reviewed as diffs when codegen changes.
@@ -568,15 +505,90 @@ mod tests {
         ];
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");
         let bless = std::env::var_os("FUSE_BLESS").is_some();
+        let mut written = std::collections::BTreeSet::new();
         for (name, tokens) in kernels {
-            let text = source(tokens);
-            let path = dir.join(format!("{name}.cu"));
-            if bless {
-                std::fs::create_dir_all(&dir).unwrap();
-                std::fs::write(&path, &text).unwrap();
+            let k = kernel(tokens);
+            let program = crate::plan::program(&k);
+            // One file per entry point: `<kernel>.<path>.cu`.
+            for (entry, text) in program.entries.iter().zip(super::sources(&k, &program)) {
+                let file = format!("{name}.{}.cu", entry.path.name());
+                let path = dir.join(&file);
+                written.insert(file);
+                if bless {
+                    std::fs::create_dir_all(&dir).unwrap();
+                    std::fs::write(&path, &text).unwrap();
+                }
+                let want = std::fs::read_to_string(&path).unwrap_or_default();
+                assert!(want == text, "{} differs from the generated source; review the diff and rerun with FUSE_BLESS=1:\n{text}", path.display());
             }
-            let want = std::fs::read_to_string(&path).unwrap_or_default();
-            assert!(want == text, "{} differs from the generated source; review the diff and rerun with FUSE_BLESS=1:\n{text}", path.display());
+        }
+        // No file is left from an entry that no longer exists.
+        for file in std::fs::read_dir(&dir).unwrap() {
+            let file = file.unwrap().file_name().into_string().unwrap();
+            if bless && !written.contains(&file) {
+                std::fs::remove_file(dir.join(&file)).unwrap();
+            } else {
+                assert!(
+                    written.contains(&file),
+                    "golden/{file} belongs to no entry point"
+                );
+            }
+        }
+    }
+
+    /// Every entry point declares the program's parameters in the program's order, and the
+    /// register bound its entry says: the ABI and the bounds are written once, in the plan.
+    #[test]
+    fn every_entry_declares_the_program_parameters_and_bound() {
+        use crate::plan::{Param, Path};
+        let kernels = [
+            quote! { fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } },
+            quote! {
+                fn l(x: [f32; r, c], g: [f32; c], eps: f32) -> ([f32; r, c], [f32; r]) {
+                    let d = x - mean(x, c);
+                    let s = rsqrt(mean(d * d, c) + eps);
+                    (d * s * g, s)
+                }
+            },
+            quote! { fn d(x: [f32; r, c], b: [f32; c], seed: u64) -> [f32; r, c] { dropout(x + b, 0.1, seed) } },
+            quote! { fn t(x: [f64; n], w: f64) -> f64 { sum(x * w) } },
+        ];
+        for tokens in kernels {
+            let k = kernel(tokens);
+            let program = crate::plan::program(&k);
+            let name = |i: usize| crate::ir::plain_name(&k.params[i].name);
+            let want: Vec<String> = program
+                .params
+                .iter()
+                .map(|p| match *p {
+                    Param::Input(i) | Param::Scalar(i) => format!("p_{}", name(i)),
+                    Param::Output(j) => format!("out{j}"),
+                    Param::Dim(i) => format!("d_{}", k.named_dims().nth(i).unwrap().1),
+                    Param::Reciprocal(j) => format!("fz_recip_{j}"),
+                    Param::RoundKey { seed, round } => format!("fz_key{seed}_{round}"),
+                    Param::Scratch => "fz_scratch".into(),
+                    Param::Counter => "fz_counter".into(),
+                })
+                .collect();
+            for (entry, text) in program.entries.iter().zip(super::sources(&k, &program)) {
+                let bound = match entry.min_blocks {
+                    Some(b) => format!("__launch_bounds__(256, {b}) {}(\n", entry.symbol),
+                    None => format!("__launch_bounds__(256) {}(\n", entry.symbol),
+                };
+                let start = text
+                    .find(&bound)
+                    .unwrap_or_else(|| panic!("{bound} in {text}"));
+                let list = &text[start + bound.len()..];
+                let list = &list[..list.find("\n)").unwrap()];
+                let names: Vec<&str> = list
+                    .lines()
+                    .map(|l| l.trim().trim_end_matches(',').rsplit(' ').next().unwrap())
+                    .collect();
+                assert_eq!(names, want, "{}", entry.symbol);
+                assert_eq!(text.matches("__global__").count(), 1, "{}", entry.symbol);
+                let row_path = !matches!(entry.path, Path::Map | Path::Full);
+                assert_eq!(entry.min_blocks.is_some(), row_path, "{}", entry.symbol);
+            }
         }
     }
 

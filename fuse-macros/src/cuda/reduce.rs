@@ -4,17 +4,9 @@
 use super::text::{combine, identity, suffixed};
 use super::{Cuda, Scope, BLOCK};
 use crate::ir::{DimId, Launch, NodeId, Op, Reduce};
+use crate::plan::rows::slot_count;
 use crate::plan::{Layout, Plan};
 use crate::ty::Elem;
-
-/// The scratch slots (per block) a full reduction's accumulator takes.
-pub fn slot_count(op: Reduce) -> usize {
-    if op == Reduce::LogSumExp {
-        2
-    } else {
-        1
-    }
-}
 
 impl Cuda<'_> {
     pub(super) fn full_body(&mut self, domain: &[DimId], plan: &Plan) {

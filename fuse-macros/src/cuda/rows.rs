@@ -2,9 +2,10 @@
 //! cached in registers when it fits.
 
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
-use crate::ir::{DimId, Kernel, Launch, NodeId, Op};
+use crate::ir::{DimId, NodeId, Op};
 use crate::parse::BinOp;
-use crate::plan::{Pass, Plan};
+use crate::plan::rows::{cached_params, direct_row_cost, needed, pass_stashes, prefetches};
+use crate::plan::{Pass, Path, Plan};
 
 pub(super) mod long_rows;
 
@@ -12,52 +13,53 @@ impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows = self.row_counts(domain, axis, plan);
         let cached = cached_params(self.k, self.plan);
-        // Threads per row: a power of two up to a warp for short rows (several rows per block,
-        // reduced by shuffles within each segment), else the whole block. Rows cached in
-        // registers take four elements per thread step, so they need a quarter of the threads.
-        self.line(format!("int width = {BLOCK};"));
-        if !cached.is_empty() {
-            // Cached rows: the fewest threads that hold the row in `CACHE` registers each.
-            self.open(format!("if ((len & 3) == 0 && len <= {} * {BLOCK})", CACHE));
-            self.line("width = 1;");
-            self.line(format!("while (width * {CACHE} < len) width <<= 1;"));
-            self.close();
-            self.open("else if (len <= 32)");
+        let block = matches!(self.path, Path::RowBlock | Path::RowBlockExact);
+        if block {
+            // A cached row a block (rows of `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements):
+            // `width`, `lane` and `per_block` are constants, so the block reductions lose their
+            // run-time segment tests, every thread is live, and the passes skip the bounds tests
+            // that such a row always passes.
+            self.line(format!("const int width = {BLOCK};"));
+            self.line("const int per_block = 1;");
+            self.line("const int lane = threadIdx.x;");
         } else {
-            self.open("if (len <= 32)");
+            // Threads per row: a power of two up to a warp for short rows (several rows per
+            // block, reduced by shuffles within each segment), else the whole block. Rows cached
+            // in registers take four elements per thread step, so they need a quarter of the
+            // threads.
+            self.line(format!("int width = {BLOCK};"));
+            if self.path == Path::RowsCached {
+                // Cached rows: the fewest threads that hold the row in `CACHE` registers each.
+                self.line("width = 1;");
+                self.line(format!("while (width * {CACHE} < len) width <<= 1;"));
+            } else {
+                // Short rows: up to four elements a thread, so that each has several loads in
+                // flight.
+                self.open("if (len <= 32)");
+                self.line("width = 1;");
+                self.line("while (width * 4 < len) width <<= 1;");
+                self.close();
+            }
+            self.line(format!("const int per_block = {BLOCK} / width;"));
+            self.line("const int lane = threadIdx.x & (width - 1);");
         }
-        // Short rows: up to four elements a thread, so that each has several loads in flight.
-        self.line("width = 1;");
-        self.line("while (width * 4 < len) width <<= 1;");
-        self.close();
-        self.line(format!("const int per_block = {BLOCK} / width;"));
-        self.line("const int lane = threadIdx.x & (width - 1);");
         self.shared_reduction_buffers(plan);
         // Light rows are loaded straight into registers in every row loop (`direct_row_cost`);
         // the others are copied ahead where `prefetches` allows.
         self.direct_rows = direct_row_cost(self.k, self.plan).is_some();
-        let prefetch = prefetches(self.k, &cached) && !self.direct_rows;
+        let cached = match self.path {
+            Path::Rows => vec![],
+            _ => cached,
+        };
+        let prefetch = !cached.is_empty() && prefetches(self.k, &cached) && !self.direct_rows;
         if prefetch {
             self.prefetch_buffers(&cached);
         }
-        if cached.is_empty() {
-            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
-        } else {
-            // A cached row a block, the usual case (rows of `CACHE * BLOCK / 2` to
-            // `CACHE * BLOCK` elements), has its own copy of the row loop in which `width`,
-            // `lane` and `per_block` are constants: the block reductions lose their run-time
-            // segment tests, every thread is live, and the passes skip the bounds tests that
-            // such a row always passes. Only the cached path: the streaming one, with a constant
-            // stride, had its 64-bit indices hoisted out of the row loop and spilled.
-            // Compiled for sm_90 and later (and the emulator): ptxas for sm_80 spilled this copy
-            // of `w7_layernorm_quantize` around the division's slow-path calls at 64 registers.
+        if block {
+            // Compiled for sm_90 and later (and the emulator), which the host picks it for:
+            // ptxas for sm_80 spilled this loop of `w7_layernorm_quantize` around the
+            // division's slow-path calls at 64 registers.
             self.line("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900");
-            self.open(format!(
-                "if (width == {BLOCK} && (len & 3) == 0 && len <= {CACHE} * {BLOCK})"
-            ));
-            self.line(format!("const int width = {BLOCK};"));
-            self.line("const int per_block = 1;");
-            self.line("const int lane = threadIdx.x;");
             if prefetch {
                 self.first_row_copy(&cached);
                 // The transaction barriers of the two buffers' bulk copies, and their phases.
@@ -65,28 +67,20 @@ impl Cuda<'_> {
                 self.line("unsigned int fz_rp = 0u;");
                 self.line("fz_row_barriers(fz_rb);");
             }
-            // Rows of exactly `CACHE * BLOCK` elements (4096 f32) take a copy of the loop of
-            // their own without bounds tests: every vector is in the row. W7 went from 88% to
-            // 91% of copy speed on an H200; the others moved by half a point at most.
+            // Rows of exactly `CACHE * BLOCK` elements (4096 f32) have an entry of their own
+            // without bounds tests: every vector is in the row. W7 went from 88% to 91% of copy
+            // speed on an H200; the others moved by half a point at most.
             self.whole_rows = true;
-            self.open(format!("if (len == {CACHE} * {BLOCK})"));
-            self.full_rows = true;
+            self.full_rows = self.path == Path::RowBlockExact;
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.full_rows = false;
-            self.close();
-            self.open("else");
-            self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
-            self.close();
             self.whole_rows = false;
-            self.close();
-            self.line("else");
             self.line("#endif");
-            self.open("");
+        } else {
             if prefetch {
                 self.first_row_copy(&cached);
             }
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
-            self.close();
         }
         if prefetch {
             // No copy may land in shared memory after the block has exited.
@@ -138,7 +132,8 @@ impl Cuda<'_> {
             ));
         }
         self.values(&plan.prologue, Scope::Row);
-        let stream = self.streams_vectors(domain, axis, !cached.is_empty());
+        let has_cache = !cached_params(self.k, self.plan).is_empty();
+        let stream = self.streams_vectors(domain, axis, has_cache);
         if cached.is_empty() {
             self.row_passes(plan, axis, &[], stream);
         } else {
@@ -151,9 +146,6 @@ impl Cuda<'_> {
             // and each pass reads it from there: in registers, seven kernels spilled on sm_90
             // at their 64 registers (`w7_layernorm_quantize`, cross-entropies, `softmax_last`).
             let whole = self.whole_rows;
-            if !whole {
-                self.open(format!("if ((len & 3) == 0 && len <= {CACHE} * width)"));
-            }
             if prefetch {
                 // A row a block's first row was copied before the loop, as the segments' are.
                 self.line(match whole {
@@ -178,12 +170,6 @@ impl Cuda<'_> {
             } else {
                 self.load_cached_rows(cached, false);
                 self.row_passes(plan, axis, cached, false);
-            }
-            if !whole {
-                self.close();
-                self.open("else");
-                self.row_passes(plan, axis, &[], stream);
-                self.close();
             }
         }
         self.close();
@@ -336,7 +322,7 @@ impl Cuda<'_> {
         } else {
             &[]
         };
-        let stashes = long_rows::pass_stashes(self.k, plan, stashing);
+        let stashes = pass_stashes(self.k, plan, stashing);
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             let guard = if pass.writes.is_empty() {
@@ -553,7 +539,7 @@ impl Cuda<'_> {
     /// earlier pass stored it (`reuse`), those its reductions and writes need besides.
     fn pass_elems(&self, pass: &Pass) -> Vec<NodeId> {
         match self.reuse {
-            Some((reused, _)) => long_rows::needed(self.k, pass, reused),
+            Some((reused, _)) => needed(self.k, pass, reused),
             None => pass.elems.clone(),
         }
     }
@@ -596,99 +582,9 @@ impl Cuda<'_> {
     }
 }
 
-/// Whether the rows that fit in registers are copied into shared memory ahead (`cp.async`; in
-/// the row-a-block loop one bulk copy, `fz_copy_row`), the next row while the block reduces the
-/// current one, so that each block keeps bytes in flight instead of alternating between loading
-/// and computing. Two buffers of `CACHE * BLOCK` elements: done for one whole-domain tensor of
-/// 4-byte elements (32 KB), unless the rows are light enough to load directly
-/// (`direct_row_cost`, which `rows_body` asks as well).
-pub(super) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
-    matches!(cached, [p] if k.params[*p].elem.bits() == 32)
-}
-
-/// The tensors worth keeping in registers across a row's passes: those over the whole domain
-/// (the row's own elements, contiguous along the reduced dim).
-fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
-    let Launch::Rows { domain, axis } = &k.launch else {
-        return vec![];
-    };
-    if plan.passes.len() < 2 || domain.last() != Some(axis) {
-        return vec![];
-    }
-    k.tensor_params()
-        .filter(|(_, _, s)| s.as_slice() == domain.as_slice())
-        .map(|(i, _, _)| i)
-        .collect()
-}
-
-/// The most a row's element may cost ([`element_cost`]) for a kernel's row loops to load their
-/// rows straight into registers ([`direct_row_cost`]): between softmax's 15 and layernorm with
-/// GELU's 29.
-const DIRECT_COST: u32 = 20;
-
-/// The cost of an element ([`element_cost`]) of a kernel whose row loops load each row that
-/// fits in registers straight from memory, rather than from a buffer it was copied into ahead;
-/// `None` where they copy rows ahead (`prefetches`), or cache none. Loaded directly: kernels
-/// that write whole rows, reduce in at most two passes and cost little an element. They spend
-/// little time on a row but the wait for its loads, which more blocks overlap better than a
-/// copy ahead does (`direct_blocks_per_sm` in `expand.rs` sizes the row-a-block grid from the
-/// cost), and the copy's trip through shared memory is then pure cost. Measured on an H200
-/// (benches/NOTES.md, items 55, 57 and 59): loaded directly, W5 (softmax) and W8 (RMSNorm)
-/// 100-101% of copy speed, against 98% and 98% with the copy ahead, and softmax's rows of
-/// 1024 99% against 90%; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73%
-/// against 97%.
-pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
-    let Launch::Rows { domain, .. } = &k.launch else {
-        return None;
-    };
-    let cached = cached_params(k, plan);
-    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
-    if cached.is_empty() || !writes_rows || plan.reducing_passes() > 2 {
-        return None;
-    }
-    Some(element_cost(k, plan, &cached)).filter(|&cost| cost <= DIRECT_COST)
-}
-
-/// Roughly the instructions an element of a row takes over all the passes of the row-a-block
-/// loop, a value stored for later passes (`long_rows::pass_stashes`) counted once: an operation
-/// or a load along the row 1, a division 4, a math routine 8 (`exp`, `ln` and kin) or 20
-/// (the others: `erf`, `tanh`, trigonometry, powers), a random number 16, an accumulation 1.
-/// It only chooses a path and a grid, so it needs to order kernels, not count exactly: W8
-/// costs 5, W5 15, W6 29.
-fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
-    use crate::func::Func::*;
-    let stashes = long_rows::pass_stashes(k, plan, cached);
-    let node = |n: NodeId| -> u32 {
-        match &k.nodes[n].op {
-            Op::Load(p) if cached.contains(p) => 0,
-            Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => 0,
-            Op::Binary(BinOp::Div | BinOp::Rem, ..) => 4,
-            Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => 8,
-            Op::Call(f, _) if f.is_routine() => 20,
-            Op::Random(..) => 16,
-            _ => 1,
-        }
-    };
-    plan.passes
-        .iter()
-        .zip(stashes)
-        .map(|(pass, (reuse, _))| {
-            let computed: u32 = match reuse {
-                Some((read, _)) => long_rows::needed(k, pass, read)
-                    .into_iter()
-                    .filter(|&n| n != read)
-                    .map(node)
-                    .sum(),
-                None => pass.elems.iter().map(|&n| node(n)).sum(),
-            };
-            computed + pass.reduces.len() as u32
-        })
-        .sum()
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{cached_params, direct_row_cost, element_cost};
+    use crate::plan::rows::{cached_params, direct_row_cost, element_cost};
     use crate::testing::kernel;
     use quote::quote;
 

@@ -21,115 +21,11 @@
 //! then carry.)
 
 use super::{Cuda, BLOCK};
-use crate::ir::{DimId, Kernel, Launch, Op};
-use crate::plan::Plan;
+use crate::ir::{DimId, Launch};
+use crate::plan::rows::{tiling, Tiled};
+use crate::plan::{Entry, Plan};
 
 mod passes;
-
-/// The longest row the tiled kernel takes.
-pub const SHORT: u32 = 32;
-
-/// Shared memory for one block's tiles, in bytes: [`SHORT_BLOCKS`] blocks fit in sm_80's
-/// 164 KB. A tile of 4096 f32 elements of a softmax's input and of its output.
-const TILE_BYTES: u32 = 32 * 1024;
-
-/// The 16-byte loads a thread has in flight while it copies a tile in, all issued before their
-/// stores: 16 KB a block, up to 64 KB an SM against the 20 KB or so that the H100's bandwidth
-/// times its latency asks of one; the tile's inputs take at most that, and the copy 16
-/// registers.
-/// (With 32 KB of inputs, ptxas hoisted all eight loads a thread, at some 30 registers.)
-const IN_FLIGHT: u32 = 4;
-
-/// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
-/// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
-/// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
-const SHORT_BLOCKS: u32 = 4;
-
-/// The fewest elements a tile may hold: 16 rows of the longest short row.
-const MIN_TILE: u32 = 16 * SHORT;
-
-/// Elements per tile are a multiple of this, so that each tensor's part of the tile is a whole
-/// number of 16-byte vectors per thread step for any element size.
-const TILE_STEP: u32 = 256;
-
-/// A tensor over the whole domain that moves through the tile: an input the passes read or an
-/// output they write.
-struct Tiled {
-    /// Its name in the kernel's parameters: `p_<name>` or `out<o>`.
-    global: String,
-    /// Its element type as memory holds it.
-    storage: &'static str,
-    /// Bytes per element.
-    size: u32,
-    /// The kernel's parameter, for an input; `None` for an output.
-    param: Option<usize>,
-}
-
-impl Tiled {
-    fn input(&self) -> bool {
-        self.param.is_some()
-    }
-
-    /// The name of its part of the tile (a pointer to elements of shared memory).
-    fn shared(&self) -> String {
-        format!("ts_{}", self.global)
-    }
-}
-
-/// Where `k` reduces contiguous rows and their tiles fit in [`TILE_BYTES`]: the tensors its
-/// tile carries, and the elements of each one's part.
-fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
-    let Launch::Rows { domain, axis } = &k.launch else {
-        return None;
-    };
-    if domain.last() != Some(axis) {
-        return None;
-    }
-    let tiled = tiled_tensors(k, domain, plan);
-    let bytes: u32 = tiled.iter().map(|t| t.size).sum();
-    let input: u32 = tiled.iter().filter(|t| t.input()).map(|t| t.size).sum();
-    let loads = IN_FLIGHT * 16 * BLOCK;
-    let tile = (TILE_BYTES / bytes.max(1)).min(loads / input.max(1)) / TILE_STEP * TILE_STEP;
-    (bytes > 0 && tile >= MIN_TILE).then_some((tiled, tile))
-}
-
-/// The entry point of `k`'s kernel for rows of 1 to [`SHORT`] elements, when it has one; the
-/// launch picks it for those lengths.
-pub fn short_rows_symbol(k: &Kernel, plan: &Plan) -> Option<String> {
-    tiling(k, plan).map(|_| format!("{}_short_rows", super::symbol(k)))
-}
-
-/// The tensors over the whole domain that the tile carries: inputs that some pass reads,
-/// then outputs.
-fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Tiled> {
-    let read = |p: usize| {
-        plan.passes
-            .iter()
-            .flat_map(|pass| &pass.elems)
-            .any(|&id| matches!(k.nodes[id].op, Op::Load(q) if q == p))
-    };
-    let inputs = k
-        .tensor_params()
-        .filter(|&(i, _, s)| s.as_slice() == domain && read(i))
-        .map(|(i, p, _)| Tiled {
-            global: format!("p_{}", crate::expand::plain_name(&p.name)),
-            storage: p.elem.c_storage(),
-            size: p.elem.bits() / 8,
-            param: Some(i),
-        });
-    let outputs = k
-        .outputs
-        .iter()
-        .enumerate()
-        .filter(|(_, o)| o.shape.as_slice() == domain)
-        .map(|(i, o)| Tiled {
-            global: format!("out{i}"),
-            storage: o.elem.c_storage(),
-            size: o.elem.bits() / 8,
-            param: None,
-        });
-    inputs.chain(outputs).collect()
-}
 
 impl Cuda<'_> {
     /// The text of the kernel's entry point for rows of 1 to [`SHORT`] elements and of the
@@ -138,11 +34,11 @@ impl Cuda<'_> {
     /// registers differently (W6's row kernel spilled on sm_80, and row kernels bounded at 128
     /// registers took up to 15 more), and every launch, long rows included, would reserve the
     /// tile's static shared memory.
-    pub(super) fn short_rows_kernel(&mut self, plan: &Plan) -> String {
+    pub(super) fn short_rows_kernel(&mut self, plan: &Plan, entry: &Entry) -> String {
         let (Some((tiled, tile)), Launch::Rows { domain, axis }) =
             (tiling(self.k, plan), &self.k.launch)
         else {
-            return String::new();
+            unreachable!("the program has a short-row entry where the rows tile")
         };
         self.helpers.insert("fz_vec");
         let function = self.short_rows_function(domain, *axis, plan, &tiled, tile);
@@ -161,15 +57,9 @@ impl Cuda<'_> {
             self.layout.size(*axis)
         ));
         self.dispatch(plan, domain, *axis);
-        let entry = std::mem::replace(&mut self.out, kernel_body);
+        let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
-        format!(
-            "{function}// Kernel `{}` for rows of 1 to {SHORT} elements, which its launch picks for them: tiles of whole rows through shared memory, 16-byte loads and stores.\nextern \"C\" __global__ void __launch_bounds__({BLOCK}, {}) {}_short_rows(\n{}) {{\n{entry}}}\n",
-            crate::expand::plain_name(&self.k.name),
-            SHORT_BLOCKS,
-            super::symbol(self.k),
-            self.params()
-        )
+        format!("{function}{}", self.global(entry, &body))
     }
 
     /// Calls the instantiation of `fz_short_rows` for the row length `len`. Threads per row:
@@ -376,7 +266,7 @@ mod tests {
 
     fn source(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        super::super::source(&k, &crate::plan::plan(&k)).text
+        crate::cuda::text(&k)
     }
 
     /// The number of 16-byte vectors of the block's tile, when the kernel has the tiled entry.
@@ -390,22 +280,28 @@ mod tests {
     fn contiguous_rows_get_an_entry_with_tiles_of_32_kb() {
         let tokens = quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } };
         let k = kernel(tokens.clone());
-        assert_eq!(
-            super::short_rows_symbol(&k, &crate::plan::plan(&k)).as_deref(),
-            Some("fuse_f_short_rows")
-        );
-        let text = source(tokens);
-        let main = text.find("fuse_f(").expect("the row kernel");
+        let program = crate::plan::program(&k);
+        let sources = crate::cuda::sources(&k, &program);
+        let short = program
+            .entries
+            .iter()
+            .position(|e| e.path == crate::plan::Path::ShortRows)
+            .expect("a short-row entry");
+        assert_eq!(program.entries[short].symbol, "fuse_f_short_rows");
+        let text = &sources[short];
         let function = text
             .find("template <int width, bool fours, bool full>")
             .expect("the tiled path");
         let entry = text
             .find("void __launch_bounds__(256, 4) fuse_f_short_rows(")
             .expect("the entry");
+        assert!(function < entry, "{text}");
+        let general = sources.last().unwrap();
         assert!(
-            main < function && function < entry && !text[main..function].contains("fz_tile"),
-            "the row kernel first, without the tile, then the tiled entry: {text}"
+            general.contains("fuse_f(") && !general.contains("fz_tile"),
+            "the general entry has no tile: {general}"
         );
+        let text = source(tokens);
         assert_eq!(tile_vectors(&text), Some(2048), "{text}");
         let call = |w, fours, full| {
             format!("fz_short_rows<{w}, {fours}, {full}>(p_x, out0, d_r, d_c, fz_tile);")
@@ -513,7 +409,11 @@ mod tests {
             },
         ] {
             let k = kernel(tokens.clone());
-            assert_eq!(super::short_rows_symbol(&k, &crate::plan::plan(&k)), None);
+            let program = crate::plan::program(&k);
+            assert!(program
+                .entries
+                .iter()
+                .all(|e| e.path != crate::plan::Path::ShortRows));
             let text = source(tokens);
             assert_eq!(tile_vectors(&text), None, "{text}");
             assert!(!text.contains("fz_short_rows"));

@@ -1,6 +1,7 @@
 //! Tests of `bind`, `shape_of`, `alloc` and the host access functions.
 
 use super::*;
+use crate::kernel::KernelInfo;
 use DimRef::{Fixed, Named};
 
 /// `layernorm(x: [rows, cols], gamma: [cols], beta: [cols]) -> y: [rows, cols]`.
@@ -263,7 +264,7 @@ fn launch_on_cpu_is_an_error_not_a_panic() {
     let err = crate::launch::launch(
         &cpu(),
         &KERNEL,
-        crate::launch::Geometry::Map {
+        crate::grid::Geometry::Map {
             elems: 3,
             vectors: 1,
         },

@@ -1,6 +1,6 @@
-"""Runs one kernel of fuse!'s generated CUDA C on the CPU: compiles it with g++ against shim.h (each
-CUDA thread a std::thread, the blocks of a cluster at once, clusters one after another), feeds it
-the inputs of a JSON spec and prints the outputs' bytes. The spec's optional "cluster" (blocks per
+"""Runs one entry point of fuse!'s generated CUDA C on the CPU: compiles it with g++ against shim.h
+(each CUDA thread a std::thread, the blocks of a cluster at once, clusters one after another),
+fills its argument slots from a JSON spec ("entry", "slots") and prints the outputs' bytes. The spec's optional "cluster" (blocks per
 cluster, default 1) and "smem" (dynamic shared bytes per block, default 0) shape the launch as the
 runtime does for long rows; "grid" is the number of clusters (default 3); "wide" makes the vector
 loops take their 64-bit indices. Used by
@@ -19,81 +19,41 @@ if spec.get("wide"):
     small = "const bool small = nv + js <= 0xffffffffll;"
     assert small in src, "wide: the source has no loop with 32-bit indices"
     src = src.replace(small, "const bool small = false;")
-# The kernel to run, as the runtime picks it: the entry point for short rows when the source
-# has one and the rows are 1 to 32 elements long; the one for long rows when the spec gives
-# dynamic shared memory (the runtime gives it that entry only); else the source's first kernel.
-entry = r"\w+"
-short = re.search(r"static\s+void\s+__launch_bounds__\([^)]*\)\s+(\w+_short_rows)\s*\(\n.*?\n\)\s*\{\n\s*__shared__[^\n]*\n\s*const long long len = (?:d_(\w+)|(\d+));", src, re.S)
-if short:
-    length = spec["dims"][short.group(2)] if short.group(2) else int(short.group(3))
-    if 1 <= length <= 32:
-        entry = short.group(1)
-if spec.get("smem", 0) > 0:
-    entry = r"\w+_long_rows"
-m = re.search(r"static\s+void\s+(?:__launch_bounds__\([^)]*\)\s+)?(" + entry + r")\s*\(\n(.*?)\n\)\s*\{", src, re.S)
-name, plist = m.group(1), m.group(2)
-params = []
-for line in plist.split('\n'):
-    line = line.strip().rstrip(',')
-    pm = re.match(r'(const\s+)?(.*?)(\*)?\s*(__restrict__\s+)?(\w+)$', line)
-    const, ty, ptr, _, pname = pm.groups()
-    params.append((ty.strip(), bool(ptr), pname))
-tens, outs, scal, dims = list(spec["tensors"]), list(spec["outputs"]), list(spec["scalars"]), dict(spec["dims"])
-decl, args, load, post = [], [], [], []
+# The entry to run and its argument slots come from the kernel's program (tests/emulated.rs
+# picks the entry as the runtime does and fills each slot as the runtime would): buffers are
+# allocated here, every other slot is its 8-byte value. The kernel's parameters are read from
+# their slots as the driver reads them (fz_call in shim.h), so nothing here parses the source.
+name = spec["entry"]
+slots = spec["slots"]
+decl, load, post = [f"static unsigned long long slots[{max(len(slots), 1)}];"], [], []
 # The dynamic shared memory comes first in the input, so one build serves every size.
 blob = struct.pack("<Q", spec.get("smem", 0))
-ti = oi = si = di = 0
-scalars = {}
 u64 = lambda v: struct.pack("<Q", v)
-for ty, ptr, pname in params:
-    if pname == "fz_scratch":
-        decl.append("static unsigned long long scratch[1<<16];"); args.append("scratch"); continue
-    if pname == "fz_counter":
-        decl.append("static unsigned int counter = 0;"); args.append("&counter"); continue
-    if ptr:
-        decl.append(f"static unsigned char* {pname}_b; static unsigned long long {pname}_n;")
+for i, slot in enumerate(slots):
+    kind = slot["kind"]
+    if kind == "scratch":
+        decl.append("static unsigned long long scratch[1<<16];"); load.append(f"slots[{i}] = (unsigned long long)scratch;"); continue
+    if kind == "counter":
+        decl.append("static unsigned int counter = 0;"); load.append(f"slots[{i}] = (unsigned long long)&counter;"); continue
+    if kind in ("in", "out"):
+        b = f"buf{i}"
+        decl.append(f"static unsigned char* {b}_b; static unsigned long long {b}_n;")
         # With "misalign", each buffer starts one element past a 64-byte boundary.
-        shift = f"sizeof({ty})" if spec.get("misalign") else "0"
-        load.append(f"{pname}_n = rd(); {pname}_b = (unsigned char*)aligned_alloc(64, ({pname}_n + 128) / 64 * 64) + {shift}; ")
-        if pname.startswith("p_"):
-            b = bytes.fromhex(tens[ti]); ti += 1
-            blob += u64(len(b)) + b
-            load.append(f"fread({pname}_b, 1, {pname}_n, f);")
+        shift = slot["elem"] if spec.get("misalign") else 0
+        load.append(f"{b}_n = rd(); {b}_b = (unsigned char*)aligned_alloc(64, ({b}_n + 128) / 64 * 64) + {shift}; ")
+        if kind == "in":
+            data = bytes.fromhex(slot["data"])
+            blob += u64(len(data)) + data
+            load.append(f"fread({b}_b, 1, {b}_n, f);")
         else:
-            blob += u64(outs[oi]); oi += 1
-            load.append(f"memset({pname}_b, 0xff, {pname}_n);")
-            post.append(f'fwrite({pname}_b, 1, {pname}_n, stdout);')
-        load.append(f"g_buffers.push_back({{{pname}_b, {pname}_n}});")
-        args.append(f"({ty}*){pname}_b")
-    elif pname.startswith("fz_recip_"):
-        # An elementwise kernel's divisor, whose reciprocal the runtime computes: evaluate the
-        # divisor the source initializes with it, `{(unsigned long long)(SIZE) / BY, NAME}`.
-        dm = re.search(r"\{\(unsigned long long\)\(?(.*?)\)?(?: / (\d+))?, " + pname + r"\}", src)
-        d = eval(dm.group(1), {}, {f"d_{k}": v for k, v in dims.items()}) // int(dm.group(2) or 1)
-        blob += u64((2**64 - 1) // d if d else 0)
-        decl.append(f"static unsigned long long {pname}_v;"); load.append(f"{pname}_v = rd();")
-        args.append(f"{pname}_v")
-    elif pname.startswith("fz_key"):
-        # Philox's round key i of the j-th seed parameter, which the runtime computes: the seed is
-        # the parameter of the value the source's `{{v<id>, fz_key<j>_1, ...}}` starts from.
-        j, i = map(int, pname[len("fz_key"):].split("_"))
-        v = re.search(r"\{\{v(\d+), fz_key" + str(j) + r"_1,", src).group(1)
-        seed = scalars[re.search(r"const unsigned long long v" + v + r" = (p_\w+);", src).group(1)]
-        k0 = (seed + i * 0x9E3779B9) % 2**32
-        k1 = ((seed >> 32) + i * 0xBB67AE85) % 2**32
-        blob += u64(k1 << 32 | k0)
-        decl.append(f"static unsigned long long {pname}_v;"); load.append(f"{pname}_v = rd();")
-        args.append(f"{pname}_v")
-    elif pname.startswith("d_"):
-        blob += u64(dims[pname[2:]])
-        decl.append(f"static long long {pname}_v;"); load.append(f"{pname}_v = (long long)rd();")
-        args.append(f"{pname}_v")
+            blob += u64(slot["bytes"])
+            load.append(f"memset({b}_b, 0xff, {b}_n);")
+            post.append(f'fwrite({b}_b, 1, {b}_n, stdout);')
+        load.append(f"g_buffers.push_back({{{b}_b, {b}_n}});")
+        load.append(f"slots[{i}] = (unsigned long long){b}_b;")
     else:
-        scalars[pname] = scal[si]
-        blob += u64(scal[si]); si += 1
-        decl.append(f"static {ty} {pname}_v;")
-        load.append(f"{{ unsigned long long bits = rd(); std::memcpy(&{pname}_v, &bits, sizeof({pname}_v)); }}")
-        args.append(f"{pname}_v")
+        blob += u64(slot["value"])
+        load.append(f"slots[{i}] = rd();")
 grid, cluster = spec.get("grid", 3), spec.get("cluster", 1)
 instances = ", ".join(f"&{name}<{r}>" for r in range(cluster))
 main = "\n".join(decl) + f"""
@@ -120,7 +80,7 @@ int main(int argc, char** argv) {{
     std::vector<std::thread> ts;
     for (unsigned r = 0; r < {cluster}; ++r)
       for (unsigned t = 0; t < 256; ++t)
-        ts.emplace_back([=, &cl] {{ threadIdx = {{t,0,0}}; blockIdx = {{k * {cluster} + r,0,0}}; g_blk = cl.blocks[r]; g_cl = &cl; kernels[r]({", ".join(args)}); }});
+        ts.emplace_back([=, &cl] {{ threadIdx = {{t,0,0}}; blockIdx = {{k * {cluster} + r,0,0}}; g_blk = cl.blocks[r]; g_cl = &cl; fz_call(kernels[r], slots); }});
     for (auto& th : ts) th.join();
     for (unsigned r = 0; r < {cluster}; ++r) {{
       for (int w = 0; w < 8; ++w) delete cl.blocks[r]->warp[w];

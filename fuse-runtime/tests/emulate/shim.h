@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <utility>
+#include <type_traits>
 using std::isnan; using std::isinf; using std::isfinite; using std::signbit;
 // CUDA's fmax and fmin (PTX max and min) give the other operand where one is NaN, signaling NaN
 // included, as Rust's f32::max does; glibc's give NaN for a signaling one.
@@ -117,3 +118,22 @@ static inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 #define __cosf(x) cosf(x)
 #define __tanf(x) tanf(x)
 #define __powf(x, y) powf(x, y)
+// Calls kernel `f` with its parameters read from 8-byte argument slots, as the driver reads a
+// launch's: a pointer is the slot's address, a scalar the slot's low bytes.
+template <typename T> static inline T fz_from_slot(unsigned long long slot) {
+  if constexpr (std::is_pointer_v<T>) {
+    return reinterpret_cast<T>(slot);
+  } else {
+    std::remove_const_t<T> value;
+    std::memcpy(&value, &slot, sizeof(value));
+    return value;
+  }
+}
+template <typename... A, std::size_t... I>
+static inline void fz_call_at(void (*f)(A...), const unsigned long long* slots, std::index_sequence<I...>) {
+  f(fz_from_slot<A>(slots[I])...);
+}
+template <typename... A>
+static inline void fz_call(void (*f)(A...), const unsigned long long* slots) {
+  fz_call_at(f, slots, std::index_sequence_for<A...>{});
+}

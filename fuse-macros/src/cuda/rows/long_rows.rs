@@ -5,179 +5,13 @@
 //!
 //! The path is an entry point of its own, `fuse_<name>_long_rows`, which the runtime launches for
 //! rows longer than the register cache when the device has the shared memory for them; it decides
-//! that, and the cluster size, from the row length and [`cached_bytes`], and otherwise launches
-//! the row kernel, which streams such rows.
+//! that, and the cluster size, from the row length and `plan::rows::cached_bytes`, and otherwise
+//! launches the general row entry, which streams such rows.
 
 use super::super::{Cuda, Scope, BLOCK, SYNTAX};
-use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
-use crate::plan::{Pass, Plan};
-
-/// The most reductions a pass may exchange across a cluster; a kernel with more has no long-row
-/// entry.
-const PASS_REDUCTIONS: usize = 16;
-
-/// The most blocks of a cluster (`abi::MAX_CLUSTER`, the runtime's limit). Each block keeps an
-/// eight-byte slot for every block's result of every reduction of a pass, in two phases.
-const MAX_CLUSTER: usize = crate::abi::MAX_CLUSTER as usize;
-
-/// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
-/// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
-/// kernel over contiguous rows, a single pass (which reads each element once anyway), or a pass
-/// of more reductions than the exchange takes ([`PASS_REDUCTIONS`]).
-pub fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
-    bytes(k, &shared_params(k, plan))
-}
-
-/// The bytes an element of each of `params` takes, summed.
-fn bytes(k: &Kernel, params: &[usize]) -> u32 {
-    params.iter().map(|&p| k.params[p].elem.bits() / 8).sum()
-}
-
-/// The tensors a long row caches in shared memory (those over the whole domain), widest elements
-/// first so that every part stays aligned for vectors of four; empty when there is no such path.
-fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
-    let Launch::Rows { domain, axis } = &k.launch else {
-        return vec![];
-    };
-    let reduces = || plan.passes.iter().flat_map(|p| &p.reduces);
-    // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
-    let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
-    if plan.passes.len() < 2
-        || domain.last() != Some(axis)
-        || pass_reductions(plan) > PASS_REDUCTIONS
-        || pairs
-    {
-        return vec![];
-    }
-    let mut params: Vec<usize> = k
-        .tensor_params()
-        .filter(|(_, _, s)| s == &domain)
-        .map(|(i, _, _)| i)
-        .collect();
-    params.sort_by_key(|&p| std::cmp::Reverse(k.params[p].elem.bits()));
-    params
-}
-
-/// The most reductions of one pass of `plan`: the results a block exchanges at once.
-fn pass_reductions(plan: &Plan) -> usize {
-    plan.passes
-        .iter()
-        .map(|p| p.reduces.len())
-        .max()
-        .unwrap_or(0)
-}
-
-/// The entry point of `k`'s kernel for rows longer than the register cache holds, when it has
-/// one (exactly when [`cached_bytes`] is not 0); the runtime picks it for those lengths when the
-/// device has the shared memory.
-pub fn long_rows_symbol(k: &Kernel, plan: &Plan) -> Option<String> {
-    (cached_bytes(k, plan) != 0).then(|| format!("{}_long_rows", super::super::symbol(k)))
-}
-
-/// For each pass over a row cached on chip (a long row in shared memory, or a row a block keeps
-/// in registers or its prefetch buffer; `p` the one cached tensor), the value it stores in the
-/// element's place, if any, for the later passes to read instead of computing it again: each
-/// thread reads and writes only its own elements, so the store needs no barrier.
-/// Softmax stores `exp(x - max)` in its sum's pass, and its write pass divides it without a
-/// second `exp`; layernorm-like kernels store `x - mean`, then the normalized value.
-///
-/// A value qualifies when it has the tensor's type (and computes in it: 16-bit floats round
-/// where they store, so they are left out), is computed from the element now in the slot, is
-/// needed by a later pass, and no later pass needs that element but through it. Of those, the
-/// one that saves the most values is taken.
-pub(in crate::cuda) fn stashes(k: &Kernel, plan: &Plan, p: usize) -> Vec<Option<NodeId>> {
-    let elem = k.params[p].elem;
-    // The slot holds the tensor's element (any `Load(p)`), or the last value stored there.
-    let mut slot: Option<NodeId> = None;
-    let mut out = vec![];
-    for (i, pass) in plan.passes.iter().enumerate() {
-        let in_slot = |n: NodeId| match slot {
-            Some(s) => n == s,
-            None => matches!(k.nodes[n].op, Op::Load(q) if q == p),
-        };
-        let later = &plan.passes[i + 1..];
-        let best = pass
-            .elems
-            .iter()
-            .copied()
-            .filter(|&n| !in_slot(n) && k.nodes[n].elem() == elem && elem.compute() == elem)
-            .filter(|&n| subtree(k, pass, n, &in_slot).1)
-            .filter(|&n| needed(k, pass, slot.unwrap_or(n)).contains(&n))
-            .filter(|&n| {
-                let needs = later.iter().map(|l| needed(k, l, n)).collect::<Vec<_>>();
-                needs.iter().any(|need| need.contains(&n))
-                    && needs.iter().flatten().all(|&m| m == n || !in_slot(m))
-            })
-            .max_by_key(|&n| subtree(k, pass, n, &in_slot).0);
-        out.push(best);
-        slot = best.or(slot);
-    }
-    out
-}
-
-/// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
-pub(in crate::cuda) type SlotRead = Option<(NodeId, usize)>;
-
-/// For each pass over a row of the `cached` tensors: the value it reads from the slot, and the
-/// value it stores there ([`stashes`]; none unless one tensor is cached).
-pub(in crate::cuda) fn pass_stashes(
-    k: &Kernel,
-    plan: &Plan,
-    cached: &[usize],
-) -> Vec<(SlotRead, Option<NodeId>)> {
-    let [p] = cached else {
-        return vec![(None, None); plan.passes.len()];
-    };
-    let mut slot = None;
-    stashes(k, plan, *p)
-        .into_iter()
-        .map(|stored| {
-            let reads = slot.map(|n| (n, *p));
-            slot = stored.or(slot);
-            (reads, stored)
-        })
-        .collect()
-}
-
-/// The values of `pass` that `n` needs (it included, the slot's values not), and whether one of
-/// them reads the slot.
-fn subtree(k: &Kernel, pass: &Pass, n: NodeId, in_slot: &impl Fn(NodeId) -> bool) -> (usize, bool) {
-    let (mut seen, mut stack, mut reads) = (vec![], vec![n], false);
-    while let Some(m) = stack.pop() {
-        if seen.contains(&m) || !pass.elems.contains(&m) {
-            continue;
-        }
-        if in_slot(m) {
-            reads = true;
-            continue;
-        }
-        seen.push(m);
-        stack.extend(k.nodes[m].op.operands());
-    }
-    (seen.len(), reads)
-}
-
-/// The values of `pass` that its reductions and writes need when `leaf`'s value is read rather
-/// than computed: `pass.elems` less those only `leaf` needs, in their order.
-pub(in crate::cuda) fn needed(k: &Kernel, pass: &Pass, leaf: NodeId) -> Vec<NodeId> {
-    let mut need = vec![false; k.nodes.len()];
-    let mut stack: Vec<NodeId> = pass
-        .reduces
-        .iter()
-        .flat_map(|&r| k.nodes[r].op.operands())
-        .chain(pass.writes.iter().map(|&o| k.outputs[o].node))
-        .collect();
-    while let Some(n) = stack.pop() {
-        if need[n] || !pass.elems.contains(&n) {
-            continue;
-        }
-        need[n] = true;
-        if n != leaf {
-            stack.extend(k.nodes[n].op.operands());
-        }
-    }
-    pass.elems.iter().copied().filter(|&n| need[n]).collect()
-}
+use crate::ir::{DimId, Launch, NodeId};
+use crate::plan::rows::{bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER};
+use crate::plan::{Entry, Pass, Plan};
 
 impl Cuda<'_> {
     /// The text of the kernel's entry point for long rows; empty when it has none. An entry of
@@ -185,27 +19,15 @@ impl Cuda<'_> {
     /// is reserved for every block it launches: the row kernel's prefetch buffers (32 KiB,
     /// `rows::prefetches`) left long-row blocks, whose rows lie in dynamic shared memory, room
     /// for one block an SM fewer.
-    pub(in crate::cuda) fn long_rows_kernel(&mut self, plan: &Plan) -> String {
+    pub(in crate::cuda) fn long_rows_kernel(&mut self, plan: &Plan, entry: &Entry) -> String {
         let Launch::Rows { domain, axis } = &self.k.launch else {
-            return String::new();
+            unreachable!("the long-row path is a row kernel's")
         };
-        if shared_params(self.k, plan).is_empty() {
-            return String::new();
-        }
-        let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
-        self.indent = 1;
         let rows = self.row_counts(domain, *axis, plan);
         self.shared_reduction_buffers(plan);
         self.long_rows(&rows, *axis, plan);
-        let entry = std::mem::replace(&mut self.out, kernel_body);
-        self.indent = kernel_indent;
-        format!(
-            "// Kernel `{}` for rows longer than its register cache, which the runtime picks for them when the device has the memory: the row in the dynamic shared memory of a block or a cluster.\nextern \"C\" __global__ void __launch_bounds__({BLOCK}, {}) {}_long_rows(\n{}) {{\n{entry}}}\n",
-            crate::expand::plain_name(&self.k.name),
-            super::super::min_blocks(self.k, plan),
-            super::super::symbol(self.k),
-            self.params()
-        )
+        let body = std::mem::take(&mut self.out);
+        self.global(entry, &body)
     }
 
     /// The body of the long-row entry after its row counts (`rows` are the dims besides `axis`):
@@ -643,8 +465,8 @@ pub const HELPERS: &str = concat!(
 
 #[cfg(test)]
 mod tests {
-    use super::{cached_bytes, stashes};
     use crate::ir::Kernel;
+    use crate::plan::rows::{cached_bytes, stashes};
     use crate::testing::kernel;
     use quote::quote;
 
@@ -711,7 +533,7 @@ mod tests {
 
     fn source(tokens: proc_macro2::TokenStream) -> String {
         let k = kernel(tokens);
-        crate::cuda::source(&k, &crate::plan::plan(&k)).text
+        crate::cuda::text(&k)
     }
 
     #[test]
@@ -827,9 +649,7 @@ mod tests {
         let map = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } });
         for k in [single, columns, map] {
             assert_eq!(cached_bytes(&k, &crate::plan::plan(&k)), 0);
-            assert!(!crate::cuda::source(&k, &crate::plan::plan(&k))
-                .text
-                .contains("fz_smem_bytes"));
+            assert!(!crate::cuda::text(&k).contains("fz_smem_bytes"));
         }
     }
 

@@ -3,8 +3,8 @@
 
 use super::super::text::identity;
 use super::super::{Cuda, Scope, SYNTAX};
-use super::Tiled;
 use crate::ir::{DimId, NodeId, Reduce};
+use crate::plan::rows::Tiled;
 use crate::plan::{Pass, Plan};
 
 impl Cuda<'_> {

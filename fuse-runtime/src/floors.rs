@@ -16,12 +16,16 @@ use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaFunction, LaunchConfig, PushKernelArg};
 
-use crate::cuda::driver_error;
 use crate::device::Device;
+use crate::error::driver_error;
 use crate::error::Error;
-use crate::launch::{launch_with, Arg, Geometry};
-use crate::private::{bind, is_cpu, AnyBuffer, KernelInfo, Signature};
+use crate::grid::Geometry;
+use crate::kernel::KernelInfo;
+use crate::launch::{launch_with, Arg};
+use crate::private::{bind, is_cpu};
+use crate::program::{launch_program_with, Program};
 use crate::queue::Queue;
+use crate::tensor::AnyBuffer;
 
 /// A kernel with an empty body and the parameters of a map with one input, one output and one
 /// dim (`x`, `out`, `n`), as W1's: launch it with the same arguments and geometry.
@@ -56,30 +60,30 @@ pub fn host_only(
     )
 }
 
-/// What the generated `into` of a map kernel with one input, one output and one dim (such as
-/// W1's) does, with [`host_only`] for its launch: the host's whole share of a call, less the
-/// driver's. It follows `module_items` in `fuse-macros/src/expand.rs`; keep the two alike.
+/// What the generated `into` of a map kernel with one input and one output (such as W1's) does,
+/// with the driver call left out: the host's whole share of a call, less the driver's. It
+/// follows `module_items` in `fuse-macros/src/expand.rs`; keep the two alike.
 pub fn host_only_into(
     dev: &Device,
-    signature: &Signature,
-    kernel: &'static KernelInfo,
+    program: &'static Program,
     x: &dyn AnyBuffer,
     out: &dyn AnyBuffer,
 ) -> Result<(), Error> {
-    let dims = bind(signature, dev, &[x, out])?;
+    let tensors = [x, out];
+    let dims = bind(program.signature, dev, &tensors)?;
     if is_cpu(dev) {
         return Ok(());
     }
-    let n = dims.first().copied().unwrap_or(0);
-    let geometry = Geometry::Map {
-        elems: n as u64,
-        vectors: 1,
-    };
-    host_only(
+    launch_program_with(
         dev,
-        kernel,
-        geometry,
-        &[Arg::Buffer(x), Arg::Buffer(out), Arg::Dim(n)],
+        program,
+        &dims,
+        &tensors,
+        &[],
+        |_, function, config, slots| {
+            std::hint::black_box((function, config, slots));
+            Ok(())
+        },
     )
 }
 
@@ -121,7 +125,7 @@ impl<'a> Prebuilt<'a> {
         let (config, mut slots) = resolved.ok_or_else(|| internal("nothing to run"))?;
         let params = slots.iter_mut().map(|slot| (slot as *mut u64).cast());
         let queue = dev.queue(kernel.name)?.clone();
-        let function = queue.cuda.function(kernel, &queue)?;
+        let function = queue.cuda.function(kernel, || queue.capturing())?;
         queue.cuda.bind()?;
         Ok(Prebuilt {
             params: params.collect(),

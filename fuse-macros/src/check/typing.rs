@@ -2,7 +2,7 @@
 
 use crate::error::{closest, did_you_mean};
 use crate::func::{self, Sig};
-use crate::ir::{DimId, Op, Random, Reduce};
+use crate::ir::{is_subsequence, DimId, Op, Random, Reduce};
 use crate::parse::{BinOp, Expr, ExprKind, UnOp};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -51,7 +51,7 @@ impl Checker<'_> {
     }
 
     fn var(&mut self, name: &syn::Ident) -> Option<usize> {
-        let text = crate::expand::plain_name(name);
+        let text = crate::ir::plain_name(name);
         if let Some(&(_, id)) = self.scope.iter().rev().find(|(n, _)| *n == text) {
             return (id != crate::check::POISONED).then_some(id);
         }
@@ -267,7 +267,7 @@ impl Checker<'_> {
     }
 
     fn call(&mut self, name: &syn::Ident, args: &[Expr], t: &TokenStream) -> Option<usize> {
-        let text = crate::expand::plain_name(name);
+        let text = crate::ir::plain_name(name);
         if let Some(op) = Reduce::from_name(&text) {
             return self.reduce(op, name, args, t);
         }
@@ -310,7 +310,7 @@ impl Checker<'_> {
                     .filter(|f| f.free)
                     .map(|f| f.name)
                     .chain(Reduce::NAMES)
-                    .chain(crate::special::NAMES);
+                    .chain(crate::check::special::NAMES);
                 let hint = did_you_mean(closest(&text, candidates));
                 self.cx.spanned(
                     name,
@@ -328,7 +328,7 @@ impl Checker<'_> {
         args: &[Expr],
         t: &TokenStream,
     ) -> Option<usize> {
-        let text = crate::expand::plain_name(name);
+        let text = crate::ir::plain_name(name);
         let mut all = vec![self.expr(recv)];
         all.extend(args.iter().map(|a| self.expr(a)));
         let ids: Vec<usize> = all.into_iter().collect::<Option<_>>()?;
@@ -476,7 +476,7 @@ impl Checker<'_> {
         args: &[Expr],
         t: &TokenStream,
     ) -> Option<usize> {
-        let text = crate::expand::plain_name(name);
+        let text = crate::ir::plain_name(name);
         if args.is_empty() || args.len() > 2 {
             self.cx.spanned(t, format!("`{text}` takes a tensor and optionally a dim: `{text}(e)` over every element or `{text}(e, dim)` over one dim"));
             return None;
@@ -544,7 +544,7 @@ impl Checker<'_> {
     /// The dim `ident` names, or an error: `instead` if given, else "cannot find dim" with the
     /// closest name.
     pub fn named_dim(&mut self, ident: &syn::Ident, instead: Option<String>) -> Option<DimId> {
-        let name = crate::expand::plain_name(ident);
+        let name = crate::ir::plain_name(ident);
         if let Some(id) = self
             .dims
             .iter()
@@ -692,11 +692,6 @@ fn merge_sorted(a: &[DimId], b: &[DimId]) -> Vec<DimId> {
     all.sort_unstable();
     all.dedup();
     all
-}
-
-pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {
-    let mut it = long.iter();
-    short.iter().all(|d| it.any(|x| x == d))
 }
 
 /// An expression's text as an operand of a suggested fix: wrapped in parentheses unless it is a

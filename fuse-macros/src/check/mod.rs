@@ -1,8 +1,11 @@
 //! Types, dims and fusion legality. Every user error is found here; later stages assume a
 //! checked kernel and treat a broken invariant as a bug.
 
+mod special;
+pub(crate) mod typing;
+
 use crate::error::Errors;
-use crate::expand::plain_name;
+use crate::ir::plain_name;
 use crate::ir::{Dim, DimId, Kernel, Node, Op, OutputInfo, ParamInfo};
 use crate::parse::{lower_body, DimDecl, Expr, ExprKind, Input, KernelDef, TypeDecl};
 use crate::ty::{Elem, Ty};
@@ -137,7 +140,13 @@ impl<'a> Checker<'a> {
         if self.cx.len() != errors_before {
             return None;
         }
-        let mut kernel = Kernel {
+        let body = crate::ir::Body {
+            dims: &self.dims,
+            nodes: &self.nodes,
+            outputs: &outputs,
+        };
+        let launch = crate::fusion::launch(&body, self.cx)?;
+        Some(Kernel {
             attrs: def.attrs.clone(),
             fast_math: def.fast_math,
             vis: def.vis.clone(),
@@ -147,10 +156,8 @@ impl<'a> Checker<'a> {
             outputs,
             tuple: def.output.tuple,
             nodes: self.nodes,
-            launch: crate::ir::Launch::Map { domain: vec![] },
-        };
-        kernel.launch = crate::fusion::launch(&kernel, self.cx)?;
-        Some(kernel)
+            launch,
+        })
     }
 
     fn signature(&mut self, def: &KernelDef) {
@@ -412,10 +419,9 @@ impl<'a> Checker<'a> {
             format!("convert it with `as {elem}`, or declare `{got}`")
         } else if declared.is_empty() {
             format!("reduce it, as in `sum(e)`, or declare `{got}`")
-        } else if let (true, Some(d)) = (
-            crate::typing::is_subsequence(declared, computed),
-            extra.first(),
-        ) {
+        } else if let (true, Some(d)) =
+            (crate::ir::is_subsequence(declared, computed), extra.first())
+        {
             format!("reduce over `{d}`, as in `sum(e, {d})`, or declare `{got}`")
         } else {
             format!("declare `{got}`; an output is not broadcast to a larger shape")

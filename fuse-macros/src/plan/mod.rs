@@ -1,9 +1,18 @@
-//! The launch schedule of a checked kernel, shared by both backends: which values are computed once
-//! per row (or once per launch), which inside each pass over the elements, and where each output
-//! is written. A total function: `check` has already rejected every kernel it cannot schedule.
+//! The launch schedule of a checked kernel, shared by both backends. [`plan`] says which values
+//! are computed once per row (or once per launch), which inside each pass over the elements, and
+//! where each output is written; [`program`] adds how the one launch runs: its entry points (one
+//! per path), their argument list, geometry and tuning ([`tuning`], [`rows`]), and the host's
+//! rule for picking one. Total functions: `check` has already rejected every kernel they cannot
+//! schedule.
 
 use crate::fusion::live_nodes;
 use crate::ir::{Dim, DimId, Kernel, Launch, NodeId, Op};
+
+pub(crate) mod program;
+pub(crate) mod rows;
+pub(crate) mod tuning;
+
+pub use program::{program, Divisor, Entry, Grid, Param, Path, Program};
 
 pub struct Plan {
     /// Values computed once per row (once per launch for `Map` and `Full`) before any pass.
@@ -34,7 +43,7 @@ impl Plan {
 }
 
 pub fn plan(k: &Kernel) -> Plan {
-    let live = live_nodes(k);
+    let live = live_nodes(&k.body());
     let is_elem = |id: NodeId| is_element(k, id);
     let depth = depths(k);
     let group_nodes = |d: usize| -> Vec<NodeId> {

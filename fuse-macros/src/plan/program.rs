@@ -1,0 +1,483 @@
+//! The whole schedule of one `fn` as a value: its launch's entry points (one per path), the
+//! argument list they share (the ABI), each entry's geometry and tuning, and the host-side rule
+//! that picks it. The CUDA printer prints one `__global__` per entry from it, `expand` emits it
+//! as the runtime's `Program`, and the runtime fills the arguments and picks the entry from it.
+
+use crate::abi::{BLOCK, CACHE, ROUNDS};
+use crate::ir::{plain_name, DimId, Kernel, Launch, Op};
+use crate::plan::rows::{
+    cached_bytes, cached_params, direct_row_cost, lanes, needs_divisors, seed_params, slot_count,
+    tiling, SHORT,
+};
+use crate::plan::{tuning, Plan};
+
+/// The schedule of a kernel: what `plan` computes where, and how it launches.
+pub struct Program {
+    /// The passes and where each value is computed.
+    pub plan: Plan,
+    /// The kernel's parameters, in order, as every entry declares them and every launch fills them.
+    pub params: Vec<Param>,
+    /// The divisors whose reciprocals are parameters (`Param::Reciprocal(j)` is `divisors[j]`).
+    pub divisors: Vec<Divisor>,
+    /// The scalar parameters that seed random draws (`Param::RoundKey { seed: j, .. }` is
+    /// `seeds[j]`), in the order of the kernel's nodes.
+    pub seeds: Vec<usize>,
+    /// The entry points, in the order the host tries them: the first whose rule holds runs.
+    /// The last one takes every shape.
+    pub entries: Vec<Entry>,
+}
+
+/// One parameter of every entry point, passed in an 8-byte slot.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Param {
+    /// Tensor parameter `i` of the kernel (an index into `Kernel::params`): `const T* p_<name>`.
+    Input(usize),
+    /// Output `j`: `T* out<j>`.
+    Output(usize),
+    /// Scalar parameter `i` of the kernel: `const T p_<name>`.
+    Scalar(usize),
+    /// Named dim `i` (in `Kernel::named_dims` order): `const long long d_<name>`.
+    Dim(usize),
+    /// The reciprocal of `Program::divisors[j]`: `fz_recip_<j>`.
+    Reciprocal(usize),
+    /// Philox's round key `round` of seed `seed` (an index into `Program::seeds`):
+    /// `fz_key<seed>_<round>`.
+    RoundKey { seed: usize, round: u32 },
+    /// A full reduction's per-block partials (`fz_scratch`), which the runtime provides.
+    Scratch,
+    /// A full reduction's counter of finished blocks (`fz_counter`), zero before a launch.
+    Counter,
+}
+
+/// A divisor of an elementwise kernel's index arithmetic: the product of the sizes of `dims`,
+/// divided by `by`. Its reciprocal is a kernel parameter, computed once per launch on the host:
+/// in the kernel it was a 64-bit division (a subroutine of about 80 instructions) that every
+/// thread ran before its first element, and an elementwise grid gives each thread one vector.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Divisor {
+    pub dims: Vec<DimId>,
+    pub by: u32,
+}
+
+/// The paths a launch can take; each is an entry point of its own.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Path {
+    /// An elementwise kernel: one thread a vector, grid-stride.
+    Map,
+    /// A full reduction: grid-stride partials, the last block finishes them.
+    Full,
+    /// A row kernel's general path: any row length, a segment of a warp or a whole block a
+    /// row, rows streamed from memory in every pass.
+    Rows,
+    /// Rows a multiple of four long that fit in the registers of a segment or a block
+    /// (`CACHE` elements a thread), read once.
+    RowsCached,
+    /// Rows of `CACHE * BLOCK / 2 + 1` to `CACHE * BLOCK` elements, a multiple of four: a block
+    /// a row, the row in registers, `width` a constant (sm_90 and later).
+    RowBlock,
+    /// Rows of exactly `CACHE * BLOCK` elements: as `RowBlock`, without bounds tests.
+    RowBlockExact,
+    /// Rows of 1 to `SHORT` elements, tiles of whole rows through shared memory.
+    ShortRows,
+    /// Rows longer than the register cache, in the dynamic shared memory of a block or a
+    /// cluster, when the device has it.
+    LongRows,
+}
+
+impl Path {
+    /// The suffix of the entry's symbol, after `fuse_<name>`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Path::Map | Path::Full | Path::Rows => "",
+            Path::RowsCached => "_cached_rows",
+            Path::RowBlock => "_block_rows",
+            Path::RowBlockExact => "_exact_rows",
+            Path::ShortRows => "_short_rows",
+            Path::LongRows => "_long_rows",
+        }
+    }
+
+    /// The path's name, as the runtime reports it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Map => "map",
+            Path::Full => "full",
+            Path::Rows => "rows",
+            Path::RowsCached => "cached_rows",
+            Path::RowBlock => "block_rows",
+            Path::RowBlockExact => "exact_rows",
+            Path::ShortRows => "short_rows",
+            Path::LongRows => "long_rows",
+        }
+    }
+}
+
+/// How an entry's grid is sized.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Grid {
+    /// `vectors` 4-element vectors a thread, as many blocks as that takes.
+    Map { vectors: u32 },
+    /// A block (or a segment) a row, at most `blocks_per_sm` blocks an SM (0: a block a row).
+    Rows { blocks_per_sm: u32 },
+    /// A cluster a row, each block caching its part in dynamic shared memory: `cache_bytes`
+    /// a row element.
+    LongRows { cache_bytes: u32 },
+    /// Grid-stride partials, `slots` scratch slots a block.
+    Full { slots: u32 },
+}
+
+/// When the host takes an entry: every condition holds.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct When {
+    /// Row lengths from `min_len` to `max_len` (elementwise and full: the whole range).
+    pub min_len: u64,
+    pub max_len: u64,
+    /// Row lengths that are multiples of this.
+    pub multiple_of: u64,
+    /// Devices of this compute capability (major * 10 + minor) or later.
+    pub min_arch: u32,
+    /// Only where the device has the shared memory for the rows (`LongRows`); the runtime
+    /// decides, and falls through to the next entry when it has not.
+    pub long_rows: bool,
+}
+
+impl When {
+    /// Every launch.
+    pub const ALWAYS: When = When {
+        min_len: 0,
+        max_len: u64::MAX,
+        multiple_of: 1,
+        min_arch: 0,
+        long_rows: false,
+    };
+}
+
+/// One entry point: a `__global__` function of its own, in a CUDA module of its own.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Entry {
+    pub path: Path,
+    /// Its symbol, `fuse_<name>` and the path's suffix.
+    pub symbol: String,
+    /// The `__launch_bounds__` minimum of blocks per SM, which caps its registers; `None` for
+    /// none.
+    pub min_blocks: Option<u32>,
+    pub grid: Grid,
+    pub when: When,
+}
+
+/// The schedule of checked kernel `k`.
+pub fn program(k: &Kernel) -> Program {
+    let plan = crate::plan::plan(k);
+    let seeds = seed_params(k);
+    let divisors = match &k.launch {
+        Launch::Map { domain } => map_divisors(k, &plan, domain),
+        _ => vec![],
+    };
+    let params = params(k, &divisors, &seeds);
+    let entries = entries(k, &plan);
+    Program {
+        plan,
+        params,
+        divisors,
+        seeds,
+        entries,
+    }
+}
+
+/// The parameter list: tensors, outputs, scalars, named dims, reciprocals, round keys, and a full
+/// reduction's scratch and counter.
+fn params(k: &Kernel, divisors: &[Divisor], seeds: &[usize]) -> Vec<Param> {
+    let mut ps: Vec<Param> = k.tensor_params().map(|(i, _, _)| Param::Input(i)).collect();
+    ps.extend((0..k.outputs.len()).map(Param::Output));
+    let scalars = k
+        .params
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.shape.is_none());
+    ps.extend(scalars.map(|(i, _)| Param::Scalar(i)));
+    ps.extend((0..k.named_dims().count()).map(Param::Dim));
+    ps.extend((0..divisors.len()).map(Param::Reciprocal));
+    for seed in 0..seeds.len() {
+        ps.extend((1..ROUNDS).map(|round| Param::RoundKey { seed, round }));
+    }
+    if matches!(k.launch, Launch::Full { .. }) {
+        ps.extend([Param::Scratch, Param::Counter]);
+    }
+    ps
+}
+
+/// The entry points of `k`, in the order the host tries them.
+fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
+    let symbol = |path: Path| format!("fuse_{}{}", plain_name(&k.name), path.suffix());
+    let entry = |path, min_blocks, grid, when| Entry {
+        path,
+        symbol: symbol(path),
+        min_blocks,
+        grid,
+        when,
+    };
+    match &k.launch {
+        Launch::Map { domain } => {
+            let vectors = tuning::map_vectors(k, domain);
+            vec![entry(Path::Map, None, Grid::Map { vectors }, When::ALWAYS)]
+        }
+        Launch::Full { .. } => {
+            let slots = k
+                .nodes
+                .iter()
+                .filter_map(|n| match n.op {
+                    Op::Reduce(op, ..) => Some(slot_count(op) as u32),
+                    _ => None,
+                })
+                .sum();
+            vec![entry(Path::Full, None, Grid::Full { slots }, When::ALWAYS)]
+        }
+        Launch::Rows { domain, .. } => {
+            let bound = Some(tuning::min_blocks(k, plan));
+            let rows = Grid::Rows {
+                blocks_per_sm: tuning::row_blocks_per_sm(k, domain, plan),
+            };
+            let register_row = u64::from(CACHE * BLOCK);
+            let rows_of = |min_len, max_len, multiple_of, min_arch| When {
+                min_len,
+                max_len,
+                multiple_of,
+                min_arch,
+                long_rows: false,
+            };
+            let mut entries = vec![];
+            if tiling(k, plan).is_some() {
+                entries.push(entry(
+                    Path::ShortRows,
+                    Some(tuning::SHORT_BLOCKS),
+                    rows,
+                    rows_of(1, u64::from(SHORT), 1, 0),
+                ));
+            }
+            if !cached_params(k, plan).is_empty() {
+                // Light rows load straight into registers, with a grid of their own.
+                let block = match direct_row_cost(k, plan) {
+                    Some(_) => Grid::Rows {
+                        blocks_per_sm: tuning::direct_blocks_per_sm(k, plan),
+                    },
+                    None => rows,
+                };
+                // Compiled for sm_90 and later: ptxas for sm_80 spilled this loop of
+                // `w7_layernorm_quantize` around the division's slow-path calls at 64 registers.
+                entries.push(entry(
+                    Path::RowBlockExact,
+                    bound,
+                    block,
+                    rows_of(register_row, register_row, 4, 90),
+                ));
+                entries.push(entry(
+                    Path::RowBlock,
+                    bound,
+                    block,
+                    rows_of(register_row / 2 + 1, register_row, 4, 90),
+                ));
+                entries.push(entry(
+                    Path::RowsCached,
+                    bound,
+                    rows,
+                    rows_of(1, register_row, 4, 0),
+                ));
+            }
+            let cache_bytes = cached_bytes(k, plan);
+            if cache_bytes > 0 {
+                let when = When {
+                    long_rows: true,
+                    ..rows_of(register_row + 1, u64::MAX, 1, 0)
+                };
+                entries.push(entry(
+                    Path::LongRows,
+                    bound,
+                    Grid::LongRows { cache_bytes },
+                    when,
+                ));
+            }
+            let stream = Some(tuning::stream_min_blocks(k, plan));
+            entries.push(entry(Path::Rows, stream, rows, When::ALWAYS));
+            entries
+        }
+    }
+}
+
+/// The divisors whose reciprocals an elementwise kernel takes as parameters, in the order its
+/// loops use them: for each pass, the runs of the broadcast tensors its vector loop steps
+/// through (a run's size over the lanes), then the dims its scalar loop splits the linear index
+/// by. Only divisors that depend on a named dim; a fixed one is folded in the kernel.
+fn map_divisors(k: &Kernel, plan: &Plan, domain: &[DimId]) -> Vec<Divisor> {
+    let mut divisors: Vec<Divisor> = vec![];
+    let mut add = |dims: &[DimId], by: u32| {
+        let divisor = Divisor {
+            dims: dims.to_vec(),
+            by,
+        };
+        let launched = dims.iter().any(|&d| k.named_index(d).is_some());
+        if launched && !divisors.contains(&divisor) {
+            divisors.push(divisor);
+        }
+    };
+    let lanes = lanes(k);
+    for pass in &plan.passes {
+        let (runs, coordinates) = needs_divisors(k, pass, domain);
+        for dims in runs {
+            add(&dims, lanes);
+        }
+        if coordinates {
+            for &d in crate::plan::Layout::divisors(domain) {
+                add(&[d], 1);
+            }
+        }
+    }
+    divisors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{program, Param, Path};
+    use crate::testing::kernel;
+    use quote::quote;
+
+    fn paths(tokens: proc_macro2::TokenStream) -> Vec<Path> {
+        program(&kernel(tokens))
+            .entries
+            .iter()
+            .map(|e| e.path)
+            .collect()
+    }
+
+    /// Softmax has every row path; the general one comes last and takes every length.
+    #[test]
+    fn entries_are_tried_in_order_and_end_with_the_general_path() {
+        let softmax = paths(quote! {
+            fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        use Path::*;
+        assert_eq!(
+            softmax,
+            [
+                ShortRows,
+                RowBlockExact,
+                RowBlock,
+                RowsCached,
+                LongRows,
+                Rows
+            ]
+        );
+        let column = paths(quote! { fn f(x: [f32; r, c]) -> [f32; c] { sum(x, r) } });
+        assert_eq!(column, [Rows]);
+        assert_eq!(
+            paths(quote! { fn f(x: [f32; n]) -> f32 { sum(x) } }),
+            [Full]
+        );
+        assert_eq!(
+            paths(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } }),
+            [Map]
+        );
+    }
+
+    /// Every length and architecture has exactly one first entry, and the general path is
+    /// reached by every length the others decline.
+    #[test]
+    fn every_row_length_has_an_entry() {
+        let p = program(&kernel(quote! {
+            fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        }));
+        let pick = |len: u64, arch: u32| {
+            p.entries
+                .iter()
+                .find(|e| {
+                    let w = e.when;
+                    len >= w.min_len
+                        && len <= w.max_len
+                        && len.is_multiple_of(w.multiple_of)
+                        && arch >= w.min_arch
+                        && !w.long_rows
+                })
+                .map(|e| e.path)
+        };
+        assert_eq!(pick(7, 90), Some(Path::ShortRows));
+        assert_eq!(pick(36, 90), Some(Path::RowsCached));
+        assert_eq!(pick(37, 90), Some(Path::Rows));
+        assert_eq!(pick(2048, 90), Some(Path::RowsCached));
+        assert_eq!(pick(2052, 90), Some(Path::RowBlock));
+        assert_eq!(pick(2052, 80), Some(Path::RowsCached));
+        assert_eq!(pick(4096, 90), Some(Path::RowBlockExact));
+        assert_eq!(pick(4100, 90), Some(Path::Rows));
+    }
+
+    /// A value the macro derives itself (no user tokens behind it) is planned and printed as
+    /// any other: what a derived backward kernel is made of.
+    #[test]
+    fn derived_values_are_planned_and_printed() {
+        use crate::ir::{Node, Op};
+        use crate::parse::BinOp;
+        use crate::ty::Elem;
+        let mut k = kernel(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } });
+        let out = k.outputs[0].node;
+        let shape = k.nodes[out].shape.clone();
+        k.nodes.push(Node::derived(
+            Op::Binary(BinOp::Add, out, out),
+            Elem::F32,
+            shape,
+        ));
+        let derived = k.nodes.len() - 1;
+        k.outputs[0].node = derived;
+        assert!(k.nodes[derived].is_derived() && !k.nodes[out].is_derived());
+        let p = program(&k);
+        assert!(p.plan.passes[0].elems.contains(&derived));
+        let text = crate::cuda::sources(&k, &p).concat();
+        assert!(
+            text.contains(&format!("v{derived} = (v{out} + v{out})")),
+            "{text}"
+        );
+        let cpu = crate::cpu::body(&k, &p.plan);
+        assert!(cpu.contains(&format!("v{derived}")), "{cpu}");
+    }
+
+    /// The argument order: tensors, outputs, scalars, dims, reciprocals, round keys, scratch.
+    #[test]
+    fn parameters_come_in_abi_order() {
+        let p = program(&kernel(quote! {
+            fn f(x: [f32; r, c], b: [f32; c], seed: u64, s: f32) -> ([f32; r, c], f32) {
+                let y = dropout(x + b, 0.1, seed) * s;
+                (y, sum(y))
+            }
+        }));
+        let want = [
+            Param::Input(0),
+            Param::Input(1),
+            Param::Output(0),
+            Param::Output(1),
+            Param::Scalar(2),
+            Param::Scalar(3),
+            Param::Dim(0),
+            Param::Dim(1),
+        ];
+        assert_eq!(p.params[..8], want);
+        let keys: Vec<&Param> = p.params[8..17].iter().collect();
+        assert!(keys.iter().enumerate().all(|(i, &&k)| k
+            == Param::RoundKey {
+                seed: 0,
+                round: i as u32 + 1
+            }));
+        assert_eq!(p.params[17..], [Param::Scratch, Param::Counter]);
+    }
+
+    /// An elementwise kernel's broadcast takes the reciprocal of its run (over the lanes) and
+    /// of the dims its scalar loop splits by; fixed dims take none.
+    #[test]
+    fn broadcasts_divide_by_reciprocals_from_the_host() {
+        let p = program(&kernel(quote! {
+            fn f(x: [f32; r, c], b: [f32; c]) -> [f32; r, c] { x + b }
+        }));
+        assert_eq!(p.divisors.len(), 2, "{:?}", p.divisors);
+        assert_eq!((p.divisors[0].by, p.divisors[1].by), (4, 1));
+        let fixed = program(&kernel(quote! {
+            fn f(x: [f32; r, 8], b: [f32; 8]) -> [f32; r, 8] { x + b }
+        }));
+        assert!(fixed.divisors.is_empty());
+    }
+}

@@ -1,0 +1,534 @@
+//! What a row kernel keeps on chip, decided once for every path: the tensors cached across a
+//! row's passes, whether rows are copied ahead or loaded directly, the values a pass stores for
+//! later ones, the short rows' tiles and the long rows' shared memory. The CUDA printer reads
+//! these answers; it asks no question of its own.
+
+use crate::abi::BLOCK;
+use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
+use crate::parse::BinOp;
+use crate::plan::{Layout, Pass, Plan};
+use crate::ty::Elem;
+use std::collections::BTreeSet;
+
+/// Whether the rows that fit in registers are copied into shared memory ahead (`cp.async`; in
+/// the row-a-block loop one bulk copy, `fz_copy_row`), the next row while the block reduces the
+/// current one, so that each block keeps bytes in flight instead of alternating between loading
+/// and computing. Two buffers of `CACHE * BLOCK` elements: done for one whole-domain tensor of
+/// 4-byte elements (32 KB), unless the rows are light enough to load directly
+/// (`direct_row_cost`, which `rows_body` asks as well).
+pub(crate) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
+    matches!(cached, [p] if k.params[*p].elem.bits() == 32)
+}
+
+/// The tensors worth keeping in registers across a row's passes: those over the whole domain
+/// (the row's own elements, contiguous along the reduced dim).
+pub(crate) fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return vec![];
+    };
+    if plan.passes.len() < 2 || domain.last() != Some(axis) {
+        return vec![];
+    }
+    k.tensor_params()
+        .filter(|(_, _, s)| s.as_slice() == domain.as_slice())
+        .map(|(i, _, _)| i)
+        .collect()
+}
+
+/// The most a row's element may cost ([`element_cost`]) for a kernel's row loops to load their
+/// rows straight into registers ([`direct_row_cost`]): between softmax's 15 and layernorm with
+/// GELU's 29.
+pub(crate) const DIRECT_COST: u32 = 20;
+
+/// The cost of an element ([`element_cost`]) of a kernel whose row loops load each row that
+/// fits in registers straight from memory, rather than from a buffer it was copied into ahead;
+/// `None` where they copy rows ahead (`prefetches`), or cache none. Loaded directly: kernels
+/// that write whole rows, reduce in at most two passes and cost little an element. They spend
+/// little time on a row but the wait for its loads, which more blocks overlap better than a
+/// copy ahead does (`direct_blocks_per_sm` in `expand.rs` sizes the row-a-block grid from the
+/// cost), and the copy's trip through shared memory is then pure cost. Measured on an H200
+/// (benches/NOTES.md, items 55, 57 and 59): loaded directly, W5 (softmax) and W8 (RMSNorm)
+/// 100-101% of copy speed, against 98% and 98% with the copy ahead, and softmax's rows of
+/// 1024 99% against 90%; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73%
+/// against 97%.
+pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
+    let Launch::Rows { domain, .. } = &k.launch else {
+        return None;
+    };
+    let cached = cached_params(k, plan);
+    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
+    if cached.is_empty() || !writes_rows || plan.reducing_passes() > 2 {
+        return None;
+    }
+    Some(element_cost(k, plan, &cached)).filter(|&cost| cost <= DIRECT_COST)
+}
+
+/// Roughly the instructions an element of a row takes over all the passes of the row-a-block
+/// loop, a value stored for later passes (`long_rows::pass_stashes`) counted once: an operation
+/// or a load along the row 1, a division 4, a math routine 8 (`exp`, `ln` and kin) or 20
+/// (the others: `erf`, `tanh`, trigonometry, powers), a random number 16, an accumulation 1.
+/// It only chooses a path and a grid, so it needs to order kernels, not count exactly: W8
+/// costs 5, W5 15, W6 29.
+pub(crate) fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
+    use crate::func::Func::*;
+    let stashes = pass_stashes(k, plan, cached);
+    let node = |n: NodeId| -> u32 {
+        match &k.nodes[n].op {
+            Op::Load(p) if cached.contains(p) => 0,
+            Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => 0,
+            Op::Binary(BinOp::Div | BinOp::Rem, ..) => 4,
+            Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => 8,
+            Op::Call(f, _) if f.is_routine() => 20,
+            Op::Random(..) => 16,
+            _ => 1,
+        }
+    };
+    plan.passes
+        .iter()
+        .zip(stashes)
+        .map(|(pass, (reuse, _))| {
+            let computed: u32 = match reuse {
+                Some((read, _)) => needed(k, pass, read)
+                    .into_iter()
+                    .filter(|&n| n != read)
+                    .map(node)
+                    .sum(),
+                None => pass.elems.iter().map(|&n| node(n)).sum(),
+            };
+            computed + pass.reduces.len() as u32
+        })
+        .sum()
+}
+
+/// The most reductions a pass may exchange across a cluster; a kernel with more has no long-row
+/// entry.
+pub(crate) const PASS_REDUCTIONS: usize = 16;
+
+/// The most blocks of a cluster (`abi::MAX_CLUSTER`, the runtime's limit). Each block keeps an
+/// eight-byte slot for every block's result of every reduction of a pass, in two phases.
+pub(crate) const MAX_CLUSTER: usize = crate::abi::MAX_CLUSTER as usize;
+
+/// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
+/// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
+/// kernel over contiguous rows, a single pass (which reads each element once anyway), or a pass
+/// of more reductions than the exchange takes ([`PASS_REDUCTIONS`]).
+pub(crate) fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
+    bytes(k, &shared_params(k, plan))
+}
+
+/// The bytes an element of each of `params` takes, summed.
+pub(crate) fn bytes(k: &Kernel, params: &[usize]) -> u32 {
+    params.iter().map(|&p| k.params[p].elem.bits() / 8).sum()
+}
+
+/// The tensors a long row caches in shared memory (those over the whole domain), widest elements
+/// first so that every part stays aligned for vectors of four; empty when there is no such path.
+pub(crate) fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return vec![];
+    };
+    let reduces = || plan.passes.iter().flat_map(|p| &p.reduces);
+    // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
+    let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
+    if plan.passes.len() < 2
+        || domain.last() != Some(axis)
+        || pass_reductions(plan) > PASS_REDUCTIONS
+        || pairs
+    {
+        return vec![];
+    }
+    let mut params: Vec<usize> = k
+        .tensor_params()
+        .filter(|(_, _, s)| s == &domain)
+        .map(|(i, _, _)| i)
+        .collect();
+    params.sort_by_key(|&p| std::cmp::Reverse(k.params[p].elem.bits()));
+    params
+}
+
+/// The most reductions of one pass of `plan`: the results a block exchanges at once.
+pub(crate) fn pass_reductions(plan: &Plan) -> usize {
+    plan.passes
+        .iter()
+        .map(|p| p.reduces.len())
+        .max()
+        .unwrap_or(0)
+}
+
+/// For each pass over a row cached on chip (a long row in shared memory, or a row a block keeps
+/// in registers or its prefetch buffer; `p` the one cached tensor), the value it stores in the
+/// element's place, if any, for the later passes to read instead of computing it again: each
+/// thread reads and writes only its own elements, so the store needs no barrier.
+/// Softmax stores `exp(x - max)` in its sum's pass, and its write pass divides it without a
+/// second `exp`; layernorm-like kernels store `x - mean`, then the normalized value.
+///
+/// A value qualifies when it has the tensor's type (and computes in it: 16-bit floats round
+/// where they store, so they are left out), is computed from the element now in the slot, is
+/// needed by a later pass, and no later pass needs that element but through it. Of those, the
+/// one that saves the most values is taken.
+pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize) -> Vec<Option<NodeId>> {
+    let elem = k.params[p].elem;
+    // The slot holds the tensor's element (any `Load(p)`), or the last value stored there.
+    let mut slot: Option<NodeId> = None;
+    let mut out = vec![];
+    for (i, pass) in plan.passes.iter().enumerate() {
+        let in_slot = |n: NodeId| match slot {
+            Some(s) => n == s,
+            None => matches!(k.nodes[n].op, Op::Load(q) if q == p),
+        };
+        let later = &plan.passes[i + 1..];
+        let best = pass
+            .elems
+            .iter()
+            .copied()
+            .filter(|&n| !in_slot(n) && k.nodes[n].elem() == elem && elem.compute() == elem)
+            .filter(|&n| subtree(k, pass, n, &in_slot).1)
+            .filter(|&n| needed(k, pass, slot.unwrap_or(n)).contains(&n))
+            .filter(|&n| {
+                let needs = later.iter().map(|l| needed(k, l, n)).collect::<Vec<_>>();
+                needs.iter().any(|need| need.contains(&n))
+                    && needs.iter().flatten().all(|&m| m == n || !in_slot(m))
+            })
+            .max_by_key(|&n| subtree(k, pass, n, &in_slot).0);
+        out.push(best);
+        slot = best.or(slot);
+    }
+    out
+}
+
+/// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
+pub(crate) type SlotRead = Option<(NodeId, usize)>;
+
+/// For each pass over a row of the `cached` tensors: the value it reads from the slot, and the
+/// value it stores there ([`stashes`]; none unless one tensor is cached).
+pub(crate) fn pass_stashes(
+    k: &Kernel,
+    plan: &Plan,
+    cached: &[usize],
+) -> Vec<(SlotRead, Option<NodeId>)> {
+    let [p] = cached else {
+        return vec![(None, None); plan.passes.len()];
+    };
+    let mut slot = None;
+    stashes(k, plan, *p)
+        .into_iter()
+        .map(|stored| {
+            let reads = slot.map(|n| (n, *p));
+            slot = stored.or(slot);
+            (reads, stored)
+        })
+        .collect()
+}
+
+/// The values of `pass` that `n` needs (it included, the slot's values not), and whether one of
+/// them reads the slot.
+pub(crate) fn subtree(
+    k: &Kernel,
+    pass: &Pass,
+    n: NodeId,
+    in_slot: &impl Fn(NodeId) -> bool,
+) -> (usize, bool) {
+    let (mut seen, mut stack, mut reads) = (vec![], vec![n], false);
+    while let Some(m) = stack.pop() {
+        if seen.contains(&m) || !pass.elems.contains(&m) {
+            continue;
+        }
+        if in_slot(m) {
+            reads = true;
+            continue;
+        }
+        seen.push(m);
+        stack.extend(k.nodes[m].op.operands());
+    }
+    (seen.len(), reads)
+}
+
+/// The values of `pass` that its reductions and writes need when `leaf`'s value is read rather
+/// than computed: `pass.elems` less those only `leaf` needs, in their order.
+pub(crate) fn needed(k: &Kernel, pass: &Pass, leaf: NodeId) -> Vec<NodeId> {
+    let mut need = vec![false; k.nodes.len()];
+    let mut stack: Vec<NodeId> = pass
+        .reduces
+        .iter()
+        .flat_map(|&r| k.nodes[r].op.operands())
+        .chain(pass.writes.iter().map(|&o| k.outputs[o].node))
+        .collect();
+    while let Some(n) = stack.pop() {
+        if need[n] || !pass.elems.contains(&n) {
+            continue;
+        }
+        need[n] = true;
+        if n != leaf {
+            stack.extend(k.nodes[n].op.operands());
+        }
+    }
+    pass.elems.iter().copied().filter(|&n| need[n]).collect()
+}
+
+/// The longest row the tiled kernel takes.
+pub(crate) const SHORT: u32 = 32;
+
+/// Shared memory for one block's tiles, in bytes: [`SHORT_BLOCKS`] blocks fit in sm_80's
+/// 164 KB. A tile of 4096 f32 elements of a softmax's input and of its output.
+pub(crate) const TILE_BYTES: u32 = 32 * 1024;
+
+/// The 16-byte loads a thread has in flight while it copies a tile in, all issued before their
+/// stores: 16 KB a block, up to 64 KB an SM against the 20 KB or so that the H100's bandwidth
+/// times its latency asks of one; the tile's inputs take at most that, and the copy 16
+/// registers.
+/// (With 32 KB of inputs, ptxas hoisted all eight loads a thread, at some 30 registers.)
+pub(crate) const IN_FLIGHT: u32 = 4;
+
+/// The fewest elements a tile may hold: 16 rows of the longest short row.
+pub(crate) const MIN_TILE: u32 = 16 * SHORT;
+
+/// Elements per tile are a multiple of this, so that each tensor's part of the tile is a whole
+/// number of 16-byte vectors per thread step for any element size.
+pub(crate) const TILE_STEP: u32 = 256;
+
+/// A tensor over the whole domain that moves through the tile: an input the passes read or an
+/// output they write.
+pub(crate) struct Tiled {
+    /// Its name in the kernel's parameters: `p_<name>` or `out<o>`.
+    pub(crate) global: String,
+    /// Its element type as memory holds it.
+    pub(crate) storage: &'static str,
+    /// Bytes per element.
+    pub(crate) size: u32,
+    /// The kernel's parameter, for an input; `None` for an output.
+    pub(crate) param: Option<usize>,
+}
+
+impl Tiled {
+    pub(crate) fn input(&self) -> bool {
+        self.param.is_some()
+    }
+
+    /// The name of its part of the tile (a pointer to elements of shared memory).
+    pub(crate) fn shared(&self) -> String {
+        format!("ts_{}", self.global)
+    }
+}
+
+/// Where `k` reduces contiguous rows and their tiles fit in [`TILE_BYTES`]: the tensors its
+/// tile carries, and the elements of each one's part.
+pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return None;
+    };
+    if domain.last() != Some(axis) {
+        return None;
+    }
+    let tiled = tiled_tensors(k, domain, plan);
+    let bytes: u32 = tiled.iter().map(|t| t.size).sum();
+    let input: u32 = tiled.iter().filter(|t| t.input()).map(|t| t.size).sum();
+    let loads = IN_FLIGHT * 16 * BLOCK;
+    let tile = (TILE_BYTES / bytes.max(1)).min(loads / input.max(1)) / TILE_STEP * TILE_STEP;
+    (bytes > 0 && tile >= MIN_TILE).then_some((tiled, tile))
+}
+
+/// The tensors over the whole domain that the tile carries: inputs that some pass reads,
+/// then outputs.
+pub(crate) fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Tiled> {
+    let read = |p: usize| {
+        plan.passes
+            .iter()
+            .flat_map(|pass| &pass.elems)
+            .any(|&id| matches!(k.nodes[id].op, Op::Load(q) if q == p))
+    };
+    let inputs = k
+        .tensor_params()
+        .filter(|&(i, _, s)| s.as_slice() == domain && read(i))
+        .map(|(i, p, _)| Tiled {
+            global: format!("p_{}", crate::ir::plain_name(&p.name)),
+            storage: p.elem.c_storage(),
+            size: p.elem.bits() / 8,
+            param: Some(i),
+        });
+    let outputs = k
+        .outputs
+        .iter()
+        .enumerate()
+        .filter(|(_, o)| o.shape.as_slice() == domain)
+        .map(|(i, o)| Tiled {
+            global: format!("out{i}"),
+            storage: o.elem.c_storage(),
+            size: o.elem.bits() / 8,
+            param: None,
+        });
+    inputs.chain(outputs).collect()
+}
+
+/// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
+/// every tensor is of at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of 1-byte
+/// types; 16 lanes of code would cost more registers than the wider load saves). 16-bit floats
+/// compute in f32, and at 8 lanes ptxas spilled around the slow paths of f32 division and
+/// `fmodf` (`f16s::arith`): kernels of them that divide keep 4 lanes (8-byte loads).
+/// Elements per vector load in elementwise loops: 16 bytes of 4-byte types (8-byte types load
+/// two 16-byte vectors).
+pub(crate) const LANES: u32 = 4;
+
+pub(crate) fn lanes(k: &Kernel) -> u32 {
+    let narrow = tensor_elems(k).all(|e| e.bits() <= 16);
+    let halves = tensor_elems(k).any(Elem::is_half);
+    if narrow && !(halves && divides_floats(k)) {
+        2 * LANES
+    } else {
+        LANES
+    }
+}
+
+/// Whether a kernel divides floats or takes a float remainder (or calls a function that
+/// divides: `recip`, `rsqrt`, `sigmoid`, `silu`, `log` with a base, `powi` of a negative power).
+pub(crate) fn divides_floats(k: &Kernel) -> bool {
+    use crate::func::Func;
+    k.nodes.iter().any(|n| match &n.op {
+        Op::Binary(BinOp::Div | BinOp::Rem, a, _) => k.nodes[*a].elem().compute().is_float(),
+        Op::Call(f, _) => matches!(
+            f,
+            Func::Recip | Func::Rsqrt | Func::Sigmoid | Func::Silu | Func::Log | Func::Powi
+        ),
+        _ => false,
+    })
+}
+
+/// The element types of every tensor a kernel reads or writes.
+pub(crate) fn tensor_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    let outputs = k.outputs.iter().map(|o| o.elem);
+    k.tensor_params().map(|(_, p, _)| p.elem).chain(outputs)
+}
+
+/// How a tensor lines up with the consecutive elements of one vector step (`lanes` of them) of
+/// an elementwise loop's domain.
+#[derive(Clone, Copy, PartialEq, Debug)]
+pub(crate) enum Run {
+    /// The tensor has the domain's shape: its own consecutive elements.
+    Whole,
+    /// Its dims are the domain's dims from the `k`-th on (a bias over `cols`): it repeats along
+    /// the others, so the lanes are consecutive elements of it when its size is a multiple of
+    /// the lane count.
+    Suffix(usize),
+    /// Its dims are the domain's first `k` (a scale per row): the lanes share one of its
+    /// elements when the size of the remaining dims is a multiple of the lane count.
+    Prefix(usize),
+}
+
+impl Run {
+    pub(crate) fn of(shape: &[DimId], domain: &[DimId]) -> Option<Run> {
+        if shape == domain {
+            Some(Run::Whole)
+        } else if !shape.is_empty() && domain.ends_with(shape) {
+            Some(Run::Suffix(domain.len() - shape.len()))
+        } else if domain.starts_with(shape) {
+            Some(Run::Prefix(shape.len()))
+        } else {
+            None
+        }
+    }
+
+    /// The dims of the run a broadcast tensor repeats along (`Suffix`) or is constant over
+    /// (`Prefix`): their size must be a multiple of the lane count. None for `Whole`.
+    pub(crate) fn repeat(self, domain: &[DimId]) -> Option<&[DimId]> {
+        match self {
+            Run::Whole => None,
+            Run::Suffix(k) | Run::Prefix(k) => Some(&domain[k..]),
+        }
+    }
+}
+
+/// The scratch slots (per block) a full reduction's accumulator takes.
+pub(crate) fn slot_count(op: Reduce) -> usize {
+    if op == Reduce::LogSumExp {
+        2
+    } else {
+        1
+    }
+}
+
+/// The scalar parameters that some `rand`, `randn` or `dropout` takes as its seed, in the order
+/// of the kernel's nodes. Their round keys come from the host (`fz_key` in the CUDA C); a seed
+/// computed in the kernel has its keys made there.
+pub(crate) fn seed_params(k: &Kernel) -> Vec<usize> {
+    let mut seeds = vec![];
+    for node in &k.nodes {
+        if let Op::Random(_, seed, _) = node.op {
+            if let Op::Scalar(p) = k.nodes[seed].op {
+                if !seeds.contains(&p) {
+                    seeds.push(p);
+                }
+            }
+        }
+    }
+    seeds
+}
+
+/// How the tensors of one elementwise pass (or a full reduction's) line up with its loop's
+/// vectors: the shapes it loads or stores (indices into `Layout::shapes`), each one's run when
+/// all have one, whether a value needs its element's coordinates, and whether any tensor is a
+/// broadcast.
+pub(crate) struct PassLayout {
+    pub(crate) used: BTreeSet<usize>,
+    pub(crate) runs: Option<Vec<(usize, Run)>>,
+    pub(crate) positions: bool,
+    pub(crate) broadcast: bool,
+}
+
+impl PassLayout {
+    /// Whether the pass has a vector loop: every tensor lines up with the vectors, and no value
+    /// needs coordinates (which only the scalar loop computes).
+    pub(crate) fn vectors(&self) -> Option<&[(usize, Run)]> {
+        match &self.runs {
+            Some(runs) if !self.used.is_empty() && !self.positions => Some(runs),
+            _ => None,
+        }
+    }
+
+    /// Whether the pass's scalar loop splits its index into coordinates.
+    pub(crate) fn coordinates(&self) -> bool {
+        self.positions || self.broadcast
+    }
+}
+
+pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayout {
+    let layout = Layout { k };
+    let shapes = layout.shapes();
+    let mut used = BTreeSet::new();
+    for &id in &pass.elems {
+        if let Op::Load(p) = k.nodes[id].op {
+            used.insert(layout.shape_index(k.params[p].shape.as_ref().expect("a tensor")));
+        }
+    }
+    for &o in &pass.writes {
+        used.insert(layout.shape_index(&k.outputs[o].shape));
+    }
+    let positions = pass
+        .elems
+        .iter()
+        .any(|&id| crate::plan::needs_coordinates(k, id, domain));
+    let runs = used
+        .iter()
+        .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
+        .collect();
+    let broadcast = used.iter().any(|&s| shapes[s] != domain);
+    PassLayout {
+        used,
+        runs,
+        positions,
+        broadcast,
+    }
+}
+
+/// The runs (dims) an elementwise pass's vector loop divides by, and whether its scalar loop
+/// splits coordinates: what its divisors are.
+pub(crate) fn needs_divisors(k: &Kernel, pass: &Pass, domain: &[DimId]) -> (Vec<Vec<DimId>>, bool) {
+    let layout = pass_layout(k, pass, domain);
+    let runs = layout
+        .vectors()
+        .map(|runs| {
+            runs.iter()
+                .filter_map(|(_, r)| r.repeat(domain).map(<[DimId]>::to_vec))
+                .collect()
+        })
+        .unwrap_or_default();
+    (runs, layout.coordinates())
+}

@@ -1,0 +1,228 @@
+//! The tuning numbers of every launch, in one table: each with the measurement behind it
+//! (benches/NOTES.md). The program builder (`program.rs`) reads them; no printer does.
+
+use crate::ir::{Kernel, Launch, Op};
+use crate::plan::rows::{direct_row_cost, prefetches};
+use crate::plan::Plan;
+
+/// The fewest blocks per SM a row kernel declares (`__launch_bounds__`): an explicit register
+/// bound (128 here). Without one, ptxas spilled live registers around the IEEE division's
+/// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded.
+pub(crate) const MIN_BLOCKS: u32 = 2;
+
+/// The `__launch_bounds__` minimum of blocks per SM for a row kernel's general entry, which
+/// streams its rows and holds none on chip: [`min_blocks`], but at most three (85 registers). At
+/// four, `layernorm_quantize`'s streaming loop spilled on sm_90 once it was an entry of its own.
+pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
+    min_blocks(k, plan).min(MIN_BLOCKS + 1)
+}
+
+/// The `__launch_bounds__` minimum of blocks per SM for a row kernel, which caps its registers
+/// (65536 / 256 / blocks) and so sets how many rows an SM overlaps: a row kernel overlaps rows
+/// only across blocks. Every kernel of the tests, benches and examples is compiled to check
+/// that none spills. For rows cached on chip (4-byte elements, at most three reductions):
+/// - a row kept in shared memory (one whole-domain tensor, copied ahead; see
+///   `rows::prefetches`), no other tensor along the row and one output, a value per row:
+///   five (48 registers);
+/// - a row kept in shared memory otherwise, or one row in registers with one output: four (64);
+/// - one row in registers otherwise: three (85);
+/// - two or more rows in registers: two (128), as they leave too little for the division's
+///   slow-path call (`div_by_row_max` spilled at three).
+///
+/// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`].
+pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
+    let reduces = k
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Reduce(..)))
+        .count();
+    // The rows kept on chip are the tensors over the whole domain; per-row operands (a label,
+    // say) cost a register or two whatever their type.
+    let (domain, axis) = match &k.launch {
+        Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
+        _ => (&[][..], None),
+    };
+    let whole: Vec<usize> = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.as_slice() == domain)
+        .map(|(i, _, _)| i)
+        .collect();
+    let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
+    let cached = axis.is_some() && domain.last() == axis.as_ref() && plan.passes.len() >= 2;
+    if !(cached && narrow && reduces <= 3) {
+        return MIN_BLOCKS;
+    }
+    // Philox's state and rounds take registers of their own: `softmax_dropout` needs 91.
+    if k.draws_random() {
+        return MIN_BLOCKS;
+    }
+    let along = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.last() == axis.as_ref())
+        .count();
+    // A kernel that writes whole rows keeps the output's vectors too: softmax spilled the
+    // row-a-block copy of its loop (see `rows`) at five.
+    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
+    match (prefetches(k, &whole), along, k.outputs.len()) {
+        (true, 1, 1) if !writes_rows => MIN_BLOCKS + 3,
+        (true, _, _) => MIN_BLOCKS + 2,
+        (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
+        (false, _, _) if whole.len() == 1 => MIN_BLOCKS + 1,
+        (false, _, _) => MIN_BLOCKS,
+    }
+}
+
+/// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
+/// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
+/// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
+pub(crate) const SHORT_BLOCKS: u32 = 4;
+
+/// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
+/// eight where a thread sets up Philox's keys (W3 on an H200: 74% of copy bandwidth at four,
+/// 77% at eight); four where it sets up the reciprocals of a broadcast's index; two where each
+/// element calls a math routine (`exp`, `ln`, `tanh`...), which makes the kernel bound by its
+/// instructions on a GPU with fast memory, so a thread's own setup and loop costs are worth
+/// spreading over two vectors (W1 on an H200: 93% with one, 99% with two; benches/NOTES.md item
+/// 30); else one, which keeps the most loads in flight for kernels that only stream (W10: 103%
+/// with one, 102% with two).
+pub(crate) fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
+    let broadcast = k
+        .tensor_params()
+        .any(|(_, _, shape)| shape.as_slice() != domain)
+        || k.outputs.iter().any(|o| o.shape.as_slice() != domain);
+    let random = k.draws_random();
+    let routine = k
+        .nodes
+        .iter()
+        .any(|n| matches!(&n.op, crate::ir::Op::Call(f, _) if f.is_routine()));
+    match (random, broadcast, routine) {
+        (true, _, _) => 8,
+        (false, true, _) => 4,
+        (false, false, true) => 2,
+        (false, false, false) => 1,
+    }
+}
+
+/// The most blocks per SM of a row kernel's grid (`Geometry::Rows`). Many short-lived blocks
+/// (160 per SM) stream best where a kernel writes whole rows: a block's row writes cover the
+/// start of the next block's loads. Longer-lived blocks (40 per SM), each copying its next row
+/// while it works through the passes of this one, keep a kernel fed where it has three reducing
+/// passes over the row (W7: mean, variance, absolute maximum; bound by its instructions) or
+/// writes a value per row only (W9, cross-entropy: its rows are read, reduced and left, so
+/// little but the copy ahead hides the next row's loads). Measured (benches/NOTES.md, items 27,
+/// 28 and 30): on an H200, W9 96% at 40 against 86% at 160, W7 70% against 67%, W5 95% at 160
+/// against 91% at 40; on an H100 the per-row case was 97% at 40 and 100% at 160, and the fast
+/// memory decides here.
+pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u32 {
+    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
+    match (plan.reducing_passes(), writes_rows) {
+        (0..=2, true) => 160,
+        _ => 40,
+    }
+}
+
+/// The most blocks per SM of a row kernel's grid where a block loads whole rows straight into
+/// registers (`Geometry::Rows`; `cuda::direct_row_cost`), else 0. With no copy ahead a block
+/// waits for each row's loads, which other blocks overlap: hundreds of blocks an SM, a few of
+/// them resident at once, each a row or two; the fewer instructions an element costs, the
+/// more. Measured on an H200, two runs each (benches/NOTES.md, items 55 and 57), in GB/s:
+///
+/// | blocks an SM | 160 | 240 | 320 | 480 | a block a row |
+/// | --- | --- | --- | --- | --- | --- |
+/// | W8 (RMSNorm, cost 5) | 4246 | 4280 | 4296 | **4337** | 4326 |
+/// | W5 (softmax, cost 15) | 4260 | 4288 | **4297** | 4266 | 4255 |
+///
+/// For the whole kernel, 320 cost softmax's shorter rows (1024 columns) 6 points, so these
+/// grids are for these rows only.
+pub(crate) fn direct_blocks_per_sm(k: &Kernel, plan: &Plan) -> u32 {
+    match direct_row_cost(k, plan) {
+        None => 0,
+        Some(0..=8) => 480,
+        Some(_) => 320,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::kernel;
+    use quote::quote;
+
+    /// The row grid by reducing passes and outputs: W7's three passes (mean, variance, absolute
+    /// maximum) and cross-entropy's value per row, against softmax's two passes and whole rows.
+    #[test]
+    fn row_grids_follow_the_reducing_passes() {
+        let blocks = |tokens| {
+            let k = kernel(tokens);
+            let crate::ir::Launch::Rows { domain, .. } = &k.launch else {
+                panic!("a row kernel")
+            };
+            super::row_blocks_per_sm(&k, domain, &crate::plan::plan(&k))
+        };
+        let quantize = blocks(quote! {
+            fn q(x: [f32; rows, cols]) -> [i8; rows, cols] {
+                let d = x - mean(x, cols);
+                let y = d * rsqrt(mean(d * d, cols) + 1e-5);
+                (y / (max(y.abs(), cols) / 127.0)).round() as i8
+            }
+        });
+        let softmax = blocks(quote! {
+            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) }
+        });
+        let cross_entropy = blocks(quote! {
+            fn c(x: [f32; rows, cols], label: [i64; rows]) -> [f32; rows] {
+                logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
+            }
+        });
+        assert_eq!((quantize, softmax, cross_entropy), (40, 160, 40));
+    }
+
+    /// The grid where a block loads whole rows straight into registers: more blocks for
+    /// RMSNorm than for softmax, none for layernorm with GELU, which copies its rows ahead.
+    #[test]
+    fn direct_row_grids_follow_the_cost_of_an_element() {
+        let blocks = |tokens| {
+            let k = kernel(tokens);
+            super::direct_blocks_per_sm(&k, &crate::plan::plan(&k))
+        };
+        let rmsnorm = blocks(quote! {
+            fn r(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
+                x * rsqrt(mean(x * x, cols) + 1e-6) * w
+            }
+        });
+        let softmax = blocks(quote! {
+            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] {
+                let e = (x - max(x, cols)).exp();
+                e / sum(e, cols)
+            }
+        });
+        let layernorm_gelu = blocks(quote! {
+            fn l(x: [f32; rows, cols], g: [f32; cols], b: [f32; cols]) -> [f32; rows, cols] {
+                let d = x - mean(x, cols);
+                gelu(d * rsqrt(mean(d * d, cols) + 1e-5) * g + b)
+            }
+        });
+        assert_eq!((rmsnorm, softmax, layernorm_gelu), (480, 320, 0));
+    }
+
+    /// Elementwise grids: two vectors a thread where each element calls a math routine, four
+    /// where a broadcast sets up each thread's work, eight for random numbers, else one.
+    #[test]
+    fn map_vectors_follow_the_work_per_element() {
+        let vectors = |tokens| {
+            let k = kernel(tokens);
+            let crate::ir::Launch::Map { domain } = &k.launch else {
+                panic!("an elementwise kernel")
+            };
+            super::map_vectors(&k, domain)
+        };
+        let tangent = vectors(
+            quote! { fn t(x: [f32; n], y: [f32; n]) -> [f32; n] { x * y + x.abs().max(y) } },
+        );
+        let softplus = vectors(quote! { fn s(x: [f32; n]) -> [f32; n] { (x.exp() + 1.0).ln() } });
+        let bias =
+            vectors(quote! { fn b(x: [f32; r, c], b: [f32; c]) -> [f32; r, c] { (x + b).tanh() } });
+        let noise =
+            vectors(quote! { fn d(x: [f32; n], seed: u64) -> [f32; n] { x + randn(seed) } });
+        assert_eq!((tangent, softplus, bias, noise), (1, 2, 4, 8));
+    }
+}
