@@ -439,20 +439,13 @@ fn program_items(
         } else {
             quote!(#source)
         };
-        let doc = format!("The entry point of path `{}`.", entry.path.name());
+        let doc = format!("The entry point of path `{}`.", entry.label());
         statics.extend(quote! {
             const #cubin: &[(u32, &[u8])] = #cubins;
             #[doc = #doc]
             pub static #info: #p::KernelInfo = #p::KernelInfo { name: #kernel, symbol: #symbol, source: #source, cubins: #cubin };
         });
-        // `fuse_runtime::kernels()` lists a kernel once, by its general entry.
-        if i + 1 == program.entries.len() {
-            statics.extend(quote! {
-                #p::inventory::submit! {
-                    #p::KernelInfo { name: #kernel, symbol: #symbol, source: #source, cubins: #cubin }
-                }
-            });
-        }
+
         let w = entry.when;
         let (min_len, max_len, multiple_of, min_arch, long_rows) =
             (w.min_len, w.max_len, w.multiple_of, w.min_arch, w.long_rows);
@@ -466,7 +459,7 @@ fn program_items(
             }
             Grid::Full { slots } => quote!(#p::Grid::Full { slots: #slots }),
         };
-        let path = entry.path.name();
+        let path = entry.label();
         entries.push(quote! {
             #p::Entry {
                 kernel: &#info,
@@ -486,6 +479,8 @@ fn program_items(
             entries: &[#(#entries),*],
         };
         #p::inventory::submit! { #p::Registered(&PROGRAM) }
+        // `fuse_runtime::kernels()` lists the `fn` once, by its general entry, the last.
+        #p::inventory::submit! { #p::Family(&super::ENTRIES) }
     }
 }
 

@@ -218,11 +218,16 @@ impl CudaDevice {
     }
 
     /// Where the CUBIN of `kernel`'s module came from, or `None` before its first launch here.
+    /// Of a registered `fn`'s entry point, the first loaded entry point of that `fn`: each path
+    /// is a module of its own, and a call loads only the one it takes.
     pub(crate) fn origin(&self, kernel: &KernelInfo) -> Option<Origin> {
-        lock(&self.kernels)
-            .modules
-            .get(kernel.source)
-            .map(|(_, origin)| *origin)
+        let kernels = lock(&self.kernels);
+        let loaded = |k: &KernelInfo| kernels.modules.get(k.source).map(|(_, origin)| *origin);
+        loaded(kernel).or_else(|| {
+            crate::kernel::family(kernel)?
+                .iter()
+                .find_map(|entry| loaded(entry))
+        })
     }
 
     /// Loads the module of `kernel`: its embedded CUBIN for this architecture when it has one,

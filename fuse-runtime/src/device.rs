@@ -218,7 +218,8 @@ impl Device {
     }
 
     /// Loads `kernel` on this device now (its embedded CUBIN, the disk cache or NVRTC), as its
-    /// first call would, and readies the scratch of full reductions on this handle's stream:
+    /// first call would, with every other entry point of its `fn` (each path of its launch is a
+    /// module of its own), and readies the scratch of full reductions on this handle's stream:
     /// what a CUDA graph capture must find done. Generated code calls it as `name::load(&dev)`.
     /// Does nothing on the CPU.
     pub fn load(&self, kernel: &'static KernelInfo) -> Result<(), Error> {
@@ -226,6 +227,9 @@ impl Device {
             Kind::Cpu => Ok(()),
             Kind::Cuda(queue) => {
                 queue.cuda.function(kernel, || queue.capturing())?;
+                for entry in crate::kernel::family(kernel).unwrap_or_default() {
+                    queue.cuda.function(entry, || queue.capturing())?;
+                }
                 queue.scratch(0).map(drop)
             }
         }
@@ -233,7 +237,9 @@ impl Device {
 
     /// Where the CUBIN of `kernel` came from on this device: embedded at build time
     /// (`FUSE_CUBIN_ARCHS`), the disk cache, or NVRTC; `None` before its first launch here, and
-    /// on the CPU.
+    /// on the CPU. For an entry point of a `fuse!` kernel (such as [`kernels`](crate::kernels)
+    /// lists), the first of its `fn`'s entry points loaded here: a call loads only the one it
+    /// takes.
     ///
     /// ```
     /// use fuse_runtime::{fuse, Device};

@@ -2,7 +2,7 @@
 //! and the registry of every kernel of the program.
 
 /// One entry point of a kernel defined by `fuse!`: its own CUDA module, compiled on first use.
-/// Generated code submits each `fn`'s general entry to [`inventory`] ([`kernels`]).
+/// A `fn` has one for each path of its launch (`name::ENTRIES`), the general one last.
 #[derive(Debug)]
 pub struct KernelInfo {
     /// The Rust fn name, such as `"softmax"`.
@@ -35,6 +35,26 @@ impl KernelInfo {
 
 inventory::collect!(KernelInfo);
 
+/// The entry points of one `fn`, the general one last, as generated code registers them with
+/// [`inventory`] (`Family(&name::ENTRIES)`).
+#[derive(Debug)]
+pub struct Family(pub &'static [&'static KernelInfo]);
+
+inventory::collect!(Family);
+
+/// The entry points of the `fn` that `kernel` is an entry point of (the same symbol and text),
+/// if it is a registered `fn`'s.
+pub(crate) fn family(kernel: &KernelInfo) -> Option<&'static [&'static KernelInfo]> {
+    let same = |other: &&KernelInfo| {
+        std::ptr::eq(*other, kernel)
+            || (other.symbol == kernel.symbol && other.source == kernel.source)
+    };
+    inventory::iter::<Family>
+        .into_iter()
+        .find(|f| f.0.iter().any(same))
+        .map(|f| f.0)
+}
+
 /// Every kernel defined with `fuse!` in the program, in no particular order: each `fn` once, as
 /// its general entry point (the one `name::CUDA_SOURCE` holds; `name::ENTRIES` has them all).
 ///
@@ -44,5 +64,8 @@ inventory::collect!(KernelInfo);
 /// }
 /// ```
 pub fn kernels() -> impl Iterator<Item = &'static KernelInfo> {
-    inventory::iter::<KernelInfo>.into_iter()
+    let general = inventory::iter::<Family>
+        .into_iter()
+        .filter_map(|f| f.0.last().copied());
+    general.chain(inventory::iter::<KernelInfo>)
 }

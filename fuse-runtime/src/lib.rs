@@ -173,7 +173,7 @@ pub use view::{BufferView, BufferViewMut};
 pub mod __private {
     pub use crate::floors;
     pub use crate::grid::{Geometry, BLOCK};
-    pub use crate::kernel::{kernels, KernelInfo};
+    pub use crate::kernel::{kernels, Family, KernelInfo};
     pub use crate::launch::{launch, launch_long_rows, Arg};
     pub use crate::long_rows::long_row_shared_bytes;
     pub use crate::ops;

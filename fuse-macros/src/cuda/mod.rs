@@ -511,7 +511,7 @@ mod tests {
             let program = crate::plan::program(&k);
             // One file per entry point: `<kernel>.<path>.cu`.
             for (entry, text) in program.entries.iter().zip(super::sources(&k, &program)) {
-                let file = format!("{name}.{}.cu", entry.path.name());
+                let file = format!("{name}.{}.cu", entry.label());
                 let path = dir.join(&file);
                 written.insert(file);
                 if bless {

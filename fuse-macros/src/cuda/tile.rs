@@ -56,7 +56,12 @@ impl Cuda<'_> {
             "const long long len = {};",
             self.layout.size(*axis)
         ));
-        self.dispatch(plan, domain, *axis);
+        self.dispatch(
+            plan,
+            domain,
+            *axis,
+            (entry.when.min_len, entry.when.max_len),
+        );
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!("{function}{}", self.global(entry, &body))
@@ -66,11 +71,45 @@ impl Cuda<'_> {
     /// for a multiple of four, a vector of four elements each (a warp reads consecutive vectors
     /// of shared memory, without bank conflicts), rounded up to a power of two; else the fewest
     /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
-    fn dispatch(&mut self, plan: &Plan, domain: &[DimId], axis: DimId) {
+    fn dispatch(&mut self, plan: &Plan, domain: &[DimId], axis: DimId, lens: (u64, u64)) {
         let args = self.param_names().join(", ");
         let call = |w: u32, fours: bool, full: bool| {
             format!("fz_short_rows<{w}, {fours}, {full}>({args}, fz_tile);")
         };
+        // Each instantiation with the lengths it takes, for a multiple of four (a vector of
+        // four a thread) and otherwise (two elements a thread); the entry takes the lengths
+        // `lens` only, so it instantiates only theirs.
+        let fours = [
+            (4..=4, call(1, true, true)),
+            (8..=8, call(2, true, true)),
+            (12..=12, call(4, true, false)),
+            (16..=16, call(4, true, true)),
+            (20..=28, call(8, true, false)),
+            (32..=32, call(8, true, true)),
+        ];
+        let others = [
+            (1..=2, call(1, false, false)),
+            (3..=4, call(2, false, false)),
+            (5..=8, call(4, false, false)),
+            (9..=16, call(8, false, false)),
+            (17..=32, call(16, false, false)),
+        ];
+        let taken = |r: &std::ops::RangeInclusive<u64>| *r.start() <= lens.1 && *r.end() >= lens.0;
+        let chain = |cases: Vec<(std::ops::RangeInclusive<u64>, String)>| -> Vec<String> {
+            let last = cases.len().saturating_sub(1);
+            cases
+                .into_iter()
+                .enumerate()
+                .map(|(i, (r, call))| match (i, i == last) {
+                    (_, true) if i == 0 => call,
+                    (_, true) => format!("else {call}"),
+                    (0, _) => format!("if (len <= {}) {call}", r.end()),
+                    _ => format!("else if (len <= {}) {call}", r.end()),
+                })
+                .collect()
+        };
+        let fours: Vec<_> = fours.into_iter().filter(|(r, _)| taken(r)).collect();
+        let others: Vec<_> = others.into_iter().filter(|(r, _)| taken(r)).collect();
         let aligned: String = self
             .row_vector_params(plan, domain, axis)
             .into_iter()
@@ -79,23 +118,20 @@ impl Cuda<'_> {
                 format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
             })
             .collect();
-        self.open(format!("if ((len & 3) == 0{aligned})"));
-        self.line(format!("if (len == 4) {}", call(1, true, true)));
-        self.line(format!("else if (len == 8) {}", call(2, true, true)));
-        self.line(format!("else if (len < 16) {}", call(4, true, false)));
-        self.line(format!("else if (len == 16) {}", call(4, true, true)));
-        self.line(format!("else if (len == 32) {}", call(8, true, true)));
-        self.line(format!("else {}", call(8, true, false)));
-        self.close();
-        self.line(format!("else if (len <= 2) {}", call(1, false, false)));
-        for w in [2, 4, 8] {
-            self.line(format!(
-                "else if (len <= {}) {}",
-                2 * w,
-                call(w, false, false)
-            ));
+        if !fours.is_empty() {
+            self.open(format!("if ((len & 3) == 0{aligned})"));
+            for line in chain(fours) {
+                self.line(line);
+            }
+            self.close();
+            self.open("else");
+        } else {
+            self.open("");
         }
-        self.line(format!("else {}", call(16, false, false)));
+        for line in chain(others) {
+            self.line(line);
+        }
+        self.close();
     }
 
     /// The tensors along the row that are not tiled (gamma, beta): the vector step loads them
@@ -287,13 +323,13 @@ mod tests {
             .iter()
             .position(|e| e.path == crate::plan::Path::ShortRows)
             .expect("a short-row entry");
-        assert_eq!(program.entries[short].symbol, "fuse_f_short_rows");
+        assert_eq!(program.entries[short].symbol, "fuse_f_short_rows_4");
         let text = &sources[short];
         let function = text
             .find("template <int width, bool fours, bool full>")
             .expect("the tiled path");
         let entry = text
-            .find("void __launch_bounds__(256, 4) fuse_f_short_rows(")
+            .find("void __launch_bounds__(256, 4) fuse_f_short_rows_4(")
             .expect("the entry");
         assert!(function < entry, "{text}");
         let general = sources.last().unwrap();
@@ -306,26 +342,42 @@ mod tests {
         let call = |w, fours, full| {
             format!("fz_short_rows<{w}, {fours}, {full}>(p_x, out0, d_r, d_c, fz_tile);")
         };
-        for w in [1, 2, 4, 8, 16] {
-            assert!(text.contains(&call(w, false, false)), "{text}");
+        // Every instantiation is in exactly one of the short-row entries, each entry holding
+        // those of its lengths: two elements a thread for any length, a vector of four a
+        // thread (every lane with one at 4, 8, 16 and 32) for multiples of four.
+        let shorts: Vec<(&crate::plan::Entry, &String)> = program
+            .entries
+            .iter()
+            .zip(&sources)
+            .filter(|(e, _)| e.path == crate::plan::Path::ShortRows)
+            .collect();
+        assert_eq!(shorts.len(), 3);
+        let wanted = [
+            (1, false, false, 1),
+            (2, false, false, 3),
+            (4, false, false, 5),
+            (8, false, false, 9),
+            (16, false, false, 17),
+            (1, true, true, 4),
+            (2, true, true, 8),
+            (4, true, false, 12),
+            (4, true, true, 16),
+            (8, true, false, 20),
+            (8, true, true, 32),
+        ];
+        for (w, fours, full, len) in wanted {
+            let holders: Vec<u64> = shorts
+                .iter()
+                .filter(|(_, text)| text.contains(&call(w, fours, full)))
+                .map(|(e, _)| e.when.max_len)
+                .collect();
+            let holder = shorts
+                .iter()
+                .find(|(e, _)| (e.when.min_len..=e.when.max_len).contains(&len))
+                .unwrap();
+            assert_eq!(holders, [holder.0.when.max_len], "<{w}, {fours}, {full}>");
         }
-        // Vectors of four for lengths that are a multiple of four, every lane with one at the
-        // powers of two; `x` is tiled, so its own alignment does not matter.
         assert!(text.contains("if ((len & 3) == 0) {"), "{text}");
-        for (len, w, full) in [
-            ("len == 4", 1, true),
-            ("len < 16", 4, false),
-            ("len == 32", 8, true),
-        ] {
-            assert!(
-                text.contains(&format!("if ({len}) {}", call(w, true, full))),
-                "{text}"
-            );
-        }
-        assert!(
-            text.contains(&format!("else {}", call(8, true, false))),
-            "{text}"
-        );
         assert!(
             text.contains("(4096 / (int)len)"),
             "4096 elements of x and of the output"

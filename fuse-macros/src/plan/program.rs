@@ -165,6 +165,17 @@ pub struct Entry {
     pub when: When,
 }
 
+impl Entry {
+    /// The entry's name among its kernel's: its path's, with the longest row for the short rows,
+    /// which have several entries (`short_rows_4`).
+    pub fn label(&self) -> String {
+        match self.path {
+            Path::ShortRows => format!("{}_{}", self.path.name(), self.when.max_len),
+            path => path.name().to_string(),
+        }
+    }
+}
+
 /// The schedule of checked kernel `k`.
 pub fn program(k: &Kernel) -> Program {
     let plan = crate::plan::plan(k);
@@ -247,12 +258,22 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             };
             let mut entries = vec![];
             if tiling(k, plan).is_some() {
-                entries.push(entry(
-                    Path::ShortRows,
-                    Some(tuning::SHORT_BLOCKS),
-                    rows,
-                    rows_of(1, u64::from(SHORT), 1, 0),
-                ));
+                // Three entries, each instantiating the tiled template for a third of the
+                // widths: in one, NVRTC took 38 ms for softmax's (on an H200), the longest of
+                // any entry.
+                let mut min_len = 1;
+                for max_len in tuning::SHORT_SPLITS {
+                    let mut short = entry(
+                        Path::ShortRows,
+                        Some(tuning::SHORT_BLOCKS),
+                        rows,
+                        rows_of(min_len, max_len, 1, 0),
+                    );
+                    short.symbol = format!("{}_{max_len}", short.symbol);
+                    entries.push(short);
+                    min_len = max_len + 1;
+                }
+                debug_assert_eq!(min_len, u64::from(SHORT) + 1);
             }
             if !cached_params(k, plan).is_empty() {
                 // Light rows load straight into registers, with a grid of their own.
@@ -359,6 +380,8 @@ mod tests {
             softmax,
             [
                 ShortRows,
+                ShortRows,
+                ShortRows,
                 RowBlockExact,
                 RowBlock,
                 RowsCached,
@@ -398,7 +421,10 @@ mod tests {
                 })
                 .map(|e| e.path)
         };
+        assert_eq!(pick(3, 90), Some(Path::ShortRows));
         assert_eq!(pick(7, 90), Some(Path::ShortRows));
+        assert_eq!(pick(32, 90), Some(Path::ShortRows));
+        assert_eq!(pick(33, 90), Some(Path::Rows));
         assert_eq!(pick(36, 90), Some(Path::RowsCached));
         assert_eq!(pick(37, 90), Some(Path::Rows));
         assert_eq!(pick(2048, 90), Some(Path::RowsCached));

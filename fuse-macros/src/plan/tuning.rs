@@ -77,6 +77,10 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 /// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
 pub(crate) const SHORT_BLOCKS: u32 = 4;
 
+/// The longest row of each short-row entry: 1 to 4, 5 to 16 and 17 to 32 elements, three to
+/// five instantiations of the tiled template each (NVRTC takes about 2.5 ms for one on an H200).
+pub(crate) const SHORT_SPLITS: [u64; 3] = [4, 16, 32];
+
 /// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
 /// eight where a thread sets up Philox's keys (W3 on an H200: 74% of copy bandwidth at four,
 /// 77% at eight); four where it sets up the reciprocals of a broadcast's index; two where each

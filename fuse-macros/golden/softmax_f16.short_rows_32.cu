@@ -388,7 +388,7 @@ static __device__ __forceinline__ void fz_short_rows(
         }
     }
 }
-extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_short_rows(
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_short_rows_32(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
     const long long d_rows,
@@ -397,16 +397,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_short_rows
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
     if ((len & 3) == 0) {
-        if (len == 4) fz_short_rows<1, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
-        else if (len == 8) fz_short_rows<2, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
-        else if (len < 16) fz_short_rows<4, true, false>(p_x, out0, d_rows, d_cols, fz_tile);
-        else if (len == 16) fz_short_rows<4, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
-        else if (len == 32) fz_short_rows<8, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
-        else fz_short_rows<8, true, false>(p_x, out0, d_rows, d_cols, fz_tile);
+        if (len <= 28) fz_short_rows<8, true, false>(p_x, out0, d_rows, d_cols, fz_tile);
+        else fz_short_rows<8, true, true>(p_x, out0, d_rows, d_cols, fz_tile);
     }
-    else if (len <= 2) fz_short_rows<1, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
-    else if (len <= 4) fz_short_rows<2, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
-    else if (len <= 8) fz_short_rows<4, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
-    else if (len <= 16) fz_short_rows<8, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
-    else fz_short_rows<16, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    else {
+        fz_short_rows<16, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+    }
 }
