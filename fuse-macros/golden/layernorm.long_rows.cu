@@ -65,17 +65,6 @@ static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigne
     } while (!done);
     parity ^= 1u << phase;
 }
-static __device__ __forceinline__ void fz_row_barriers(unsigned long long* mbar) {
-    fz_barriers_init(mbar);
-    __syncthreads();
-}
-static __device__ __forceinline__ void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long* mbar) {
-    fz_expect(mbar, bytes);
-    unsigned long long k;
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k));
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" :: "r"((unsigned int)__cvta_generic_to_shared(dst)), "l"(src), "r"(bytes), "r"((unsigned int)__cvta_generic_to_shared(mbar)), "l"(k) : "memory");
-}
-static __device__ __forceinline__ void fz_row_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) { fz_wait(mbar, parity, phase); }
 #else
 static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }
 static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
@@ -83,9 +72,6 @@ static __device__ __forceinline__ void fz_exchange_init(unsigned long long*, uns
 static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}
 template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}
 static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}
-static __device__ __forceinline__ void fz_row_barriers(unsigned long long*) {}
-static __device__ __forceinline__ void fz_copy_row(void*, const void*, unsigned int, unsigned long long*) {}
-static __device__ __forceinline__ void fz_row_wait(unsigned long long*, unsigned int&, unsigned int) {}
 #endif
 template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }
 #endif

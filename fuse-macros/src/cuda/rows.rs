@@ -66,6 +66,7 @@ impl Cuda<'_> {
                 self.line("__shared__ unsigned long long fz_rb[2];");
                 self.line("unsigned int fz_rp = 0u;");
                 self.line("fz_row_barriers(fz_rb);");
+                self.helpers.insert("fz_row_copy");
             }
             // Rows of exactly `CACHE * BLOCK` elements (4096 f32) have an entry of their own
             // without bounds tests: every vector is in the row. W7 went from 88% to 91% of copy

@@ -258,9 +258,8 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             };
             let mut entries = vec![];
             if tiling(k, plan).is_some() {
-                // Three entries, each instantiating the tiled template for a third of the
-                // widths: in one, NVRTC took 38 ms for softmax's (on an H200), the longest of
-                // any entry.
+                // Several entries, each instantiating the tiled template for its lengths only:
+                // in one, NVRTC took 38 ms for softmax's (on an H200), the longest of any entry.
                 let mut min_len = 1;
                 for max_len in tuning::SHORT_SPLITS {
                     let mut short = entry(
@@ -379,6 +378,11 @@ mod tests {
         assert_eq!(
             softmax,
             [
+                ShortRows,
+                ShortRows,
+                ShortRows,
+                ShortRows,
+                ShortRows,
                 ShortRows,
                 ShortRows,
                 ShortRows,

@@ -77,9 +77,11 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 /// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
 pub(crate) const SHORT_BLOCKS: u32 = 4;
 
-/// The longest row of each short-row entry: 1 to 4, 5 to 16 and 17 to 32 elements, three to
-/// five instantiations of the tiled template each (NVRTC takes about 2.5 ms for one on an H200).
-pub(crate) const SHORT_SPLITS: [u64; 3] = [4, 16, 32];
+/// The longest row of each short-row entry: at most two instantiations of the tiled template
+/// each, one for a multiple of four and one for other lengths. NVRTC took 2.5 to 3.5 ms for
+/// each on an H200's host; with all eleven in one entry softmax's took 38 ms, its other entries
+/// 11 to 15 ms.
+pub(crate) const SHORT_SPLITS: [u64; 8] = [2, 4, 8, 12, 16, 24, 28, 32];
 
 /// The 4-element vectors each thread of an elementwise kernel takes (see `Geometry::Map`):
 /// eight where a thread sets up Philox's keys (W3 on an H200: 74% of copy bandwidth at four,

@@ -320,6 +320,35 @@ impl Cuda<'_> {
     }
 }
 
+/// The row-a-block loop's bulk copies of its next row, on the transaction barriers of
+/// [`HELPERS`] (which come first, `fz_long_rows` sorting before `fz_row_copy`).
+pub const ROW_COPY_HELPERS: &str = concat!(
+    "#ifdef __CUDA_ARCH__\n",
+    "#if __CUDA_ARCH__ >= 900\n",
+    // The row-a-block loop's copies of the next row (`rows::Cuda::copy_row_in_bulk`): one bulk
+    // copy by one thread, counted by the transaction barrier of the buffer it fills, its lines
+    // evicted last in L2. Against four `cp.async` a thread on an H200: W5 and W8 96% -> 98% of
+    // copy speed, W6 94 -> 95-96%, W7 94 -> 96%, W9 98 -> 101% (NOTES item 54).
+    "static __device__ __forceinline__ void fz_row_barriers(unsigned long long* mbar) {\n",
+    "    fz_barriers_init(mbar);\n",
+    "    __syncthreads();\n",
+    "}\n",
+    "static __device__ __forceinline__ void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long* mbar) {\n",
+    "    fz_expect(mbar, bytes);\n",
+    "    unsigned long long k;\n",
+    "    asm volatile(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(k));\n",
+    "    asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(dst)), \"l\"(src), \"r\"(bytes), \"r\"((unsigned int)__cvta_generic_to_shared(mbar)), \"l\"(k) : \"memory\");\n",
+    "}\n",
+    "static __device__ __forceinline__ void fz_row_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) { fz_wait(mbar, parity, phase); }\n",
+    "#else\n",
+    // Unused: the row-a-block loop is compiled for sm_90 and later only.
+    "static __device__ __forceinline__ void fz_row_barriers(unsigned long long*) {}\n",
+    "static __device__ __forceinline__ void fz_copy_row(void*, const void*, unsigned int, unsigned long long*) {}\n",
+    "static __device__ __forceinline__ void fz_row_wait(unsigned long long*, unsigned int&, unsigned int) {}\n",
+    "#endif\n",
+    "#endif\n",
+);
+
 /// The helper functions of the shared-memory path: those within `__CUDA_ARCH__` for the GPU
 /// only (the emulation of `fuse-runtime/tests/emulate` supplies its own), then the arithmetic
 /// both share.
@@ -410,21 +439,6 @@ pub const HELPERS: &str = concat!(
     "    } while (!done);\n",
     "    parity ^= 1u << phase;\n",
     "}\n",
-    // The row-a-block loop's copies of the next row (`rows::Cuda::copy_row_in_bulk`): one bulk
-    // copy by one thread, counted by the transaction barrier of the buffer it fills, its lines
-    // evicted last in L2. Against four `cp.async` a thread on an H200: W5 and W8 96% -> 98% of
-    // copy speed, W6 94 -> 95-96%, W7 94 -> 96%, W9 98 -> 101% (NOTES item 54).
-    "static __device__ __forceinline__ void fz_row_barriers(unsigned long long* mbar) {\n",
-    "    fz_barriers_init(mbar);\n",
-    "    __syncthreads();\n",
-    "}\n",
-    "static __device__ __forceinline__ void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long* mbar) {\n",
-    "    fz_expect(mbar, bytes);\n",
-    "    unsigned long long k;\n",
-    "    asm volatile(\"createpolicy.fractional.L2::evict_last.b64 %0, 1.0;\" : \"=l\"(k));\n",
-    "    asm volatile(\"cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;\" :: \"r\"((unsigned int)__cvta_generic_to_shared(dst)), \"l\"(src), \"r\"(bytes), \"r\"((unsigned int)__cvta_generic_to_shared(mbar)), \"l\"(k) : \"memory\");\n",
-    "}\n",
-    "static __device__ __forceinline__ void fz_row_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) { fz_wait(mbar, parity, phase); }\n",
     "#else\n",
     // Without clusters a block is its own cluster: nothing is exchanged.
     "static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }\n",
@@ -433,10 +447,6 @@ pub const HELPERS: &str = concat!(
     "static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}\n",
     "template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}\n",
     "static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}\n",
-    // Unused: the row-a-block loop is compiled for sm_90 and later only.
-    "static __device__ __forceinline__ void fz_row_barriers(unsigned long long*) {}\n",
-    "static __device__ __forceinline__ void fz_copy_row(void*, const void*, unsigned int, unsigned long long*) {}\n",
-    "static __device__ __forceinline__ void fz_row_wait(unsigned long long*, unsigned int&, unsigned int) {}\n",
     "#endif\n",
     "template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }\n",
     "#endif\n",
