@@ -57,6 +57,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_block_rows(
 ) {
     const long long groups = d_rows;
     const long long len = d_cols;
+    if (len < 2049 || len > 4096 || (len & 3) != 0) return;
     const int width = 256;
     const int per_block = 1;
     const int lane = threadIdx.x;

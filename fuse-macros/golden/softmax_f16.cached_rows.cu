@@ -32,6 +32,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
 ) {
     const long long groups = d_rows;
     const long long len = d_cols;
+    if (len > 4096 || (len & 3) != 0) return;
     int width = 256;
     width = 1;
     while (width * 16 < len) width <<= 1;

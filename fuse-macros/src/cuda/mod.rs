@@ -47,6 +47,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         plan,
         program,
         path: entry.path,
+        when: entry.when,
         layout: Layout { k },
         out: String::new(),
         indent: 1,
@@ -166,6 +167,8 @@ struct Cuda<'a> {
     program: &'a Program,
     /// The path of the entry being written.
     path: Path,
+    /// When the host takes it.
+    when: crate::plan::When,
     layout: Layout<'a>,
     out: String,
     indent: usize,
