@@ -1,6 +1,7 @@
 """NVRTC's time to compile CUDA C files to CUBIN, as the runtime compiles a kernel's entry point
-(`--gpu-architecture=sm_ARCH --std=c++17`): the median of REPS compiles per file, after one
-untimed compile that loads the library. Used for the golden kernels' before-and-after table in
+(`--gpu-architecture=sm_ARCH --std=c++17`), after one untimed compile of a small kernel that loads
+the library: per file, its first compile (what a kernel's first use pays) and the median of REPS
+more. Used for the golden kernels' before-and-after table in
 benches/NOTES.md (issue 19); runs wherever libnvrtc is on the loader's path (the GPU machine, or
 here with the PyPI wheel). Usage: nvrtc_times.py [--arch 90] [--reps 5] FILE.cu..."""
 import ctypes, statistics, sys, time
@@ -38,12 +39,11 @@ def compile_once(source, name):
     nvrtc.nvrtcDestroyProgram(ctypes.byref(prog))
     return elapsed
 
-first = True
+compile_once(b'extern "C" __global__ void fz_warm(float* x) { x[threadIdx.x] = 1.0f; }\n', b"warm.cu")
+print("file\tbytes\tfirst ms\tmedian ms")
 for path in args:
     source = open(path, "rb").read()
     name = path.rsplit("/", 1)[-1].encode()
-    if first:
-        compile_once(source, name)
-        first = False
+    first = compile_once(source, name)
     times = [compile_once(source, name) for _ in range(reps)]
-    print(f"{path}\t{len(source)}\t{statistics.median(times):.1f}")
+    print(f"{path}\t{len(source)}\t{first:.1f}\t{statistics.median(times):.1f}")
