@@ -1,5 +1,7 @@
-//! The CUDA C backend: one `extern "C" __global__` function per kernel, preceded by only the
-//! helper functions it uses. The text is written through an infallible `String` writer.
+//! The CUDA C backend: a printer of the `plan::Program`, one module per entry point, each an
+//! `extern "C" __global__` function preceded by only the helper functions it uses. It decides no
+//! schedule question: which paths exist, their parameters, bounds and length rules are the
+//! program's. The text is written through an infallible `String` writer.
 
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::{Divisor, Entry, Layout, Param, Path, Plan, Program, Syntax};
