@@ -62,6 +62,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         whole_rows: false,
         direct_rows: false,
         full_rows: false,
+        hoisted_positions: false,
         defers_division: false,
         fast_division: false,
         reuse: None,
@@ -191,6 +192,9 @@ struct Cuda<'a> {
     /// Whether the row kernel being written loads its rows straight into registers in every
     /// row loop, its rows being light (`rows::direct_row_cost`).
     direct_rows: bool,
+    /// Whether the row-a-block loop being written reads its positions from `fz_pos` (see
+    /// `rows::Cuda::hoist_positions`).
+    hoisted_positions: bool,
     /// Whether the row-a-block loop being written is the one for rows of exactly
     /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
     full_rows: bool,

@@ -110,6 +110,13 @@ impl Cuda<'_> {
         cached: &[usize],
         prefetch: bool,
     ) {
+        // A row a block that holds its row in registers, where a value needs its element's
+        // position along the row (`index`, a random draw): the thread's sixteen positions,
+        // made once and kept (see `hoist_positions`).
+        self.hoisted_positions = self.whole_rows && !cached.is_empty() && self.uses_positions(axis);
+        if self.hoisted_positions {
+            self.hoist_positions();
+        }
         if self.whole_rows {
             self.open("for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x)");
             self.line("const bool live = true;");
@@ -173,6 +180,33 @@ impl Cuda<'_> {
                 self.row_passes(plan, axis, cached, false);
             }
         }
+        self.hoisted_positions = false;
+        self.close();
+    }
+
+    /// Whether some value of the passes needs its element's position along `axis` (`r`):
+    /// `index` of the axis, or a random draw (drawn at its position).
+    fn uses_positions(&self, axis: DimId) -> bool {
+        self.plan.passes.iter().flat_map(|p| &p.elems).any(|&n| {
+            matches!(self.k.nodes[n].op, Op::Index(d) if d == axis)
+                || matches!(self.k.nodes[n].op, Op::Random(..))
+        })
+    }
+
+    /// Before a row a block's loop, this thread's positions in a row, `fz_pos[q * 4 + j]`, each
+    /// hidden from the compiler so that it keeps them rather than computing them again in every
+    /// row. On its own (an entry per path) ptxas recomputed W9's sixteen label positions in
+    /// every row, 429 instructions a row against the 404 of the kernel that held every path,
+    /// which kept them: 418 with them kept (benches/NOTES.md item 70).
+    fn hoist_positions(&mut self) {
+        self.line(format!("unsigned int fz_pos[{CACHE}];"));
+        self.line("#pragma unroll");
+        self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+        self.line("#pragma unroll");
+        self.open("for (int j = 0; j < 4; ++j)");
+        self.line("fz_pos[q * 4 + j] = (unsigned int)((lane + q * width) * 4 + j);");
+        self.line("asm volatile(\"\" : \"+r\"(fz_pos[q * 4 + j]));");
+        self.close();
         self.close();
     }
 
@@ -541,7 +575,10 @@ impl Cuda<'_> {
         for j in 0..4 {
             self.open("");
             self.line(format!("const int j = {j};"));
-            self.line("const long long r = c * 4 + j;");
+            self.line(match self.hoisted_positions {
+                true => "const long long r = fz_pos[q * 4 + j];",
+                false => "const long long r = c * 4 + j;",
+            });
             self.row_vectors_now = vectors.to_vec();
             self.row_step(pass, axis, in_registers, shapes, true);
             self.row_vectors_now.clear();
