@@ -37,13 +37,13 @@ pub enum Geometry {
         /// The shared-memory bytes each element of a row takes when the kernel caches long
         /// rows there (see `long_rows`); 0 when it has no such path.
         cache_bytes: u32,
-        /// The most blocks per SM in the grid, which the macro picks from the kernel (see
-        /// `row_blocks_per_sm`); 0 for a block per row.
+        /// The most blocks per SM in the grid: a program entry's `Grid::Rows` (the macro's
+        /// `plan::tuning`); 0 for a block per row.
         blocks_per_sm: u32,
-        /// The most blocks per SM where a block takes whole rows straight into registers (rows
-        /// of 2049 to 4096 elements, a multiple of four, on sm_90 and later; the macro's
-        /// `direct_blocks_per_sm`), in place of `blocks_per_sm`; 0 where the kernel copies its
-        /// rows ahead there.
+        /// For a hand-written launch of a kernel with every row path in one function: the most
+        /// blocks per SM for rows of 2049 to 4096 elements, a multiple of four, on sm_90 and
+        /// later, in place of `blocks_per_sm`; 0 for none. A program's entries have a grid each
+        /// and pass 0.
         direct_blocks_per_sm: u32,
     },
     /// A reduction of everything: grid-striding plus per-block partials in `slots` scratch
