@@ -45,7 +45,7 @@ pub(crate) const DIRECT_COST: u32 = 20;
 /// `None` where they copy rows ahead (`prefetches`), or cache none. Loaded directly: kernels
 /// that write whole rows, reduce in at most two passes and cost little an element. They spend
 /// little time on a row but the wait for its loads, which more blocks overlap better than a
-/// copy ahead does (`direct_blocks_per_sm` in `expand.rs` sizes the row-a-block grid from the
+/// copy ahead does (`direct_blocks_per_sm` in `tuning.rs` sizes the row-a-block grid from the
 /// cost), and the copy's trip through shared memory is then pure cost. Measured on an H200
 /// (benches/NOTES.md, items 55, 57 and 59): loaded directly, W5 (softmax) and W8 (RMSNorm)
 /// 100-101% of copy speed, against 98% and 98% with the copy ahead, and softmax's rows of

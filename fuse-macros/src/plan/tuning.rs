@@ -128,10 +128,10 @@ pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u3
 }
 
 /// The most blocks per SM of a row kernel's grid where a block loads whole rows straight into
-/// registers (`Geometry::Rows`; `cuda::direct_row_cost`), else 0. With no copy ahead a block
-/// waits for each row's loads, which other blocks overlap: hundreds of blocks an SM, a few of
-/// them resident at once, each a row or two; the fewer instructions an element costs, the
-/// more. Measured on an H200, two runs each (benches/NOTES.md, items 55 and 57), in GB/s:
+/// registers (the row-a-block entries' `Grid::Rows`; `rows::direct_row_cost`), else 0. With no
+/// copy ahead a block waits for each row's loads, which other blocks overlap: hundreds of blocks
+/// an SM, a few of them resident at once, each a row or two; the fewer instructions an element
+/// costs, the more. Measured on an H200, two runs each (benches/NOTES.md, items 55 and 57), in GB/s:
 ///
 /// | blocks an SM | 160 | 240 | 320 | 480 | a block a row |
 /// | --- | --- | --- | --- | --- | --- |
