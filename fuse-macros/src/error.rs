@@ -113,6 +113,15 @@ pub fn punct_run(limit: usize) -> String {
     )
 }
 
+/// A signature past [`crate::limits::MAX_PARAMS`], [`crate::limits::MAX_OUTPUTS`] or
+/// [`crate::limits::MAX_DIMS`]: `what` is "parameters", "outputs" or "named dims".
+pub fn signature_size(what: &str, limit: usize) -> String {
+    format!(
+        "this kernel has more than {limit} {what}, the most `fuse!` takes (each is an argument of \
+         every launch); pass related values as one tensor"
+    )
+}
+
 /// The way out of every build-time CUBIN error.
 const CUBIN_FIX: &str = "unset `FUSE_CUBIN_ARCHS` to compile kernels at run time";
 

@@ -20,6 +20,14 @@ pub const MAX_GROUP_DEPTH: usize = 256;
 /// operator (`- - - x`), so a long run would overflow its stack before lowering counts depth.
 pub const MAX_PUNCT_RUN: usize = 256;
 
+/// How many parameters a kernel may take, and how many outputs and distinct named dims it may
+/// have. Every one is an 8-byte argument of each launch, and a seed parameter ten (its Philox
+/// round keys): at these limits a launch's arguments stay under the 32 KB a CUDA launch passes
+/// (`nvrtc_kernels` compiles what it can of them; the runtime keeps 16 on the stack).
+pub const MAX_PARAMS: usize = 256;
+pub const MAX_OUTPUTS: usize = 64;
+pub const MAX_DIMS: usize = 64;
+
 /// Checks the raw tokens against the limits that syn's parser needs: the first one broken.
 pub fn check_tokens(tokens: &TokenStream) -> syn::Result<()> {
     check_group(tokens, 0)

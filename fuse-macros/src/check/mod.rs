@@ -4,9 +4,10 @@
 mod special;
 pub(crate) mod typing;
 
-use crate::error::Errors;
+use crate::error::{self, Errors};
 use crate::ir::plain_name;
 use crate::ir::{Dim, DimId, Kernel, Node, Op, OutputInfo, ParamInfo};
+use crate::limits::{MAX_DIMS, MAX_OUTPUTS, MAX_PARAMS};
 use crate::parse::{lower_body, DimDecl, Expr, ExprKind, Input, KernelDef, TypeDecl};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -161,6 +162,10 @@ impl<'a> Checker<'a> {
     }
 
     fn signature(&mut self, def: &KernelDef) {
+        if let Some(p) = def.params.get(MAX_PARAMS) {
+            self.cx
+                .spanned(&p.name, error::signature_size("parameters", MAX_PARAMS));
+        }
         let mut names = HashSet::new();
         for p in &def.params {
             let name = plain_name(&p.name);
@@ -238,6 +243,15 @@ impl<'a> Checker<'a> {
             let id = match self.dims.iter().position(|x| *x == dim) {
                 Some(id) => id,
                 None if binds || matches!(dim, Dim::Fixed(_)) => {
+                    let named = self
+                        .dims
+                        .iter()
+                        .filter(|d| matches!(d, Dim::Named(_)))
+                        .count();
+                    if matches!(dim, Dim::Named(_)) && named == MAX_DIMS {
+                        self.cx
+                            .spanned(d.tokens(), error::signature_size("named dims", MAX_DIMS));
+                    }
                     self.dims.push(dim.clone());
                     self.dims.len() - 1
                 }
@@ -259,6 +273,10 @@ impl<'a> Checker<'a> {
         if def.output.types.is_empty() {
             self.cx.spanned(&def.output_tokens, "a kernel returns at least one output: declare its type, as in `-> [f32; n]` or `-> (f32, [f32; n])`");
             return None;
+        }
+        if let Some(t) = def.output.types.get(MAX_OUTPUTS) {
+            self.cx
+                .spanned(&t.elem.ty, error::signature_size("outputs", MAX_OUTPUTS));
         }
         let types: Vec<Option<(Elem, Vec<DimId>)>> = def
             .output
@@ -572,6 +590,44 @@ mod tests {
             quote! { fn f(x: [i32; n]) -> f32 { mean(x) } },
             "`mean` needs a float operand",
         );
+    }
+
+    /// Parameters, outputs and named dims up to their limits check; one more is one error,
+    /// at the first past the limit, naming the limit.
+    #[test]
+    fn signatures_are_limited_in_size() {
+        use crate::limits::{MAX_DIMS, MAX_OUTPUTS, MAX_PARAMS};
+        let params = |n: usize| -> proc_macro2::TokenStream {
+            let list: Vec<String> = (0..n).map(|i| format!("p{i}: f32")).collect();
+            format!("fn f({}) -> f32 {{ p0 }}", list.join(", "))
+                .parse()
+                .unwrap()
+        };
+        assert!(crate::testing::kernels(params(MAX_PARAMS)).is_ok());
+        let e = errors(params(MAX_PARAMS + 1));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("more than 256 parameters"), "{e:?}");
+        let outputs = |n: usize| -> proc_macro2::TokenStream {
+            let types = vec!["f32"; n].join(", ");
+            let values = vec!["x"; n].join(", ");
+            format!("fn f(x: f32) -> ({types}) {{ ({values}) }}")
+                .parse()
+                .unwrap()
+        };
+        assert!(crate::testing::kernels(outputs(MAX_OUTPUTS)).is_ok());
+        let e = errors(outputs(MAX_OUTPUTS + 1));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("more than 64 outputs"), "{e:?}");
+        let dims = |n: usize| -> proc_macro2::TokenStream {
+            let list: Vec<String> = (0..n).map(|i| format!("x{i}: [f32; d{i}]")).collect();
+            format!("fn f({}) -> [f32; d0] {{ x0 }}", list.join(", "))
+                .parse()
+                .unwrap()
+        };
+        assert!(crate::testing::kernels(dims(MAX_DIMS)).is_ok());
+        let e = errors(dims(MAX_DIMS + 1));
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert!(e[0].contains("more than 64 named dims"), "{e:?}");
     }
 
     #[test]
