@@ -2311,6 +2311,51 @@ fn wrong_output_shapes_in_into_are_errors() {
     assert_names(&text, &["`sum_exp`", "`out`"]);
 }
 
+/// A tensor parameter that no output uses may have dims the launch does not iterate: it is bound
+/// and checked, and left out of the loops (the CPU code once named coordinates along its dims).
+#[test]
+fn unused_parameters_over_other_dims() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, m) in [(1usize, 1usize), (7, 3), (1000, 33)] {
+        let x = rng.floats::<f32>(n, -4.0, 4.0);
+        let spare = rng.floats::<f32>(m, -1.0, 1.0);
+        let (xb, sb) = (put(&dev, &x, &[n]), put(&dev, &spare, &[m]));
+        let doubled = kernels::unused_map(&dev, &xb, &sb)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let want: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+        assert_eq!(doubled, want);
+        let total = kernels::unused_full(&dev, &sb, &xb)
+            .unwrap()
+            .to_vec()
+            .unwrap();
+        let want: f64 = x.iter().map(|&v| v as f64).sum();
+        assert!(
+            (total[0] as f64 - want).abs() <= 1e-4 * (1.0 + want.abs()),
+            "{total:?} {want}"
+        );
+        let (rows, cols) = (n % 5 + 1, m + 2);
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        let spare = rng.floats::<f32>(3 * m, -1.0, 1.0);
+        let sums = kernels::unused_rows(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &spare, &[3, m]),
+        )
+        .unwrap()
+        .to_vec()
+        .unwrap();
+        for (r, got) in sums.iter().enumerate() {
+            let want: f32 = x[r * cols..(r + 1) * cols].iter().sum();
+            assert!(
+                (got - want).abs() <= 1e-4 * (1.0 + want.abs()),
+                "{got} {want}"
+            );
+        }
+    }
+}
+
 #[test]
 fn every_kernel_of_the_suite_is_registered() {
     let names: Vec<&str> = fuse_runtime::kernels().map(|k| k.name).collect();

@@ -303,11 +303,22 @@ impl Layout<'_> {
     }
 
     /// The distinct shapes of tensors loaded or stored by `nodes` and `outputs`, for offset names.
+    /// A parameter no output depends on is left out: its dims need not be the launch's (`x1:
+    /// [f32; d1]` beside a domain over `d0`), and no loop has coordinates along them.
     pub fn shapes(&self) -> Vec<Vec<DimId>> {
         let mut shapes: Vec<Vec<DimId>> = vec![];
+        let live = live_nodes(&self.k.body());
+        let loaded = |p: usize| {
+            self.k
+                .nodes
+                .iter()
+                .enumerate()
+                .any(|(i, n)| live[i] && matches!(n.op, Op::Load(q) if q == p))
+        };
         let all = self
             .k
             .tensor_params()
+            .filter(|&(p, _, _)| loaded(p))
             .map(|(_, _, s)| s.clone())
             .chain(self.k.outputs.iter().map(|o| o.shape.clone()));
         for s in all {

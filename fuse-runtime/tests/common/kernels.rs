@@ -609,4 +609,18 @@ fuse! {
     pub fn total(x: [f64; rows, cols]) -> (f64, f64, f64) {
         (sum(x), min(x), mean(x * x))
     }
+
+    /// A parameter no output uses, over a dim of its own: the launch has no coordinates along
+    /// it, elementwise, per row or over everything.
+    pub fn unused_map(x: [f32; n], spare: [f32; m]) -> [f32; n] {
+        x * 2.0
+    }
+
+    pub fn unused_rows(x: [f32; rows, cols], spare: [f32; k, m]) -> [f32; rows] {
+        sum(x, cols)
+    }
+
+    pub fn unused_full(spare: [f32; m], x: [f32; n]) -> f32 {
+        sum(x)
+    }
 }
