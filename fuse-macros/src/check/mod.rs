@@ -52,6 +52,8 @@ pub struct Checker<'a> {
     pub kernel_names: Vec<String>,
     /// The random calls (`rand`, `randn`, `dropout`) so far: each draws its own stream.
     pub random_sites: u32,
+    /// The named dims among `dims`, counted as they are declared (for [`MAX_DIMS`]).
+    pub named_dims: usize,
 }
 
 impl<'a> Checker<'a> {
@@ -64,6 +66,7 @@ impl<'a> Checker<'a> {
             scope: vec![],
             kernel_names,
             random_sites: 0,
+            named_dims: 0,
         }
     }
 
@@ -243,14 +246,12 @@ impl<'a> Checker<'a> {
             let id = match self.dims.iter().position(|x| *x == dim) {
                 Some(id) => id,
                 None if binds || matches!(dim, Dim::Fixed(_)) => {
-                    let named = self
-                        .dims
-                        .iter()
-                        .filter(|d| matches!(d, Dim::Named(_)))
-                        .count();
-                    if matches!(dim, Dim::Named(_)) && named == MAX_DIMS {
-                        self.cx
-                            .spanned(d.tokens(), error::signature_size("named dims", MAX_DIMS));
+                    if matches!(dim, Dim::Named(_)) {
+                        if self.named_dims == MAX_DIMS {
+                            self.cx
+                                .spanned(d.tokens(), error::signature_size("named dims", MAX_DIMS));
+                        }
+                        self.named_dims += 1;
                     }
                     self.dims.push(dim.clone());
                     self.dims.len() - 1
