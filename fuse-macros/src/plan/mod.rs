@@ -303,22 +303,20 @@ impl Layout<'_> {
     }
 
     /// The distinct shapes of tensors loaded or stored by `nodes` and `outputs`, for offset names.
-    /// A parameter no output depends on is left out: its dims need not be the launch's (`x1:
-    /// [f32; d1]` beside a domain over `d0`), and no loop has coordinates along them.
+    /// A parameter over a dim the launch does not iterate is left out: no output can use it
+    /// (`check` broadcasts every value into the launch's domain), and no loop has coordinates
+    /// along that dim (`x1: [f32; d1]` beside a domain over `d0`).
     pub fn shapes(&self) -> Vec<Vec<DimId>> {
         let mut shapes: Vec<Vec<DimId>> = vec![];
-        let live = live_nodes(&self.k.body());
-        let loaded = |p: usize| {
-            self.k
-                .nodes
-                .iter()
-                .enumerate()
-                .any(|(i, n)| live[i] && matches!(n.op, Op::Load(q) if q == p))
+        let domain = match &self.k.launch {
+            Launch::Map { domain } | Launch::Rows { domain, .. } | Launch::Full { domain } => {
+                domain
+            }
         };
         let all = self
             .k
             .tensor_params()
-            .filter(|&(p, _, _)| loaded(p))
+            .filter(|(_, _, s)| s.iter().all(|d| domain.contains(d)))
             .map(|(_, _, s)| s.clone())
             .chain(self.k.outputs.iter().map(|o| o.shape.clone()));
         for s in all {
