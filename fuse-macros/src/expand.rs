@@ -212,17 +212,12 @@ fn stub(def: &KernelDef) -> TokenStream {
 fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
     let program = crate::plan::program(k);
     let sources = crate::cuda::sources(k, &program);
-    let mut cubin_errors = TokenStream::new();
-    let cubins: Vec<TokenStream> = sources
+    // One CUBIN list per entry; of NVRTC's errors, the first (every entry fails alike).
+    let (cubins, errors): (Vec<TokenStream>, Vec<TokenStream>) = sources
         .iter()
-        .map(|source| {
-            let (cubins, error) = crate::cubin::embed(&k.name, source, archs);
-            if cubin_errors.is_empty() {
-                cubin_errors = error;
-            }
-            cubins
-        })
-        .collect();
+        .map(|source| crate::cubin::embed(&k.name, source, archs))
+        .unzip();
+    let cubin_error = errors.into_iter().find(|e| !e.is_empty());
     let sig = RustSig::from_kernel(k);
     let rt = rt();
     let (vis, name, attrs) = (&k.vis, &k.name, &k.attrs);
@@ -252,7 +247,6 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
         plain_name(name)
     );
     let module = module_items(k, &program, &sig, &sources, &cubins);
-    let cubin_error = cubin_errors;
     quote! {
         #cubin_error
         #(#attrs)*
