@@ -2,7 +2,7 @@
 // Reduces [rows, cols] over `cols`: one block per point of [rows] (grid-stride), block reductions by warp shuffle.
 // Path `short_rows`: rows of 1 to 2 elements: tiles of whole rows through shared memory, 16-byte loads and stores.
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-template <int width, bool fours, bool full>
+template <int width, bool fours, bool full, int exact>
 static __device__ __forceinline__ void fz_short_rows(
     const float* __restrict__ p_x,
     const float* __restrict__ p_gamma,
@@ -15,7 +15,7 @@ static __device__ __forceinline__ void fz_short_rows(
     fz_vec<unsigned int, 4>* __restrict__ fz_tile
 ) {
     const long long groups = d_rows;
-    const long long len = d_cols;
+    const long long len = exact > 0 ? exact : d_cols;
     const float inv_len_f32 = 1.0f / (float)len;
     float* const ts_p_x = reinterpret_cast<float*>(fz_tile + 0);
     float* const ts_out0 = reinterpret_cast<float*>(fz_tile + 1024);
@@ -372,6 +372,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_short_rows_2
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
     {
-        fz_short_rows<1, false, false>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+        { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile); }
     }
 }

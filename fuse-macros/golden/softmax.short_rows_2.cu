@@ -28,7 +28,7 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
     return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
 }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-template <int width, bool fours, bool full>
+template <int width, bool fours, bool full, int exact>
 static __device__ __forceinline__ void fz_short_rows(
     const float* __restrict__ p_x,
     float* __restrict__ out0,
@@ -37,7 +37,7 @@ static __device__ __forceinline__ void fz_short_rows(
     fz_vec<unsigned int, 4>* __restrict__ fz_tile
 ) {
     const long long groups = d_rows;
-    const long long len = d_cols;
+    const long long len = exact > 0 ? exact : d_cols;
     float* const ts_p_x = reinterpret_cast<float*>(fz_tile + 0);
     float* const ts_out0 = reinterpret_cast<float*>(fz_tile + 1024);
     const bool fz_aligned = (((unsigned long long)p_x | (unsigned long long)out0) & 15) == 0;
@@ -395,6 +395,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_short_rows_2(
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
     {
-        fz_short_rows<1, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+        { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, out0, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, out0, d_rows, d_cols, fz_tile); }
     }
 }

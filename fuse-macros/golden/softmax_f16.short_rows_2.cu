@@ -30,7 +30,7 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-template <int width, bool fours, bool full>
+template <int width, bool fours, bool full, int exact>
 static __device__ __forceinline__ void fz_short_rows(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
@@ -39,7 +39,7 @@ static __device__ __forceinline__ void fz_short_rows(
     fz_vec<unsigned int, 4>* __restrict__ fz_tile
 ) {
     const long long groups = d_rows;
-    const long long len = d_cols;
+    const long long len = exact > 0 ? exact : d_cols;
     unsigned short* const ts_p_x = reinterpret_cast<unsigned short*>(fz_tile + 0);
     unsigned short* const ts_out0 = reinterpret_cast<unsigned short*>(fz_tile + 1024);
     const bool fz_aligned = (((unsigned long long)p_x | (unsigned long long)out0) & 15) == 0;
@@ -397,6 +397,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_short_rows
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
     {
-        fz_short_rows<1, false, false>(p_x, out0, d_rows, d_cols, fz_tile);
+        { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, out0, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, out0, d_rows, d_cols, fz_tile); }
     }
 }

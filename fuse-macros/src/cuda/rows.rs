@@ -337,7 +337,14 @@ impl Cuda<'_> {
             "const long long groups = {};",
             self.layout.product(&rows)
         ));
-        self.line(format!("const long long len = {};", self.layout.size(axis)));
+        let len = self.layout.size(axis);
+        match self.path {
+            // The tiled template's `exact`: the row length where the entry fixes it.
+            Path::ShortRows => {
+                self.line(format!("const long long len = exact > 0 ? exact : {len};"))
+            }
+            _ => self.line(format!("const long long len = {len};")),
+        }
         self.length_guard();
         self.divisors(&rows);
         self.reciprocals(plan, "len");

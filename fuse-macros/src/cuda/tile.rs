@@ -14,10 +14,11 @@
 //!
 //! It is a second entry point of the kernel's module, `fuse_<name>_short_rows`, which the
 //! launch picks for those lengths (`expand.rs`); the row kernel itself is unchanged. Its body
-//! is a function template, `fz_short_rows<width, fours, full>`, instantiated for each width a
-//! short row can take, with two elements a thread or a vector of four (`fours`; `full` where
-//! every lane of the segment has one), so the shuffle reductions and lane arithmetic are
-//! specialized. (NVRTC compiles no lambda in device code without flags that every kernel would
+//! is a function template, `fz_short_rows<width, fours, full, exact>`, instantiated for each
+//! width a short row can take, with two elements a thread or a vector of four (`fours`; `full`
+//! where every lane of the segment has one), and for the entry's longest length as a constant
+//! (`exact`, 0 for a parameter) where that is a power of two, so the shuffle reductions, lane
+//! arithmetic and row offsets are specialized. (NVRTC compiles no lambda in device code without flags that every kernel would
 //! then carry.)
 
 use super::{Cuda, BLOCK};
@@ -73,26 +74,55 @@ impl Cuda<'_> {
     /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
     fn dispatch(&mut self, plan: &Plan, domain: &[DimId], axis: DimId, lens: (u64, u64)) {
         let args = self.param_names().join(", ");
-        let call = |w: u32, fours: bool, full: bool| {
-            format!("fz_short_rows<{w}, {fours}, {full}>({args}, fz_tile);")
+        let call = |w: u32, fours: bool, full: bool, exact: u64| {
+            format!("fz_short_rows<{w}, {fours}, {full}, {exact}>({args}, fz_tile);")
+        };
+        // The instantiation for the lengths `range` (a vector of four a thread when `fours`):
+        // the entry's lengths among them as a constant where there is one, and the entry's
+        // longest as a constant of its own where it is a power of two, the lengths rows most
+        // often have. A constant length folds the row's offsets, the tile's row count and the
+        // second element's test: S1's softmax at two columns ran 2% slower with `len` a
+        // parameter than in the kernel of every path, where ptxas had registers to spare. (A
+        // multiple of four takes the vectors unless a tensor is misaligned: no constant there.)
+        let case = |range: std::ops::RangeInclusive<u64>, w: u32, fours: bool, full: bool| {
+            let taken: Vec<u64> = range
+                .clone()
+                .filter(|&l| l >= lens.0 && l <= lens.1 && (!fours || l.is_multiple_of(4)))
+                .collect();
+            let text = match taken[..] {
+                [only] => call(w, fours, full, only),
+                _ if taken.contains(&lens.1)
+                    && lens.1.is_power_of_two()
+                    && (fours || !lens.1.is_multiple_of(4)) =>
+                {
+                    format!(
+                        "{{ if (len == {}) {} else {} }}",
+                        lens.1,
+                        call(w, fours, full, lens.1),
+                        call(w, fours, full, 0)
+                    )
+                }
+                _ => call(w, fours, full, 0),
+            };
+            (range, text)
         };
         // Each instantiation with the lengths it takes, for a multiple of four (a vector of
         // four a thread) and otherwise (two elements a thread); the entry takes the lengths
         // `lens` only, so it instantiates only theirs.
         let fours = [
-            (4..=4, call(1, true, true)),
-            (8..=8, call(2, true, true)),
-            (12..=12, call(4, true, false)),
-            (16..=16, call(4, true, true)),
-            (20..=28, call(8, true, false)),
-            (32..=32, call(8, true, true)),
+            case(4..=4, 1, true, true),
+            case(8..=8, 2, true, true),
+            case(12..=12, 4, true, false),
+            case(16..=16, 4, true, true),
+            case(20..=28, 8, true, false),
+            case(32..=32, 8, true, true),
         ];
         let others = [
-            (1..=2, call(1, false, false)),
-            (3..=4, call(2, false, false)),
-            (5..=8, call(4, false, false)),
-            (9..=16, call(8, false, false)),
-            (17..=32, call(16, false, false)),
+            case(1..=2, 1, false, false),
+            case(3..=4, 2, false, false),
+            case(5..=8, 4, false, false),
+            case(9..=16, 8, false, false),
+            case(17..=32, 16, false, false),
         ];
         let taken = |r: &std::ops::RangeInclusive<u64>| *r.start() <= lens.1 && *r.end() >= lens.0;
         let chain = |cases: Vec<(std::ops::RangeInclusive<u64>, String)>| -> Vec<String> {
@@ -197,7 +227,7 @@ impl Cuda<'_> {
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!(
-            "template <int width, bool fours, bool full>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
+            "template <int width, bool fours, bool full, int exact>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
             self.params().trim_end()
         )
     }
@@ -326,7 +356,7 @@ mod tests {
         assert_eq!(program.entries[short].symbol, "fuse_f_short_rows_2");
         let text = &sources[short];
         let function = text
-            .find("template <int width, bool fours, bool full>")
+            .find("template <int width, bool fours, bool full, int exact>")
             .expect("the tiled path");
         let entry = text
             .find("void __launch_bounds__(256, 4) fuse_f_short_rows_2(")
@@ -339,9 +369,7 @@ mod tests {
         );
         let text = source(tokens);
         assert_eq!(tile_vectors(&text), Some(2048), "{text}");
-        let call = |w, fours, full| {
-            format!("fz_short_rows<{w}, {fours}, {full}>(p_x, out0, d_r, d_c, fz_tile);")
-        };
+        let call = |w, fours, full| format!("fz_short_rows<{w}, {fours}, {full}, ");
         // Every instantiation is in exactly one of the short-row entries, each entry holding
         // those of its lengths: two elements a thread for any length, a vector of four a
         // thread (every lane with one at 4, 8, 16 and 32) for multiples of four.
@@ -382,6 +410,24 @@ mod tests {
                 );
             }
         }
+        // The longest length of an entry, where a power of two, and the only length of a case
+        // are constants.
+        let exact = |text: &str, w, fours, full, len| {
+            text.contains(&format!(
+                "fz_short_rows<{w}, {fours}, {full}, {len}>(p_x, out0, d_r, d_c, fz_tile);"
+            ))
+        };
+        let entry = |max: u64| {
+            &shorts
+                .iter()
+                .find(|(e, _)| e.when.max_len == max)
+                .unwrap()
+                .1
+        };
+        assert!(exact(entry(2), 1, false, false, 2) && exact(entry(2), 1, false, false, 0));
+        assert!(exact(entry(4), 1, true, true, 4) && exact(entry(4), 2, false, false, 0));
+        assert!(exact(entry(28), 8, true, false, 28) && exact(entry(24), 8, true, false, 0));
+        assert!(entry(2).contains("if (len == 2) fz_short_rows<1, false, false, 2>"));
         assert!(text.contains("if ((len & 3) == 0) {"), "{text}");
         assert!(
             text.contains("(4096 / (int)len)"),
