@@ -24,6 +24,10 @@ pub const ROUNDS: u32 = 10;
 /// loads and stores, and bulk copies, are 16 bytes.
 pub const ALIGN: u32 = 16;
 
+/// The adjacent rows (columns) a column reduction's block owns, one a lane of a warp: the
+/// runtime sizes the grid and the counters by it.
+pub const COLUMN_TILE: u32 = 32;
+
 /// The constant `name` as a `u32` literal, for `__abi!`; `None` for a name not defined here.
 pub fn value(name: &str) -> Option<u32> {
     Some(match name {
@@ -36,6 +40,7 @@ pub fn value(name: &str) -> Option<u32> {
         "PHILOX_W1" => PHILOX_W1,
         "ROUNDS" => ROUNDS,
         "ALIGN" => ALIGN,
+        "COLUMN_TILE" => COLUMN_TILE,
         _ => return None,
     })
 }
@@ -69,6 +74,11 @@ mod tests {
         let rounding = format!("blocks - 1) / blocks + {}) & ~{}u", PART - 1, PART - 1);
         assert!(long.contains(&rounding), "fz_part rounds to {PART}");
         assert!(long.contains(&format!("if (blocks > {MAX_CLUSTER} ||")));
+        let columns = text(quote! { fn c(x: [f32; r, c]) -> [f32; c] { sum(x, r) } });
+        assert!(columns.contains(&format!(
+            "const long long gl = tile * {COLUMN_TILE} + lane;"
+        )));
+        assert!(columns.contains(&format!("threadIdx.x & {}", COLUMN_TILE - 1)));
     }
 
     #[test]
@@ -77,5 +87,7 @@ mod tests {
         assert_eq!(value("ALIGN"), Some(16));
         assert_eq!(value("block"), None);
         assert!(PORTABLE_CLUSTER <= MAX_CLUSTER && PART.is_power_of_two());
+        // A tile is a warp's lanes, and the block's warps split the reduced dim.
+        assert!(COLUMN_TILE == 32 && BLOCK.is_multiple_of(COLUMN_TILE));
     }
 }

@@ -452,6 +452,15 @@ fn program_items(
                 quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes })
             }
             Grid::Full { slots } => quote!(#p::Grid::Full { slots: #slots }),
+            Grid::Columns {
+                slots,
+                split,
+                blocks_per_sm,
+            } => quote!(#p::Grid::Columns {
+                slots: #slots,
+                split: #split,
+                blocks_per_sm: #blocks_per_sm
+            }),
         };
         let path = entry.label();
         entries.push(quote! {

@@ -219,7 +219,7 @@ impl Device {
 
     /// Loads `kernel` on this device now (its embedded CUBIN, the disk cache or NVRTC), as its
     /// first call would, with every other entry point of its `fn` (each path of its launch is a
-    /// module of its own), and readies the scratch of full reductions on this handle's stream:
+    /// module of its own), and readies the scratch of reductions on this handle's stream:
     /// what a CUDA graph capture must find done. Generated code calls it as `name::load(&dev)`.
     /// Does nothing on the CPU.
     pub fn load(&self, kernel: &'static KernelInfo) -> Result<(), Error> {
@@ -230,7 +230,7 @@ impl Device {
                 for entry in crate::kernel::family(kernel).unwrap_or_default() {
                     queue.cuda.function(entry, || queue.capturing())?;
                 }
-                queue.scratch(0).map(drop)
+                queue.scratch(0, 1).map(drop)
             }
         }
     }

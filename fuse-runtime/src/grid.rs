@@ -54,6 +54,51 @@ pub enum Geometry {
         /// The scratch slots each block uses.
         slots: u32,
     },
+    /// A reduction over a strided dim: a block a tile of [`COLUMN_TILE`] adjacent groups
+    /// (columns), each tile split into parts along the reduced dim where the tiles alone do not
+    /// fill `blocks_per_sm` blocks an SM and `split` allows; no launch when `groups` is 0.
+    Columns {
+        /// The number of groups (columns).
+        groups: u64,
+        /// The length of the reduced dim.
+        len: u64,
+        /// The scratch slots each column of each part uses.
+        slots: u32,
+        /// Whether tiles may be split across blocks (the kernel has one reducing pass).
+        split: bool,
+        /// The blocks per SM the grid aims at.
+        blocks_per_sm: u32,
+    },
+}
+
+/// The groups (columns) a column reduction's block owns: one a lane of a warp.
+pub(crate) const COLUMN_TILE: u64 = fuse_macros::__abi!(COLUMN_TILE) as u64;
+
+/// The fewest elements of the reduced dim a part of a split column tile takes: eight a warp,
+/// so that the parts' partials and their combination stay a small share of the work.
+const MIN_PART: u64 = 64;
+
+/// A column reduction's tiles and the parts each is split into, on a GPU of `sm_count`
+/// multiprocessors: as many parts as fill the grid the geometry aims at, none shorter than
+/// [`MIN_PART`]. The kernel reads the parts back as `gridDim.x / tiles`.
+pub(crate) fn column_parts(geometry: Geometry, sm_count: u32) -> (u64, u64) {
+    let Geometry::Columns {
+        groups,
+        len,
+        split,
+        blocks_per_sm,
+        ..
+    } = geometry
+    else {
+        return (0, 1);
+    };
+    let tiles = groups.div_ceil(COLUMN_TILE);
+    if !split || tiles == 0 {
+        return (tiles, 1);
+    }
+    let target = u64::from(sm_count.max(1)) * u64::from(blocks_per_sm.max(1));
+    let parts = (target / tiles).min(len.div_ceil(MIN_PART)).max(1);
+    (tiles, parts)
 }
 
 /// The number of blocks for `geometry` on a GPU with `sm_count` multiprocessors of compute
@@ -63,7 +108,9 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32, major: u32) -> Option<u32>
     let sm = u64::from(sm_count.max(1));
     let blocks = |elems: u64| elems.div_ceil(u64::from(BLOCK));
     let blocks = match geometry {
-        Geometry::Map { elems: 0, .. } | Geometry::Rows { groups: 0, .. } => return None,
+        Geometry::Map { elems: 0, .. }
+        | Geometry::Rows { groups: 0, .. }
+        | Geometry::Columns { groups: 0, .. } => return None,
         // `vectors` 4-element vectors per thread, as many blocks as that takes (the grid-stride
         // loop then runs `vectors` times).
         Geometry::Map { elems, vectors } => elems
@@ -91,6 +138,11 @@ pub(crate) fn grid(geometry: Geometry, sm_count: u32, major: u32) -> Option<u32>
         // Small inputs in one block, which then writes the result itself (no second round).
         Geometry::Full { elems, .. } if elems <= u64::from(BLOCK) * 32 => 1,
         Geometry::Full { elems, .. } => blocks(elems).min(sm * 4),
+        // Every part of every tile a block; unsplit tiles past `i32::MAX` stride.
+        Geometry::Columns { .. } => {
+            let (tiles, parts) = column_parts(geometry, sm_count);
+            tiles.saturating_mul(parts).min(i32::MAX as u64)
+        }
     };
     // At most 16 * u32::MAX, and in practice a few thousand; saturate rather than wrap.
     Some(u32::try_from(blocks.max(1)).unwrap_or(u32::MAX))
@@ -194,6 +246,29 @@ mod tests {
             assert_eq!(grid(copied, 132, 9), Some(132 * 160));
             assert_eq!(grid(shaped(77, 4096, 160, 320), 132, 9), Some(77));
         }
+    }
+
+    #[test]
+    fn column_grids_split_tiles_until_the_gpu_is_full() {
+        let columns = |groups, len, split| Geometry::Columns {
+            groups,
+            len,
+            slots: 1,
+            split,
+            blocks_per_sm: 8,
+        };
+        assert_eq!(grid(columns(0, 100, true), 132, 9), None);
+        // 4096 columns: 128 tiles, 8 parts each fill 132 SMs x 8.
+        assert_eq!(column_parts(columns(4096, 65536, true), 132), (128, 8));
+        assert_eq!(grid(columns(4096, 65536, true), 132, 9), Some(1024));
+        // 256 columns: 8 tiles of 132 parts.
+        assert_eq!(column_parts(columns(256, 1 << 20, true), 132), (8, 132));
+        // Enough tiles, a short reduced dim, or a kernel that cannot split: one part.
+        assert_eq!(column_parts(columns(65536, 4096, true), 132), (2048, 1));
+        assert_eq!(column_parts(columns(256, 100, true), 132), (8, 2));
+        assert_eq!(column_parts(columns(256, 1 << 20, false), 132), (8, 1));
+        assert_eq!(column_parts(columns(33, 0, true), 132), (2, 1));
+        assert_eq!(grid(columns(33, 1 << 20, false), 132, 9), Some(2));
     }
 
     #[test]

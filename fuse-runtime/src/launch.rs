@@ -7,7 +7,7 @@ use cudarc::driver::{result, sys, CudaSlice, LaunchConfig};
 use crate::device::Device;
 use crate::error::driver_error;
 use crate::error::Error;
-use crate::grid::{grid, param_array, Geometry, Slots, BLOCK, INLINE_SLOTS};
+use crate::grid::{column_parts, grid, param_array, Geometry, Slots, BLOCK, INLINE_SLOTS};
 use crate::inline::Inline;
 use crate::kernel::KernelInfo;
 use crate::queue::Queue;
@@ -78,7 +78,7 @@ pub(crate) fn launch_with(
 ) -> Result<(), Error> {
     let queue = dev.queue(kernel.name)?;
     let scratch_slots = match geometry {
-        Geometry::Full { .. } => 2,
+        Geometry::Full { .. } | Geometry::Columns { .. } => 2,
         Geometry::Map { .. } | Geometry::Rows { .. } => 0,
     };
     let mut slots = Slots::new(0, args.len() + scratch_slots);
@@ -151,12 +151,25 @@ pub(crate) fn launch_entry(
         }
         false => None,
     };
-    if let Geometry::Full {
-        slots: per_block, ..
-    } = geometry
-    {
-        let needed = (per_block.max(1) as usize).saturating_mul(grid as usize);
-        let (scratch_address, counter_address) = queue.scratch(needed)?;
+    // A full reduction's partials, a slot set a block, and its counter; a column reduction's,
+    // a slot set a column of each part, and a counter a tile.
+    let scratch = match geometry {
+        Geometry::Full { slots, .. } => {
+            Some(((slots.max(1) as usize).saturating_mul(grid as usize), 1))
+        }
+        Geometry::Columns { groups, slots, .. } => {
+            let (tiles, parts) = column_parts(geometry, queue.cuda.sm_count);
+            let per_part = (slots.max(1) as u64).saturating_mul(groups);
+            let needed = per_part.saturating_mul(parts);
+            Some((
+                usize::try_from(needed).unwrap_or(usize::MAX),
+                tiles as usize,
+            ))
+        }
+        Geometry::Map { .. } | Geometry::Rows { .. } => None,
+    };
+    if let Some((needed, counters)) = scratch {
+        let (scratch_address, counter_address) = queue.scratch(needed, counters)?;
         if let [.., scratch_slot, counter_slot] = &mut *slots {
             (*scratch_slot, *counter_slot) = (scratch_address, counter_address);
         }

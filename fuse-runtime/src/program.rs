@@ -61,9 +61,11 @@ pub enum Param {
     /// Philox's key of round `round` for the seed in scalar `seed`.
     #[allow(missing_docs)]
     RoundKey { seed: usize, round: u32 },
-    /// A full reduction's scratch: at least `slots * gridDim.x` 8-byte slots.
+    /// A full reduction's scratch (at least `slots * gridDim.x` 8-byte slots), or a column
+    /// reduction's (`slots * parts * groups`).
     Scratch,
-    /// A full reduction's counter, zero before the launch (the kernel's last block resets it).
+    /// A full reduction's counter, or a column reduction's one a tile, zero before the launch
+    /// (the kernel's last block, or each tile's, resets it).
     Counter,
 }
 
@@ -124,6 +126,14 @@ pub enum Grid {
     /// `slots` scratch slots a block.
     #[allow(missing_docs)]
     Full { slots: u32 },
+    /// A block a tile of columns, aiming at `blocks_per_sm` blocks an SM; with `split`, tiles
+    /// split along the reduced dim, `slots` scratch slots a column of each part.
+    #[allow(missing_docs)]
+    Columns {
+        slots: u32,
+        split: bool,
+        blocks_per_sm: u32,
+    },
 }
 
 impl When {
@@ -272,6 +282,17 @@ impl Program {
                 cache_bytes: 0,
                 blocks_per_sm,
                 direct_blocks_per_sm: 0,
+            },
+            Grid::Columns {
+                slots,
+                split,
+                blocks_per_sm,
+            } => Geometry::Columns {
+                groups,
+                len,
+                slots,
+                split,
+                blocks_per_sm,
             },
             Grid::LongRows { cache_bytes } => Geometry::Rows {
                 groups,

@@ -169,63 +169,81 @@ impl Queue {
         }
     }
 
-    /// The device addresses of at least `needed` scratch slots and of the zeroed counter for a
-    /// full reduction queued here; see [`ReduceScratch`].
-    pub(crate) fn scratch(&self, needed: usize) -> Result<(u64, u64), Error> {
+    /// The device addresses of at least `needed` scratch slots and of `counters` zeroed
+    /// counters for a full reduction (one counter) or a column reduction (one a tile) queued
+    /// here; see [`ReduceScratch`].
+    pub(crate) fn scratch(&self, needed: usize, counters: usize) -> Result<(u64, u64), Error> {
         let mut scratch = lock(&self.reduce);
-        if let Some(addresses) = scratch.fits(needed) {
+        if let Some(addresses) = scratch.fits(needed, counters) {
             return Ok(addresses);
         }
         if self.capturing()? {
             return Err(Error::Capture {
                 detail: format!(
-                    "a full reduction needs {needed} scratch slots on this stream, more than it \
-                     has; run the kernel once on this device handle before the capture"
+                    "a reduction needs {needed} scratch slots and {counters} counters on this \
+                     stream, more than it has; run the kernel once on this device handle before \
+                     the capture"
                 ),
             });
         }
-        scratch.grow(self, needed)
+        scratch.grow(self, needed, counters)
     }
 }
 
-/// The scratch and counter of the full reductions of one stream.
+/// The scratch and counters of the full and column reductions of one stream.
 ///
 /// Allocations are kept for as long as the queue: a CUDA graph captured on the stream holds
-/// their addresses, so a scratch that grows keeps its old allocation too. The counter is zero
-/// between launches (each kernel's last block resets it), so replays of a graph find it so.
+/// their addresses, so a scratch that grows keeps its old allocation too. The counters are zero
+/// between launches (each kernel's last block, or each tile's, resets its own), so replays of a
+/// graph find them so.
 #[derive(Default)]
 pub(crate) struct ReduceScratch {
     slots: Option<(CudaSlice<u64>, u64)>,
-    counter: Option<(CudaSlice<u32>, u64)>,
-    /// Scratch outgrown, kept for graphs that were captured with it.
+    counters: Option<(CudaSlice<u32>, u64)>,
+    /// Scratch and counters outgrown, kept for graphs that were captured with them.
     retired: Vec<CudaSlice<u64>>,
+    retired_counters: Vec<CudaSlice<u32>>,
 }
 
 /// The scratch slots a queue allocates at least: a few kernels' worth on any GPU of today, so
 /// that it rarely grows (and never inside a capture, for the kernels of the tests).
 const MIN_SLOTS: usize = 1 << 14;
 
+/// The counters a queue allocates at least: a column reduction's tiles of 32 columns, for up to
+/// 32768 columns.
+const MIN_COUNTERS: usize = 1 << 10;
+
 impl ReduceScratch {
-    fn fits(&self, needed: usize) -> Option<(u64, u64)> {
-        match (&self.slots, &self.counter) {
-            (Some((slots, a)), Some((_, b))) if slots.len() >= needed => Some((*a, *b)),
+    fn fits(&self, needed: usize, counters: usize) -> Option<(u64, u64)> {
+        match (&self.slots, &self.counters) {
+            (Some((slots, a)), Some((c, b))) if slots.len() >= needed && c.len() >= counters => {
+                Some((*a, *b))
+            }
             _ => None,
         }
     }
 
-    fn grow(&mut self, queue: &Queue, needed: usize) -> Result<(u64, u64), Error> {
-        if self.counter.is_none() {
-            let counter = queue.zeros::<u32>(1)?;
-            let address = counter.device_ptr(&queue.stream).0;
-            self.counter = Some((counter, address));
+    fn grow(&mut self, queue: &Queue, needed: usize, counters: usize) -> Result<(u64, u64), Error> {
+        if self
+            .counters
+            .as_ref()
+            .is_none_or(|(c, _)| c.len() < counters)
+        {
+            let fresh = queue.zeros::<u32>(counters.max(MIN_COUNTERS).next_power_of_two())?;
+            let address = fresh.device_ptr(&queue.stream).0;
+            if let Some((old, _)) = self.counters.replace((fresh, address)) {
+                self.retired_counters.push(old);
+            }
         }
-        let slots = queue.uninit::<u64>(needed.max(MIN_SLOTS).next_power_of_two())?;
-        let address = slots.device_ptr(&queue.stream).0;
-        if let Some((old, _)) = self.slots.replace((slots, address)) {
-            self.retired.push(old);
+        if self.slots.as_ref().is_none_or(|(s, _)| s.len() < needed) {
+            let slots = queue.uninit::<u64>(needed.max(MIN_SLOTS).next_power_of_two())?;
+            let address = slots.device_ptr(&queue.stream).0;
+            if let Some((old, _)) = self.slots.replace((slots, address)) {
+                self.retired.push(old);
+            }
         }
-        self.fits(needed).ok_or_else(|| Error::Internal {
-            detail: format!("a reduction scratch of {needed} slots"),
+        self.fits(needed, counters).ok_or_else(|| Error::Internal {
+            detail: format!("a reduction scratch of {needed} slots and {counters} counters"),
         })
     }
 }

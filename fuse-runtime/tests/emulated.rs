@@ -1055,6 +1055,113 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
     }
 }
 
+/// Reductions over a leading or a middle dim take the column path: a block a tile of 32 columns.
+/// A kernel of one reducing pass splits each tile's reduced dim over the blocks the grid has
+/// beyond the tiles (grids of 19 and 7 over 1 to 3 tiles: 19 to 2 parts, more than the warps
+/// that combine them for some, the last tile's parts finished by whichever block comes last),
+/// its partials in the scratch; others (two passes,
+/// `center_cols`) take every tile whole. Columns past the last tile's end, and reduced dims
+/// shorter than the parts, included.
+#[test]
+fn column_reductions_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(37, 5), (300, 33), (9, 70), (2, 3), (1000, 64)] {
+        let n = rows * cols;
+        let d = [("rows", rows), ("cols", cols)];
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let y = rng.floats::<f32>(n, 0.9, 1.1);
+        let shape = [rows, cols];
+        let cpu = kernels::f32s::reduce_cols(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape))
+            .unwrap();
+        let sum = Tol::close(1e-5, 1e-5 * rows as f64);
+        emulate_on(
+            19,
+            &format!("reduce_cols {rows}x{cols}"),
+            &kernels::f32s::reduce_cols::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"; 5],
+            &[
+                sum.clone(),
+                Tol::close(1e-4, 0.0),
+                Tol::EXACT,
+                Tol::EXACT,
+                sum,
+            ],
+        );
+        let xd: Vec<f64> = x.iter().map(|&v| f64::from(v) * 7.0).collect();
+        let cpu = kernels::logsumexp_rows(&dev, &put(&dev, &xd, &shape)).unwrap();
+        emulate_on(
+            7,
+            &format!("logsumexp_rows {rows}x{cols}"),
+            &kernels::logsumexp_rows::__fuse::PROGRAM,
+            vec![hex(&xd)],
+            vec![],
+            &d,
+            &cpu,
+            &["f64"],
+            &[Tol::close(1e-13, 1e-13)],
+        );
+        let cpu = kernels::center_cols(&dev, &put(&dev, &x, &shape)).unwrap();
+        emulate_on(
+            7,
+            &format!("center_cols {rows}x{cols}"),
+            &kernels::center_cols::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-5), Tol::close(1e-5, 1e-6)],
+        );
+        let h: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::reduce_cols(&dev, &put(&dev, &h, &shape)).unwrap();
+        emulate_on(
+            7,
+            &format!("bf16 reduce_cols {rows}x{cols}"),
+            &kernels::bf16s::reduce_cols::__fuse::PROGRAM,
+            vec![hex(&h)],
+            vec![],
+            &d,
+            &cpu,
+            &["bf16", "bf16", "u32"],
+            &[Tol::close(1e-2, 1e-2), Tol::EXACT, Tol::EXACT],
+        );
+    }
+    // A middle dim: columns are the (b, c) pairs, adjacent along c.
+    for (b, t, c) in [(3, 50, 20), (2, 9, 40)] {
+        let x = rng.floats::<f32>(b * t * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(b * t * c, 0.9, 1.1);
+        let shape = [b, t, c];
+        let cpu = kernels::f32s::reduce_mid(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape))
+            .unwrap();
+        let sum = Tol::close(1e-5, 1e-5 * t as f64);
+        emulate_on(
+            5,
+            &format!("reduce_mid {b}x{t}x{c}"),
+            &kernels::f32s::reduce_mid::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &[("b", b), ("t", t), ("c", c)],
+            &cpu,
+            &["f32"; 5],
+            &[
+                sum.clone(),
+                Tol::close(1e-4, 0.0),
+                Tol::EXACT,
+                Tol::EXACT,
+                sum,
+            ],
+        );
+    }
+}
+
 /// Rows of up to 32 elements take the tiled path: tiles of whole rows through shared memory.
 /// Each length has enough rows for several tiles per block of the grid of three and a partial
 /// last tile; the element sizes 1, 2, 4 and 8 bytes; per-row and broadcast tensors beside the

@@ -9,6 +9,7 @@ use crate::ty::Elem;
 use std::collections::BTreeSet;
 use text::{half_helpers, helper};
 
+mod columns;
 mod elementwise;
 mod expr;
 mod reduce;
@@ -71,6 +72,12 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
     let kernel = match (&k.launch, entry.path) {
         (Launch::Rows { .. }, Path::ShortRows) => w.short_rows_kernel(plan, entry),
         (Launch::Rows { .. }, Path::LongRows) => w.long_rows_kernel(plan, entry),
+        (Launch::Rows { domain, axis }, Path::Columns) => {
+            let split = matches!(entry.grid, crate::plan::Grid::Columns { split: true, .. });
+            w.columns_body(domain, *axis, plan, split);
+            let body = std::mem::take(&mut w.out);
+            w.global(entry, &body)
+        }
         (launch, _) => {
             match launch {
                 Launch::Map { domain } => w.map_body(domain, plan),
@@ -131,12 +138,25 @@ fn path_comment(entry: &Entry) -> String {
             "rows of over {} elements, when the device has the shared memory: the row in the dynamic shared memory of a block or a cluster.",
             w.min_len - 1
         ),
+        Path::Columns => match entry.grid {
+            crate::plan::Grid::Columns { split: true, .. } => "every launch: a block a tile of 32 adjacent rows, its warps splitting the reduced dim; tiles split along it across blocks where the grid needs more, the tile's last block finishing their partials in a fixed order.".into(),
+            _ => "every launch: a block a tile of 32 adjacent rows, its warps splitting the reduced dim.".into(),
+        },
     }
 }
 
 fn launch_comment(k: &Kernel) -> String {
     match &k.launch {
         Launch::Map { domain } => format!("One thread per element of {}, grid-stride.", k.shape_text(domain)),
+        Launch::Rows { domain, axis } if crate::plan::columns(k) => {
+            let rows: Vec<DimId> = domain.iter().copied().filter(|d| d != axis).collect();
+            format!(
+                "Reduces {} over `{}`, a strided dim: each thread one point of {}, adjacent threads adjacent points.",
+                k.shape_text(domain),
+                k.dims[*axis],
+                k.shape_text(&rows)
+            )
+        }
         Launch::Rows { domain, axis } => {
             let rows: Vec<DimId> = domain.iter().copied().filter(|d| d != axis).collect();
             format!(

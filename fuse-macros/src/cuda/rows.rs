@@ -623,7 +623,7 @@ impl Cuda<'_> {
     /// One element of a row pass at `r`: offsets, values, accumulation and writes; with `cached`
     /// tensors in registers (`rc_<name>[q].v[j]` or `lv_<name>.v[j]`), and with `gather` the
     /// writes into vectors `s<o>`.
-    fn row_step(
+    pub(super) fn row_step(
         &mut self,
         pass: &Pass,
         axis: DimId,

@@ -43,9 +43,11 @@ pub enum Param {
     /// Philox's round key `round` of seed `seed` (an index into `Program::seeds`):
     /// `fz_key<seed>_<round>`.
     RoundKey { seed: usize, round: u32 },
-    /// A full reduction's per-block partials (`fz_scratch`), which the runtime provides.
+    /// A full or column reduction's per-block partials (`fz_scratch`), which the runtime
+    /// provides.
     Scratch,
-    /// A full reduction's counter of finished blocks (`fz_counter`), zero before a launch.
+    /// A full reduction's counter of finished blocks, or a column reduction's one per tile of
+    /// columns (`fz_counter`), zero before a launch.
     Counter,
 }
 
@@ -82,13 +84,17 @@ pub enum Path {
     /// Rows longer than the register cache, in the dynamic shared memory of a block or a
     /// cluster, when the device has it.
     LongRows,
+    /// A reduction over a leading or middle dim: a block a tile of `COLUMN_TILE` adjacent
+    /// rows (columns, in the bias gradient's terms), each thread one of them, the block's
+    /// warps splitting the reduced dim, so that every warp's load is 32 neighbours.
+    Columns,
 }
 
 impl Path {
     /// The suffix of the entry's symbol, after `fuse_<name>`.
     pub fn suffix(self) -> &'static str {
         match self {
-            Path::Map | Path::Full | Path::Rows => "",
+            Path::Map | Path::Full | Path::Rows | Path::Columns => "",
             Path::RowsCached => "_cached_rows",
             Path::RowBlock => "_block_rows",
             Path::RowBlockExact => "_exact_rows",
@@ -108,6 +114,7 @@ impl Path {
             Path::RowBlockExact => "exact_rows",
             Path::ShortRows => "short_rows",
             Path::LongRows => "long_rows",
+            Path::Columns => "columns",
         }
     }
 }
@@ -124,6 +131,14 @@ pub enum Grid {
     LongRows { cache_bytes: u32 },
     /// Grid-stride partials, `slots` scratch slots a block.
     Full { slots: u32 },
+    /// A block a tile of columns, up to `blocks_per_sm` blocks an SM; with `split`, tiles are
+    /// split along the reduced dim until the grid has them, each part's partials in `slots`
+    /// scratch slots a column, finished by the tile's last block.
+    Columns {
+        slots: u32,
+        split: bool,
+        blocks_per_sm: u32,
+    },
 }
 
 /// When the host takes an entry: every condition holds.
@@ -211,10 +226,27 @@ fn params(k: &Kernel, divisors: &[Divisor], seeds: &[usize]) -> Vec<Param> {
     for seed in 0..seeds.len() {
         ps.extend((1..ROUNDS).map(|round| Param::RoundKey { seed, round }));
     }
-    if matches!(k.launch, Launch::Full { .. }) {
+    if matches!(k.launch, Launch::Full { .. }) || columns(k) {
         ps.extend([Param::Scratch, Param::Counter]);
     }
     ps
+}
+
+/// Whether `k` reduces over a dim other than its domain's last: its rows are strided, and
+/// adjacent rows (columns) adjacent in memory.
+pub fn columns(k: &Kernel) -> bool {
+    matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() != Some(axis))
+}
+
+/// The scratch slots of each reduction of `k`: two for `logsumexp`'s pair, else one.
+fn reduction_slots(k: &Kernel) -> u32 {
+    k.nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Reduce(op, ..) => Some(slot_count(op) as u32),
+            _ => None,
+        })
+        .sum()
 }
 
 /// The entry points of `k`, in the order the host tries them.
@@ -233,15 +265,19 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             vec![entry(Path::Map, None, Grid::Map { vectors }, When::ALWAYS)]
         }
         Launch::Full { .. } => {
-            let slots = k
-                .nodes
-                .iter()
-                .filter_map(|n| match n.op {
-                    Op::Reduce(op, ..) => Some(slot_count(op) as u32),
-                    _ => None,
-                })
-                .sum();
+            let slots = reduction_slots(k);
             vec![entry(Path::Full, None, Grid::Full { slots }, When::ALWAYS)]
+        }
+        Launch::Rows { .. } if columns(k) => {
+            // One reducing pass and no element writes: the tile's parts reduce independently.
+            let split = plan.passes.len() == 1 && plan.passes[0].writes.is_empty();
+            let grid = Grid::Columns {
+                slots: reduction_slots(k),
+                split,
+                blocks_per_sm: tuning::COLUMN_BLOCKS_PER_SM,
+            };
+            let bound = Some(tuning::COLUMN_MIN_BLOCKS);
+            vec![entry(Path::Columns, bound, grid, When::ALWAYS)]
         }
         Launch::Rows { domain, .. } => {
             let bound = Some(tuning::min_blocks(k, plan));
@@ -394,7 +430,7 @@ mod tests {
             ]
         );
         let column = paths(quote! { fn f(x: [f32; r, c]) -> [f32; c] { sum(x, r) } });
-        assert_eq!(column, [Rows]);
+        assert_eq!(column, [Columns]);
         assert_eq!(
             paths(quote! { fn f(x: [f32; n]) -> f32 { sum(x) } }),
             [Full]

@@ -72,6 +72,13 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     }
 }
 
+/// The blocks per SM a column reduction's grid aims at: a full SM (8 x 256 threads), each
+/// thread with its loads of several rows in flight.
+pub(crate) const COLUMN_BLOCKS_PER_SM: u32 = 8;
+
+/// The `__launch_bounds__` minimum of blocks per SM of a column reduction: 64 registers.
+pub(crate) const COLUMN_MIN_BLOCKS: u32 = 4;
+
 /// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
 /// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
 /// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.

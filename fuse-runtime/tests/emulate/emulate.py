@@ -34,7 +34,7 @@ for i, slot in enumerate(slots):
     if kind == "scratch":
         decl.append("static unsigned long long scratch[1<<16];"); load.append(f"slots[{i}] = (unsigned long long)scratch;"); continue
     if kind == "counter":
-        decl.append("static unsigned int counter = 0;"); load.append(f"slots[{i}] = (unsigned long long)&counter;"); continue
+        decl.append("static unsigned int counter[1 << 12];"); load.append(f"slots[{i}] = (unsigned long long)counter;"); continue
     if kind in ("in", "out"):
         b = f"buf{i}"
         decl.append(f"static unsigned char* {b}_b; static unsigned long long {b}_n;")

@@ -1,0 +1,200 @@
+//! Reductions over a leading or middle dim (`sum(g, rows)`, the shape of every bias and weight
+//! gradient): the reduced dim is strided in memory and the rows (here columns) are adjacent.
+//! A block owns a tile of [`COLUMN_TILE`] adjacent columns, a lane of each warp one column, and
+//! its eight warps take every eighth element of the reduced dim, so that each warp's load is
+//! 32 neighbours (128 bytes of f32) and each thread has several in flight. The warps' results
+//! meet in shared memory in a fixed order.
+//!
+//! Where the tiles are too few to fill the GPU (`65536 x 4096` has 128 of them), a kernel of
+//! one reducing pass splits each tile's reduced dim into `splits` parts across blocks: each part
+//! stores its columns' partials in the scratch, and the tile's last block (by a counter per
+//! tile, which it resets) combines them in the parts' order, so the result does not depend on
+//! which block finishes last. The host picks the split from the grid (`grid.rs`), the kernel
+//! reads it back from `gridDim.x`.
+
+use super::text::{combine, identity};
+use super::{Cuda, Scope, BLOCK, SYNTAX};
+use crate::abi::COLUMN_TILE;
+use crate::ir::{DimId, NodeId, Reduce};
+use crate::plan::Plan;
+
+impl Cuda<'_> {
+    pub(super) fn columns_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan, split: bool) {
+        let rows = self.row_counts(domain, axis, plan);
+        for &r in plan.passes.iter().flat_map(|p| &p.reduces) {
+            let t = self.k.nodes[r].elem().c_name();
+            self.line(format!("__shared__ {t} red{r}[{BLOCK}];"));
+            if self.reduction(r).0 == Reduce::LogSumExp {
+                self.line(format!("__shared__ {t} rds{r}[{BLOCK}];"));
+            }
+        }
+        let warps = BLOCK / 32;
+        self.line(format!(
+            "const int lane = threadIdx.x & {};",
+            COLUMN_TILE - 1
+        ));
+        self.line("const int slice = threadIdx.x >> 5;");
+        self.line(format!(
+            "const long long tiles = (groups + {}) / {COLUMN_TILE};",
+            COLUMN_TILE - 1
+        ));
+        if split {
+            self.line("__shared__ bool fz_last;");
+            // The host launches `tiles * splits` blocks, or fewer than `tiles` for one part.
+            self.line("const long long splits = gridDim.x >= tiles ? gridDim.x / tiles : 1;");
+            self.line("const long long per_split = (len + splits - 1) / splits;");
+        } else {
+            self.line("const long long splits = 1;");
+            self.line("const long long per_split = len;");
+        }
+        self.open("for (long long fz_b = blockIdx.x; fz_b < tiles * splits; fz_b += gridDim.x)");
+        self.line("const long long tile = fz_b / splits;");
+        self.line("const long long part = fz_b - tile * splits;");
+        self.line(format!("const long long gl = tile * {COLUMN_TILE} + lane;"));
+        // A lane past the last column computes on the last one (valid memory) and writes
+        // nothing.
+        self.line("const bool live = gl < groups;");
+        self.line("const long long g = live ? gl : groups - 1;");
+        for l in self.layout.split("g", &rows, &SYNTAX) {
+            self.line(l);
+        }
+        let shapes = self.layout.shapes();
+        for (s, shape) in shapes.iter().enumerate() {
+            self.line(format!(
+                "const long long b{s} = {};",
+                self.layout.offset(shape, Some(axis))
+            ));
+        }
+        self.values(&plan.prologue, Scope::Row);
+        self.line("const long long r0 = part * per_split;");
+        self.line("const long long r1 = r0 + per_split < len ? r0 + per_split : len;");
+        for pass in &plan.passes {
+            self.init_accumulators(&pass.reduces);
+            let guard = if pass.writes.is_empty() {
+                ""
+            } else {
+                "live && "
+            };
+            self.line("#pragma unroll 8");
+            self.open(format!(
+                "for (long long r = r0 + slice; {guard}r < r1; r += {warps})"
+            ));
+            self.row_step(pass, axis, &[], &shapes, false);
+            self.close();
+            self.combine_slices(&pass.reduces);
+            if split {
+                self.combine_parts(&pass.reduces);
+            }
+            self.finish_reductions(&pass.reduces, "len");
+            self.values(&pass.after, Scope::Row);
+        }
+        if !plan.group_writes.is_empty() {
+            self.open("if (live && slice == 0)");
+            self.writes(&plan.group_writes, Scope::Row);
+            self.close();
+        }
+        self.close();
+    }
+
+    /// Combines each column's accumulators across the block's warps, warp 0's first: every
+    /// thread ends with its column's value.
+    fn combine_slices(&mut self, reduces: &[NodeId]) {
+        if reduces.is_empty() {
+            return;
+        }
+        // No warp may overwrite `red` while another still reads the previous pass's or tile's.
+        self.line("__syncthreads();");
+        for &r in reduces {
+            self.line(format!("red{r}[threadIdx.x] = acc{r};"));
+            if self.reduction(r).0 == Reduce::LogSumExp {
+                self.line(format!("rds{r}[threadIdx.x] = acs{r};"));
+            }
+        }
+        self.line("__syncthreads();");
+        for &r in reduces {
+            let (op, e) = self.reduction(r);
+            self.line(format!("acc{r} = red{r}[lane];"));
+            if op == Reduce::LogSumExp {
+                self.line(format!("acs{r} = rds{r}[lane];"));
+            }
+            self.line("#pragma unroll");
+            self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
+            let at = format!("w * {COLUMN_TILE} + lane");
+            if op == Reduce::LogSumExp {
+                self.line(format!(
+                    "fz_lse_merge(acc{r}, acs{r}, red{r}[{at}], rds{r}[{at}]);"
+                ));
+            } else {
+                let other = format!("red{r}[{at}]");
+                self.line(format!(
+                    "acc{r} = {};",
+                    combine(op, e, &format!("acc{r}"), &other)
+                ));
+            }
+            self.close();
+        }
+    }
+
+    /// With the reduced dim split across blocks: stores this part's partials, and in the tile's
+    /// last block combines every part's, each warp every eighth part in order, then the warps
+    /// in order. Other blocks go on to their next tile.
+    fn combine_parts(&mut self, reduces: &[NodeId]) {
+        self.open("if (splits > 1)");
+        let slots = self.slots(reduces);
+        let region = |slot: usize| format!("fz_scratch + {slot} * splits * groups");
+        self.open("if (slice == 0 && live)");
+        for (&r, &slot) in reduces.iter().zip(&slots) {
+            let t = self.k.nodes[r].elem().compute().c_name();
+            self.line(format!(
+                "(({t}*)({}))[part * groups + g] = acc{r};",
+                region(slot)
+            ));
+            if self.reduction(r).0 == Reduce::LogSumExp {
+                self.line(format!(
+                    "(({t}*)({}))[part * groups + g] = acs{r};",
+                    region(slot + 1)
+                ));
+            }
+        }
+        self.close();
+        self.line("__threadfence();");
+        self.line("__syncthreads();");
+        self.open("if (threadIdx.x == 0)");
+        self.line("fz_last = atomicAdd(fz_counter + tile, 1u) == (unsigned int)(splits - 1);");
+        self.close();
+        self.line("__syncthreads();");
+        self.line("if (!fz_last) continue;");
+        self.line("__threadfence();");
+        for (&r, &slot) in reduces.iter().zip(&slots) {
+            let (op, e) = self.reduction(r);
+            let t = e.c_name();
+            self.line(format!("acc{r} = {};", identity(op, e)));
+            if op == Reduce::LogSumExp {
+                self.line(format!("acs{r} = 0;"));
+            }
+            let partial =
+                |slot: usize| format!("((volatile {t}*)({}))[s * groups + g]", region(slot));
+            self.open(format!(
+                "for (long long s = slice; s < splits; s += {})",
+                BLOCK / 32
+            ));
+            if op == Reduce::LogSumExp {
+                self.line(format!(
+                    "fz_lse_merge(acc{r}, acs{r}, {}, {});",
+                    partial(slot),
+                    partial(slot + 1)
+                ));
+            } else {
+                self.line(format!("const {t} other = {};", partial(slot)));
+                self.line(format!(
+                    "acc{r} = {};",
+                    combine(op, e, &format!("acc{r}"), "other")
+                ));
+            }
+            self.close();
+        }
+        self.combine_slices(reduces);
+        self.line("if (threadIdx.x == 0) fz_counter[tile] = 0u;");
+        self.close();
+    }
+}
