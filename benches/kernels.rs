@@ -190,3 +190,75 @@ fuse! {
         x + c
     }
 }
+
+// S2, S3 and W11: one kernel per workload and element type, since the language has no generics.
+// The 16-bit types compute in f32 and round where they store; the casts say so where it helps.
+fuse! {
+    /// S2: the sum of each row, in f32.
+    pub fn s2_row_sum_f32(x: [f32; rows, cols]) -> [f32; rows] {
+        sum(x, cols)
+    }
+    /// S2: the sum of each row, in bf16.
+    pub fn s2_row_sum_bf16(x: [bf16; rows, cols]) -> [bf16; rows] {
+        sum(x, cols)
+    }
+    /// S2: the sum of each row, in f16.
+    pub fn s2_row_sum_f16(x: [f16; rows, cols]) -> [f16; rows] {
+        sum(x, cols)
+    }
+
+    /// S2: softmax over each row, in bf16.
+    pub fn s2_softmax_bf16(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+    /// S2: softmax over each row, in f16.
+    pub fn s2_softmax_f16(x: [f16; rows, cols]) -> [f16; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+
+    /// S2 and W11: the sum of each column (over the leading dim, a bias gradient), in f32.
+    pub fn s2_column_sum_f32(x: [f32; rows, cols]) -> [f32; cols] {
+        sum(x, rows)
+    }
+    /// S2: the sum of each column, in bf16.
+    pub fn s2_column_sum_bf16(x: [bf16; rows, cols]) -> [bf16; cols] {
+        sum(x, rows)
+    }
+    /// S2: the sum of each column, in f16.
+    pub fn s2_column_sum_f16(x: [f16; rows, cols]) -> [f16; cols] {
+        sum(x, rows)
+    }
+
+    /// S3: softplus as W1 writes it, computed in f32 and stored as bf16.
+    pub fn s3_softplus_bf16(x: [bf16; n]) -> [bf16; n] {
+        ((x as f32).exp() + 1.0).ln() as bf16
+    }
+    /// S3: softplus as W1 writes it, computed in f32 and stored as f16.
+    pub fn s3_softplus_f16(x: [f16; n]) -> [f16; n] {
+        ((x as f32).exp() + 1.0).ln() as f16
+    }
+
+    /// S3: a per-token vector broadcast over the heads, in f32.
+    pub fn s3_q_times_c_f32(q: [f32; t, h, d], c: [f32; t, d]) -> [f32; t, h, d] {
+        q * c
+    }
+    /// S3: a per-token f32 vector broadcast over the heads of bf16 `q`, multiplied in f32.
+    pub fn s3_q_times_c_bf16(q: [bf16; t, h, d], c: [f32; t, d]) -> [bf16; t, h, d] {
+        ((q as f32) * c) as bf16
+    }
+    /// S3: a per-token f32 vector broadcast over the heads of f16 `q`, multiplied in f32.
+    pub fn s3_q_times_c_f16(q: [f16; t, h, d], c: [f32; t, d]) -> [f16; t, h, d] {
+        ((q as f32) * c) as f16
+    }
+
+    /// `x` rounded to bf16: the typed rows draw their inputs once in f32 and cast them.
+    pub fn to_bf16(x: [f32; n]) -> [bf16; n] {
+        x as bf16
+    }
+    /// `x` rounded to f16.
+    pub fn to_f16(x: [f32; n]) -> [f16; n] {
+        x as f16
+    }
+}

@@ -19,7 +19,7 @@ pub const SHORT_REPS: usize = 10;
 
 /// Inputs that fit in this many bytes get a second set to rotate with, so that back-to-back
 /// runs do not find them in the L2 cache (50 MB on an H100) even without the flush.
-const ROTATE_BELOW: u64 = 256 << 20;
+pub const ROTATE_BELOW: u64 = 256 << 20;
 
 /// The state of one benchmark run.
 pub struct Runner {
@@ -198,13 +198,20 @@ impl Runner {
         let outputs = (w.outputs)(d).into_iter().map(|s| self.dev.zeros(&s));
         let mut outputs = outputs.collect::<Result<Vec<_>, _>>()?;
         let mut run = (variant.build)(&self.dev, d)?;
-        let (warmup, reps) = (self.sizes.warmup, self.sizes.reps);
         let sets = &*sets;
-        let mut time = |reps| {
-            measure::time_runs(&self.dev, self.flush.as_mut(), warmup, reps, |i| {
-                run(&sets[i % sets.len()], &mut outputs)
-            })
-        };
+        self.time_runs(|i| run(&sets[i % sets.len()], &mut outputs))
+    }
+
+    /// The device time of `run(i)`, where `i` counts the runs (to rotate input sets): the
+    /// warm-up and timed runs of the sizes, each after the L2 flush, and [`SHORT_REPS`] times
+    /// the runs when the median is under [`SHORT_MS`].
+    pub fn time_runs(
+        &mut self,
+        mut run: impl FnMut(usize) -> Result<(), Error>,
+    ) -> Result<Timing, Error> {
+        let (warmup, reps) = (self.sizes.warmup, self.sizes.reps);
+        let mut time =
+            |reps| measure::time_runs(&self.dev, self.flush.as_mut(), warmup, reps, &mut run);
         match time(reps)? {
             timing if timing.median < SHORT_MS => time(reps * SHORT_REPS),
             timing => Ok(timing),

@@ -1,16 +1,21 @@
 //! The fuse benchmark: every workload of `shared/WORKLOADS.md` as one fused `fuse!` fn and
-//! unfused (one `fuse!` fn per operation), against a device-to-device copy, in one process;
-//! then the launch overhead (T1), the first call in a new process (C1) and a shape sweep (S1).
+//! unfused (one `fuse!` fn per operation), against a device-to-device copy, in one process; the
+//! sum over the leading dim (W11, fused only); then a shape sweep (S1), reductions in every
+//! direction over f32, bf16 and f16 (S2), 16-bit elementwise kernels and a broadcast over heads
+//! (S3), the launch overhead (T1) and the first call in a new process (C1).
 //!
 //! ```text
 //! cargo bench -p fuse-benches                          all of it, full sizes (needs a GPU)
 //! cargo bench -p fuse-benches -- --small               small sizes, seconds
 //! cargo bench -p fuse-benches -- --only W1,W5,T1       some rows (the copy always runs)
+//! cargo bench -p fuse-benches -- --only S2,S3,W11      the typed rows, with the peers' shapes
 //! cargo bench -p fuse-benches -- --json PATH           also write the rows as JSON
 //! ```
 //!
 //! Every variant is first checked against the CPU backend on a small problem of the same shape,
-//! then timed with CUDA events; see `NOTES.md` for the method. Without a GPU it prints why and
+//! then timed with CUDA events; see `NOTES.md` for the method. S2, S3 and W11 (`typed.rs`) run
+//! over `sweep_total` elements (W11 over `rows x cols`) with the shapes, element types and byte
+//! counts of `shared/bench/peers.py`, f16 beside every bf16. Without a GPU it prints why and
 //! exits 0, unless `FUSE_REQUIRE_GPU=1`. `FUSE_BENCH_CPU=1` runs everything on the CPU backend
 //! at tiny sizes, to test the harness itself; `FUSE_BENCH_SEED` fixes the inputs.
 
@@ -21,6 +26,7 @@ mod measure;
 mod overhead;
 mod report;
 mod runner;
+mod typed;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -42,6 +48,7 @@ pub struct Sizes {
     pub check_n: usize,
     pub check_rows: usize,
     /// S1: softmax over `sweep_total` elements in rows of `sweep_cols`; `sum(exp)` over 2^k.
+    /// S2 and S3 run over `sweep_total` elements too.
     pub sweep_total: usize,
     pub sweep_cols: &'static [usize],
     pub sum_logs: &'static [u32],
@@ -105,8 +112,9 @@ const CPU: Sizes = Sizes {
 };
 
 /// The rows, in the order they run; `copy` always runs, since `%copy` needs it.
-const IDS: [&str; 13] = [
-    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "S1", "T1", "C1",
+const IDS: [&str; 16] = [
+    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "S3", "T1",
+    "C1",
 ];
 
 /// What the command line asked for.
@@ -157,7 +165,7 @@ impl Config {
 }
 
 const USAGE: &str = "usage: workloads [--bench] [--small] [--only ID,...] [--json PATH]\n\
-    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 S1 T1 C1 (the copy always runs)\n\
+    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 S3 T1 C1 (the copy always runs)\n\
     env: FUSE_REQUIRE_GPU=1 fails without a GPU; FUSE_BENCH_CPU=1 runs on the CPU backend;\n\
     FUSE_BENCH_SEED=N fixes the inputs; OUT=DIR writes DIR/fuse_bench.json";
 
@@ -228,9 +236,14 @@ fn run(mut runner: Runner, config: &Config) -> ExitCode {
     }
     runner.copy();
     let workloads = cases::all();
+    // The typed rows' f32 inputs, drawn once and shared by W11, S2 and S3.
+    let mut pool = typed::Pool::default();
     for id in IDS.into_iter().filter(|id| config.wants(id)) {
         match id {
+            "W11" => typed::w11(&mut runner, &mut pool),
             "S1" => runner.sweep(),
+            "S2" => typed::s2(&mut runner, &mut pool),
+            "S3" => typed::s3(&mut runner, &mut pool),
             "T1" => overhead::launch_overhead(&mut runner),
             "C1" => firstcall::first_calls(&mut runner),
             _ => match workloads.iter().find(|w| w.id == id) {

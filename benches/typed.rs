@@ -1,0 +1,483 @@
+//! The workloads over several element types: S2 (reductions in every direction), S3 (16-bit
+//! elementwise kernels and a broadcast over heads) and W11 (the sum over the leading dim), with
+//! the shapes, types and byte counts of `shared/bench/peers.py`. Fused only, like S1's sweep: one
+//! `fuse!` fn per kernel and type, since the language has no generics.
+//!
+//! Each row is checked on a small problem of its shape family against the same kernel on the CPU
+//! backend, compared in f32 within two ulps of its output type, then timed over S1's number of
+//! elements (`Sizes::sweep_total`). The full-size inputs of type `T` come from a pool of f32
+//! normals drawn once and cast on the device: drawing and uploading 2^28 normals takes seconds,
+//! and one flat buffer reshapes to every `rows x cols` of its length.
+
+use fuse_runtime::{bf16, f16, Buffer, Device, Element, Error};
+
+use crate::kernels::*;
+use crate::measure::{self, Seeds, Timing};
+use crate::report::{Row, Status};
+use crate::runner::{Runner, ROTATE_BELOW};
+
+/// A float type the typed rows run in: f32, bf16 or f16.
+pub trait Float: Element {
+    /// The distance from 1.0 to the next number: an ulp, relative.
+    const EPSILON: f64;
+    /// The smallest positive (subnormal) number: an ulp near zero.
+    const TINY: f64;
+
+    fn from_f32(v: f32) -> Self;
+    fn to_f32(self) -> f32;
+
+    /// `x` rounded to this type on its device (for f32, another handle to `x`).
+    fn cast(x: &Buffer<f32>) -> Result<Buffer<Self>, Error>;
+}
+
+impl Float for f32 {
+    const EPSILON: f64 = f32::EPSILON as f64;
+    const TINY: f64 = f32::from_bits(1) as f64;
+
+    fn from_f32(v: f32) -> f32 {
+        v
+    }
+    fn to_f32(self) -> f32 {
+        self
+    }
+    fn cast(x: &Buffer<f32>) -> Result<Buffer<f32>, Error> {
+        x.reshape(x.shape())
+    }
+}
+
+impl Float for bf16 {
+    const EPSILON: f64 = bf16::EPSILON.to_f64_const();
+    const TINY: f64 = bf16::from_bits(1).to_f64_const();
+
+    fn from_f32(v: f32) -> bf16 {
+        bf16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        bf16::to_f32(self)
+    }
+    fn cast(x: &Buffer<f32>) -> Result<Buffer<bf16>, Error> {
+        to_bf16(x.device(), &x.reshape(&[x.len()])?)?.reshape(x.shape())
+    }
+}
+
+impl Float for f16 {
+    const EPSILON: f64 = f16::EPSILON.to_f64_const();
+    const TINY: f64 = f16::from_bits(1).to_f64_const();
+
+    fn from_f32(v: f32) -> f16 {
+        f16::from_f32(v)
+    }
+    fn to_f32(self) -> f32 {
+        f16::to_f32(self)
+    }
+    fn cast(x: &Buffer<f32>) -> Result<Buffer<f16>, Error> {
+        to_f16(x.device(), &x.reshape(&[x.len()])?)?.reshape(x.shape())
+    }
+}
+
+/// Ulps of the output type the check allows. The device and the CPU backend round f32 values
+/// that may differ in their last bits (CUDA's `expf` against Rust's, a sum in another order), so
+/// a 16-bit store can land one ulp apart; the second ulp is margin, and a real bug (a lost
+/// element, a wrong row) moves a result by far more.
+const ULPS: f64 = 2.0;
+
+/// f32's accumulation on the GPU, as a fraction of the magnitudes each output sums (the CPU
+/// backend sums in f64). On an H100 the sums differed by under 1e-7 of that; 1e-6 keeps ten
+/// times the room and still fails a lost tile of 32 rows in a column of 2^20 normals (off by
+/// about 5.7, against a bound of 0.84), where the runtime's tests' 1e-5 would let it pass.
+const SUM_REL: f64 = 1e-6;
+
+/// S2's row widths, as peers.py's.
+const S2_COLS: [usize; 7] = [2, 32, 256, 1024, 4096, 32768, 262144];
+/// S2's column-sum heights (the widths follow from the number of elements).
+const S2_ROWS: [usize; 4] = [256, 4096, 65536, 1 << 20];
+/// S3's `t x h x d` at 2^28 elements; at fewer, `t` shrinks.
+const S3_SHAPES: [[usize; 3]; 3] = [[65536, 32, 128], [16384, 128, 128], [1 << 20, 4, 64]];
+
+/// One row's kernel: `x` of the row's type, the f32 side inputs, and the output.
+type Launch<T> = fn(&Device, &Buffer<T>, &[Buffer<f32>], &mut Buffer<T>) -> Result<(), Error>;
+
+/// The shapes of one problem: `x` (of the row's type), the f32 side inputs, and the output (of
+/// the row's type).
+struct Shapes {
+    x: Vec<usize>,
+    side: Vec<Vec<usize>>,
+    out: Vec<usize>,
+}
+
+impl Shapes {
+    /// A kernel of `x: [rows, cols]` alone, whose output has the shape `out(rows, cols)`.
+    fn grid(rows: usize, cols: usize, out: fn(usize, usize) -> Vec<usize>) -> Shapes {
+        let (x, side, out) = (vec![rows, cols], Vec::new(), out(rows, cols));
+        Shapes { x, side, out }
+    }
+
+    /// The bytes a run must move, as peers.py counts them: each input read once, the output
+    /// written once.
+    fn bytes<T: Element>(&self) -> u64 {
+        let side: usize = self.side.iter().map(|s| len(s)).sum();
+        (size_of::<T>() * (len(&self.x) + len(&self.out)) + size_of::<f32>() * side) as u64
+    }
+}
+
+fn len(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// What the check bounds beyond [`ULPS`].
+#[derive(Clone, Copy)]
+enum Tolerance {
+    /// Nothing: each output is one rounding of an f32 value computed the same way.
+    Ulps,
+    /// Sums along `axis` of a two-dim `x`: also [`SUM_REL`] of the magnitudes summed.
+    Sum { axis: usize },
+}
+
+/// One row: a kernel of element type `T` at one shape.
+struct Case<T: Float> {
+    id: &'static str,
+    label: String,
+    /// The definition (JSON only), and the bytes as a formula.
+    what: &'static str,
+    formula: String,
+    full: Shapes,
+    check: Shapes,
+    tolerance: Tolerance,
+    launch: Launch<T>,
+}
+
+/// Normal f32 inputs on the device, drawn once and shared by every row of one length.
+#[derive(Default)]
+pub struct Pool {
+    sets: Vec<Buffer<f32>>,
+}
+
+impl Pool {
+    /// `count` flat buffers of `len` normals, drawing those the pool lacks; a new length
+    /// replaces the old buffers (freed first).
+    fn draw(
+        &mut self,
+        dev: &Device,
+        len: usize,
+        count: usize,
+        seeds: &mut Seeds,
+    ) -> Result<Vec<Buffer<f32>>, Error> {
+        if self.sets.first().is_some_and(|b| b.len() != len) {
+            self.sets.clear();
+        }
+        while self.sets.len() < count {
+            let set = measure::random_inputs(dev, &[vec![len]], seeds)?;
+            self.sets.extend(set);
+        }
+        self.sets[..count]
+            .iter()
+            .map(|b| b.reshape(&[len]))
+            .collect()
+    }
+}
+
+/// S2: row sums in f32, bf16 and f16, softmax in bf16 and f16, column sums in all three.
+pub fn s2(runner: &mut Runner, pool: &mut Pool) {
+    row_sums::<f32>(runner, pool, |dev, x, _, y| s2_row_sum_f32::into(dev, x, y));
+    row_sums::<bf16>(runner, pool, |dev, x, _, y| {
+        s2_row_sum_bf16::into(dev, x, y)
+    });
+    row_sums::<f16>(runner, pool, |dev, x, _, y| s2_row_sum_f16::into(dev, x, y));
+    softmaxes::<bf16>(runner, pool, |dev, x, _, y| {
+        s2_softmax_bf16::into(dev, x, y)
+    });
+    softmaxes::<f16>(runner, pool, |dev, x, _, y| s2_softmax_f16::into(dev, x, y));
+    let total = runner.sizes.sweep_total;
+    let shapes: Vec<_> = S2_ROWS
+        .iter()
+        .filter_map(|&rows| Some((rows, split(total, rows)?)))
+        .collect();
+    let column = ("S2", "column sum");
+    column_sums::<f32>(runner, pool, column, &shapes, |dev, x, _, y| {
+        s2_column_sum_f32::into(dev, x, y)
+    });
+    column_sums::<bf16>(runner, pool, column, &shapes, |dev, x, _, y| {
+        s2_column_sum_bf16::into(dev, x, y)
+    });
+    column_sums::<f16>(runner, pool, column, &shapes, |dev, x, _, y| {
+        s2_column_sum_f16::into(dev, x, y)
+    });
+}
+
+/// S3: softplus in bf16 and f16, then `q[t, h, d] * c[t, d]` for each shape in f32, bf16 and
+/// f16 (`c` always f32).
+pub fn s3(runner: &mut Runner, pool: &mut Pool) {
+    softplus::<bf16>(runner, pool, |dev, x, _, y| {
+        s3_softplus_bf16::into(dev, x, y)
+    });
+    softplus::<f16>(runner, pool, |dev, x, _, y| {
+        s3_softplus_f16::into(dev, x, y)
+    });
+    for [_, h, d] in S3_SHAPES {
+        let Some(t) = split(runner.sizes.sweep_total, h * d) else {
+            continue;
+        };
+        let thd = [t, h, d];
+        q_times_c::<f32>(runner, pool, thd, |dev, q, c, y| {
+            s3_q_times_c_f32::into(dev, q, &c[0], y)
+        });
+        q_times_c::<bf16>(runner, pool, thd, |dev, q, c, y| {
+            s3_q_times_c_bf16::into(dev, q, &c[0], y)
+        });
+        q_times_c::<f16>(runner, pool, thd, |dev, q, c, y| {
+            s3_q_times_c_f16::into(dev, q, &c[0], y)
+        });
+    }
+}
+
+/// W11: the f32 sum over the leading dim at `rows x cols` and `cols x rows` (S2's kernel).
+pub fn w11(runner: &mut Runner, pool: &mut Pool) {
+    let s = runner.sizes;
+    let shapes = [(s.rows, s.cols), (s.cols, s.rows)];
+    column_sums::<f32>(
+        runner,
+        pool,
+        ("W11", "sum over rows"),
+        &shapes,
+        |dev, x, _, y| s2_column_sum_f32::into(dev, x, y),
+    );
+}
+
+/// `total / part` when `part` divides `total`.
+fn split(total: usize, part: usize) -> Option<usize> {
+    (part > 0 && part <= total && total.is_multiple_of(part)).then(|| total / part)
+}
+
+/// How many of `full` rows (or columns) the check takes: about `budget`, at least 3, odd
+/// where `full` allows, so that the last block or tile is a partial one.
+fn few(full: usize, budget: usize) -> usize {
+    (budget.max(3) | 1).min(full)
+}
+
+fn row_sums<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
+    let s = runner.sizes;
+    for cols in S2_COLS {
+        let Some(rows) = split(s.sweep_total, cols) else {
+            continue;
+        };
+        let e = size_of::<T>();
+        let case = Case {
+            id: "S2",
+            label: format!("row sum {} {rows}x{cols}", T::NAME),
+            what: "y[r] = sum over c of x[r, c]",
+            formula: format!("{e}n + {e} rows"),
+            full: Shapes::grid(rows, cols, |r, _| vec![r]),
+            check: Shapes::grid(few(rows, s.check_n / cols), cols, |r, _| vec![r]),
+            tolerance: Tolerance::Sum { axis: 1 },
+            launch,
+        };
+        run(runner, pool, &case);
+    }
+}
+
+fn softmaxes<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
+    let s = runner.sizes;
+    for cols in S2_COLS {
+        let Some(rows) = split(s.sweep_total, cols) else {
+            continue;
+        };
+        let case = Case {
+            id: "S2",
+            label: format!("softmax {} {rows}x{cols}", T::NAME),
+            what: "e = exp(x - max_row(x)); y = e / sum_row(e)",
+            formula: format!("{}n", 2 * size_of::<T>()),
+            full: Shapes::grid(rows, cols, |r, c| vec![r, c]),
+            check: Shapes::grid(few(rows, s.check_n / cols), cols, |r, c| vec![r, c]),
+            tolerance: Tolerance::Ulps,
+            launch,
+        };
+        run(runner, pool, &case);
+    }
+}
+
+/// Column sums at each `(rows, cols)`, as the row `id` with labels that start with `name`.
+fn column_sums<T: Float>(
+    runner: &mut Runner,
+    pool: &mut Pool,
+    (id, name): (&'static str, &str),
+    shapes: &[(usize, usize)],
+    launch: Launch<T>,
+) {
+    let check_n = runner.sizes.check_n;
+    for &(rows, cols) in shapes {
+        let e = size_of::<T>();
+        let case = Case {
+            id,
+            label: format!("{name} {} {rows}x{cols}", T::NAME),
+            what: "y[c] = sum over r of x[r, c]",
+            formula: format!("{e}n + {e} cols"),
+            full: Shapes::grid(rows, cols, |_, c| vec![c]),
+            check: Shapes::grid(rows, few(cols, check_n / rows), |_, c| vec![c]),
+            tolerance: Tolerance::Sum { axis: 0 },
+            launch,
+        };
+        run(runner, pool, &case);
+    }
+}
+
+fn softplus<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
+    let s = runner.sizes;
+    let flat = |n| Shapes {
+        x: vec![n],
+        side: Vec::new(),
+        out: vec![n],
+    };
+    let n = s.sweep_total;
+    let case = Case {
+        id: "S3",
+        label: format!("softplus {} {n}", T::NAME),
+        what: "y = ln(exp(x) + 1), computed in f32",
+        formula: format!("{}n", 2 * size_of::<T>()),
+        full: flat(n),
+        check: flat(few(n, s.check_n)),
+        tolerance: Tolerance::Ulps,
+        launch,
+    };
+    run(runner, pool, &case);
+}
+
+fn q_times_c<T: Float>(runner: &mut Runner, pool: &mut Pool, thd: [usize; 3], launch: Launch<T>) {
+    let [t, h, d] = thd;
+    let shapes = |t| Shapes {
+        x: vec![t, h, d],
+        side: vec![vec![t, d]],
+        out: vec![t, h, d],
+    };
+    let case = Case {
+        id: "S3",
+        label: format!("q*c[t,d] {} {t}x{h}x{d}", T::NAME),
+        what: "y[t, h, d] = q[t, h, d] * c[t, d], computed in f32, c in f32",
+        formula: format!("{}n + 4 t*d", 2 * size_of::<T>()),
+        full: shapes(t),
+        check: shapes(few(t, runner.sizes.check_n / (h * d))),
+        tolerance: Tolerance::Ulps,
+        launch,
+    };
+    run(runner, pool, &case);
+}
+
+/// Checks one row, times it when the check passes, and pushes it.
+fn run<T: Float>(runner: &mut Runner, pool: &mut Pool, case: &Case<T>) {
+    let mut row = Row::new(case.id, &case.label);
+    row.bytes = Some(case.full.bytes::<T>());
+    row.formula = case.formula.clone();
+    row.definition = case.what.to_string();
+    match disagreement(runner, case) {
+        Some(failure) => (row.status, row.note) = failure,
+        None => match time(runner, pool, case) {
+            Ok(timing) => row.timing = Some(timing),
+            Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
+        },
+    }
+    runner.push(row);
+}
+
+/// Why the kernel on the device does not give the CPU backend's output for fresh inputs of
+/// the check's shapes, or `None` when it does.
+fn disagreement<T: Float>(runner: &mut Runner, case: &Case<T>) -> Option<(Status, String)> {
+    let s = &case.check;
+    let x = measure::normal(len(&s.x), runner.seeds.next());
+    let x: Vec<T> = x.into_iter().map(T::from_f32).collect();
+    let side = s
+        .side
+        .iter()
+        .map(|shape| measure::normal(len(shape), runner.seeds.next()));
+    let side: Vec<Vec<f32>> = side.collect();
+    let outputs = run_once(&Device::cpu(), case, &x, &side)
+        .and_then(|want| Ok((run_once(&runner.dev, case, &x, &side)?, want)));
+    match outputs {
+        Ok((got, want)) => {
+            let bounds = bounds(case, &x, &want);
+            let why = compare(&got, &want, &bounds).err();
+            why.map(|why| (Status::Failed, why))
+        }
+        Err(e) => Some((Status::Error, e.to_string())),
+    }
+}
+
+/// The output of one run on `dev` of the check's problem, written into a NaN-filled buffer
+/// (an element left unwritten fails), in f32.
+fn run_once<T: Float>(
+    dev: &Device,
+    case: &Case<T>,
+    x: &[T],
+    side: &[Vec<f32>],
+) -> Result<Vec<f32>, Error> {
+    let s = &case.check;
+    let x = dev.upload(x)?.reshape(&s.x)?;
+    let side = side.iter().zip(&s.side).map(|(data, shape)| {
+        let buffer = dev.upload(data)?;
+        buffer.reshape(shape)
+    });
+    let side = side.collect::<Result<Vec<_>, _>>()?;
+    let nan = vec![T::from_f32(f32::NAN); len(&s.out)];
+    let mut out = dev.upload(&nan)?.reshape(&s.out)?;
+    (case.launch)(dev, &x, &side, &mut out)?;
+    Ok(out.to_vec()?.into_iter().map(T::to_f32).collect())
+}
+
+/// The largest difference from the CPU's `want` the check allows at each output element:
+/// [`ULPS`] ulps of `T` (an ulp is at most `EPSILON |want|`, or `TINY` among the subnormals),
+/// and for sums [`SUM_REL`] of the magnitudes of the inputs `x` that each output sums.
+fn bounds<T: Float>(case: &Case<T>, x: &[T], want: &[f32]) -> Vec<f64> {
+    let summed = match case.tolerance {
+        Tolerance::Ulps => vec![0.0; want.len()],
+        Tolerance::Sum { axis } => abs_sums(x, &case.check.x, axis),
+    };
+    let bound =
+        |(w, s): (&f32, f64)| ULPS * (T::EPSILON * f64::from(w.abs()) + T::TINY) + SUM_REL * s;
+    want.iter().zip(summed).map(bound).collect()
+}
+
+/// The sums of `|x|` along `axis` of `x: [rows, cols]`, in f64.
+fn abs_sums<T: Float>(x: &[T], shape: &[usize], axis: usize) -> Vec<f64> {
+    let cols = shape[1];
+    let mut sums = vec![0.0; shape[1 - axis]];
+    for (i, v) in x.iter().enumerate() {
+        let k = if axis == 1 { i / cols } else { i % cols };
+        sums[k] += f64::from(v.to_f32().abs());
+    }
+    sums
+}
+
+/// Why `got` is not `want` within `bounds`: the first bad index, both values and the bound.
+/// NaN never passes.
+fn compare(got: &[f32], want: &[f32], bounds: &[f64]) -> Result<(), String> {
+    if got.len() != want.len() {
+        return Err(format!("{} elements, want {}", got.len(), want.len()));
+    }
+    let values = got.iter().zip(want).zip(bounds).enumerate();
+    for (index, ((&g, &w), &tol)) in values {
+        let ok = (f64::from(g) - f64::from(w)).abs() <= tol; // false for NaN
+        if !ok {
+            return Err(format!(
+                "index {index}: got {g:e}, CPU {w:e} (tolerance {tol:.1e})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The device time at full size, from the pool's inputs cast to `T` and fresh side inputs,
+/// with a second set to rotate with when a run moves under [`ROTATE_BELOW`] bytes, as
+/// `Runner::time` does.
+fn time<T: Float>(runner: &mut Runner, pool: &mut Pool, case: &Case<T>) -> Result<Timing, Error> {
+    let s = &case.full;
+    let count = if s.bytes::<T>() < ROTATE_BELOW { 2 } else { 1 };
+    let dev = runner.dev.clone();
+    let mut sets = Vec::with_capacity(count);
+    for x in pool.draw(&dev, len(&s.x), count, &mut runner.seeds)? {
+        let side = measure::random_inputs(&dev, &s.side, &mut runner.seeds)?;
+        sets.push((T::cast(&x)?.reshape(&s.x)?, side));
+    }
+    let mut out = dev.zeros::<T>(&s.out)?;
+    runner.time_runs(|i| {
+        let (x, side) = &sets[i % sets.len()];
+        (case.launch)(&dev, x, side, &mut out)
+    })
+}
