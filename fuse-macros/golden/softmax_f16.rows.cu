@@ -37,6 +37,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         width = 1;
         while (width * 4 < len) width <<= 1;
     }
+    else if (len < 4096) {
+        width = 32;
+        while (width < 256 && groups * width < (long long)gridDim.x * 256) width <<= 1;
+    }
     const int per_block = 256 / width;
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
@@ -49,6 +53,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         const long long b0 = c0 * d_cols;
         float acc1 = (-__int_as_float(0x7f800000));
         if ((len & 3) == 0) {
+            #pragma unroll 4
             for (long long c = lane; c * 4 < len; c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 {
@@ -108,6 +113,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         const float v1 = acc1;
         float acc4 = (float)0;
         if ((len & 3) == 0) {
+            #pragma unroll 4
             for (long long c = lane; c * 4 < len; c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 {
@@ -177,6 +183,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);
         if ((len & 3) == 0) {
+            #pragma unroll 4
             for (long long c = lane; live && c * 4 < len; c += width) {
                 fz_vec<unsigned short, 4> s0;
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);

@@ -338,6 +338,8 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
         (7, 4096),
         (200, 36),
         (4, 3000),
+        (30, 37),
+        (26, 1001),
     ] {
         let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
         let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
@@ -1051,6 +1053,42 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &["f32", "f32"],
             &[Tol::close(1e-5, 1e-7), Tol::close(1e-5, 1e-6)],
             long_rows(c, cluster, 4),
+        );
+    }
+}
+
+/// Rows of 33 to 4095 elements on the general path: a warp a row where the rows keep the grid
+/// busy (40 and 25 rows over 3 blocks), wider segments where they do not (5 rows), as vectors of
+/// four (300, 1000) or element by element (301).
+#[test]
+fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(40, 300), (25, 301), (25, 1000), (5, 300)] {
+        let n = rows * cols;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let y = rng.floats::<f32>(n, 0.99, 1.01);
+        let shape = [rows, cols];
+        let cpu = kernels::f32s::reduce_rows(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape))
+            .unwrap();
+        let sum = Tol::close(1e-5, 1e-5 * cols as f64);
+        emulate(
+            &format!("reduce_rows {rows}x{cols}"),
+            &kernels::f32s::reduce_rows::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32"; 5],
+            &[
+                sum.clone(),
+                Tol::close(1e-4, 0.0),
+                Tol::EXACT,
+                Tol::EXACT,
+                sum,
+            ],
         );
     }
 }

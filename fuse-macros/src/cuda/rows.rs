@@ -34,10 +34,19 @@ impl Cuda<'_> {
                 self.line(format!("while (width * {CACHE} < len) width <<= 1;"));
             } else {
                 // Short rows: up to four elements a thread, so that each has several loads in
-                // flight.
+                // flight. Rows shorter than a block's 16 elements a thread: a warp each,
+                // reduced by shuffles alone, as long as the rows keep every thread of the grid
+                // busy (else wider segments). A block a row of 256 f32 left each thread one
+                // element and two barriers a row: S2's row sums ran at 26% of copy speed there.
                 self.open("if (len <= 32)");
                 self.line("width = 1;");
                 self.line("while (width * 4 < len) width <<= 1;");
+                self.close();
+                self.open(format!("else if (len < {})", 16 * BLOCK));
+                self.line("width = 32;");
+                self.line(format!(
+                    "while (width < {BLOCK} && groups * width < (long long)gridDim.x * {BLOCK}) width <<= 1;"
+                ));
                 self.close();
             }
             self.line(format!("const int per_block = {BLOCK} / width;"));
@@ -408,6 +417,7 @@ impl Cuda<'_> {
                 // vectors (four times the bytes in flight per load); others element by element.
                 if stream {
                     self.open("if ((len & 3) == 0)");
+                    self.line("#pragma unroll 4");
                     self.open(format!(
                         "for (long long c = lane; {guard}c * 4 < len; c += width)"
                     ));
