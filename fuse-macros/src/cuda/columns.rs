@@ -68,6 +68,26 @@ impl Cuda<'_> {
         self.values(&plan.prologue, Scope::Row);
         self.line("const long long r0 = part * per_split;");
         self.line("const long long r1 = r0 + per_split < len ? r0 + per_split : len;");
+        // Rows' loads in flight: eight for a kernel of one tensor of at most 4-byte elements
+        // (a bias gradient), four for others, two where the accumulators take over 24 bytes:
+        // `reduce_mid` of the tests (five f64 reductions over two tensors) spilled at 128
+        // registers with four, its warps' combination unrolled beside them.
+        let light = self.k.tensor_params().count() == 1
+            && self.k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
+        let accumulators: u32 = plan
+            .passes
+            .iter()
+            .flat_map(|p| &p.reduces)
+            .map(|&r| {
+                let (op, e) = self.reduction(r);
+                e.bits() / 8 * crate::plan::rows::slot_count(op) as u32
+            })
+            .sum();
+        let unroll = match (light, accumulators) {
+            (true, _) => 8,
+            (false, 0..=24) => 4,
+            _ => 2,
+        };
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
             let guard = if pass.writes.is_empty() {
@@ -75,7 +95,7 @@ impl Cuda<'_> {
             } else {
                 "live && "
             };
-            self.line("#pragma unroll 8");
+            self.line(format!("#pragma unroll {unroll}"));
             self.open(format!(
                 "for (long long r = r0 + slice; {guard}r < r1; r += {warps})"
             ));
