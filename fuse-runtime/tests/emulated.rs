@@ -1059,7 +1059,8 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
 
 /// Rows of 33 to 4095 elements on the general path: a warp a row where the rows keep the grid
 /// busy (40 and 25 rows over 3 blocks), wider segments where they do not (5 rows), as vectors of
-/// four (300, 1000) or element by element (301).
+/// four (300, 1000) or element by element (301); in bf16, vectors of eight (304, 1000) where the
+/// length allows, else four (300).
 #[test]
 fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
     if !available() {
@@ -1091,14 +1092,34 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
             ],
         );
     }
+    for (rows, cols) in [(40, 304), (25, 300), (25, 1000), (5, 301)] {
+        let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let h: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::reduce_rows(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
+        emulate(
+            &format!("bf16 reduce_rows {rows}x{cols}"),
+            &kernels::bf16s::reduce_rows::__fuse::PROGRAM,
+            vec![hex(&h)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16"; 4],
+            &[
+                Tol::close(1e-2, 1e-2),
+                Tol::EXACT,
+                Tol::close(1e-2, 1e-3),
+                Tol::close(1e-2, 1e-3),
+            ],
+        );
+    }
 }
 
 /// Reductions over a leading or a middle dim take the column path: a block a tile of 32 columns.
 /// A kernel of one reducing pass splits each tile's reduced dim over the blocks the grid has
 /// beyond the tiles (grids of 19 and 7 over 1 to 3 tiles: 19 to 2 parts, more than the warps
 /// that combine them for some, the last tile's parts finished by whichever block comes last),
-/// its partials in the scratch; others (two passes,
-/// `center_cols`) take every tile whole. Columns past the last tile's end, and reduced dims
+/// its partials in the scratch; others (two passes, `center_cols`) take every tile whole. Columns past the last tile's end, and reduced dims
 /// shorter than the parts, included.
 #[test]
 fn column_reductions_run_on_an_emulated_gpu() {

@@ -115,6 +115,10 @@ impl Cuda<'_> {
                 let divisor = self.divisor(dims, lanes);
                 self.line(format!("const fz_divisor vr{s} = {divisor};"));
             }
+            if let Some(dims) = run.skipped(domain) {
+                let divisor = self.divisor(dims, 1);
+                self.line(format!("const fz_divisor vm{s} = {divisor};"));
+            }
         }
         let step = if broadcast || narrow { "js" } else { step };
         if narrow {
@@ -199,6 +203,10 @@ impl Cuda<'_> {
                 Run::Whole => {}
                 Run::Suffix(_) => self.line(format!("const {unsigned} jv{s} = jq{s}.r;")),
                 Run::Prefix(_) => self.line(format!("const {unsigned} jv{s} = jq{s}.q;")),
+                // The run's place, past the dims left out: one division a vector.
+                Run::Middle { .. } => self.line(format!(
+                    "const {unsigned} jv{s} = ({unsigned})(fz_divmod((unsigned long long)jq{s}.q, vm{s}, small).q * vr{s}.d) + jq{s}.r;"
+                )),
             }
         }
         let k = self.k;
@@ -237,7 +245,7 @@ impl Cuda<'_> {
                     "const fz_vec<{t}, {lanes}> l_{name} = {};",
                     load(format!("{vectors} + j"))
                 )),
-                Run::Suffix(_) => self.line(format!(
+                Run::Suffix(_) | Run::Middle { .. } => self.line(format!(
                     "const fz_vec<{t}, {lanes}> l_{name} = {};",
                     load(format!("{vectors} + jv{s}"))
                 )),
@@ -271,8 +279,7 @@ impl Cuda<'_> {
             self.values(&pass.elems, Scope::Lane);
             self.accumulate(&pass.reduces);
             for &o in &pass.writes {
-                let out = &k.outputs[o];
-                let v = self.stored(out.elem, &format!("v{}", out.node));
+                let v = self.output_bits(o);
                 self.line(format!("s{o}.v[l] = {v};"));
             }
             self.close();

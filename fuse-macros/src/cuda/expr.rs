@@ -71,9 +71,11 @@ impl Cuda<'_> {
                 }
                 let converted = cast(k.nodes[*a].elem(), e, &v(a));
                 match e.is_half() {
-                    // Rounded to the 16-bit type, and held in f32 again.
+                    // Rounded to the 16-bit type, and held in f32 again; `values` keeps the
+                    // bits too, for a store of the value (`Cuda::bits`).
                     true => {
                         let bits = self.stored(e, &converted);
+                        self.cast_bits = Some(bits.clone());
                         self.loaded(e, bits)
                     }
                     false => converted,

@@ -68,6 +68,11 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         fast_division: false,
         reuse: None,
         stash: None,
+        step_lanes: 4,
+        cast_bits: None,
+        bits: vec![],
+        blocks: vec![],
+        opened: 0,
     };
     let kernel = match (&k.launch, entry.path) {
         (Launch::Rows { .. }, Path::ShortRows) => w.short_rows_kernel(plan, entry),
@@ -235,6 +240,18 @@ struct Cuda<'a> {
     stash: Option<NodeId>,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
+    /// The elements of a row's vector step (`rows::Cuda::vector_row_step`): four, or eight in
+    /// the streamed passes of kernels of 2-byte tensors.
+    step_lanes: u32,
+    /// The bits of the cast to a 16-bit float `expr` just wrote, for `values` to declare.
+    cast_bits: Option<String>,
+    /// Casts to a 16-bit float whose bits `h<id>` are declared, each with the blocks open where
+    /// it was (see `output_bits`).
+    bits: Vec<(NodeId, Vec<usize>)>,
+    /// The blocks open now, outermost first, each by its number in the text, and the count of
+    /// blocks opened so far.
+    blocks: Vec<usize>,
+    opened: usize,
 }
 
 impl Cuda<'_> {
@@ -247,6 +264,8 @@ impl Cuda<'_> {
     }
 
     fn open(&mut self, text: impl AsRef<str>) {
+        self.opened += 1;
+        self.blocks.push(self.opened);
         let text = text.as_ref();
         self.line(if text.is_empty() {
             "{".to_string()
@@ -257,6 +276,7 @@ impl Cuda<'_> {
     }
 
     fn close(&mut self) {
+        self.blocks.pop();
         self.indent -= 1;
         self.line("}");
     }
@@ -280,6 +300,22 @@ impl Cuda<'_> {
         self.helpers
             .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
         format!("{}({v})", half_helpers(e).1)
+    }
+
+    /// Output `o`'s value as memory holds it: the bits of a cast to its 16-bit type where
+    /// `values` declared them in a block still open (rounding the value held in f32 again would
+    /// be a second conversion, about seven instructions for bf16), else the value converted.
+    fn output_bits(&mut self, o: usize) -> String {
+        let out = &self.k.outputs[o];
+        let (node, elem) = (out.node, out.elem);
+        let open = self
+            .bits
+            .iter()
+            .any(|(n, path)| *n == node && self.blocks.starts_with(path));
+        match open && self.k.nodes[node].elem() == elem {
+            true => format!("h{node}"),
+            false => self.stored(elem, &format!("v{node}")),
+        }
     }
 
     fn params(&self) -> String {
@@ -407,7 +443,7 @@ impl Cuda<'_> {
                     "0".into()
                 }
             };
-            let v = self.stored(out.elem, &format!("v{}", out.node));
+            let v = self.output_bits(o);
             self.line(format!("out{o}[{at}] = {v};"));
         }
     }
@@ -424,7 +460,18 @@ impl Cuda<'_> {
                 }
             }
             let e = self.expr(id, scope);
-            self.line(format!("const {t} v{id} = {e};"));
+            match self.cast_bits.take() {
+                // A cast to a 16-bit float: its bits, then its value from them.
+                Some(bits) => {
+                    let storage = self.k.nodes[id].elem().c_storage();
+                    self.line(format!("const {storage} h{id} = {bits};"));
+                    let value = self.loaded(self.k.nodes[id].elem(), format!("h{id}"));
+                    self.line(format!("const {t} v{id} = {value};"));
+                    self.bits.retain(|(n, _)| *n != id);
+                    self.bits.push((id, self.blocks.clone()));
+                }
+                None => self.line(format!("const {t} v{id} = {e};")),
+            }
             if scope == Scope::Row {
                 self.divider(id);
             }
@@ -643,6 +690,52 @@ mod tests {
         );
         let accurate = source(quote! { fn f(x: [f32; n]) -> [f32; n] { x.exp() } });
         assert!(accurate.contains("expf(") && !accurate.contains("__expf"));
+    }
+
+    /// A cast to a 16-bit float is rounded once: a store of it writes the bits the cast made,
+    /// not the value rounded again; bf16 rounds with one instruction from sm_80.
+    #[test]
+    fn casts_to_16_bit_floats_are_stored_as_rounded() {
+        let text = source(quote! {
+            fn f(x: [bf16; n], y: [f32; n]) -> ([bf16; n], [f16; n]) {
+                let s = ((x as f32).exp() + 1.0).ln();
+                (s as bf16, (y * 2.0) as f16)
+            }
+        });
+        assert!(
+            text.contains("const unsigned short h7 = fz_f32_to_bf16(v6);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("s0.v[l] = h7;") && text.contains("out0[o0] = h7;"),
+            "{text}"
+        );
+        assert!(!text.contains("fz_f32_to_bf16(v7)"), "{text}");
+        assert!(text.contains("s1.v[l] = h10;"), "{text}");
+        assert!(text.contains("asm(\"cvt.rn.bf16.f32 %0, %1;\""), "{text}");
+    }
+
+    /// A tensor over the domain's first and last dims, broadcast over the ones between (a
+    /// per-token vector over heads), loads vectors: its place is the vector's run within the
+    /// last dims plus the first dims' place, one division a vector.
+    #[test]
+    fn broadcasts_over_middle_dims_load_vectors() {
+        let text = source(quote! {
+            fn f(q: [bf16; t, h, d], c: [f32; t, d]) -> [bf16; t, h, d] { ((q as f32) * c) as bf16 }
+        });
+        assert!(
+            text.contains("const fz_divisor vm1 = {(unsigned long long)d_h, fz_recip_1};"),
+            "{text}"
+        );
+        assert!(
+            text.contains("jv1 = (unsigned long long)(fz_divmod((unsigned long long)jq1.q, vm1, small).q * vr1.d) + jq1.r;"),
+            "{text}"
+        );
+        assert!(
+            text.contains("reinterpret_cast<const fz_vec<float, 4>*>(p_c) + jv1"),
+            "{text}"
+        );
+        assert!(text.contains("if ((d_d) % 4 == 0)"), "{text}");
     }
 
     #[test]

@@ -6,8 +6,8 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, direct_row_cost, lanes, needs_divisors, seed_params, slot_count,
-    tiling, SHORT,
+    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count, tiling,
+    SHORT,
 };
 use crate::plan::{tuning, Plan};
 
@@ -375,11 +375,10 @@ fn map_divisors(k: &Kernel, plan: &Plan, domain: &[DimId]) -> Vec<Divisor> {
             divisors.push(divisor);
         }
     };
-    let lanes = lanes(k);
     for pass in &plan.passes {
         let (runs, coordinates) = needs_divisors(k, pass, domain);
-        for dims in runs {
-            add(&dims, lanes);
+        for (dims, by) in runs {
+            add(&dims, by);
         }
         if coordinates {
             for &d in crate::plan::Layout::divisors(domain) {

@@ -411,6 +411,11 @@ pub(crate) enum Run {
     /// Its dims are the domain's first `k` (a scale per row): the lanes share one of its
     /// elements when the size of the remaining dims is a multiple of the lane count.
     Prefix(usize),
+    /// Its dims are the domain's first `prefix` and those from the `suffix`-th on, the ones
+    /// between left out (a per-token vector over heads, `c[t, d]` in `[t, h, d]`): the lanes are
+    /// consecutive elements of it when the suffix's size is a multiple of the lane count, its
+    /// vector the suffix's place plus the prefix's, past the dims between.
+    Middle { prefix: usize, suffix: usize },
 }
 
 impl Run {
@@ -422,16 +427,28 @@ impl Run {
         } else if domain.starts_with(shape) {
             Some(Run::Prefix(shape.len()))
         } else {
-            None
+            let prefix = shape.iter().zip(domain).take_while(|(a, b)| a == b).count();
+            let tail = &shape[prefix..];
+            let suffix = domain.len() - tail.len();
+            (prefix > 0 && !tail.is_empty() && domain.ends_with(tail) && suffix > prefix)
+                .then_some(Run::Middle { prefix, suffix })
         }
     }
 
-    /// The dims of the run a broadcast tensor repeats along (`Suffix`) or is constant over
-    /// (`Prefix`): their size must be a multiple of the lane count. None for `Whole`.
+    /// The dims of the run a broadcast tensor repeats along (`Suffix`, `Middle`) or is constant
+    /// over (`Prefix`): their size must be a multiple of the lane count. None for `Whole`.
     pub(crate) fn repeat(self, domain: &[DimId]) -> Option<&[DimId]> {
         match self {
             Run::Whole => None,
-            Run::Suffix(k) | Run::Prefix(k) => Some(&domain[k..]),
+            Run::Suffix(k) | Run::Prefix(k) | Run::Middle { suffix: k, .. } => Some(&domain[k..]),
+        }
+    }
+
+    /// The dims a `Middle` tensor leaves out, which its vector's place is divided by.
+    pub(crate) fn skipped(self, domain: &[DimId]) -> Option<&[DimId]> {
+        match self {
+            Run::Middle { prefix, suffix } => Some(&domain[prefix..suffix]),
+            _ => None,
         }
     }
 }
@@ -518,17 +535,24 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
     }
 }
 
-/// The runs (dims) an elementwise pass's vector loop divides by, and whether its scalar loop
-/// splits coordinates: what its divisors are.
-pub(crate) fn needs_divisors(k: &Kernel, pass: &Pass, domain: &[DimId]) -> (Vec<Vec<DimId>>, bool) {
+/// The divisors an elementwise pass's vector loop takes (each run's dims over the lanes, and the
+/// dims a `Middle` tensor leaves out), and whether its scalar loop splits coordinates: what its
+/// divisors are.
+pub(crate) fn needs_divisors(
+    k: &Kernel,
+    pass: &Pass,
+    domain: &[DimId],
+) -> (Vec<(Vec<DimId>, u32)>, bool) {
     let layout = pass_layout(k, pass, domain);
-    let runs = layout
-        .vectors()
-        .map(|runs| {
-            runs.iter()
-                .filter_map(|(_, r)| r.repeat(domain).map(<[DimId]>::to_vec))
-                .collect()
-        })
-        .unwrap_or_default();
+    let lanes = lanes(k);
+    let mut runs = vec![];
+    for (_, r) in layout.vectors().unwrap_or_default() {
+        if let Some(dims) = r.repeat(domain) {
+            runs.push((dims.to_vec(), lanes));
+        }
+        if let Some(dims) = r.skipped(domain) {
+            runs.push((dims.to_vec(), 1));
+        }
+    }
     (runs, layout.coordinates())
 }
