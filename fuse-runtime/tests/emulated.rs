@@ -1115,6 +1115,58 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
     }
 }
 
+/// A tensor broadcast over the domain's middle dims (`c[t, d]` in `[t, h, d]`) loads vectors:
+/// its place is the run within `d` plus `t`'s, carried across the grid-stride steps of a grid of
+/// 2 (several runs and tokens a thread), with 32- and 64-bit indices; `d` not a multiple of the
+/// lanes takes the scalar loop.
+#[test]
+fn middle_broadcasts_load_vectors_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, h, d) in [(7, 5, 12), (3, 3, 8), (2, 3, 6)] {
+        let q = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let c = rng.floats::<f32>(t * d, -3.0, 3.0);
+        let dims = [("t", t), ("h", h), ("d", d)];
+        let cpu =
+            kernels::per_token(&dev, &put(&dev, &q, &[t, h, d]), &put(&dev, &c, &[t, d])).unwrap();
+        for wide in [false, true] {
+            let how = Emulation {
+                grid: Some(2),
+                wide,
+                ..Emulation::default()
+            };
+            how.run(
+                &format!("per_token {t}x{h}x{d}"),
+                &kernels::per_token::__fuse::PROGRAM,
+                vec![hex(&q), hex(&c)],
+                vec![],
+                &dims,
+                &cpu,
+                &["f32"],
+                &[Tol::EXACT],
+            );
+        }
+        let qb: Vec<fuse_runtime::bf16> =
+            q.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu =
+            kernels::per_token_bf16(&dev, &put(&dev, &qb, &[t, h, d]), &put(&dev, &c, &[t, d]))
+                .unwrap();
+        emulate_on(
+            2,
+            &format!("per_token_bf16 {t}x{h}x{d}"),
+            &kernels::per_token_bf16::__fuse::PROGRAM,
+            vec![hex(&qb), hex(&c)],
+            vec![],
+            &dims,
+            &cpu,
+            &["bf16"],
+            &[Tol::EXACT],
+        );
+    }
+}
+
 /// Reductions over a leading or a middle dim take the column path: a block a tile of 32 columns.
 /// A kernel of one reducing pass splits each tile's reduced dim over the blocks the grid has
 /// beyond the tiles (grids of 19 and 7 over 1 to 3 tiles: 19 to 2 parts, more than the warps

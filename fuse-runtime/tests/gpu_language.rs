@@ -871,6 +871,40 @@ fn broadcast_3d() {
     );
 }
 
+/// A per-token vector over heads (`c[t, d]` in `[t, h, d]`), in f32 and bf16: vectors where `d`
+/// is a multiple of the lanes, the scalar loop otherwise.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn broadcast_over_middle_dims() {
+    let gen = |r: &mut Rng, [t, h, d]: [usize; 3]| {
+        (
+            r.floats::<f32>(t * h * d, -3.0, 3.0),
+            r.floats::<f32>(t * d, -3.0, 3.0),
+        )
+    };
+    let shapes = [(7, 517, 128), (4099, 3, 64), (5, 9, 12), (3, 4, 7)];
+    each_3d(
+        "per_token",
+        &shapes,
+        &[Tol::EXACT],
+        gen,
+        |d, (q, c), [t, h, dd]| {
+            kernels::per_token(d, &put(d, q, &[t, h, dd]), &put(d, c, &[t, dd]))
+        },
+    );
+    each_3d(
+        "per_token_bf16",
+        &shapes,
+        &[Tol::EXACT],
+        gen,
+        |d, (q, c), [t, h, dd]| {
+            let q: Vec<fuse_runtime::bf16> =
+                q.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+            kernels::per_token_bf16(d, &put(d, &q, &[t, h, dd]), &put(d, c, &[t, dd]))
+        },
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // The examples, long and short rows, determinism.
 

@@ -404,6 +404,16 @@ fuse! {
     pub fn bcast3(x: [f32; b, t, c], bc: [f32; b, c], tt: [f32; t]) -> [f32; b, t, c] {
         x * bc + tt
     }
+
+    /// A per-token vector over heads: `c` broadcast over the middle dim, in vectors.
+    pub fn per_token(q: [f32; t, h, d], c: [f32; t, d]) -> [f32; t, h, d] {
+        q * c
+    }
+
+    /// The same in bf16, with the product rounded once.
+    pub fn per_token_bf16(q: [bf16; t, h, d], c: [f32; t, d]) -> [bf16; t, h, d] {
+        ((q as f32) * c) as bf16
+    }
 }
 
 // The examples, and more reductions whose results broadcast back.
