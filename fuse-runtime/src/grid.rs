@@ -54,7 +54,7 @@ pub enum Geometry {
         /// The scratch slots each block uses.
         slots: u32,
     },
-    /// A reduction over a strided dim: a block a tile of [`COLUMN_TILE`] adjacent groups
+    /// A reduction over a strided dim: a block a tile of 32 adjacent groups
     /// (columns), each tile split into parts along the reduced dim where the tiles alone do not
     /// fill `blocks_per_sm` blocks an SM and `split` allows; no launch when `groups` is 0.
     Columns {
