@@ -157,14 +157,18 @@ pub(crate) fn launch_entry(
         Geometry::Full { slots, .. } => {
             Some(((slots.max(1) as usize).saturating_mul(grid as usize), 1))
         }
+        // A tile in one part uses neither (the kernel still takes the two pointers), so an
+        // unsplit column sum of many columns needs no scratch to grow inside a capture.
         Geometry::Columns { groups, slots, .. } => {
-            let (tiles, parts) = column_parts(geometry, queue.cuda.sm_count);
-            let per_part = (slots.max(1) as u64).saturating_mul(groups);
-            let needed = per_part.saturating_mul(parts);
-            Some((
-                usize::try_from(needed).unwrap_or(usize::MAX),
-                tiles as usize,
-            ))
+            match column_parts(geometry, queue.cuda.sm_count) {
+                (_, 1) => Some((0, 1)),
+                (tiles, parts) => {
+                    let per_part = (slots.max(1) as u64).saturating_mul(groups);
+                    let needed = per_part.saturating_mul(parts);
+                    let tiles = usize::try_from(tiles).unwrap_or(usize::MAX);
+                    Some((usize::try_from(needed).unwrap_or(usize::MAX), tiles))
+                }
+            }
         }
         Geometry::Map { .. } | Geometry::Rows { .. } => None,
     };
