@@ -468,7 +468,11 @@ impl Cuda<'_> {
                     let value = self.loaded(self.k.nodes[id].elem(), format!("h{id}"));
                     self.line(format!("const {t} v{id} = {value};"));
                     self.bits.retain(|(n, _)| *n != id);
-                    self.bits.push((id, self.blocks.clone()));
+                    // Not at a function's top level, where the path would be open in the
+                    // next function printed too (the tiled template, then its entry).
+                    if !self.blocks.is_empty() {
+                        self.bits.push((id, self.blocks.clone()));
+                    }
                 }
                 None => self.line(format!("const {t} v{id} = {e};")),
             }

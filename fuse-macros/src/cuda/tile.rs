@@ -18,8 +18,8 @@
 //! width a short row can take, with two elements a thread or a vector of four (`fours`; `full`
 //! where every lane of the segment has one), and for the entry's longest length as a constant
 //! (`exact`, 0 for a parameter) where that is a power of two, so the shuffle reductions, lane
-//! arithmetic and row offsets are specialized. (NVRTC compiles no lambda in device code without flags that every kernel would
-//! then carry.)
+//! arithmetic and row offsets are specialized. (NVRTC compiles no lambda in device code without
+//! flags that every kernel would then carry.)
 
 use super::{Cuda, BLOCK};
 use crate::ir::{DimId, Launch};

@@ -73,7 +73,8 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 }
 
 /// The blocks per SM a column reduction's grid aims at: a full SM (8 x 256 threads), each
-/// thread with its loads of several rows in flight.
+/// thread with its loads of several rows in flight. With it, f32 column sums ran at 96-98% of
+/// copy speed on an H100 over four shapes from 256 x 2^20 to 2^20 x 256 (NOTES item 72).
 pub(crate) const COLUMN_BLOCKS_PER_SM: u32 = 8;
 
 /// The `__launch_bounds__` minimum of blocks per SM of a column reduction: [`MIN_BLOCKS`] (128
