@@ -13,7 +13,7 @@
 //! reads it back from `gridDim.x`.
 
 use super::text::{combine, identity};
-use super::{Cuda, Scope, BLOCK, SYNTAX};
+use super::{Cuda, Scope, BLOCK};
 use crate::abi::COLUMN_TILE;
 use crate::ir::{DimId, NodeId, Reduce};
 use crate::plan::Plan;
@@ -55,17 +55,8 @@ impl Cuda<'_> {
         // nothing.
         self.line("const bool live = gl < groups;");
         self.line("const long long g = live ? gl : groups - 1;");
-        for l in self.layout.split("g", &rows, &SYNTAX) {
-            self.line(l);
-        }
+        self.row_start(&rows, axis, plan);
         let shapes = self.layout.shapes();
-        for (s, shape) in shapes.iter().enumerate() {
-            self.line(format!(
-                "const long long b{s} = {};",
-                self.layout.offset(shape, Some(axis))
-            ));
-        }
-        self.values(&plan.prologue, Scope::Row);
         self.line("const long long r0 = part * per_split;");
         self.line("const long long r1 = r0 + per_split < len ? r0 + per_split : len;");
         // Rows' loads in flight: eight for a kernel of one tensor of at most 4-byte elements

@@ -138,17 +138,7 @@ impl Cuda<'_> {
             self.line("const bool live = gl < groups;");
             self.line("const long long g = live ? gl : groups - 1;");
         }
-        for l in self.layout.split("g", rows, &SYNTAX) {
-            self.line(l);
-        }
-        let shapes = self.layout.shapes();
-        for (s, shape) in shapes.iter().enumerate() {
-            self.line(format!(
-                "const long long b{s} = {};",
-                self.layout.offset(shape, Some(axis))
-            ));
-        }
-        self.values(&plan.prologue, Scope::Row);
+        self.row_start(rows, axis, plan);
         let has_cache = !cached_params(self.k, self.plan).is_empty();
         let stream = self.streams_vectors(domain, axis, has_cache);
         if cached.is_empty() {
@@ -191,6 +181,21 @@ impl Cuda<'_> {
         }
         self.hoisted_positions = false;
         self.close();
+    }
+
+    /// The coordinates of row `g`, its start `b<s>` in each shape, and its prologue values: the
+    /// start of every row loop but the tiled short rows' (whose whole-domain tensors start at 0).
+    pub(super) fn row_start(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
+        for l in self.layout.split("g", rows, &SYNTAX) {
+            self.line(l);
+        }
+        for (s, shape) in self.layout.shapes().iter().enumerate() {
+            self.line(format!(
+                "const long long b{s} = {};",
+                self.layout.offset(shape, Some(axis))
+            ));
+        }
+        self.values(&plan.prologue, Scope::Row);
     }
 
     /// Whether some value of the passes needs its element's position along `axis` (`r`):

@@ -8,7 +8,7 @@
 //! that, and the cluster size, from the row length and `plan::rows::cached_bytes`, and otherwise
 //! launches the general row entry, which streams such rows.
 
-use super::super::{Cuda, Scope, BLOCK, SYNTAX};
+use super::super::{Cuda, Scope, BLOCK};
 use crate::ir::{DimId, Launch, NodeId};
 use crate::plan::rows::{bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER};
 use crate::plan::{Entry, Pass, Plan};
@@ -59,7 +59,7 @@ impl Cuda<'_> {
         self.line("const long long clusters = (long long)(gridDim.x / blocks);");
         self.row_ahead(&cached);
         self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
-        self.shared_row_start(rows, axis, plan);
+        self.row_start(rows, axis, plan);
         self.shared_load(&cached);
         self.next_row_prefetch(&cached);
         self.line("fz_copy_wait();");
@@ -82,20 +82,6 @@ impl Cuda<'_> {
             self.line(format!("{t}* const sc_{name} = ({t}*){at};"));
             offset += self.k.params[p].elem.bits() / 8;
         }
-    }
-
-    /// The coordinates of row `g`, its start `b<s>` in each shape, and its prologue values.
-    fn shared_row_start(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
-        for l in self.layout.split("g", rows, &SYNTAX) {
-            self.line(l);
-        }
-        for (s, shape) in self.layout.shapes().iter().enumerate() {
-            self.line(format!(
-                "const long long b{s} = {};",
-                self.layout.offset(shape, Some(axis))
-            ));
-        }
-        self.values(&plan.prologue, Scope::Row);
     }
 
     /// Starts copying this block's part of the row into shared memory, each thread the elements
