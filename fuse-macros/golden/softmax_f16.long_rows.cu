@@ -150,7 +150,13 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
     for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
-        if ((len & 3) == 0) {
+        if ((len & 7) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
+                fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + c * 8);
+            }
+        }
+        else if ((len & 3) == 0) {
             #pragma unroll 2
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
@@ -167,7 +173,62 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         }
         fz_copy_wait();
         float acc1 = (-__int_as_float(0x7f800000));
-        if ((len & 3) == 0) {
+        if ((len & 7) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
+                const int q = 0;
+                const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c - begin / 8]};
+                {
+                    const int j = 0;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 4;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 5;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 6;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 7;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+            }
+        }
+        else if ((len & 3) == 0) {
             #pragma unroll 1
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;
@@ -239,7 +300,78 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         }
         const float v1 = acc1;
         float acc4 = (float)0;
-        if ((len & 3) == 0) {
+        if ((len & 7) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
+                const int q = 0;
+                const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c - begin / 8]};
+                {
+                    const int j = 0;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 4;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 5;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 6;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 7;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+            }
+        }
+        else if ((len & 3) == 0) {
             #pragma unroll 1
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;
@@ -321,7 +453,163 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         }
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);
-        if ((len & 3) == 0) {
+        if ((len & 7) == 0) {
+            #pragma unroll 1
+            for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
+                const int q = 0;
+                const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c - begin / 8]};
+                fz_vec<unsigned short, 8> s0;
+                bool fz_bad = false;
+                {
+                    const int j = 0;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 1;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 2;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 3;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 4;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 5;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 6;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 7;
+                    const long long r = c * 8 + j;
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                if (fz_bad) {
+                    {
+                        const int j = 0;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 4;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 5;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 6;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 7;
+                        const long long r = c * 8 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                }
+                *(reinterpret_cast<fz_vec<unsigned short, 8>*>(out0 + b0) + c) = s0;
+            }
+        }
+        else if ((len & 3) == 0) {
             #pragma unroll 1
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;

@@ -90,22 +90,25 @@ impl Cuda<'_> {
     /// copies (four elements) when the length allows, else one element a copy; all in flight at
     /// once (`cp.async` on sm_80+) until `fz_copy_wait`.
     fn shared_load(&mut self, cached: &[usize]) {
-        self.open("if ((len & 3) == 0)");
-        // Two copies a step, not four: with four, the next row's prefetch after them tipped
-        // layernorm_quantize on sm_90 into spills (the copies wait on nothing either way).
-        self.line("#pragma unroll 2");
-        self.open(format!(
-            "for (int c = begin / 4 + threadIdx.x; c < end / 4; c += {BLOCK})"
-        ));
-        for &p in cached {
-            let (t, name) = self.param_text(p);
-            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-            self.line(format!(
-                "fz_copy_async<4 * sizeof({t})>(sc_{name} + (c * 4 - begin), p_{name} + b{s} + c * 4);"
+        for (i, v) in self.long_lanes(cached).into_iter().enumerate() {
+            let test = format!("if ((len & {}) == 0)", v - 1);
+            self.open(if i == 0 { test } else { format!("else {test}") });
+            // Two copies a step, not four: with four, the next row's prefetch after them tipped
+            // layernorm_quantize on sm_90 into spills (the copies wait on nothing either way).
+            self.line("#pragma unroll 2");
+            self.open(format!(
+                "for (int c = begin / {v} + threadIdx.x; c < end / {v}; c += {BLOCK})"
             ));
+            for &p in cached {
+                let (t, name) = self.param_text(p);
+                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+                self.line(format!(
+                    "fz_copy_async<{v} * sizeof({t})>(sc_{name} + (c * {v} - begin), p_{name} + b{s} + c * {v});"
+                ));
+            }
+            self.close();
+            self.close();
         }
-        self.close();
-        self.close();
         self.open("else");
         self.line("#pragma unroll 2");
         self.open(format!(
@@ -177,8 +180,22 @@ impl Cuda<'_> {
         }
     }
 
-    /// Four elements a step, `c` the vector's index in the row: the cached tensors as one vector
-    /// each from shared memory (`rc_<name>[0]`, as the register cache names them).
+    /// The elements of a vector step (and of a copy into shared memory), widest first: eight
+    /// (16 bytes) and then four where every tensor is of at most 2-byte elements, the cached
+    /// ones of 2, else four. With four, S2's bf16 softmax at 32768 and 262144 columns ran at 65
+    /// and 52% of copy speed on an H100 (f16 80 and 63%), f32 at 92 and 95% (NOTES item 76).
+    /// A block's part of the row is a multiple of 32 elements (`fz_part`), so every width
+    /// starts it on a whole vector.
+    fn long_lanes(&self, cached: &[usize]) -> Vec<u32> {
+        let narrow = crate::plan::rows::tensor_elems(self.k).all(|e| e.bits() <= 16);
+        match narrow && cached.iter().all(|&p| self.k.params[p].elem.bits() == 16) {
+            true => vec![8, 4],
+            false => vec![4],
+        }
+    }
+
+    /// A vector's elements a step, `c` the vector's index in the row: the cached tensors as one
+    /// vector each from shared memory (`rc_<name>[0]`, as the register cache names them).
     fn shared_vector_loop(
         &mut self,
         pass: &Pass,
@@ -186,30 +203,35 @@ impl Cuda<'_> {
         cached: &[usize],
         shapes: &[Vec<DimId>],
     ) {
-        self.open("if ((len & 3) == 0)");
-        // Not unrolled: unrolled steps spilled (softmax at 64 registers on sm_90), and shared
-        // memory's latency is short.
-        self.line("#pragma unroll 1");
-        self.open(format!(
-            "for (int c = begin / 4 + threadIdx.x; c < end / 4; c += {BLOCK})"
-        ));
-        self.line("const int q = 0;");
-        for &p in cached {
-            let (t, name) = self.param_text(p);
-            self.line(format!("const fz_vec<{t}, 4> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, 4>*>(sc_{name})[c - begin / 4]}};"));
-        }
-        let stash = self.stash.map(|_| self.param_text(cached[0]));
-        if let Some((t, _)) = &stash {
-            self.line(format!("fz_vec<{t}, 4> fz_st;"));
-        }
-        self.vector_row_step(pass, axis, cached, shapes, false);
-        if let Some((t, name)) = &stash {
-            self.line(format!(
-                "reinterpret_cast<fz_vec<{t}, 4>*>(sc_{name})[c - begin / 4] = fz_st;"
+        for (i, v) in self.long_lanes(cached).into_iter().enumerate() {
+            let test = format!("if ((len & {}) == 0)", v - 1);
+            self.open(if i == 0 { test } else { format!("else {test}") });
+            // Not unrolled: unrolled steps spilled (softmax at 64 registers on sm_90), and
+            // shared memory's latency is short.
+            self.line("#pragma unroll 1");
+            self.open(format!(
+                "for (int c = begin / {v} + threadIdx.x; c < end / {v}; c += {BLOCK})"
             ));
+            self.line("const int q = 0;");
+            for &p in cached {
+                let (t, name) = self.param_text(p);
+                self.line(format!("const fz_vec<{t}, {v}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}]}};"));
+            }
+            let stash = self.stash.map(|_| self.param_text(cached[0]));
+            if let Some((t, _)) = &stash {
+                self.line(format!("fz_vec<{t}, {v}> fz_st;"));
+            }
+            self.step_lanes = v;
+            self.vector_row_step(pass, axis, cached, shapes, false);
+            self.step_lanes = 4;
+            if let Some((t, name)) = &stash {
+                self.line(format!(
+                    "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}] = fz_st;"
+                ));
+            }
+            self.close();
+            self.close();
         }
-        self.close();
-        self.close();
     }
 
     /// One element a step, for lengths that are not a multiple of four: the cached tensors read
