@@ -930,6 +930,25 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             long_rows(cols, cluster, 4),
         );
     }
+    // 16-bit rows: 16-byte vectors where the length is a multiple of eight, else 8-byte ones,
+    // else elements.
+    for (rows, cols, cluster) in [(3, 4104, 3), (2, 4100, 2), (3, 4099, 4), (4, 40, 1)] {
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &[rows, cols])).unwrap();
+        emulate_launch(
+            &format!("long bf16 softmax {rows}x{cols} in {cluster}"),
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            vec![hex(&b)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16"],
+            &[Tol::close(1e-2, 1e-6)],
+            long_rows(cols, cluster, 2),
+        );
+    }
     for (rows, cols, cluster) in [(5, 4100, 3), (4, 37, 4), (2, 41, 1)] {
         let n = rows * cols;
         let x = rng.floats::<f32>(n, -3.0, 3.0);
@@ -1111,6 +1130,46 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
                 Tol::close(1e-2, 1e-3),
                 Tol::close(1e-2, 1e-3),
             ],
+        );
+    }
+}
+
+/// A 16-bit softmax whose rows are a multiple of eight long, up to 2048, holds them in 16-byte
+/// vectors, 32 elements a thread (`wide_cached_rows`): segments of 2 to 64 threads, rows
+/// neither a power of two nor filling the segment's last vectors, and a row a warp (1024).
+#[test]
+fn wide_cached_rows_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(9, 40), (7, 256), (5, 1000), (4, 1024), (3, 2040)] {
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        let shape = [rows, cols];
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
+        emulate(
+            &format!("bf16 softmax {rows}x{cols}"),
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            vec![hex(&b)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16"],
+            &[Tol::close(1e-2, 1e-6)],
+        );
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
+        emulate(
+            &format!("f16 softmax {rows}x{cols}"),
+            &kernels::f16s::softmax::__fuse::PROGRAM,
+            vec![hex(&h)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f16"],
+            &[Tol::close(2e-3, 1e-6)],
         );
     }
 }

@@ -69,6 +69,10 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         reuse: None,
         stash: None,
         step_lanes: 4,
+        cache_lanes: match entry.path {
+            Path::RowsCachedWide => 8,
+            _ => 4,
+        },
         cast_bits: None,
         bits: vec![],
         blocks: vec![],
@@ -125,6 +129,10 @@ fn path_comment(entry: &Entry) -> String {
         Path::Rows => "any row length, the rows streamed from memory in every pass.".into(),
         Path::RowsCached => format!(
             "rows of 1 to {} elements{multiple}, each held in the registers of a segment of threads, read once.",
+            w.max_len
+        ),
+        Path::RowsCachedWide => format!(
+            "rows of 1 to {} elements{multiple}, each held in the registers of a segment of threads in 16-byte vectors of 2-byte elements, 32 a thread, read once.",
             w.max_len
         ),
         Path::RowBlock => format!(
@@ -243,6 +251,9 @@ struct Cuda<'a> {
     /// The elements of a row's vector step (`rows::Cuda::vector_row_step`): four, or eight in
     /// the streamed passes of kernels of 2-byte tensors.
     step_lanes: u32,
+    /// The elements of each of a cached row's vectors in registers (`rc_<name>[q]`): four, or
+    /// eight (16 bytes of 2-byte elements) on the wide path.
+    cache_lanes: u32,
     /// The bits of the cast to a 16-bit float `expr` just wrote, for `values` to declare.
     cast_bits: Option<String>,
     /// Casts to a 16-bit float whose bits `h<id>` are declared, each with the blocks open where

@@ -28,10 +28,14 @@ impl Cuda<'_> {
             // in registers take four elements per thread step, so they need a quarter of the
             // threads.
             self.line(format!("int width = {BLOCK};"));
-            if self.path == Path::RowsCached {
-                // Cached rows: the fewest threads that hold the row in `CACHE` registers each.
+            if matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
+                // Cached rows: the fewest threads that hold the row in `CACHE` registers each
+                // (`CACHE` 4-byte elements, or twice as many 2-byte ones on the wide path).
                 self.line("width = 1;");
-                self.line(format!("while (width * {CACHE} < len) width <<= 1;"));
+                self.line(format!(
+                    "while (width * {} < len) width <<= 1;",
+                    self.cache_elems()
+                ));
             } else {
                 // Short rows: up to four elements a thread, so that each has several loads in
                 // flight. Rows shorter than a block's 16 elements a thread: a warp each,
@@ -213,13 +217,16 @@ impl Cuda<'_> {
     /// every row, 429 instructions a row against the 404 of the kernel that held every path,
     /// which kept them: 418 with them kept (benches/NOTES.md item 70).
     fn hoist_positions(&mut self) {
-        self.line(format!("unsigned int fz_pos[{CACHE}];"));
+        let l = self.cache_lanes;
+        self.line(format!("unsigned int fz_pos[{}];", self.cache_elems()));
         self.line("#pragma unroll");
         self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
         self.line("#pragma unroll");
-        self.open("for (int j = 0; j < 4; ++j)");
-        self.line("fz_pos[q * 4 + j] = (unsigned int)((lane + q * width) * 4 + j);");
-        self.line("asm volatile(\"\" : \"+r\"(fz_pos[q * 4 + j]));");
+        self.open(format!("for (int j = 0; j < {l}; ++j)"));
+        self.line(format!(
+            "fz_pos[q * {l} + j] = (unsigned int)((lane + q * width) * {l} + j);"
+        ));
+        self.line(format!("asm volatile(\"\" : \"+r\"(fz_pos[q * {l} + j]));"));
         self.close();
         self.close();
     }
@@ -231,7 +238,8 @@ impl Cuda<'_> {
         for &p in cached {
             let (t, name) = self.param_text(p);
             let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-            self.line(format!("fz_vec<{t}, 4> rc_{name}[{}];", CACHE / 4));
+            let l = self.cache_lanes;
+            self.line(format!("fz_vec<{t}, {l}> rc_{name}[{}];", CACHE / 4));
             self.line("#pragma unroll");
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
@@ -240,10 +248,10 @@ impl Cuda<'_> {
             let from = match (from_buffer, self.treats_rows_whole()) {
                 (true, _) => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
                 (false, false) => {
-                    format!("reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s})[c]")
+                    format!("reinterpret_cast<const fz_vec<{t}, {l}>*>(p_{name} + b{s})[c]")
                 }
                 (false, true) => format!(
-                    "fz_ld_keep(reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name} + b{s}) + c)"
+                    "fz_ld_keep(reinterpret_cast<const fz_vec<{t}, {l}>*>(p_{name} + b{s}) + c)"
                 ),
             };
             if self.treats_rows_whole() && !from_buffer {
@@ -327,13 +335,19 @@ impl Cuda<'_> {
     /// is 32-bit; a row a block is longer than `CACHE * BLOCK / 2` (else `width` would be
     /// smaller), so its first half always is.
     fn in_cached_row(&self) -> Option<String> {
+        let l = self.cache_lanes;
         if self.full_rows {
             None
         } else if self.whole_rows {
-            Some(format!("(q < {} || c * 4 < (int)len)", CACHE / 8))
+            Some(format!("(q < {} || c * {l} < (int)len)", CACHE / 8))
         } else {
-            Some("c * 4 < (int)len".to_string())
+            Some(format!("c * {l} < (int)len"))
         }
+    }
+
+    /// The elements of a cached row a thread holds: `CACHE / 4` vectors of `cache_lanes`.
+    fn cache_elems(&self) -> u32 {
+        CACHE / 4 * self.cache_lanes
     }
 
     /// `in_cached_row` as the start of a one-line `if`, or nothing.
@@ -372,7 +386,7 @@ impl Cuda<'_> {
     fn length_guard(&mut self) {
         if !matches!(
             self.path,
-            Path::RowBlock | Path::RowBlockExact | Path::RowsCached
+            Path::RowBlock | Path::RowBlockExact | Path::RowsCached | Path::RowsCachedWide
         ) {
             return;
         }
@@ -457,10 +471,11 @@ impl Cuda<'_> {
                 // In a pass that also loads other tensors along the row (gamma, beta), the
                 // unconditional loads of the first half were hoisted and spilled
                 // (`w7_layernorm_quantize` at 64 registers): the test stays there.
+                let l = self.cache_lanes;
                 let inside = if self.full_rows || self.row_vectors(pass, axis, cached).is_empty() {
                     self.in_cached_row()
                 } else {
-                    Some("c * 4 < (int)len".to_string())
+                    Some(format!("c * {l} < (int)len"))
                 };
                 match inside {
                     Some(inside) => self.open(format!("if ({guard}{inside})")),
@@ -469,9 +484,11 @@ impl Cuda<'_> {
                 (self.reuse, self.stash) = (reuse, stash);
                 let (t, name) = self.param_text(cached[0]);
                 if stash.is_some() {
-                    self.line(format!("fz_vec<{t}, 4> fz_st;"));
+                    self.line(format!("fz_vec<{t}, {l}> fz_st;"));
                 }
+                self.step_lanes = l;
                 self.vector_row_step(pass, axis, cached, &shapes, true);
+                self.step_lanes = 4;
                 if stash.is_some() {
                     // Only loops whose rows are in registers stash (`treats_rows_whole`).
                     self.line(format!("rc_{name}[q] = fz_st;"));
@@ -614,7 +631,7 @@ impl Cuda<'_> {
             self.open("");
             self.line(format!("const int j = {j};"));
             self.line(match self.hoisted_positions {
-                true => "const long long r = fz_pos[q * 4 + j];".to_string(),
+                true => format!("const long long r = fz_pos[q * {v} + j];"),
                 false => format!("const long long r = c * {v} + j;"),
             });
             self.row_vectors_now = vectors.to_vec();

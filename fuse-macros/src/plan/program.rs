@@ -7,7 +7,7 @@ use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, Op};
 use crate::plan::rows::{
     cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count, tiling,
-    SHORT,
+    wide_cache, SHORT,
 };
 use crate::plan::{tuning, Plan};
 
@@ -74,6 +74,10 @@ pub enum Path {
     /// Rows a multiple of four long that fit in the registers of a segment or a block
     /// (`CACHE` elements a thread), read once.
     RowsCached,
+    /// As `RowsCached` for a kernel of 2-byte tensors whose rows are a multiple of eight long,
+    /// up to `WIDE_CACHED_ROW`: 16-byte vectors of eight elements, `2 * CACHE` a thread, so
+    /// a row of 1024 is a warp's.
+    RowsCachedWide,
     /// Rows of `CACHE * BLOCK / 2 + 1` to `CACHE * BLOCK` elements, a multiple of four: a block
     /// a row, the row in registers, `width` a constant (sm_90 and later).
     RowBlock,
@@ -96,6 +100,7 @@ impl Path {
         match self {
             Path::Map | Path::Full | Path::Rows | Path::Columns => "",
             Path::RowsCached => "_cached_rows",
+            Path::RowsCachedWide => "_wide_cached_rows",
             Path::RowBlock => "_block_rows",
             Path::RowBlockExact => "_exact_rows",
             Path::ShortRows => "_short_rows",
@@ -110,6 +115,7 @@ impl Path {
             Path::Full => "full",
             Path::Rows => "rows",
             Path::RowsCached => "cached_rows",
+            Path::RowsCachedWide => "wide_cached_rows",
             Path::RowBlock => "block_rows",
             Path::RowBlockExact => "exact_rows",
             Path::ShortRows => "short_rows",
@@ -310,6 +316,14 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 }
                 debug_assert_eq!(min_len, u64::from(SHORT) + 1);
             }
+            if wide_cache(k, plan) {
+                entries.push(entry(
+                    Path::RowsCachedWide,
+                    bound,
+                    rows,
+                    rows_of(1, tuning::WIDE_CACHED_ROW, 8, 0),
+                ));
+            }
             if !cached_params(k, plan).is_empty() {
                 // Light rows load straight into registers, with a grid of their own.
                 let block = match direct_row_cost(k, plan) {
@@ -438,6 +452,43 @@ mod tests {
             paths(quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } }),
             [Map]
         );
+    }
+
+    /// A 16-bit softmax also has the wide cached entry, tried before the row-a-block ones for
+    /// rows a multiple of eight long up to 2048; a kernel with a 4-byte tensor has none.
+    #[test]
+    fn sixteen_bit_rows_have_a_wide_cached_entry() {
+        let bf16 = program(&kernel(quote! {
+            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        }));
+        let wide: Vec<_> = bf16
+            .entries
+            .iter()
+            .filter(|e| e.path == Path::RowsCachedWide)
+            .collect();
+        let [wide] = wide[..] else {
+            panic!("one wide entry")
+        };
+        assert_eq!(
+            (wide.when.min_len, wide.when.max_len, wide.when.multiple_of),
+            (1, 2048, 8)
+        );
+        let at = |p: Path| bf16.entries.iter().position(|e| e.path == p).unwrap();
+        assert!(at(Path::RowsCachedWide) < at(Path::RowBlockExact));
+        let text = crate::cuda::text(&kernel(quote! {
+            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        }));
+        assert!(
+            text.contains("fz_vec<unsigned short, 8> rc_x[4];"),
+            "{text}"
+        );
+        let mixed = paths(quote! {
+            fn s(x: [bf16; r, c]) -> ([bf16; r, c], [f32; r]) {
+                let e = (x - max(x, c)).exp();
+                (e / sum(e, c), max(x, c) as f32)
+            }
+        });
+        assert!(!mixed.contains(&Path::RowsCachedWide));
     }
 
     /// Every length and architecture has exactly one first entry, and the general path is

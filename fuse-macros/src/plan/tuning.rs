@@ -83,6 +83,10 @@ pub(crate) const COLUMN_BLOCKS_PER_SM: u32 = 8;
 /// flight; a column sum takes about 30 registers either way.
 pub(crate) const COLUMN_MIN_BLOCKS: u32 = MIN_BLOCKS;
 
+/// The longest row of the wide cached entry (`Path::RowsCachedWide`): 2048 elements, 64
+/// threads of 32. Longer rows go on to the row-a-block entries, as 4-byte rows do.
+pub(crate) const WIDE_CACHED_ROW: u64 = 2048;
+
 /// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
 /// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
 /// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
