@@ -251,6 +251,7 @@ impl Cpu<'_> {
                 Launch::Rows { axis, .. } if d == axis => "(r as u32)".to_string(),
                 _ => format!("({} as u32)", self.layout.coord(*d)),
             },
+            Op::Len(d) => format!("({} as {})", self.layout.size(*d), e.compute().name()),
             Op::Int(value) if e.is_float() => float_bits(&value.to_string(), e),
             Op::Int(value) => format!("({value}{})", e.name()),
             Op::Float(digits) => float_bits(digits, e),

@@ -46,16 +46,16 @@ pub fn fuse(input: TokenStream) -> TokenStream {
 }
 
 /// A generated local name, hygienic to the macro, so that no parameter name can capture it.
-fn local(name: &str) -> Ident {
+pub(crate) fn local(name: &str) -> Ident {
     Ident::new(name, Span::mixed_site())
 }
 
-fn rt() -> TokenStream {
+pub(crate) fn rt() -> TokenStream {
     RT.parse().expect("a path")
 }
 
 /// The Rust type of an element: a primitive, or the runtime's re-export of `half`'s types.
-fn elem_tokens(e: Elem) -> TokenStream {
+pub(crate) fn elem_tokens(e: Elem) -> TokenStream {
     let path = if e.is_half() {
         format!("{RT}::{}", e.name())
     } else {
@@ -195,6 +195,7 @@ fn stub(def: &KernelDef) -> TokenStream {
     let dev = format_ident!("{}", DEVICE_ARG);
     let (inputs, outputs, ret) = (sig.input_params(), sig.output_params(), sig.return_type());
     let unreachable = quote!(::core::unreachable!("this `fuse!` kernel has errors"));
+    let derived = derived_stubs(def, &sig);
     quote! {
         #(#attrs)*
         #[allow(unused_variables, clippy::all)]
@@ -204,8 +205,43 @@ fn stub(def: &KernelDef) -> TokenStream {
             pub const CUDA_SOURCE: &str = "";
             pub fn into(#dev: &#rt::Device, #inputs #outputs) -> ::core::result::Result<(), #rt::Error> { #unreachable }
             pub fn load(#dev: &#rt::Device) -> ::core::result::Result<(), #rt::Error> { #unreachable }
+            #derived
         }
     }
+}
+
+/// The derivative functions of a kernel with errors, with unreachable bodies: calls of them
+/// add no error of their own. Of each attribute's names, those of parameters.
+fn derived_stubs(def: &KernelDef, sig: &RustSig) -> TokenStream {
+    let list = |reverse: bool| {
+        def.derive.iter().find(|a| a.reverse == reverse).map(|a| {
+            let mut found: Vec<usize> = vec![];
+            for n in &a.names {
+                let at = sig
+                    .inputs
+                    .iter()
+                    .position(|(p, _, _)| plain_name(p) == plain_name(n));
+                if let Some(i) = at.filter(|i| !found.contains(i)) {
+                    found.push(i);
+                }
+            }
+            found
+        })
+    };
+    let api = crate::grad::items::ApiSig {
+        kernel: def.name.clone(),
+        inputs: sig.inputs.clone(),
+        outputs: sig.outputs.clone(),
+        tuple: sig.tuple,
+        vjp: list(true),
+        jvp: list(false),
+    };
+    let bodies = crate::grad::items::Bodies {
+        vjp: None,
+        value_and_vjp: None,
+        jvp: None,
+    };
+    crate::grad::items::items(&api, &bodies)
 }
 
 /// The items of kernel `k`, with its CUBIN for each of `archs` (see [`crate::cubin`]).
@@ -247,6 +283,7 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
         plain_name(name)
     );
     let module = module_items(k, &program, &sig, &sources, &cubins);
+    let derived = derived_items(k, archs);
     quote! {
         #cubin_error
         #(#attrs)*
@@ -261,8 +298,61 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
         #[doc = #mod_doc]
         #vis mod #name {
             #module
+            #derived
         }
     }
+}
+
+/// The derivatives of `k` (`#[vjp]`, `#[jvp]`): their hidden launches' kernels and the
+/// functions that run them, for `k`'s module.
+fn derived_items(k: &Kernel, archs: &[u32]) -> TokenStream {
+    if k.vjp.is_none() && k.jvp.is_none() {
+        return TokenStream::new();
+    }
+    let derive = |d: Result<crate::grad::Derived, String>| match d {
+        Ok(d) => Ok(d),
+        Err(message) => Err(syn::Error::new(k.name.span(), message).to_compile_error()),
+    };
+    let vjp = k
+        .vjp
+        .as_ref()
+        .map(|_| derive(crate::grad::vjp(k, false, "d")));
+    let both = k
+        .vjp
+        .as_ref()
+        .map(|_| derive(crate::grad::vjp(k, true, "v")));
+    let jvp = k.jvp.as_ref().map(|_| derive(crate::grad::jvp(k, "j")));
+    let mut out = TokenStream::new();
+    let mut ok = |d: Option<Result<crate::grad::Derived, TokenStream>>| match d {
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => {
+            out.extend(e);
+            None
+        }
+        None => None,
+    };
+    let (vjp, both, jvp) = (ok(vjp), ok(both), ok(jvp));
+    for d in [&vjp, &both, &jvp].into_iter().flatten() {
+        for step in &d.steps {
+            out.extend(expand_kernel(&step.kernel, archs));
+        }
+    }
+    let sig = RustSig::from_kernel(k);
+    let api = crate::grad::items::ApiSig {
+        kernel: k.name.clone(),
+        inputs: sig.inputs,
+        outputs: sig.outputs,
+        tuple: k.tuple,
+        vjp: k.vjp.clone(),
+        jvp: k.jvp.clone(),
+    };
+    let bodies = crate::grad::items::Bodies {
+        vjp: vjp.as_ref(),
+        value_and_vjp: both.as_ref(),
+        jvp: jvp.as_ref(),
+    };
+    out.extend(crate::grad::items::items(&api, &bodies));
+    out
 }
 
 fn fn_doc(k: &Kernel) -> String {

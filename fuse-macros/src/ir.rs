@@ -83,6 +83,8 @@ pub enum Op {
     Call(Func, Vec<NodeId>),
     /// A reduction over one dim, or over every element (`None`).
     Reduce(Reduce, NodeId, Option<DimId>),
+    /// The size of a dim, as the node's float type: what a derivative divides a mean's by.
+    Len(DimId),
     /// A random number at the current element's position in the node's shape, from the `u64`
     /// seed `NodeId` and the call's stream number (its place among the kernel's random calls).
     Random(Random, NodeId, u32),
@@ -103,6 +105,7 @@ impl Op {
             Op::Load(_)
             | Op::Scalar(_)
             | Op::Index(_)
+            | Op::Len(_)
             | Op::Int(_)
             | Op::Float(_)
             | Op::Bool(_) => vec![],
@@ -171,6 +174,10 @@ pub struct Kernel {
     pub attrs: Vec<Attribute>,
     /// `#[fast_math]`: f32 functions through CUDA's fast intrinsics.
     pub fast_math: bool,
+    /// The parameters of `#[vjp(..)]` and of `#[jvp(..)]`, by index, in the order listed;
+    /// `None` without the attribute.
+    pub vjp: Option<Vec<usize>>,
+    pub jvp: Option<Vec<usize>>,
     pub vis: Visibility,
     pub name: Ident,
     pub dims: Vec<Dim>,

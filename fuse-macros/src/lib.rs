@@ -19,6 +19,7 @@ mod func;
 mod fusion;
 #[cfg(test)]
 mod fuzz;
+mod grad;
 mod ir;
 mod limits;
 mod parse;

@@ -7,6 +7,7 @@ use crate::error::{tokens, Errors};
 use crate::limits::MAX_EXPR_DEPTH;
 use crate::ty::Elem;
 use proc_macro2::{Span, TokenStream};
+use quote::ToTokens;
 use syn::parse::{Parse, ParseStream};
 use syn::punctuated::Punctuated;
 use syn::{Attribute, Ident, LitInt, Token, Visibility};
@@ -20,6 +21,8 @@ pub struct KernelDef {
     pub attrs: Vec<Attribute>,
     /// `#[fast_math]`: f32 math through CUDA's fast intrinsics (see `doc/language.md`).
     pub fast_math: bool,
+    /// `#[vjp(a, ..)]` and `#[jvp(a, ..)]`: the derivatives to generate (see `grad.rs`).
+    pub derive: Vec<DeriveAttr>,
     pub vis: Visibility,
     pub name: Ident,
     pub params: Vec<Param>,
@@ -85,6 +88,48 @@ pub fn parse_input(tokens: TokenStream) -> syn::Result<Input> {
     syn::parse2(tokens)
 }
 
+/// A `#[vjp(..)]` or `#[jvp(..)]` attribute: which mode, the names listed, and the attribute's
+/// tokens (where errors about it point).
+pub struct DeriveAttr {
+    pub reverse: bool,
+    pub names: Vec<Ident>,
+    pub tokens: TokenStream,
+}
+
+/// Takes `#[vjp(..)]` and `#[jvp(..)]` out of a kernel's attributes: each lists parameter names,
+/// at least one.
+fn derive_attrs(attrs: &mut Vec<Attribute>) -> syn::Result<Vec<DeriveAttr>> {
+    let mut found = vec![];
+    let mut kept = vec![];
+    for attr in attrs.drain(..) {
+        let reverse = attr.path().is_ident("vjp");
+        if !reverse && !attr.path().is_ident("jvp") {
+            kept.push(attr);
+            continue;
+        }
+        let mode = if reverse { "vjp" } else { "jvp" };
+        let usage = format!(
+            "`#[{mode}(..)]` lists the float parameters to differentiate with respect to, as in `#[{mode}(x, w)]`"
+        );
+        let syn::Meta::List(list) = &attr.meta else {
+            return Err(syn::Error::new_spanned(&attr, usage));
+        };
+        let names = list
+            .parse_args_with(Punctuated::<Ident, Token![,]>::parse_terminated)
+            .map_err(|e| syn::Error::new(e.span(), &usage))?;
+        if names.is_empty() {
+            return Err(syn::Error::new_spanned(&attr, usage));
+        }
+        found.push(DeriveAttr {
+            reverse,
+            names: names.into_iter().collect(),
+            tokens: attr.to_token_stream(),
+        });
+    }
+    *attrs = kept;
+    Ok(found)
+}
+
 /// Takes `#[fast_math]` out of a kernel's attributes (the others go on the generated fn).
 fn fast_math(attrs: &mut Vec<Attribute>) -> syn::Result<bool> {
     let mut found = false;
@@ -110,6 +155,7 @@ impl Parse for KernelDef {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let mut attrs = input.call(Attribute::parse_outer)?;
         let fast_math = fast_math(&mut attrs)?;
+        let derive = derive_attrs(&mut attrs)?;
         let vis: Visibility = input.parse()?;
         input.parse::<Token![fn]>()?;
         let name: Ident = input.parse()?;
@@ -131,6 +177,7 @@ impl Parse for KernelDef {
         Ok(KernelDef {
             attrs,
             fast_math,
+            derive,
             vis,
             name,
             params: params.into_iter().collect(),

@@ -150,9 +150,12 @@ impl<'a> Checker<'a> {
             outputs: &outputs,
         };
         let launch = crate::fusion::launch(&body, self.cx)?;
+        let (vjp, jvp) = self.derive_lists(def, &outputs)?;
         Some(Kernel {
             attrs: def.attrs.clone(),
             fast_math: def.fast_math,
+            vjp,
+            jvp,
             vis: def.vis.clone(),
             name: def.name.clone(),
             dims: self.dims,
@@ -162,6 +165,70 @@ impl<'a> Checker<'a> {
             nodes: self.nodes,
             launch,
         })
+    }
+
+    /// The parameters of `#[vjp(..)]` and `#[jvp(..)]`: each a float parameter of the kernel,
+    /// listed once, in a kernel with a float output.
+    #[allow(clippy::type_complexity)]
+    fn derive_lists(
+        &mut self,
+        def: &KernelDef,
+        outputs: &[OutputInfo],
+    ) -> Option<(Option<Vec<usize>>, Option<Vec<usize>>)> {
+        let errors_before = self.cx.len();
+        let (mut vjp, mut jvp) = (None, None);
+        for attr in &def.derive {
+            let mode = if attr.reverse { "vjp" } else { "jvp" };
+            let slot = if attr.reverse { &mut vjp } else { &mut jvp };
+            if slot.is_some() {
+                self.cx.spanned(
+                    &attr.tokens,
+                    format!("`#[{mode}]` is given more than once; list every parameter in one"),
+                );
+                continue;
+            }
+            if !outputs.iter().any(|o| o.elem.is_float()) {
+                self.cx.spanned(
+                    &attr.tokens,
+                    format!("`#[{mode}]` needs a float output to differentiate, and this kernel returns none"),
+                );
+                continue;
+            }
+            let mut listed: Vec<usize> = vec![];
+            for name in &attr.names {
+                let text = plain_name(name);
+                let Some(i) = self.params.iter().position(|p| plain_name(&p.name) == text) else {
+                    let names: Vec<String> =
+                        self.params.iter().map(|p| plain_name(&p.name)).collect();
+                    let suggestion = error::closest(&text, names.iter().map(String::as_str));
+                    self.cx.spanned(
+                        name,
+                        format!(
+                            "`{text}` is not a parameter of `{}`{}",
+                            plain_name(&def.name),
+                            error::did_you_mean(suggestion)
+                        ),
+                    );
+                    continue;
+                };
+                let elem = self.params[i].elem;
+                if !elem.is_float() {
+                    self.cx.spanned(
+                        name,
+                        format!("`{text}` is of type `{elem}`, and only float parameters have derivatives; list the float ones"),
+                    );
+                } else if listed.contains(&i) {
+                    self.cx.spanned(
+                        name,
+                        format!("`{text}` is listed twice in `#[{mode}]`; list it once"),
+                    );
+                } else {
+                    listed.push(i);
+                }
+            }
+            *slot = Some(listed);
+        }
+        (self.cx.len() == errors_before).then_some((vjp, jvp))
     }
 
     fn signature(&mut self, def: &KernelDef) {

@@ -42,6 +42,7 @@ impl Cuda<'_> {
                 Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
                 _ => format!("((unsigned int){})", self.layout.coord(*d)),
             },
+            Op::Len(d) => format!("(({}){})", e.compute().c_name(), self.layout.size(*d)),
             Op::Int(value) => int_literal(*value, e),
             Op::Float(digits) => float_literal(digits, e),
             Op::Bool(b) => b.to_string(),

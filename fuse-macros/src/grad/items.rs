@@ -1,0 +1,370 @@
+//! The Rust items of a kernel's derivatives, in its module: `Grads`, `vjp`, `value_and_vjp`,
+//! `Saved`, `forward_train` and `backward` for `#[vjp(..)]`, `jvp` for `#[jvp(..)]`. Each
+//! function runs the launches of a [`Derived`], the hidden kernels `__<name>_<mode><i>` beside
+//! them, which `expand` writes as it writes every kernel.
+
+use super::{Derived, Dest};
+use crate::expand::{elem_tokens, local, rt};
+use crate::ir::plain_name;
+use crate::ty::Elem;
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote};
+
+/// What the derivative functions' signatures need: the kernel's inputs and outputs and the
+/// lists of the attributes (indices into `inputs`).
+pub struct ApiSig {
+    pub kernel: Ident,
+    pub inputs: Vec<(Ident, Elem, bool)>,
+    pub outputs: Vec<Elem>,
+    pub tuple: bool,
+    pub vjp: Option<Vec<usize>>,
+    pub jvp: Option<Vec<usize>>,
+}
+
+/// The bodies of the functions, or `None` for a kernel with errors (whose items are stubs).
+pub struct Bodies<'a> {
+    pub vjp: Option<&'a Derived>,
+    pub value_and_vjp: Option<&'a Derived>,
+    pub jvp: Option<&'a Derived>,
+}
+
+impl ApiSig {
+    /// A name for each output's cotangent or tangent: `{prefix}out`, or `{prefix}out0`, ..,
+    /// clear of the inputs' names and the device argument's.
+    fn output_names(&self, prefix: &str) -> Vec<Ident> {
+        (0..self.outputs.len())
+            .map(|j| {
+                let name = match self.tuple {
+                    true => format!("{prefix}out{j}"),
+                    false => format!("{prefix}out"),
+                };
+                Ident::new(&self.clear(name), Span::call_site())
+            })
+            .collect()
+    }
+
+    fn clear(&self, mut name: String) -> String {
+        while self.inputs.iter().any(|(n, _, _)| plain_name(n) == name)
+            || name == crate::check::DEVICE_ARG
+        {
+            name.push('_');
+        }
+        name
+    }
+
+    fn input_params(&self, buffers: bool) -> Vec<TokenStream> {
+        let rt = rt();
+        self.inputs
+            .iter()
+            .map(|(name, e, tensor)| {
+                let t = elem_tokens(*e);
+                match (*tensor, buffers) {
+                    (true, true) => quote!(#name: &#rt::Buffer<#t>),
+                    (true, false) => quote!(#name: &impl #rt::Input<#t>),
+                    (false, _) => quote!(#name: #t),
+                }
+            })
+            .collect()
+    }
+
+    /// The cotangent parameters: a buffer for each float output.
+    fn cotangent_params(&self) -> Vec<TokenStream> {
+        let rt = rt();
+        self.output_names("d_")
+            .into_iter()
+            .zip(&self.outputs)
+            .filter(|(_, e)| e.is_float())
+            .map(|(name, e)| {
+                let t = elem_tokens(*e);
+                quote!(#name: &impl #rt::Input<#t>)
+            })
+            .collect()
+    }
+
+    fn cotangent_names(&self) -> Vec<Ident> {
+        self.output_names("d_")
+            .into_iter()
+            .zip(&self.outputs)
+            .filter(|(_, e)| e.is_float())
+            .map(|(n, _)| n)
+            .collect()
+    }
+
+    fn output_types(&self) -> Vec<TokenStream> {
+        let rt = rt();
+        self.outputs
+            .iter()
+            .map(|e| {
+                let t = elem_tokens(*e);
+                quote!(#rt::Buffer<#t>)
+            })
+            .collect()
+    }
+}
+
+/// The derivative items of a kernel, for its module.
+pub fn items(sig: &ApiSig, bodies: &Bodies) -> TokenStream {
+    let mut out = TokenStream::new();
+    if let Some(list) = &sig.vjp {
+        out.extend(reverse_items(sig, list, bodies));
+    }
+    if let Some(list) = &sig.jvp {
+        out.extend(forward_items(sig, list, bodies.jvp));
+    }
+    out
+}
+
+fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
+    let rt = rt();
+    let dev = format_ident!("{}", crate::check::DEVICE_ARG);
+    let kernel = plain_name(&sig.kernel);
+    let fields: Vec<&Ident> = list.iter().map(|&i| &sig.inputs[i].0).collect();
+    let field_types: Vec<TokenStream> = list
+        .iter()
+        .map(|&i| {
+            let t = elem_tokens(sig.inputs[i].1);
+            quote!(#rt::Buffer<#t>)
+        })
+        .collect();
+    let field_docs: Vec<String> = list
+        .iter()
+        .map(|&i| {
+            let (name, e, tensor) = &sig.inputs[i];
+            match tensor {
+                true => format!(
+                    "The gradient of `{}`: its shape, in `{e}`.",
+                    plain_name(name)
+                ),
+                false => format!(
+                    "The gradient of the scalar `{}`: a buffer of shape `[]`, in `{e}`.",
+                    plain_name(name)
+                ),
+            }
+        })
+        .collect();
+    let inputs = sig.input_params(false);
+    let buffer_inputs = sig.input_params(true);
+    let cotangents = sig.cotangent_params();
+    let d_names = sig.cotangent_names();
+    let input_names: Vec<&Ident> = sig.inputs.iter().map(|(n, _, _)| n).collect();
+    let outs = sig.output_types();
+    let launches = |d: Option<&Derived>| d.map_or(0, |d| d.steps.len());
+    let vjp_body = body(bodies.vjp, &Result::Grads(fields.clone()));
+    let both_body = body(
+        bodies.value_and_vjp,
+        &Result::Both(sig.outputs.len(), fields.clone()),
+    );
+    let (n_vjp, n_both) = (launches(bodies.vjp), launches(bodies.value_and_vjp));
+    let listed: Vec<String> = fields
+        .iter()
+        .map(|f| format!("`{}`", plain_name(f)))
+        .collect();
+    let listed = listed.join(", ");
+    let grads_doc = format!(
+        "The gradients of [`{kernel}()`](fn@super::{kernel}) with respect to {listed}: one field each, of its parameter's shape and type (a scalar's is a buffer of shape `[]`)."
+    );
+    let vjp_doc = format!(
+        "The gradients of [`{kernel}()`](fn@super::{kernel}) with respect to {listed}, given its inputs and a cotangent for each float output (of that output's shape and type, in the outputs' order): the vector-Jacobian product, computed in f32 (f64 for f64 kernels) and returned in each parameter's type. Recomputes what it needs from the inputs. {n_vjp} launch{}; deterministic, the same bits every run.",
+        if n_vjp == 1 { "" } else { "es" }
+    );
+    let both_doc = format!(
+        "The outputs of [`{kernel}()`](fn@super::{kernel}) and [`vjp`]'s gradients at once, the outputs computed in the launches that compute the gradients where they fuse: {n_both} launch{} in all.",
+        if n_both == 1 { "" } else { "es" }
+    );
+    let saved_doc = format!(
+        "What [`forward_train`] keeps for [`backward`]: a handle to each tensor input of [`{kernel}()`](fn@super::{kernel}) (the same memory, no copy: write into none of them before `backward`) and each scalar input's value. It saves no computed value: the backward recomputes what it needs, which [`vjp`] does in {n_vjp} launch{}.",
+        if n_vjp == 1 { "" } else { "es" }
+    );
+    let train_doc = format!(
+        "[`{kernel}()`](fn@super::{kernel}) for training: its outputs (one launch) and the [`Saved`] that [`backward`] takes."
+    );
+    let backward_doc = "The gradients from what [`forward_train`] saved and a cotangent for each float output: [`vjp`] on the saved inputs.".to_string();
+    let saved_fields: Vec<TokenStream> = sig
+        .inputs
+        .iter()
+        .map(|(n, e, tensor)| {
+            let t = elem_tokens(*e);
+            match tensor {
+                true => quote!(#n: #rt::Buffer<#t>),
+                false => quote!(#n: #t),
+            }
+        })
+        .collect();
+    let saved_values: Vec<TokenStream> = sig
+        .inputs
+        .iter()
+        .map(|(n, _, tensor)| match tensor {
+            true => quote!(#n: #n.reshape(#n.shape())?),
+            false => quote!(#n),
+        })
+        .collect();
+    let saved_args: Vec<TokenStream> = sig
+        .inputs
+        .iter()
+        .map(|(n, _, tensor)| {
+            let saved = local("saved");
+            match tensor {
+                true => quote!(&#saved.#n),
+                false => quote!(#saved.#n),
+            }
+        })
+        .collect();
+    let out_vars: Vec<Ident> = (0..sig.outputs.len())
+        .map(|j| local(&format!("__out{j}")))
+        .collect();
+    let kernel_ident = &sig.kernel;
+    let forward_call = match sig.tuple {
+        true => quote!(let (#(#out_vars),*) = super::#kernel_ident(#dev, #(#input_names),*)?;),
+        false => quote!(let #(#out_vars)* = super::#kernel_ident(#dev, #(#input_names),*)?;),
+    };
+    let saved = local("saved");
+    quote! {
+        /// The launches [`vjp`] and [`backward`] make.
+        pub const VJP_LAUNCHES: usize = #n_vjp;
+        /// The launches [`value_and_vjp`] makes.
+        pub const VALUE_AND_VJP_LAUNCHES: usize = #n_both;
+        #[doc = #grads_doc]
+        pub struct Grads {
+            #(#[doc = #field_docs] pub #fields: #field_types,)*
+        }
+        #[doc = #vjp_doc]
+        #[allow(clippy::too_many_arguments)]
+        pub fn vjp(#dev: &#rt::Device, #(#inputs,)* #(#cotangents),*) -> ::core::result::Result<Grads, #rt::Error> {
+            #vjp_body
+        }
+        #[doc = #both_doc]
+        #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+        pub fn value_and_vjp(#dev: &#rt::Device, #(#inputs,)* #(#cotangents),*) -> ::core::result::Result<(#(#outs,)* Grads), #rt::Error> {
+            #both_body
+        }
+        #[doc = #saved_doc]
+        pub struct Saved {
+            #(#saved_fields,)*
+        }
+        #[doc = #train_doc]
+        #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+        pub fn forward_train(#dev: &#rt::Device, #(#buffer_inputs),*) -> ::core::result::Result<(#(#outs,)* Saved), #rt::Error> {
+            #forward_call
+            let #saved = Saved { #(#saved_values),* };
+            ::core::result::Result::Ok((#(#out_vars,)* #saved))
+        }
+        #[doc = #backward_doc]
+        #[allow(clippy::too_many_arguments)]
+        pub fn backward(#dev: &#rt::Device, #saved: &Saved, #(#cotangents),*) -> ::core::result::Result<Grads, #rt::Error> {
+            vjp(#dev, #(#saved_args,)* #(#d_names),*)
+        }
+    }
+}
+
+fn forward_items(sig: &ApiSig, list: &[usize], jvp: Option<&Derived>) -> TokenStream {
+    let rt = rt();
+    let dev = format_ident!("{}", crate::check::DEVICE_ARG);
+    let kernel = plain_name(&sig.kernel);
+    let inputs = sig.input_params(false);
+    let tangents: Vec<TokenStream> = list
+        .iter()
+        .map(|&i| {
+            let (name, e, tensor) = &sig.inputs[i];
+            let name = Ident::new(
+                &sig.clear(format!("t_{}", plain_name(name))),
+                Span::call_site(),
+            );
+            let t = elem_tokens(*e);
+            match tensor {
+                true => quote!(#name: &impl #rt::Input<#t>),
+                false => quote!(#name: #t),
+            }
+        })
+        .collect();
+    let outs = sig.output_types();
+    let tangent_outs: Vec<TokenStream> = sig
+        .outputs
+        .iter()
+        .filter(|e| e.is_float())
+        .map(|e| {
+            let t = elem_tokens(*e);
+            quote!(#rt::Buffer<#t>)
+        })
+        .collect();
+    let n = jvp.map_or(0, |d| d.steps.len());
+    let listed: Vec<String> = list
+        .iter()
+        .map(|&i| format!("`{}`", plain_name(&sig.inputs[i].0)))
+        .collect();
+    let doc = format!(
+        "[`{kernel}()`](fn@super::{kernel})'s outputs and their tangents along {}: given the inputs and a tangent for each (a buffer of its shape, a value for a scalar), returns the outputs, then the tangent of each float output (the Jacobian-vector product, computed in f32, f64 for f64 kernels). {n} launch{}.",
+        listed.join(", "),
+        if n == 1 { "" } else { "es" }
+    );
+    let count = sig.outputs.len() + tangent_outs.len();
+    let body = body(jvp, &Result::Tuple(count));
+    quote! {
+        /// The launches [`jvp`] makes.
+        pub const JVP_LAUNCHES: usize = #n;
+        #[doc = #doc]
+        #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+        pub fn jvp(#dev: &#rt::Device, #(#inputs,)* #(#tangents),*) -> ::core::result::Result<(#(#outs,)* #(#tangent_outs),*), #rt::Error> {
+            #body
+        }
+    }
+}
+
+/// How a derived function returns its results.
+enum Result<'a> {
+    /// `Grads { field: result j }`.
+    Grads(Vec<&'a Ident>),
+    /// The first `n` results, then `Grads` of the others.
+    Both(usize, Vec<&'a Ident>),
+    /// A tuple of the `n` results.
+    Tuple(usize),
+}
+
+/// The body of a derived function: each launch in turn, its temporaries and results bound to
+/// locals, then the return value.
+fn body(d: Option<&Derived>, result: &Result) -> TokenStream {
+    let Some(d) = d else {
+        return quote!(::core::unreachable!("this `fuse!` kernel has errors"));
+    };
+    let dev = format_ident!("{}", crate::check::DEVICE_ARG);
+    let var = |dest: Dest| match dest {
+        Dest::Result(j) => local(&format!("__r{j}")),
+        Dest::Temp(t) => local(&format!("__t{t}")),
+    };
+    let mut calls = TokenStream::new();
+    for step in &d.steps {
+        let f = &step.kernel.name;
+        let args = step.kernel.params[..d.inputs].iter().map(|p| &p.name);
+        let temps = step.temps.iter().map(|&t| {
+            let v = var(Dest::Temp(t));
+            quote!(&#v)
+        });
+        let outs: Vec<Ident> = step.dests.iter().map(|&dest| var(dest)).collect();
+        let bind = match outs.len() {
+            1 => quote!(#(#outs)*),
+            _ => quote!((#(#outs),*)),
+        };
+        calls.extend(quote! {
+            let #bind = #f(#dev, #(#args,)* #(#temps),*)?;
+        });
+    }
+    let r = |j: usize| var(Dest::Result(j));
+    let value = match result {
+        Result::Grads(fields) => {
+            let vals = (0..fields.len()).map(r);
+            quote!(Grads { #(#fields: #vals),* })
+        }
+        Result::Both(n, fields) => {
+            let outs = (0..*n).map(r);
+            let vals = (*n..*n + fields.len()).map(r);
+            quote!((#(#outs,)* Grads { #(#fields: #vals),* }))
+        }
+        Result::Tuple(n) => {
+            let vals = (0..*n).map(r);
+            quote!((#(#vals),*))
+        }
+    };
+    quote! {
+        #calls
+        ::core::result::Result::Ok(#value)
+    }
+}
