@@ -407,5 +407,6 @@ fn call(f: Func, e: Elem, a: &[String]) -> String {
         Softplus => op("softplus"),
         Erf => op("erf"),
         Rsqrt => op("rsqrt"),
+        Detach => format!("({x})"),
     }
 }

@@ -57,6 +57,8 @@ pub enum Func {
     Softplus,
     Erf,
     Rsqrt,
+    /// `detach(x)`: `x`, through which no derivative flows (`#[vjp]`, `#[jvp]`).
+    Detach,
     Pow,
     CountOnes,
     LeadingZeros,
@@ -94,6 +96,7 @@ impl Func {
                 | IsSignPositive
                 | Relu
                 | Rsqrt
+                | Detach
                 | Pow
                 | CountOnes
                 | LeadingZeros
@@ -234,6 +237,7 @@ pub const FUNCS: &[FuncInfo] = &[
     free(Func::Softplus, "softplus"),
     free(Func::Erf, "erf"),
     free(Func::Rsqrt, "rsqrt"),
+    free(Func::Detach, "detach"),
     method(Func::Pow, "pow", Sig::Pow),
     both(Func::CountOnes, "count_ones", Sig::Bits),
     both(Func::LeadingZeros, "leading_zeros", Sig::Bits),

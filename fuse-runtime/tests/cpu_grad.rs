@@ -515,3 +515,307 @@ fn launch_counts() {
         println!("{name}: vjp {v}, value_and_vjp {b}, jvp {j}");
     }
 }
+
+// Every differentiable function, six a kernel, on inputs in (0.1, 0.9) (shifted where the
+// function needs it), with the gradient of each checked on its own (one-hot cotangents).
+fuse! {
+    #[vjp(x)] #[jvp(x)]
+    pub fn funcs1(x: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (x.exp(), x.exp2(), x.ln(), x.log2(), x.log10(), x.sqrt())
+    }
+    #[vjp(x)] #[jvp(x)]
+    pub fn funcs2(x: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (x.cbrt(), x.recip(), x.sin(), x.cos(), x.tan(), x.sinh())
+    }
+    #[vjp(x)] #[jvp(x)]
+    pub fn funcs3(x: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (x.cosh(), x.tanh(), x.asin(), x.acos(), x.atan(), x.asinh())
+    }
+    #[vjp(x)] #[jvp(x)]
+    pub fn funcs4(x: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        ((x + 1.5).acosh(), x.atanh(), x.exp_m1(), x.ln_1p(), (x + 0.3).fract(), x.to_degrees())
+    }
+    #[vjp(x)] #[jvp(x)]
+    pub fn funcs5(x: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (x.to_radians(), (x - 0.5).abs(), sigmoid(x - 0.5), relu(x - 0.5), gelu(x - 0.5), gelu_tanh(x - 0.5))
+    }
+    #[vjp(x)] #[jvp(x)]
+    pub fn funcs6(x: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (silu(x - 0.5), softplus(x - 0.5), erf(x - 0.5), rsqrt(x), x.powi(3), (x * 4.0).floor() + x.signum())
+    }
+    #[vjp(x, y)] #[jvp(x, y)]
+    pub fn funcs7(x: [f64; n], y: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (x.atan2(y - 0.5), x.powf(y), x.hypot(y), x.copysign(y - 0.5), x.log(y + 1.5), x.mul_add(y, x))
+    }
+    #[vjp(x, y, z)] #[jvp(x, y, z)]
+    pub fn funcs8(x: [f64; n], y: [f64; n], z: [f64; n]) -> ([f64; n], [f64; n], [f64; n], [f64; n], [f64; n], [f64; n]) {
+        (x.max(y), x.min(y), x.clamp(y - 0.4, z + 0.4), x / y, x % (y * 0.3), if x > y { x * z } else { y - z })
+    }
+}
+
+/// The six outputs of a `funcs` kernel as vectors.
+macro_rules! six {
+    ($t:expr) => {{
+        let (a, b, c, d, e, f) = $t;
+        vec![host(&a), host(&b), host(&c), host(&d), host(&e), host(&f)]
+    }};
+}
+
+#[test]
+fn every_function_has_its_derivative() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let n = 23;
+    let s = [n];
+    let p = |v: &[f64]| put(&dev, v, &s);
+    // Away from the kinks of abs, relu, fract, floor and signum, and from ties of max and min.
+    let mut x = rng.floats::<f64>(n, 0.1, 0.9);
+    for v in &mut x {
+        if (*v - 0.5).abs() < 0.02
+            || ((*v + 0.3).fract()).abs() < 0.02
+            || ((*v * 4.0).fract()).abs() < 0.02
+        {
+            *v += 0.031;
+        }
+    }
+    let y = rng.floats::<f64>(n, 0.1, 0.9);
+    let z = rng.floats::<f64>(n, 0.1, 0.9);
+    // One output's cotangent at a time, so that each function's derivative is checked alone.
+    let one_hot = |k: usize, c: &[Vec<f64>]| -> Values {
+        (0..6)
+            .map(|j| if j == k { c[j].clone() } else { vec![0.0; n] })
+            .collect()
+    };
+    macro_rules! unary {
+        ($k:ident) => {
+            for out in 0..6 {
+                check(
+                    Case {
+                        what: &format!("{} output {out}", stringify!($k)),
+                        inputs: vec![(x.clone(), s.to_vec())],
+                        outputs: vec![s.to_vec(); 6],
+                        run: &|v| one_hot(out, &six!($k(&dev, &p(&v[0])).unwrap())),
+                        vjp: &|v, c| {
+                            let c = one_hot(out, c);
+                            let g = $k::vjp(
+                                &dev,
+                                &p(&v[0]),
+                                &p(&c[0]),
+                                &p(&c[1]),
+                                &p(&c[2]),
+                                &p(&c[3]),
+                                &p(&c[4]),
+                                &p(&c[5]),
+                            )
+                            .unwrap();
+                            vec![host(&g.x)]
+                        },
+                        jvp: &|v, t| {
+                            let (_, _, _, _, _, _, a, b, c, d, e, f) =
+                                $k::jvp(&dev, &p(&v[0]), &p(&t[0])).unwrap();
+                            let all =
+                                vec![host(&a), host(&b), host(&c), host(&d), host(&e), host(&f)];
+                            one_hot(out, &all)
+                        },
+                    },
+                    &mut rng,
+                );
+            }
+        };
+    }
+    unary!(funcs1);
+    unary!(funcs2);
+    unary!(funcs3);
+    unary!(funcs4);
+    unary!(funcs5);
+    unary!(funcs6);
+    for out in 0..6 {
+        check(
+            Case {
+                what: &format!("funcs7 output {out}"),
+                inputs: vec![(x.clone(), s.to_vec()), (y.clone(), s.to_vec())],
+                outputs: vec![s.to_vec(); 6],
+                run: &|v| one_hot(out, &six!(funcs7(&dev, &p(&v[0]), &p(&v[1])).unwrap())),
+                vjp: &|v, c| {
+                    let c = one_hot(out, c);
+                    let g = funcs7::vjp(
+                        &dev,
+                        &p(&v[0]),
+                        &p(&v[1]),
+                        &p(&c[0]),
+                        &p(&c[1]),
+                        &p(&c[2]),
+                        &p(&c[3]),
+                        &p(&c[4]),
+                        &p(&c[5]),
+                    )
+                    .unwrap();
+                    vec![host(&g.x), host(&g.y)]
+                },
+                jvp: &|v, t| {
+                    let (_, _, _, _, _, _, a, b, c, d, e, f) =
+                        funcs7::jvp(&dev, &p(&v[0]), &p(&v[1]), &p(&t[0]), &p(&t[1])).unwrap();
+                    one_hot(
+                        out,
+                        &[host(&a), host(&b), host(&c), host(&d), host(&e), host(&f)],
+                    )
+                },
+            },
+            &mut rng,
+        );
+        check(
+            Case {
+                what: &format!("funcs8 output {out}"),
+                inputs: vec![
+                    (x.clone(), s.to_vec()),
+                    (y.clone(), s.to_vec()),
+                    (z.clone(), s.to_vec()),
+                ],
+                outputs: vec![s.to_vec(); 6],
+                run: &|v| {
+                    one_hot(
+                        out,
+                        &six!(funcs8(&dev, &p(&v[0]), &p(&v[1]), &p(&v[2])).unwrap()),
+                    )
+                },
+                vjp: &|v, c| {
+                    let c = one_hot(out, c);
+                    let g = funcs8::vjp(
+                        &dev,
+                        &p(&v[0]),
+                        &p(&v[1]),
+                        &p(&v[2]),
+                        &p(&c[0]),
+                        &p(&c[1]),
+                        &p(&c[2]),
+                        &p(&c[3]),
+                        &p(&c[4]),
+                        &p(&c[5]),
+                    )
+                    .unwrap();
+                    vec![host(&g.x), host(&g.y), host(&g.z)]
+                },
+                jvp: &|v, t| {
+                    let (_, _, _, _, _, _, a, b, c, d, e, f) = funcs8::jvp(
+                        &dev,
+                        &p(&v[0]),
+                        &p(&v[1]),
+                        &p(&v[2]),
+                        &p(&t[0]),
+                        &p(&t[1]),
+                        &p(&t[2]),
+                    )
+                    .unwrap();
+                    one_hot(
+                        out,
+                        &[host(&a), host(&b), host(&c), host(&d), host(&e), host(&f)],
+                    )
+                },
+            },
+            &mut rng,
+        );
+    }
+}
+
+fuse! {
+    #[vjp(x)]
+    pub fn ties(x: [f64; rows, cols]) -> ([f64; rows], [f64; rows]) {
+        (max(x, cols), min(x, cols))
+    }
+
+    #[vjp(x, y)]
+    #[jvp(x, y)]
+    pub fn detached(x: [f64; n], y: [f64; n]) -> [f64; n] {
+        x * detach(x * y) + y
+    }
+
+    #[vjp(x, w)]
+    pub fn rmsnorm_bf16(x: [bf16; rows, cols], w: [bf16; cols]) -> [bf16; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + 1e-6) * w
+    }
+
+    #[vjp(x, w)]
+    pub fn rmsnorm_plain(x: [f64; rows, cols], w: [f64; cols]) -> [f64; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + 1e-6) * w
+    }
+}
+
+/// A maximum's gradient is split evenly among the elements equal to it (torch's `amax`).
+#[test]
+fn tied_maxima_share_the_gradient() {
+    let dev = Device::cpu();
+    let x = [1.0, 3.0, 3.0, 2.0, 5.0, 5.0, 5.0, 0.5];
+    let d = [0.6, -0.9];
+    let g = ties::vjp(
+        &dev,
+        &put(&dev, &x, &[2, 4]),
+        &put(&dev, &d, &[2]),
+        &put(&dev, &[2.0, 4.0], &[2]),
+    )
+    .unwrap();
+    let third = -0.9 / 3.0;
+    assert_eq!(host(&g.x), [2.0, 0.3, 0.3, 0.0, third, third, third, 4.0]);
+}
+
+/// `detach(e)` is `e`, and no derivative flows through it.
+#[test]
+fn detach_stops_the_gradient() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let n = 11;
+    let (x, y, d) = (
+        rng.floats::<f64>(n, -2.0, 2.0),
+        rng.floats::<f64>(n, -2.0, 2.0),
+        rng.floats::<f64>(n, -1.0, 1.0),
+    );
+    let p = |v: &[f64]| put(&dev, v, &[n]);
+    let out = host(&detached(&dev, &p(&x), &p(&y)).unwrap());
+    let g = detached::vjp(&dev, &p(&x), &p(&y), &p(&d)).unwrap();
+    for i in 0..n {
+        assert_eq!(out[i], x[i] * (x[i] * y[i]) + y[i]);
+        assert_eq!(host(&g.x)[i], d[i] * (x[i] * y[i]));
+        assert_eq!(host(&g.y)[i], d[i]);
+    }
+    let (_, t) = detached::jvp(&dev, &p(&x), &p(&y), &p(&d), &p(&x)).unwrap();
+    for i in 0..n {
+        assert_eq!(host(&t)[i], d[i] * (x[i] * y[i]) + x[i]);
+    }
+}
+
+/// bf16 inputs: gradients computed in f32 and returned in bf16, within bf16's rounding of
+/// the f64 gradients at the same (bf16) inputs.
+#[test]
+fn bf16_gradients_are_computed_in_f32() {
+    use fuse_runtime::bf16;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (rows, cols) = (5, 67);
+    let round =
+        |v: Vec<f64>| -> Vec<f64> { v.into_iter().map(|a| bf16::from_f64(a).to_f64()).collect() };
+    let x = round(rng.floats::<f64>(rows * cols, -2.0, 2.0));
+    let w = round(rng.floats::<f64>(cols, -2.0, 2.0));
+    let d = round(rng.floats::<f64>(rows * cols, -1.0, 1.0));
+    let b = |v: &[f64], s: &[usize]| {
+        let h: Vec<bf16> = v.iter().map(|&a| bf16::from_f64(a)).collect();
+        common::put(&dev, &h, s)
+    };
+    let s = [rows, cols];
+    let g = rmsnorm_bf16::vjp(&dev, &b(&x, &s), &b(&w, &[cols]), &b(&d, &s)).unwrap();
+    let want = rmsnorm_plain::vjp(
+        &dev,
+        &put(&dev, &x, &s),
+        &put(&dev, &w, &[cols]),
+        &put(&dev, &d, &s),
+    )
+    .unwrap();
+    let close = |what: &str, got: &Buffer<bf16>, want: &Buffer<f64>| {
+        let (got, want) = (common::host(got), host(want));
+        let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let g = g.to_f64();
+            assert!(
+                (g - w).abs() <= 8e-3 * w.abs() + 1e-3 * scale,
+                "{what}[{i}]: {g} against {w}"
+            );
+        }
+    };
+    close("dx", &g.x, &want.x);
+    close("dw", &g.w, &want.w);
+}

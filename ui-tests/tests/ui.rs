@@ -7,7 +7,7 @@
 fn ui() {
     let t = trybuild::TestCases::new();
     for stage in [
-        "parse", "limits", "names", "types", "shapes", "outputs", "fusion", "random",
+        "parse", "limits", "names", "types", "shapes", "outputs", "fusion", "random", "grad",
     ] {
         t.compile_fail(format!("tests/ui/{stage}/*.rs"));
     }

@@ -198,15 +198,25 @@ impl<'a> Checker<'a> {
             for name in &attr.names {
                 let text = plain_name(name);
                 let Some(i) = self.params.iter().position(|p| plain_name(&p.name) == text) else {
-                    let names: Vec<String> =
-                        self.params.iter().map(|p| plain_name(&p.name)).collect();
-                    let suggestion = error::closest(&text, names.iter().map(String::as_str));
+                    let floats: Vec<String> = self
+                        .params
+                        .iter()
+                        .filter(|p| p.elem.is_float())
+                        .map(|p| plain_name(&p.name))
+                        .collect();
+                    let hint = match error::closest(&text, floats.iter().map(String::as_str)) {
+                        Some(s) => error::did_you_mean(Some(s)),
+                        None => {
+                            let list: Vec<String> =
+                                floats.iter().map(|f| format!("`{f}`")).collect();
+                            format!("; its float parameters are {}", list.join(", "))
+                        }
+                    };
                     self.cx.spanned(
                         name,
                         format!(
-                            "`{text}` is not a parameter of `{}`{}",
-                            plain_name(&def.name),
-                            error::did_you_mean(suggestion)
+                            "`{text}` is not a parameter of `{}`{hint}",
+                            plain_name(&def.name)
                         ),
                     );
                     continue;

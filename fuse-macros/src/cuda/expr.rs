@@ -262,6 +262,7 @@ impl Cuda<'_> {
             // __frsqrt_rn it has no slow-path call, around which a cached row's registers spill.
             Rsqrt if e == Elem::F32 => format!("rsqrtf({x})"),
             Rsqrt => format!("({one} / {}({x}))", s("sqrt")),
+            Detach => format!("({x})"),
             Fract => format!("({x} - {}({x}))", s("trunc")),
             ToDegrees if e == Elem::F32 => {
                 format!("({x} * 57.2957795130823208767981548141051703f)")

@@ -1,0 +1,10 @@
+use fuse_runtime::fuse;
+
+fuse! {
+    #[jvp(x, y, x)]
+    fn product(x: [f32; n], y: [f32; n]) -> [f32; n] {
+        x * y
+    }
+}
+
+fn main() {}
