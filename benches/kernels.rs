@@ -262,3 +262,59 @@ fuse! {
         x as f16
     }
 }
+
+// The training workloads (WORKLOADS.md, G1-G8): bf16 forwards whose backwards `#[vjp]`
+// derives; `grad.rs` times the backwards.
+fuse! {
+    /// G1: RMSNorm.
+    #[vjp(x, w)]
+    pub fn g1_rmsnorm(x: [bf16; t, h], w: [bf16; h]) -> [bf16; t, h] {
+        x * rsqrt(mean(x * x, h) + 1e-6) * w
+    }
+
+    /// G2: LayerNorm.
+    #[vjp(x, g, b)]
+    pub fn g2_layernorm(x: [bf16; t, h], g: [bf16; h], b: [bf16; h]) -> [bf16; t, h] {
+        let d = x - mean(x, h);
+        d * rsqrt(mean(d * d, h) + 1e-5) * g + b
+    }
+
+    /// G3: SwiGLU.
+    #[vjp(a, b)]
+    pub fn g3_swiglu(a: [bf16; t, f], b: [bf16; t, f]) -> [bf16; t, f] {
+        silu(a) * b
+    }
+
+    /// G4: GeGLU, GELU's tanh form.
+    #[vjp(a, b)]
+    pub fn g4_geglu(a: [bf16; t, f], b: [bf16; t, f]) -> [bf16; t, f] {
+        gelu_tanh(a) * b
+    }
+
+    /// G5: cross-entropy per row over a vocabulary (the mean over rows is the cotangent
+    /// `1 / t` of each row), forward and backward together through `value_and_vjp`.
+    #[vjp(z)]
+    pub fn g5_cross_entropy(z: [bf16; t, v], label: [i64; t]) -> [f32; t] {
+        let z = z as f32;
+        logsumexp(z, v) - sum(if index(v) as i64 == label { z } else { 0.0 }, v)
+    }
+
+    /// G6: softmax.
+    #[vjp(x)]
+    pub fn g6_softmax(x: [bf16; t, h]) -> [bf16; t, h] {
+        let e = (x - max(x, h)).exp();
+        e / sum(e, h)
+    }
+
+    /// G7: DyT, `alpha` a learned scalar.
+    #[vjp(x, alpha, g, b)]
+    pub fn g7_dyt(x: [bf16; t, h], alpha: f32, g: [bf16; h], b: [bf16; h]) -> [bf16; t, h] {
+        ((alpha * (x as f32)).tanh() as bf16) * g + b
+    }
+
+    /// G8: bias, GELU (erf) and dropout with p = 0.1, the mask drawn again from the seed.
+    #[vjp(x, bias)]
+    pub fn g8_bias_gelu_dropout(x: [bf16; t, h], bias: [bf16; h], seed: u64) -> [bf16; t, h] {
+        dropout(gelu(x + bias), 0.1, seed)
+    }
+}

@@ -155,7 +155,7 @@ pub struct Pool {
 impl Pool {
     /// `count` flat buffers of `len` normals, drawing those the pool lacks; a new length
     /// replaces the old buffers (freed first).
-    fn draw(
+    pub fn draw(
         &mut self,
         dev: &Device,
         len: usize,

@@ -10,6 +10,10 @@
 mod kernels;
 
 #[allow(dead_code)]
+#[path = "common/grad_kernels.rs"]
+mod grad_kernels;
+
+#[allow(dead_code)]
 #[path = "../../benches/kernels.rs"]
 mod bench_kernels;
 

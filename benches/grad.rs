@@ -1,0 +1,358 @@
+//! G1-G8: the training workloads' backwards (`shared/WORKLOADS.md`), each derived by `#[vjp]`
+//! from its bf16 forward (`kernels.rs`) and timed as a user calls it: `name::vjp` (G5:
+//! `value_and_vjp`, the forward and backward together), every launch and allocation included.
+//! The bytes are WORKLOADS.md's backward bytes: each tensor the backward needs read once, each
+//! gradient written once (per-row statistics and weight gradients not counted).
+//!
+//! Each row is first checked on a few rows of its width against the CPU backend: each gradient
+//! within two bf16 ulps of the CPU's, plus, for a weight gradient (a sum over the rows),
+//! [`SUM_REL`] of its largest magnitude.
+
+use fuse_runtime::{bf16, Buffer, Device, Error};
+
+use crate::kernels::*;
+use crate::measure::{self, Timing};
+use crate::report::{Row, Status};
+use crate::runner::Runner;
+use crate::typed::{Float, Pool};
+
+/// `t x h`, `t x f` and `t x v` of WORKLOADS.md.
+const TH: (usize, usize) = (16384, 4096);
+const TF: (usize, usize) = (8192, 14336);
+const TV: (usize, usize) = (4096, 128256);
+
+/// Rows of the check against the CPU: a partial block's worth, odd.
+const CHECK_ROWS: usize = 9;
+
+/// A weight gradient's rounding beyond two ulps, as a fraction of its largest magnitude: the
+/// GPU and the CPU sum the rows in other orders.
+const SUM_REL: f64 = 1e-3;
+
+/// The inputs of one run: the bf16 tensors (in the kernel's order), a per-row label (G5).
+struct Inputs {
+    bf16s: Vec<Buffer<bf16>>,
+    labels: Option<Buffer<i64>>,
+}
+
+/// One backward: its kernel's call on `Inputs`, returning the gradients in f32 as flat
+/// vectors, and whether each is a weight gradient (a sum over rows).
+type Backward = fn(&Device, &Inputs) -> Result<Vec<Vec<f32>>, Error>;
+
+struct Case {
+    id: &'static str,
+    label: &'static str,
+    what: &'static str,
+    /// `rows x cols` at full size.
+    shape: (usize, usize),
+    /// The bf16 tensors: each `[rows, cols]` (true) or `[cols]` (false).
+    tensors: &'static [bool],
+    labels: bool,
+    /// Bytes an element of `rows x cols`, and the formula.
+    bytes_per: u64,
+    formula: &'static str,
+    /// Which gradients are weight gradients.
+    sums: &'static [bool],
+    backward: Backward,
+}
+
+/// G1-G8, one row each; `only` narrows to the ids listed (all when empty).
+pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
+    let case = match id {
+        "G1" => Case {
+            id: "G1",
+            label: "RMSNorm backward bf16",
+            what: "dx, dw of y = x * rsqrt(mean_row(x^2) + 1e-6) * w",
+            shape: TH,
+            tensors: &[true, false, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false, true],
+            backward: |dev, i| {
+                let g = g1_rmsnorm::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2])?;
+                Ok(vec![f32s(&g.x)?, f32s(&g.w)?])
+            },
+        },
+        "G2" => Case {
+            id: "G2",
+            label: "LayerNorm backward bf16",
+            what: "dx, dg, db of y = (x - mean_row) * rsqrt(var_row + 1e-5) * g + b",
+            shape: TH,
+            tensors: &[true, false, false, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false, true, true],
+            backward: |dev, i| {
+                let s = &i.bf16s;
+                let g = g2_layernorm::vjp(dev, &s[0], &s[1], &s[2], &s[3])?;
+                Ok(vec![f32s(&g.x)?, f32s(&g.g)?, f32s(&g.b)?])
+            },
+        },
+        "G3" => Case {
+            id: "G3",
+            label: "SwiGLU backward bf16",
+            what: "da, db of c = silu(a) * b",
+            shape: TF,
+            tensors: &[true, true, true],
+            labels: false,
+            bytes_per: 10,
+            formula: "10 t f",
+            sums: &[false, false],
+            backward: |dev, i| {
+                let s = &i.bf16s;
+                let g = g3_swiglu::vjp(dev, &s[0], &s[1], &s[2])?;
+                Ok(vec![f32s(&g.a)?, f32s(&g.b)?])
+            },
+        },
+        "G4" => Case {
+            id: "G4",
+            label: "GeGLU backward bf16",
+            what: "da, db of c = gelu_tanh(a) * b",
+            shape: TF,
+            tensors: &[true, true, true],
+            labels: false,
+            bytes_per: 10,
+            formula: "10 t f",
+            sums: &[false, false],
+            backward: |dev, i| {
+                let s = &i.bf16s;
+                let g = g4_geglu::vjp(dev, &s[0], &s[1], &s[2])?;
+                Ok(vec![f32s(&g.a)?, f32s(&g.b)?])
+            },
+        },
+        "G5" => Case {
+            id: "G5",
+            label: "cross-entropy forward + backward bf16",
+            what:
+                "loss = logsumexp_row(z) - z[row, label] and dz, the cotangent 1/t a row (the mean)",
+            shape: TV,
+            tensors: &[true],
+            labels: true,
+            bytes_per: 4,
+            formula: "4 t v",
+            sums: &[false, false],
+            backward: |dev, i| {
+                let z = &i.bf16s[0];
+                let rows = z.shape()[0];
+                let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
+                let labels = i.labels.as_ref().expect("G5 has labels");
+                let (loss, g) = g5_cross_entropy::value_and_vjp(dev, z, labels, &d)?;
+                Ok(vec![loss.to_vec()?, f32s(&g.z)?])
+            },
+        },
+        "G6" => Case {
+            id: "G6",
+            label: "softmax backward bf16",
+            what: "dx of y = softmax_row(x)",
+            shape: TH,
+            tensors: &[true, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false],
+            backward: |dev, i| {
+                let g = g6_softmax::vjp(dev, &i.bf16s[0], &i.bf16s[1])?;
+                Ok(vec![f32s(&g.x)?])
+            },
+        },
+        "G7" => Case {
+            id: "G7",
+            label: "DyT backward bf16",
+            what: "dx, dalpha, dg, db of y = g * tanh(alpha * x) + b, alpha = 0.7",
+            shape: TH,
+            tensors: &[true, false, false, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false, true, true, true],
+            backward: |dev, i| {
+                let s = &i.bf16s;
+                let g = g7_dyt::vjp(dev, &s[0], 0.7, &s[1], &s[2], &s[3])?;
+                Ok(vec![
+                    f32s(&g.x)?,
+                    g.alpha.to_vec()?,
+                    f32s(&g.g)?,
+                    f32s(&g.b)?,
+                ])
+            },
+        },
+        "G8" => Case {
+            id: "G8",
+            label: "bias + GELU + dropout backward bf16",
+            what: "dx, dbias of y = dropout(gelu(x + bias[col]), 0.1), the mask drawn again",
+            shape: TH,
+            tensors: &[true, false, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false, true],
+            backward: |dev, i| {
+                let s = &i.bf16s;
+                let g = g8_bias_gelu_dropout::vjp(dev, &s[0], &s[1], 0x5eed, &s[2])?;
+                Ok(vec![f32s(&g.x)?, f32s(&g.bias)?])
+            },
+        },
+        _ => return runner.not_yet(id),
+    };
+    run(runner, pool, &case);
+}
+
+fn f32s(b: &Buffer<bf16>) -> Result<Vec<f32>, Error> {
+    Ok(b.to_vec()?.into_iter().map(bf16::to_f32).collect())
+}
+
+/// The shape a full run takes: WORKLOADS.md's, with fewer rows where the benchmark's sizes
+/// are smaller than S1's 2^28 elements (`--small`, the CPU).
+fn full_shape(runner: &Runner, (rows, cols): (usize, usize)) -> (usize, usize) {
+    let scale = (1usize << 28) / runner.sizes.sweep_total;
+    ((rows / scale).max(CHECK_ROWS), cols)
+}
+
+fn run(runner: &mut Runner, pool: &mut Pool, case: &Case) {
+    let (rows, cols) = full_shape(runner, case.shape);
+    let mut row = Row::new(case.id, case.label);
+    row.bytes = Some(case.bytes_per * (rows * cols) as u64);
+    row.formula = case.formula.to_string();
+    row.definition = case.what.to_string();
+    match disagreement(runner, case, cols) {
+        Some(failure) => (row.status, row.note) = failure,
+        None => match time(runner, pool, case, rows, cols) {
+            Ok(timing) => row.timing = Some(timing),
+            Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
+        },
+    }
+    runner.push(row);
+}
+
+/// Inputs on `dev` of `rows x cols`, each bf16 tensor from `data` (flat f32, one per tensor).
+fn inputs(
+    dev: &Device,
+    case: &Case,
+    rows: usize,
+    cols: usize,
+    data: &[Vec<f32>],
+    labels: &[i64],
+) -> Result<Inputs, Error> {
+    let bf16s = case
+        .tensors
+        .iter()
+        .zip(data)
+        .map(|(&whole, v)| {
+            let shape = if whole { vec![rows, cols] } else { vec![cols] };
+            let h: Vec<bf16> = v.iter().map(|&a| bf16::from_f32(a)).collect();
+            dev.upload(&h)?.reshape(&shape)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let labels = match case.labels {
+        true => Some(dev.upload(labels)?),
+        false => None,
+    };
+    Ok(Inputs { bf16s, labels })
+}
+
+/// Why the device's gradients are not the CPU backend's on fresh inputs of `CHECK_ROWS` rows.
+fn disagreement(runner: &mut Runner, case: &Case, cols: usize) -> Option<(Status, String)> {
+    let rows = CHECK_ROWS;
+    let data: Vec<Vec<f32>> = case
+        .tensors
+        .iter()
+        .map(|&whole| {
+            let n = if whole { rows * cols } else { cols };
+            measure::normal(n, runner.seeds.next())
+        })
+        .collect();
+    let labels: Vec<i64> = (0..rows)
+        .map(|_| (runner.seeds.next() % cols as u64) as i64)
+        .collect();
+    let on = |dev: &Device| -> Result<Vec<Vec<f32>>, Error> {
+        (case.backward)(dev, &inputs(dev, case, rows, cols, &data, &labels)?)
+    };
+    let (got, want) = match on(&runner.dev).and_then(|got| Ok((got, on(&Device::cpu())?))) {
+        Ok(both) => both,
+        Err(e) => return Some((Status::Error, e.to_string())),
+    };
+    for (k, ((got, want), &sum)) in got.iter().zip(&want).zip(case.sums).enumerate() {
+        let largest = want.iter().fold(0.0f64, |m, &w| m.max(f64::from(w).abs()));
+        let extra = if sum { SUM_REL * largest } else { 0.0 };
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let tol =
+                2.0 * f64::from(f32::from(bf16::EPSILON)) * f64::from(w).abs() + extra + 1e-30;
+            if !((f64::from(g) - f64::from(w)).abs() <= tol) {
+                let why =
+                    format!("gradient {k}, index {i}: got {g:e}, CPU {w:e} (tolerance {tol:.1e})");
+                return Some((Status::Failed, why));
+            }
+        }
+    }
+    None
+}
+
+/// The device time of the backward at `rows x cols`, on normal inputs from the pool (cast to
+/// bf16 on the device) and fresh small ones.
+fn time(
+    runner: &mut Runner,
+    pool: &mut Pool,
+    case: &Case,
+    rows: usize,
+    cols: usize,
+) -> Result<Timing, Error> {
+    let dev = runner.dev.clone();
+    let whole = case.tensors.iter().filter(|&&w| w).count();
+    let mut big = pool
+        .draw(&dev, rows * cols, whole, &mut runner.seeds)?
+        .into_iter();
+    let mut bf16s = vec![];
+    for &w in case.tensors {
+        let tensor = match w {
+            true => bf16::cast(&big.next().expect("drawn"))?.reshape(&[rows, cols])?,
+            false => {
+                let v = measure::normal(cols, runner.seeds.next());
+                let h: Vec<bf16> = v.into_iter().map(bf16::from_f32).collect();
+                dev.upload(&h)?.reshape(&[cols])?
+            }
+        };
+        bf16s.push(tensor);
+    }
+    let labels = match case.labels {
+        true => {
+            let l: Vec<i64> = (0..rows)
+                .map(|_| (runner.seeds.next() % cols as u64) as i64)
+                .collect();
+            Some(dev.upload(&l)?)
+        }
+        false => None,
+    };
+    let inputs = Inputs { bf16s, labels };
+    let backward = time_only(case.id);
+    runner.time_runs(|_| backward(&dev, &inputs))
+}
+
+/// The backward of a case without reading its gradients back: what is timed.
+fn time_only(id: &str) -> fn(&Device, &Inputs) -> Result<(), Error> {
+    match id {
+        "G1" => |dev, i| g1_rmsnorm::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2]).map(drop),
+        "G2" => |dev, i| {
+            let s = &i.bf16s;
+            g2_layernorm::vjp(dev, &s[0], &s[1], &s[2], &s[3]).map(drop)
+        },
+        "G3" => |dev, i| g3_swiglu::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2]).map(drop),
+        "G4" => |dev, i| g4_geglu::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2]).map(drop),
+        "G5" => |dev, i| {
+            let z = &i.bf16s[0];
+            let rows = z.shape()[0];
+            let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
+            let labels = i.labels.as_ref().expect("G5 has labels");
+            g5_cross_entropy::value_and_vjp(dev, z, labels, &d).map(drop)
+        },
+        "G6" => |dev, i| g6_softmax::vjp(dev, &i.bf16s[0], &i.bf16s[1]).map(drop),
+        "G7" => |dev, i| {
+            let s = &i.bf16s;
+            g7_dyt::vjp(dev, &s[0], 0.7, &s[1], &s[2], &s[3]).map(drop)
+        },
+        _ => |dev, i| {
+            let s = &i.bf16s;
+            g8_bias_gelu_dropout::vjp(dev, &s[0], &s[1], 0x5eed, &s[2]).map(drop)
+        },
+    }
+}

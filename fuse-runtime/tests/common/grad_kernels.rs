@@ -1,0 +1,57 @@
+//! Kernels with derivatives, in the types training uses: the GPU gradient tests run them
+//! against the CPU backend, and `nvrtc_kernels` compiles every launch of their derivatives.
+use fuse_runtime::fuse;
+
+fuse! {
+    #[vjp(x, w)]
+    #[jvp(x, w)]
+    pub fn rmsnorm(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + 1e-6) * w
+    }
+
+    #[vjp(x, w)]
+    pub fn rmsnorm_bf16(x: [bf16; rows, cols], w: [bf16; cols]) -> [bf16; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + 1e-6) * w
+    }
+
+    #[vjp(x, g, b)]
+    pub fn layernorm_bf16(x: [bf16; rows, cols], g: [bf16; cols], b: [bf16; cols]) -> [bf16; rows, cols] {
+        let d = x - mean(x, cols);
+        d * rsqrt(mean(d * d, cols) + 1e-5) * g + b
+    }
+
+    #[vjp(a, b)]
+    #[jvp(a, b)]
+    pub fn swiglu(a: [bf16; t, f], b: [bf16; t, f]) -> [bf16; t, f] {
+        silu(a) * b
+    }
+
+    #[vjp(z)]
+    pub fn cross_entropy(z: [bf16; rows, cols], label: [i64; rows]) -> [f32; rows] {
+        let z = z as f32;
+        logsumexp(z, cols) - sum(if index(cols) as i64 == label { z } else { 0.0 }, cols)
+    }
+
+    #[vjp(x)]
+    #[jvp(x)]
+    pub fn softmax_f16(x: [f16; rows, cols]) -> [f16; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+
+    #[vjp(x, alpha, g, b)]
+    pub fn dyt(x: [bf16; rows, cols], alpha: f32, g: [bf16; cols], b: [bf16; cols]) -> [bf16; rows, cols] {
+        ((alpha * (x as f32)).tanh() as bf16) * g + b
+    }
+
+    #[vjp(x, bias)]
+    pub fn bias_gelu_dropout(x: [bf16; rows, cols], bias: [bf16; cols], seed: u64) -> [bf16; rows, cols] {
+        dropout(gelu(x + bias), 0.1, seed)
+    }
+
+    #[vjp(x)]
+    #[jvp(x)]
+    pub fn total(x: [f32; n]) -> f32 {
+        logsumexp(x)
+    }
+}

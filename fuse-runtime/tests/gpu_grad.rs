@@ -1,0 +1,243 @@
+//! Derivatives on the GPU against the CPU backend, on fresh random inputs at shapes that take
+//! every row path (short, streamed, cached, wide, a block a row, long rows) and both column
+//! paths (split and whole tiles), and the same bits on every run.
+mod common;
+#[path = "common/grad_kernels.rs"]
+mod grad_kernels;
+use common::*;
+use fuse_runtime::{bf16, f16, Buffer, Device, Element};
+use grad_kernels::*;
+
+/// (rows, cols): short rows, streamed rows, wide cached rows, a block a row, long rows, and
+/// many short rows (column reductions split across blocks).
+const SHAPES: [(usize, usize); 6] = [(9, 8), (7, 33), (5, 1000), (3, 3000), (2, 5000), (1500, 24)];
+
+fn halves<T: Element>(v: &[f32], from: fn(f32) -> T) -> Vec<T> {
+    v.iter().map(|&a| from(a)).collect()
+}
+
+/// Within `ulps` of 16-bit rounding (relative) and `abs` of the output's largest magnitude.
+fn tol(ulps: f64, abs: f64) -> Tol {
+    Tol::close(ulps * 2f64.powi(-8), abs)
+}
+
+/// Runs `f` twice on the GPU and asserts the same bits.
+fn same_bits<T: Element + PartialEq + std::fmt::Debug>(what: &str, f: impl Fn() -> Buffer<T>) {
+    let (a, b) = (f().to_vec().unwrap(), f().to_vec().unwrap());
+    assert!(a == b, "{what}: two runs differ");
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn norm_gradients_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng::new();
+    for (rows, cols) in SHAPES {
+        let s = [rows, cols];
+        let x = rng.floats::<f32>(rows * cols, -2.0, 2.0);
+        let w = rng.floats::<f32>(cols, -2.0, 2.0);
+        let b = rng.floats::<f32>(cols, -2.0, 2.0);
+        let d = rng.floats::<f32>(rows * cols, -1.0, 1.0);
+        let what = format!("rmsnorm {rows}x{cols}");
+        // Sums over rows of `rows` terms of magnitude up to about 4.
+        let sum_abs = 4.0 * rows as f64 * 1e-5;
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what,
+            |dev: &Device| {
+                let g = rmsnorm::vjp(
+                    dev,
+                    &put(dev, &x, &s),
+                    &put(dev, &w, &[cols]),
+                    &put(dev, &d, &s),
+                )?;
+                Ok((g.x, g.w))
+            },
+            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, sum_abs)],
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("{what} jvp"),
+            |dev: &Device| {
+                rmsnorm::jvp(
+                    dev,
+                    &put(dev, &x, &s),
+                    &put(dev, &w, &[cols]),
+                    &put(dev, &d, &s),
+                    &put(dev, &b, &[cols]),
+                )
+            },
+            &[Tol::close(1e-5, 1e-5), Tol::close(1e-4, 1e-4)],
+        );
+        let (xb, wb, bb, db) = (
+            halves(&x, bf16::from_f32),
+            halves(&w, bf16::from_f32),
+            halves(&b, bf16::from_f32),
+            halves(&d, bf16::from_f32),
+        );
+        let sum16 = 4.0 * rows as f64 * 4e-3;
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 {what}"),
+            |dev: &Device| {
+                let g = rmsnorm_bf16::vjp(
+                    dev,
+                    &put(dev, &xb, &s),
+                    &put(dev, &wb, &[cols]),
+                    &put(dev, &db, &s),
+                )?;
+                Ok((g.x, g.w))
+            },
+            &[tol(2.0, 1e-2), tol(2.0, sum16)],
+        );
+        same_bits(&format!("bf16 {what} dw"), || {
+            rmsnorm_bf16::vjp(
+                &gpu,
+                &put(&gpu, &xb, &s),
+                &put(&gpu, &wb, &[cols]),
+                &put(&gpu, &db, &s),
+            )
+            .unwrap()
+            .w
+        });
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 layernorm {rows}x{cols}"),
+            |dev: &Device| {
+                let g = layernorm_bf16::vjp(
+                    dev,
+                    &put(dev, &xb, &s),
+                    &put(dev, &wb, &[cols]),
+                    &put(dev, &bb, &[cols]),
+                    &put(dev, &db, &s),
+                )?;
+                Ok((g.x, g.g, g.b))
+            },
+            &[tol(2.0, 2e-2), tol(2.0, sum16), tol(2.0, sum16)],
+        );
+        let alpha = rng.uniform(0.3, 1.2) as f32;
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 dyt {rows}x{cols}"),
+            |dev: &Device| {
+                let g = dyt::vjp(
+                    dev,
+                    &put(dev, &xb, &s),
+                    alpha,
+                    &put(dev, &wb, &[cols]),
+                    &put(dev, &bb, &[cols]),
+                    &put(dev, &db, &s),
+                )?;
+                Ok((g.x, g.alpha, g.g, g.b))
+            },
+            &[
+                tol(2.0, 1e-2),
+                tol(2.0, 4.0 * (rows * cols) as f64 * 4e-3),
+                tol(2.0, sum16),
+                tol(2.0, sum16),
+            ],
+        );
+        same_bits(&format!("bf16 dyt {rows}x{cols} dalpha"), || {
+            dyt::vjp(
+                &gpu,
+                &put(&gpu, &xb, &s),
+                alpha,
+                &put(&gpu, &wb, &[cols]),
+                &put(&gpu, &bb, &[cols]),
+                &put(&gpu, &db, &s),
+            )
+            .unwrap()
+            .alpha
+        });
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn activation_softmax_and_loss_gradients_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng::new();
+    for (rows, cols) in SHAPES {
+        let s = [rows, cols];
+        let x = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let y = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        let d = rng.floats::<f32>(rows * cols, -1.0, 1.0);
+        let (xb, yb, db) = (
+            halves(&x, bf16::from_f32),
+            halves(&y, bf16::from_f32),
+            halves(&d, bf16::from_f32),
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("swiglu {rows}x{cols}"),
+            |dev: &Device| {
+                let (c, g) = swiglu::value_and_vjp(
+                    dev,
+                    &put(dev, &xb, &s),
+                    &put(dev, &yb, &s),
+                    &put(dev, &db, &s),
+                )?;
+                Ok((c, g.a, g.b))
+            },
+            &[tol(1.0, 1e-6), tol(2.0, 1e-6), tol(2.0, 1e-6)],
+        );
+        let (xh, dh) = (halves(&x, f16::from_f32), halves(&d, f16::from_f32));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("f16 softmax {rows}x{cols}"),
+            |dev: &Device| {
+                let g = softmax_f16::vjp(dev, &put(dev, &xh, &s), &put(dev, &dh, &s))?;
+                Ok(g.x)
+            },
+            &[Tol::close(2.0 * 2f64.powi(-11), 1e-4)],
+        );
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let dl = rng.floats::<f32>(rows, -1.0, 1.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("cross_entropy {rows}x{cols}"),
+            |dev: &Device| {
+                let (loss, g) = cross_entropy::value_and_vjp(
+                    dev,
+                    &put(dev, &xb, &s),
+                    &put(dev, &label, &[rows]),
+                    &put(dev, &dl, &[rows]),
+                )?;
+                Ok((loss, g.z))
+            },
+            &[Tol::close(1e-5, 1e-5), tol(2.0, 1e-6)],
+        );
+        assert_eq!(cross_entropy::VALUE_AND_VJP_LAUNCHES, 1);
+        let bias = halves(&rng.floats::<f32>(cols, -1.0, 1.0), bf16::from_f32);
+        let seed = rng.next_u64();
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bias_gelu_dropout {rows}x{cols}"),
+            |dev: &Device| {
+                let g = bias_gelu_dropout::vjp(
+                    dev,
+                    &put(dev, &xb, &s),
+                    &put(dev, &bias, &[cols]),
+                    seed,
+                    &put(dev, &db, &s),
+                )?;
+                Ok((g.x, g.bias))
+            },
+            &[tol(2.0, 1e-6), tol(2.0, rows as f64 * 4e-3)],
+        );
+    }
+    for n in [1, 1000, 1 << 20] {
+        let x = rng.floats::<f32>(n, -4.0, 4.0);
+        let t = rng.floats::<f32>(n, -1.0, 1.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("total {n}"),
+            |dev: &Device| {
+                let g = total::vjp(dev, &put(dev, &x, &[n]), &put(dev, &[0.7f32], &[]))?;
+                let (_, j) = total::jvp(dev, &put(dev, &x, &[n]), &put(dev, &t, &[n]))?;
+                Ok((g.x, j))
+            },
+            &[Tol::close(1e-4, 1e-9), Tol::close(1e-4, 1e-4)],
+        );
+    }
+}
