@@ -278,7 +278,8 @@ fn disagreement(runner: &mut Runner, case: &Case, cols: usize) -> Option<(Status
         for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
             let tol =
                 2.0 * f64::from(f32::from(bf16::EPSILON)) * f64::from(w).abs() + extra + 1e-30;
-            if !((f64::from(g) - f64::from(w)).abs() <= tol) {
+            let ok = (f64::from(g) - f64::from(w)).abs() <= tol; // false for NaN
+            if !ok {
                 let why =
                     format!("gradient {k}, index {i}: got {g:e}, CPU {w:e} (tolerance {tol:.1e})");
                 return Some((Status::Failed, why));
