@@ -41,6 +41,18 @@ mod cross_entropy;
 #[path = "../../examples/quantize.rs"]
 mod quantize;
 
+#[allow(dead_code)]
+#[path = "../../examples/rmsnorm_backward.rs"]
+mod rmsnorm_backward;
+
+#[allow(dead_code)]
+#[path = "../../examples/cross_entropy_grad.rs"]
+mod cross_entropy_grad;
+
+#[allow(dead_code)]
+#[path = "../../examples/fit_layernorm.rs"]
+mod fit_layernorm;
+
 use fuse_runtime::nvrtc;
 
 #[test]
