@@ -240,6 +240,17 @@ fuse! {
         ((x as f32).exp() + 1.0).ln() as f16
     }
 
+    /// S3: softplus in bf16 with CUDA's fast `__expf` and `__logf`.
+    #[fast_math]
+    pub fn s3_softplus_bf16_fast(x: [bf16; n]) -> [bf16; n] {
+        ((x as f32).exp() + 1.0).ln() as bf16
+    }
+    /// S3: softplus in f16 with CUDA's fast `__expf` and `__logf`.
+    #[fast_math]
+    pub fn s3_softplus_f16_fast(x: [f16; n]) -> [f16; n] {
+        ((x as f32).exp() + 1.0).ln() as f16
+    }
+
     /// S3: a per-token vector broadcast over the heads, in f32.
     pub fn s3_q_times_c_f32(q: [f32; t, h, d], c: [f32; t, d]) -> [f32; t, h, d] {
         q * c

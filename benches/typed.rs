@@ -207,11 +207,18 @@ pub fn s2(runner: &mut Runner, pool: &mut Pool) {
 /// S3: softplus in bf16 and f16, then `q[t, h, d] * c[t, d]` for each shape in f32, bf16 and
 /// f16 (`c` always f32).
 pub fn s3(runner: &mut Runner, pool: &mut Pool) {
-    softplus::<bf16>(runner, pool, |dev, x, _, y| {
+    softplus::<bf16>(runner, pool, "", |dev, x, _, y| {
         s3_softplus_bf16::into(dev, x, y)
     });
-    softplus::<f16>(runner, pool, |dev, x, _, y| {
+    softplus::<f16>(runner, pool, "", |dev, x, _, y| {
         s3_softplus_f16::into(dev, x, y)
+    });
+    // The same with `#[fast_math]`: 16-bit softplus is bound by the precise `expf` and `logf`.
+    softplus::<bf16>(runner, pool, "fast_math ", |dev, x, _, y| {
+        s3_softplus_bf16_fast::into(dev, x, y)
+    });
+    softplus::<f16>(runner, pool, "fast_math ", |dev, x, _, y| {
+        s3_softplus_f16_fast::into(dev, x, y)
     });
     for [_, h, d] in S3_SHAPES {
         let Some(t) = split(runner.sizes.sweep_total, h * d) else {
@@ -320,7 +327,7 @@ fn column_sums<T: Float>(
     }
 }
 
-fn softplus<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
+fn softplus<T: Float>(runner: &mut Runner, pool: &mut Pool, variant: &str, launch: Launch<T>) {
     let s = runner.sizes;
     let flat = |n| Shapes {
         x: vec![n],
@@ -330,7 +337,7 @@ fn softplus<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
     let n = s.sweep_total;
     let case = Case {
         id: "S3",
-        label: format!("softplus {} {n}", T::NAME),
+        label: format!("softplus {variant}{} {n}", T::NAME),
         what: "y = ln(exp(x) + 1), computed in f32",
         formula: format!("{}n", 2 * size_of::<T>()),
         full: flat(n),

@@ -6,7 +6,7 @@
 //!   over more dims than it has (a broadcast) gets the sum of its uses over those dims.
 //! - [`Graph::forward`] builds the tangent of each value from the tangents of the listed
 //!   parameters (forward mode).
-//! - [`schedule`] splits the values wanted into launches: as few as fusion allows, each a
+//! - `plan` and `merge` split the values wanted into launches: as few as fusion allows, each a
 //!   [`Kernel`] of its own. A reduction that another one over a different dim (or a value over
 //!   elements, for a reduction over every element) needs is computed in an earlier launch into
 //!   a temporary, in f32 (f64 in kernels of f64 values), and read from there.
