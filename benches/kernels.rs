@@ -310,10 +310,11 @@ fuse! {
         logsumexp(z, v) - sum(if index(v) as i64 == label { z } else { 0.0 }, v)
     }
 
-    /// G6: softmax.
+    /// G6: softmax, its shift detached as doc/language.md advises: the shift cancels, and
+    /// its derivative (the maximum's, split among ties) would take two passes more.
     #[vjp(x)]
     pub fn g6_softmax(x: [bf16; t, h]) -> [bf16; t, h] {
-        let e = (x - max(x, h)).exp();
+        let e = (x - detach(max(x, h))).exp();
         e / sum(e, h)
     }
 

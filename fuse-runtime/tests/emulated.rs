@@ -1159,6 +1159,27 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
             &["bf16"],
             &[Tol::close(1e-2, 1e-6)],
         );
+        // Another tensor along the rows (gamma, in 16-byte vectors too) and a per-row f32
+        // output (`rstd`, written once a row).
+        let g: Vec<fuse_runtime::bf16> = rng
+            .floats::<f32>(cols, 0.5, 1.5)
+            .iter()
+            .map(|&v| fuse_runtime::bf16::from_f32(v))
+            .collect();
+        let eps = fuse_runtime::bf16::from_f32(1e-3);
+        let cpu =
+            kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
+                .unwrap();
+        emulate(
+            &format!("bf16 layernorm {rows}x{cols}"),
+            &kernels::bf16s::layernorm::__fuse::PROGRAM,
+            vec![hex(&b), hex(&g)],
+            vec![Element::to_bits(eps)],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16", "f32"],
+            &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
+        );
         let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
         let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
         emulate(

@@ -42,7 +42,7 @@ impl Checker<'_> {
 
     /// `logsumexp(e, dim)`: `ln(sum(exp(e), dim))` computed stably, as
     /// `m + ln(sum(exp(e - m), dim))` with `m` the maximum over `dim` (0 where that is infinite,
-    /// so that all-`-inf` rows give `-inf` and rows with `inf` give `inf`).
+    /// so that all-`-inf` rows give `-inf` and rows with `inf` give `inf`), `m` detached.
     pub fn logsumexp(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
         if let [e] = args {
             return self.logsumexp_all(e, t);
@@ -78,6 +78,10 @@ impl Checker<'_> {
         );
         let zero = self.push(Op::Float("0".into()), ty, vec![], t);
         let shift = self.push(Op::Select(finite, max, zero), ty, row.clone(), t);
+        // The shift cancels in the value, so no derivative flows through it: the derivative
+        // of `logsumexp` is then the softmax alone, without the maximum's (whose ties would
+        // take a pass of their own).
+        let shift = self.push(Op::Call(Func::Detach, vec![shift]), ty, row.clone(), t);
         let diff = self.push(Op::Binary(BinOp::Sub, operand, shift), ty, shape.clone(), t);
         let exp = self.push(Op::Call(Func::Exp, vec![diff]), ty, shape, t);
         let sum = self.push(Op::Reduce(Reduce::Sum, exp, Some(dim)), ty, row.clone(), t);

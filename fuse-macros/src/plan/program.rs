@@ -455,7 +455,8 @@ mod tests {
     }
 
     /// A 16-bit softmax also has the wide cached entry, tried before the row-a-block ones for
-    /// rows a multiple of eight long up to 2048; a kernel with a 4-byte tensor has none.
+    /// rows a multiple of eight long up to 2048; a kernel with a 4-byte tensor along its rows
+    /// has none.
     #[test]
     fn sixteen_bit_rows_have_a_wide_cached_entry() {
         let bf16 = program(&kernel(quote! {
@@ -482,10 +483,19 @@ mod tests {
             text.contains("fz_vec<unsigned short, 8> rc_x[4];"),
             "{text}"
         );
-        let mixed = paths(quote! {
+        // A per-row f32 output is written once a row: the rows stay wide.
+        let per_row = paths(quote! {
             fn s(x: [bf16; r, c]) -> ([bf16; r, c], [f32; r]) {
                 let e = (x - max(x, c)).exp();
                 (e / sum(e, c), max(x, c) as f32)
+            }
+        });
+        assert!(per_row.contains(&Path::RowsCachedWide));
+        // An f32 tensor along the row would need 32-byte vectors.
+        let mixed = paths(quote! {
+            fn s(x: [bf16; r, c], g: [f32; c]) -> [bf16; r, c] {
+                let e = (x - max(x, c)).exp();
+                (e / sum(e, c) * (g as bf16))
             }
         });
         assert!(!mixed.contains(&Path::RowsCachedWide));

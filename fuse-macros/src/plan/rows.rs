@@ -36,15 +36,35 @@ pub(crate) fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
 }
 
 /// Whether a kernel's cached rows also have the wide entry (`Path::RowsCachedWide`): every
-/// cached tensor of 2-byte elements and every tensor of at most 2, so that each of its vectors
-/// along the row, the outputs' included, is at most 16 bytes at eight lanes. With four lanes a
+/// cached tensor of 2-byte elements and every tensor along the row of at most 2 (`row_elems`),
+/// so that each of its vectors, the outputs' included, is at most 16 bytes at eight lanes. With four lanes a
 /// thread held 16 elements in 8-byte vectors, and a bf16 softmax's rows of 1024 took 64 threads
 /// and a block reduction: 64% of copy speed on an H100 against f32's 100% (NOTES item 76).
 pub(crate) fn wide_cache(k: &Kernel, plan: &Plan) -> bool {
     let cached = cached_params(k, plan);
     !cached.is_empty()
         && cached.iter().all(|&p| k.params[p].elem.bits() == 16)
-        && tensor_elems(k).all(|e| e.bits() <= 16)
+        && row_elems(k).all(|e| e.bits() <= 16)
+}
+
+/// The element types of a row kernel's tensors along its rows: the parameters whose last dim
+/// is the reduced one and the outputs over the whole domain. Per-row tensors (a label, a loss)
+/// are read and written once a row, at any vector width.
+pub(crate) fn row_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    let (domain, axis) = match &k.launch {
+        Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
+        _ => (&[][..], None),
+    };
+    let params = k
+        .tensor_params()
+        .filter(move |(_, _, s)| s.last().copied() == axis)
+        .map(|(_, p, _)| p.elem);
+    let outputs = k
+        .outputs
+        .iter()
+        .filter(move |o| o.shape.as_slice() == domain)
+        .map(|o| o.elem);
+    params.chain(outputs)
 }
 
 /// The most a row's element may cost ([`element_cost`]) for a kernel's row loops to load their
