@@ -59,14 +59,12 @@ impl Cuda<'_> {
         let shapes = self.layout.shapes();
         self.line("const long long r0 = part * per_split;");
         self.line("const long long r1 = r0 + per_split < len ? r0 + per_split : len;");
-        // Rows' loads in flight: eight for a kernel of one tensor of 4-byte elements (a bias
-        // gradient), sixteen of 2-byte ones (the same bytes in flight: with eight, S2's bf16
-        // column sums ran at 74-79% of copy speed), four for others, two where the
-        // accumulators take over 24 bytes: `reduce_mid` of the tests (five f64 reductions over
-        // two tensors) spilled at 128 registers with four, its warps' combination unrolled
-        // beside them.
-        let widest = self.k.tensor_params().map(|(_, p, _)| p.elem.bits()).max();
-        let light = self.k.tensor_params().count() == 1 && widest <= Some(32);
+        // Rows' loads in flight: eight for a kernel of one tensor of at most 4-byte elements
+        // (a bias gradient), four for others, two where the accumulators take over 24 bytes:
+        // `reduce_mid` of the tests (five f64 reductions over two tensors) spilled at 128
+        // registers with four, its warps' combination unrolled beside them.
+        let light = self.k.tensor_params().count() == 1
+            && self.k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
         let accumulators: u32 = plan
             .passes
             .iter()
@@ -77,7 +75,6 @@ impl Cuda<'_> {
             })
             .sum();
         let unroll = match (light, accumulators) {
-            (true, _) if widest <= Some(16) => 16,
             (true, _) => 8,
             (false, 0..=24) => 4,
             _ => 2,
