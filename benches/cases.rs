@@ -537,6 +537,19 @@ pub fn w10() -> Workload {
                 },
             },
             Variant {
+                name: "derived by #[jvp] (1 kernel)",
+                build: |dev, _| {
+                    let dev = dev.clone();
+                    Ok(Box::new(move |i, o| {
+                        let (z, dz) = o.split_at_mut(1);
+                        // `w10_product::jvp`'s one launch, written into the outputs.
+                        w10_product::__w10_product_j0::into(
+                            &dev, &i[0], &i[1], &i[2], &i[3], &mut z[0], &mut dz[0],
+                        )
+                    }))
+                },
+            },
+            Variant {
                 name: "unfused (4 kernels)",
                 build: |dev, d| {
                     let dev = dev.clone();

@@ -72,6 +72,12 @@ fuse! {
         (x * y, dx * y + x * dy)
     }
 
+    /// W10 derived: the product, whose `jvp` is W10's tangent.
+    #[jvp(x, y)]
+    pub fn w10_product(x: [f32; n], y: [f32; n]) -> [f32; n] {
+        x * y
+    }
+
     /// The copy row's fuse! variant: one read and one write per element.
     pub fn identity(x: [f32; n]) -> [f32; n] {
         x
