@@ -71,6 +71,9 @@ struct Gen {
     lets: Vec<String>,
     desc: Vec<String>,
     reductions: usize,
+    /// The next reduction must be over the whole domain: a row kernel's domain is the largest
+    /// shape of its outputs and reduction operands, and every other must fit in it.
+    need_full_operand: bool,
 }
 
 const FLOAT_LITERALS: [&str; 8] = ["0.5", "1.0", "2.0", "3.0", "0.25", "1.5", "4.0", "0.125"];
@@ -151,6 +154,7 @@ pub fn program(name: &str, seed: u64) -> Program {
         lets: vec![],
         desc: vec![],
         reductions: 0,
+        need_full_operand: false,
     };
     // The first parameter names every dim in order, so that unions of shapes follow it.
     let first = g.pick_ty(false);
@@ -245,6 +249,8 @@ impl Gen {
         let d = self.domain();
         let n = 1 + self.rng.weighted(&[50, 35, 15]);
         let mut outs = vec![];
+        let whole_first = self.rng.percent(50);
+        self.need_full_operand = matches!(self.scheme, Scheme::Rows(_)) && !whole_first;
         for k in 0..n {
             let ty = self.pick_ty(true);
             let out = match self.scheme {
@@ -253,10 +259,11 @@ impl Gen {
                     self.fit(e, ty, d, Red::None)
                 }
                 Scheme::Rows(r) => {
-                    let shape = if self.rng.percent(50) { d } else { d & !(1 << r) };
+                    let whole = if k == 0 { whole_first } else { self.rng.percent(50) };
+                    let shape = if whole { d } else { d & !(1 << r) };
                     let e = self.expr(ty, shape, 3, Red::Dim(r));
                     let e = self.fit(e, ty, shape, Red::Dim(r));
-                    if k == n - 1 && self.reductions == 0 {
+                    if k == n - 1 && (self.reductions == 0 || self.need_full_operand) {
                         // A row kernel needs a reduction: tie one into the last output.
                         let red = self.reduction(ty, shape, 1, r);
                         self.combine(e, red, ty)
@@ -731,7 +738,11 @@ impl Gen {
             return self.convert(e, Ty::Bool);
         }
         let over = (self.subshape(max) & !(1 << r)) | (1 << r);
-        let over = if self.rng.percent(30) {
+        let rows = self.domain() & !(1 << r);
+        let over = if self.need_full_operand && rows & !max == 0 {
+            self.need_full_operand = false;
+            self.domain()
+        } else if self.rng.percent(30) {
             (max & !(1 << r)) | (1 << r)
         } else {
             over

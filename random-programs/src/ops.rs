@@ -336,7 +336,8 @@ fn float_fn(name: &str) -> Option<(fn(&[f64]) -> f64, f64)> {
         "cosh" => (|p| p[0].cosh(), 3.0),
         "tanh" => (|p| p[0].tanh(), 3.0),
         "asinh" => (|p| libm::asinh(p[0]), 4.0),
-        "acosh" => (|p| libm::acosh(p[0]), 5.0),
+        // libm's acosh does not test the sign: finite nonsense below -1.
+        "acosh" => (|p| if p[0] < 1.0 { f64::NAN } else { libm::acosh(p[0]) }, 5.0),
         "atanh" => (|p| libm::atanh(p[0]), 4.0),
         "to_degrees" => (|p| p[0].to_degrees(), 2.0),
         "to_radians" => (|p| p[0].to_radians(), 2.0),
@@ -386,8 +387,31 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
     if pole {
         return V::UNKNOWN;
     }
+    // `sigmoid` and `silu` divide by `1 + exp(-x)`, each step rounded: where `exp(-x)`
+    // overflows the compute type they are 0 (a signed zero for `silu`).
+    if (name == "sigmoid" || name == "silu") && x.f.is_finite() {
+        let t = if ty == Ty::F64 { f64::MAX } else { f32::MAX as f64 }.ln();
+        let (lo, hi) = (-x.f - x.err, -x.f + x.err);
+        if lo > t + 1e-3 {
+            return V::float(if name == "silu" { x.f * 0.0 } else { 0.0 });
+        }
+        if hi > t - 1e-3 {
+            return V::UNKNOWN;
+        }
+    }
     if let Some((f, ulps)) = float_fn(name) {
-        return smooth(&f, xs, ty, ulps, 0.0);
+        let mut v = smooth(&f, xs, ty, ulps, 0.0);
+        // Where an interval may hold an extremum the corners miss it: bound the change by the
+        // function's Lipschitz constant instead.
+        let lipschitz = match name {
+            "sin" | "cos" => 1.0,
+            "silu" => 1.1,
+            _ => 0.0,
+        };
+        if v.known() && v.f.is_finite() {
+            v.err += (lipschitz * x.err).min(2.0 * lipschitz);
+        }
+        return v;
     }
     let jump = |g: fn(f64) -> f64| -> V {
         if straddles(x, g) || (x.err > 0.0 && x.f.abs() <= x.err && name == "signum") {
@@ -411,14 +435,14 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
         }
         "gelu" => {
             let g = |p: &[f64]| 0.5 * p[0] * (1.0 + libm::erf(p[0] * std::f64::consts::FRAC_1_SQRT_2));
-            smooth(&g, xs, ty, 4.0, 4.0 * x.f.abs())
+            lipschitz(smooth(&g, xs, ty, 4.0, 4.0 * x.f.abs()), 1.13 * x.err)
         }
         "gelu_tanh" => {
             let g = |p: &[f64]| {
                 let k = (2.0 / std::f64::consts::PI).sqrt();
                 0.5 * p[0] * (1.0 + (k * (p[0] + 0.044715 * p[0] * p[0] * p[0])).tanh())
             };
-            smooth(&g, xs, ty, 6.0, 8.0 * x.f.abs())
+            lipschitz(smooth(&g, xs, ty, 6.0, 8.0 * x.f.abs()), 1.13 * x.err)
         }
         "log" => smooth(&|p| p[0].ln() / p[1].ln(), xs, ty, 5.0, 0.0),
         "copysign" => V {
@@ -493,6 +517,14 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
         }
         _ => unreachable!("float function {name}"),
     }
+}
+
+/// `v` with `extra` more error, where it is a known finite value.
+fn lipschitz(mut v: V, extra: f64) -> V {
+    if v.known() && v.f.is_finite() {
+        v.err += extra;
+    }
+    v
 }
 
 fn int_function(name: &str, ty: Ty, from: Ty, xs: &[V]) -> V {
