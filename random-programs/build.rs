@@ -28,8 +28,9 @@ fn main() {
         .map(|v| v.trim().parse().expect("FUSE_RANDOM_PROGRAMS is a number"))
         .unwrap_or(300);
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let programs: Vec<gen::Program> =
-        (0..count).map(|k| gen::program(&format!("p{k}"), seed(k))).collect();
+    let programs: Vec<gen::Program> = (0..count)
+        .map(|k| gen::program(&format!("p{k}"), seed(k)))
+        .collect();
     let mut table = String::from("pub static PROGRAMS: &[Program] = &[\n");
     let mut mods = String::new();
     for (b, batch) in programs.chunks(PER_BATCH).enumerate() {

@@ -197,14 +197,30 @@ impl Gen {
             ty,
             shape,
         });
-        self.node(ty, shape.unwrap_or(0), name, format!("in {i}"), false, false)
+        self.node(
+            ty,
+            shape.unwrap_or(0),
+            name,
+            format!("in {i}"),
+            false,
+            false,
+        )
     }
 
     /// Adds a node; `op` is its description after the type.
-    fn node(&mut self, ty: Ty, shape: u8, text: String, op: String, full: bool, lit: bool) -> usize {
+    fn node(
+        &mut self,
+        ty: Ty,
+        shape: u8,
+        text: String,
+        op: String,
+        full: bool,
+        lit: bool,
+    ) -> usize {
         let id = self.nodes.len();
         let param = op.starts_with("in ");
-        self.desc.push(format!("node {id} {} {shape} {op}", ty.name()));
+        self.desc
+            .push(format!("node {id} {} {shape} {op}", ty.name()));
         self.nodes.push(Node {
             ty,
             shape,
@@ -259,7 +275,11 @@ impl Gen {
                     self.fit(e, ty, d, Red::None)
                 }
                 Scheme::Rows(r) => {
-                    let whole = if k == 0 { whole_first } else { self.rng.percent(50) };
+                    let whole = if k == 0 {
+                        whole_first
+                    } else {
+                        self.rng.percent(50)
+                    };
                     let shape = if whole { d } else { d & !(1 << r) };
                     let e = self.expr(ty, shape, 3, Red::Dim(r));
                     let e = self.fit(e, ty, shape, Red::Dim(r));
@@ -368,7 +388,10 @@ impl Gen {
                 v.to_string()
             }
         };
-        let value = text.trim_start_matches('(').trim_end_matches(')').to_string();
+        let value = text
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .to_string();
         self.node(ty, 0, text, format!("lit {value}"), false, true)
     }
 
@@ -508,7 +531,14 @@ impl Gen {
         all.extend(args);
         let ids: Vec<String> = all.iter().map(|i| i.to_string()).collect();
         let (shape, full) = (self.shape_of(&all), self.full_of(&all));
-        self.node(ty, shape, text, format!("fn {name} {}", ids.join(" ")), full, false)
+        self.node(
+            ty,
+            shape,
+            text,
+            format!("fn {name} {}", ids.join(" ")),
+            full,
+            false,
+        )
     }
 
     /// A one-argument function, as a method or a free function.
@@ -553,7 +583,9 @@ impl Gen {
                 self.binary(op, ty, a, b)
             }
             2 => {
-                let f = self.rng.pick(&["max", "min", "powf", "atan2", "hypot", "copysign", "log"]);
+                let f = self
+                    .rng
+                    .pick(&["max", "min", "powf", "atan2", "hypot", "copysign", "log"]);
                 let a = self.expr(ty, max, d, red);
                 let b = self.operand(ty, max, d, red, true);
                 self.method(f, ty, a, &[b])
@@ -590,7 +622,11 @@ impl Gen {
                 let a = self.expr(ty, max, d, red);
                 let n = if self.rng.percent(60) {
                     let v = self.rng.below(12) as i64 - 4;
-                    let text = if v < 0 { format!("({v})") } else { v.to_string() };
+                    let text = if v < 0 {
+                        format!("({v})")
+                    } else {
+                        v.to_string()
+                    };
                     self.node(Ty::I32, 0, text, format!("lit {v}"), false, true)
                 } else {
                     self.expr(Ty::I32, max, d, red)
@@ -604,7 +640,10 @@ impl Gen {
         let d = depth - 1;
         let reduce = if matches!(red, Red::Dim(_)) { 10 } else { 0 };
         let u32_only = if ty == Ty::U32 { 4 } else { 0 };
-        match self.rng.weighted(&[30, 6, 6, 8, 3, 14, 8, reduce, u32_only, u32_only]) {
+        match self
+            .rng
+            .weighted(&[30, 6, 6, 8, 3, 14, 8, reduce, u32_only, u32_only])
+        {
             0 => {
                 let op = self.rng.pick(&["+", "-", "*", "/", "%", "&", "|", "^"]);
                 let a = self.expr(ty, max, d, red);
@@ -677,7 +716,9 @@ impl Gen {
             8 => {
                 let from = self.rng.pick(&INTS);
                 let a = self.expr(from, max, d, red);
-                let f = self.rng.pick(&["count_ones", "leading_zeros", "trailing_zeros"]);
+                let f = self
+                    .rng
+                    .pick(&["count_ones", "leading_zeros", "trailing_zeros"]);
                 let free = self.rng.percent(30);
                 self.call1(f, Ty::U32, a, free)
             }
@@ -758,7 +799,14 @@ impl Gen {
         self.reductions += 1;
         let text = format!("{kind}({}, {})", self.t(e), Self::dim(r));
         let full = self.nodes[e].full;
-        let id = self.node(ty, over & !(1 << r), text, format!("red {kind} {r} {e}"), full, false);
+        let id = self.node(
+            ty,
+            over & !(1 << r),
+            text,
+            format!("red {kind} {r} {e}"),
+            full,
+            false,
+        );
         self.maybe_bind(id)
     }
 
@@ -784,7 +832,14 @@ impl Gen {
     /// vanish.
     fn near_one(&mut self, e: usize, ty: Ty) -> usize {
         let t = self.call1("tanh", ty, e, false);
-        let k = self.node(ty, 0, "0.0009765625".into(), "lit 0.0009765625".into(), false, true);
+        let k = self.node(
+            ty,
+            0,
+            "0.0009765625".into(),
+            "lit 0.0009765625".into(),
+            false,
+            true,
+        );
         let small = self.binary("*", ty, t, k);
         let one = self.node(ty, 0, "1.0".into(), "lit 1".into(), false, true);
         self.binary("+", ty, small, one)
@@ -834,7 +889,13 @@ impl Gen {
         let params: Vec<String> = self
             .params
             .iter()
-            .map(|p| format!("{}: {}", p.name, self.tensor_type(p.ty, p.shape.unwrap_or(0))))
+            .map(|p| {
+                format!(
+                    "{}: {}",
+                    p.name,
+                    self.tensor_type(p.ty, p.shape.unwrap_or(0))
+                )
+            })
             .collect();
         let types: Vec<String> = outs
             .iter()
@@ -888,9 +949,8 @@ impl Gen {
     /// `fn run_NAME(dev, args) -> Result<Vec<Out>, Error>`: uploads the inputs, calls the kernel
     /// and reads its outputs back.
     fn glue(&self, name: &str, outs: usize) -> String {
-        let mut s = format!(
-            "pub fn run_{name}(dev: &Device, a: &Args) -> Result<Vec<Out>, Error> {{\n"
-        );
+        let mut s =
+            format!("pub fn run_{name}(dev: &Device, a: &Args) -> Result<Vec<Out>, Error> {{\n");
         let mut args = vec![];
         for (i, p) in self.params.iter().enumerate() {
             let t = match p.ty {

@@ -68,7 +68,8 @@ pub struct Args {
 impl Args {
     /// Parameter `i` as a buffer on `dev`.
     pub fn tensor<T: Elem>(&self, dev: &Device, i: usize) -> Result<Buffer<T>, Error> {
-        dev.upload(T::slice(&self.data[i]))?.reshape(&self.shapes[i])
+        dev.upload(T::slice(&self.data[i]))?
+            .reshape(&self.shapes[i])
     }
 
     /// Scalar parameter `i`.
@@ -134,6 +135,8 @@ impl Out {
 const SMALL: [usize; 14] = [1, 1, 2, 3, 5, 7, 8, 13, 17, 31, 32, 33, 61, 64];
 const MEDIUM: [usize; 6] = [97, 127, 128, 255, 257, 1021];
 const LONG: [usize; 6] = [1000, 2048, 4096, 4097, 5003, 8191];
+/// Rows for the GPU's cluster and streamed paths, where the budget allows.
+const HUGE: [usize; 4] = [16411, 70001, 262147, 1_000_003];
 
 /// Dim sizes for one run of `desc`, with at most `budget` elements in the domain.
 pub fn sizes(desc: &Desc, rng: &mut Rng, budget: usize) -> Vec<usize> {
@@ -144,6 +147,7 @@ pub fn sizes(desc: &Desc, rng: &mut Rng, budget: usize) -> Vec<usize> {
                 let long = reduced.contains(&k) || desc.ndims == 1;
                 match rng.below(20) {
                     0 => 0,
+                    1 if long && budget >= 1 << 20 => rng.pick(&HUGE),
                     1..=3 if long => rng.pick(&LONG),
                     4..=7 => rng.pick(&MEDIUM),
                     _ => rng.pick(&SMALL),
@@ -260,18 +264,31 @@ fn stored(want: V, ty: Ty) -> Option<f64> {
 
 /// Whether `got` is within `tol` of `want`; NaN matches NaN, infinities only themselves.
 pub fn close(got: f64, want: f64, tol: f64) -> bool {
-    got == want || (got.is_nan() && want.is_nan()) || (got.is_finite() && want.is_finite() && (got - want).abs() <= tol)
+    got == want
+        || (got.is_nan() && want.is_nan())
+        || (got.is_finite() && want.is_finite() && (got - want).abs() <= tol)
 }
 
-/// Checks the outputs of one call against the oracle's; the first mismatch, described.
-pub fn against_oracle(desc: &Desc, got: &[Out], want: &[Vec<V>], sizes: &[usize]) -> Result<usize, String> {
-    let mut checked = 0;
+/// Checks the outputs of one call against the oracle's: the number of elements the oracle
+/// knows (and so checked) and of all, or the first mismatch, described.
+pub fn against_oracle(
+    desc: &Desc,
+    got: &[Out],
+    want: &[Vec<V>],
+    sizes: &[usize],
+) -> Result<(usize, usize), String> {
+    let (mut checked, mut total) = (0, 0);
     for (j, ((g, w), &(node, shape))) in got.iter().zip(want).zip(&desc.outs).enumerate() {
         let ty = desc.nodes[node].ty;
-        let want_shape: Vec<usize> =
-            (0..sizes.len()).filter(|k| shape & (1 << k) != 0).map(|k| sizes[k]).collect();
+        let want_shape: Vec<usize> = (0..sizes.len())
+            .filter(|k| shape & (1 << k) != 0)
+            .map(|k| sizes[k])
+            .collect();
         if g.shape != want_shape {
-            return Err(format!("output {j}: shape {:?}, want {want_shape:?}", g.shape));
+            return Err(format!(
+                "output {j}: shape {:?}, want {want_shape:?}",
+                g.shape
+            ));
         }
         for (i, w) in w.iter().enumerate() {
             let ok = match &g.vals {
@@ -282,6 +299,7 @@ pub fn against_oracle(desc: &Desc, got: &[Out], want: &[Vec<V>], sizes: &[usize]
                 },
             };
             checked += w.known() as usize;
+            total += 1;
             if !ok {
                 let got = match &g.vals {
                     Vals::Exact(v) => format!("{}", v[i]),
@@ -298,7 +316,7 @@ pub fn against_oracle(desc: &Desc, got: &[Out], want: &[Vec<V>], sizes: &[usize]
             }
         }
     }
-    Ok(checked)
+    Ok((checked, total))
 }
 
 fn w_len(v: &Vals) -> usize {
@@ -310,15 +328,25 @@ fn w_len(v: &Vals) -> usize {
 
 /// Checks a GPU run against the CPU run of the same call: integers and `bool` bit for bit where
 /// the oracle knows them, floats within twice the oracle's tolerance (both are within one of it).
-pub fn gpu_against_cpu(desc: &Desc, gpu: &[Out], cpu: &[Out], want: &[Vec<V>]) -> Result<(), String> {
+pub fn gpu_against_cpu(
+    desc: &Desc,
+    gpu: &[Out],
+    cpu: &[Out],
+    want: &[Vec<V>],
+) -> Result<(), String> {
     for (j, ((g, c), w)) in gpu.iter().zip(cpu).zip(want).enumerate() {
         let ty = desc.nodes[desc.outs[j].0].ty;
         if g.shape != c.shape {
-            return Err(format!("output {j}: GPU shape {:?}, CPU {:?}", g.shape, c.shape));
+            return Err(format!(
+                "output {j}: GPU shape {:?}, CPU {:?}",
+                g.shape, c.shape
+            ));
         }
         for (i, w) in w.iter().enumerate() {
             let (ok, gv, cv) = match (&g.vals, &c.vals) {
-                (Vals::Exact(g), Vals::Exact(c)) => (!w.known() || g[i] == c[i], g[i] as f64, c[i] as f64),
+                (Vals::Exact(g), Vals::Exact(c)) => {
+                    (!w.known() || g[i] == c[i], g[i] as f64, c[i] as f64)
+                }
                 (Vals::Float(g), Vals::Float(c)) => match tolerance(*w, ty) {
                     Some(tol) => (close(g[i], c[i], 2.0 * tol), g[i], c[i]),
                     None => (true, g[i], c[i]),

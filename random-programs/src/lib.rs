@@ -24,7 +24,8 @@ pub struct Program {
     /// The description the oracle evaluates.
     pub desc: &'static str,
     /// Uploads the arguments to a device, calls the kernel, reads the outputs back.
-    pub run: fn(&fuse_runtime::Device, &harness::Args) -> Result<Vec<harness::Out>, fuse_runtime::Error>,
+    pub run:
+        fn(&fuse_runtime::Device, &harness::Args) -> Result<Vec<harness::Out>, fuse_runtime::Error>,
 }
 
 include!(concat!(env!("OUT_DIR"), "/programs.rs"));

@@ -194,7 +194,11 @@ fn cast(x: V, from: Ty, to: Ty) -> V {
                     return V::UNKNOWN;
                 }
                 let e = x.err + ulp(to, x.f.abs() + x.err) + x.f.abs() * eps(Ty::F32);
-                V { f: x.f, i: 0, err: e }
+                V {
+                    f: x.f,
+                    i: 0,
+                    err: e,
+                }
             }
         },
         (true, false) => {
@@ -314,7 +318,10 @@ fn int_op(op: &str, ty: Ty, from: Ty, xs: &[V]) -> V {
 
 /// The float functions: the f64 reference and the ulps of `doc/language.md`'s table (one more
 /// for the CPU's own libraries).
-fn float_fn(name: &str) -> Option<(fn(&[f64]) -> f64, f64)> {
+/// A function's float64 reference.
+type Reference = fn(&[f64]) -> f64;
+
+fn float_fn(name: &str) -> Option<(Reference, f64)> {
     Some(match name {
         "exp" => (|p| p[0].exp(), 3.0),
         "exp2" => (|p| p[0].exp2(), 3.0),
@@ -337,7 +344,16 @@ fn float_fn(name: &str) -> Option<(fn(&[f64]) -> f64, f64)> {
         "tanh" => (|p| p[0].tanh(), 3.0),
         "asinh" => (|p| libm::asinh(p[0]), 4.0),
         // libm's acosh does not test the sign: finite nonsense below -1.
-        "acosh" => (|p| if p[0] < 1.0 { f64::NAN } else { libm::acosh(p[0]) }, 5.0),
+        "acosh" => (
+            |p| {
+                if p[0] < 1.0 {
+                    f64::NAN
+                } else {
+                    libm::acosh(p[0])
+                }
+            },
+            5.0,
+        ),
         "atanh" => (|p| libm::atanh(p[0]), 4.0),
         "to_degrees" => (|p| p[0].to_degrees(), 2.0),
         "to_radians" => (|p| p[0].to_radians(), 2.0),
@@ -374,7 +390,13 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
         "recip" | "rsqrt" | "ln" | "log2" | "log10" => near_zero(x),
         "tan" => straddles(x, |f| (f / std::f64::consts::PI - 0.5).floor()),
         "powf" => near_zero(x),
-        "log" => near_zero(x) || near_zero(V { f: xs[1].f - 1.0, ..xs[1] }),
+        "log" => {
+            near_zero(x)
+                || near_zero(V {
+                    f: xs[1].f - 1.0,
+                    ..xs[1]
+                })
+        }
         "atan2" => near_zero(xs[0]) && (xs[1].f - xs[1].err <= 0.0),
         "copysign" => near_zero(xs[1]),
         "powi" => near_zero(x) && xs[1].i < 0,
@@ -390,7 +412,12 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
     // `sigmoid` and `silu` divide by `1 + exp(-x)`, each step rounded: where `exp(-x)`
     // overflows the compute type they are 0 (a signed zero for `silu`).
     if (name == "sigmoid" || name == "silu") && x.f.is_finite() {
-        let t = if ty == Ty::F64 { f64::MAX } else { f32::MAX as f64 }.ln();
+        let t = if ty == Ty::F64 {
+            f64::MAX
+        } else {
+            f32::MAX as f64
+        }
+        .ln();
         let (lo, hi) = (-x.f - x.err, -x.f + x.err);
         if lo > t + 1e-3 {
             return V::float(if name == "silu" { x.f * 0.0 } else { 0.0 });
@@ -434,7 +461,8 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
             }
         }
         "gelu" => {
-            let g = |p: &[f64]| 0.5 * p[0] * (1.0 + libm::erf(p[0] * std::f64::consts::FRAC_1_SQRT_2));
+            let g =
+                |p: &[f64]| 0.5 * p[0] * (1.0 + libm::erf(p[0] * std::f64::consts::FRAC_1_SQRT_2));
             lipschitz(smooth(&g, xs, ty, 4.0, 4.0 * x.f.abs()), 1.13 * x.err)
         }
         "gelu_tanh" => {
@@ -459,13 +487,23 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
                 x
             };
             // Which of the three is taken must not depend on the errors.
-            let which = |a: f64, l: f64, h: f64| if a < l { 0 } else if a > h { 1 } else { 2 };
+            let which = |a: f64, l: f64, h: f64| {
+                if a < l {
+                    0
+                } else if a > h {
+                    1
+                } else {
+                    2
+                }
+            };
             let w = which(x.f, lo.f, hi.f);
             let e = x.err + lo.err + hi.err;
             if e > 0.0
-                && [(-1.0, 1.0, -1.0), (1.0, -1.0, 1.0)].iter().any(|&(sx, sl, sh)| {
-                    which(x.f + sx * x.err, lo.f + sl * lo.err, hi.f + sh * hi.err) != w
-                })
+                && [(-1.0, 1.0, -1.0), (1.0, -1.0, 1.0)]
+                    .iter()
+                    .any(|&(sx, sl, sh)| {
+                        which(x.f + sx * x.err, lo.f + sl * lo.err, hi.f + sh * hi.err) != w
+                    })
             {
                 // Near a bound the result is continuous: the bound's and `x`'s errors.
                 if x.f.is_nan() {

@@ -78,7 +78,11 @@ impl Desc {
                 "param" => {
                     let shape = match w[2] {
                         "scalar" => None,
-                        _ => Some(w[3..].iter().fold(0u8, |s, k| s | 1 << k.parse::<u8>().unwrap())),
+                        _ => Some(
+                            w[3..]
+                                .iter()
+                                .fold(0u8, |s, k| s | 1 << k.parse::<u8>().unwrap()),
+                        ),
                     };
                     d.params.push((ty_of(w[1]), shape));
                 }

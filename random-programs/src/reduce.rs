@@ -73,7 +73,10 @@ fn one(kind: &str, ty: Ty, from: Ty, row: &[V]) -> V {
             if row.iter().all(|v| v.err == 0.0) && !p.is_finite() {
                 return V::float(p);
             }
-            if row.iter().any(|v| !v.f.is_finite() || (v.err > 0.0 && v.f.abs() <= v.err)) {
+            if row
+                .iter()
+                .any(|v| !v.f.is_finite() || (v.err > 0.0 && v.f.abs() <= v.err))
+            {
                 return V::UNKNOWN;
             }
             let big: f64 = row.iter().map(|v| v.f.abs().max(1.0)).product();
@@ -87,7 +90,11 @@ fn one(kind: &str, ty: Ty, from: Ty, row: &[V]) -> V {
                 .map(|v| if v.f == 0.0 { 0.0 } else { v.err / v.f.abs() })
                 .sum();
             let n = row.len() as f64;
-            finish(p, p.abs() * (rel * 1.5 + (n + 2.0) * eps(ty)) + tiny(ty), ty)
+            finish(
+                p,
+                p.abs() * (rel * 1.5 + (n + 2.0) * eps(ty)) + tiny(ty),
+                ty,
+            )
         }
         "max" | "min" => {
             let init = if kind == "max" {
@@ -182,7 +189,10 @@ fn arg_extreme(max: bool, from: Ty, row: &[V]) -> V {
         return V::int(u32::MAX as i128);
     };
     let close = row.iter().enumerate().any(|(k, v)| {
-        k != b && !v.f.is_nan() && v.err + row[b].err > 0.0 && key(v) >= key(&row[b]) - v.err - row[b].err
+        k != b
+            && !v.f.is_nan()
+            && v.err + row[b].err > 0.0
+            && key(v) >= key(&row[b]) - v.err - row[b].err
     });
     if close {
         V::UNKNOWN

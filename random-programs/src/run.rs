@@ -45,7 +45,11 @@ impl Config {
 /// The programs selected by `FUSE_RANDOM_ONLY`, else all of them.
 pub fn selected() -> Vec<&'static Program> {
     let only = std::env::var("FUSE_RANDOM_ONLY").unwrap_or_default();
-    let names: Vec<&str> = only.split(',').map(str::trim).filter(|s| !s.is_empty()).collect();
+    let names: Vec<&str> = only
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
     crate::PROGRAMS
         .iter()
         .filter(|p| names.is_empty() || names.contains(&p.name))
@@ -84,24 +88,39 @@ pub fn call(p: &Program, dev: &Device, inst: &Instance) -> Result<Vec<Out>, Stri
     }
 }
 
-/// The CPU backend against the oracle on instance `k`; the number of elements checked.
-pub fn check_cpu(p: &Program, desc: &Desc, k: usize, cfg: &Config) -> Result<usize, String> {
+/// The CPU backend against the oracle on instance `k`; the number of elements checked, and of
+/// all.
+pub fn check_cpu(
+    p: &Program,
+    desc: &Desc,
+    k: usize,
+    cfg: &Config,
+) -> Result<(usize, usize), String> {
     let inst = instance(p, desc, k, cfg);
     let got = call(p, &Device::cpu(), &inst).map_err(|e| report(p, &inst, k, &e))?;
     let want = harness::oracle(desc, &inst.sizes, &inst.args);
-    harness::against_oracle(desc, &got, &want, &inst.sizes).map_err(|e| report(p, &inst, k, &format!("CPU against the oracle: {e}")))
+    harness::against_oracle(desc, &got, &want, &inst.sizes)
+        .map_err(|e| report(p, &inst, k, &format!("CPU against the oracle: {e}")))
 }
 
 /// The GPU against the CPU backend and the oracle on instance `k`.
-pub fn check_gpu(p: &Program, desc: &Desc, gpu: &Device, k: usize, cfg: &Config) -> Result<(), String> {
+pub fn check_gpu(
+    p: &Program,
+    desc: &Desc,
+    gpu: &Device,
+    k: usize,
+    cfg: &Config,
+) -> Result<(), String> {
     let inst = instance(p, desc, k, cfg);
     let on_gpu = call(p, gpu, &inst).map_err(|e| report(p, &inst, k, &format!("GPU: {e}")))?;
-    let on_cpu = call(p, &Device::cpu(), &inst).map_err(|e| report(p, &inst, k, &format!("CPU: {e}")))?;
+    let on_cpu =
+        call(p, &Device::cpu(), &inst).map_err(|e| report(p, &inst, k, &format!("CPU: {e}")))?;
     let want = harness::oracle(desc, &inst.sizes, &inst.args);
     harness::against_oracle(desc, &on_gpu, &want, &inst.sizes)
         .map(|_| ())
         .map_err(|e| report(p, &inst, k, &format!("GPU against the oracle: {e}")))?;
-    harness::gpu_against_cpu(desc, &on_gpu, &on_cpu, &want).map_err(|e| report(p, &inst, k, &format!("GPU against CPU: {e}")))
+    harness::gpu_against_cpu(desc, &on_gpu, &on_cpu, &want)
+        .map_err(|e| report(p, &inst, k, &format!("GPU against CPU: {e}")))
 }
 
 /// A failure, with what it takes to run it again.
