@@ -74,6 +74,8 @@ struct Gen {
     /// The next reduction must be over the whole domain: a row kernel's domain is the largest
     /// shape of its outputs and reduction operands, and every other must fit in it.
     need_full_operand: bool,
+    /// Random calls so far: the next one's stream.
+    random_sites: usize,
 }
 
 const FLOAT_LITERALS: [&str; 8] = ["0.5", "1.0", "2.0", "3.0", "0.25", "1.5", "4.0", "0.125"];
@@ -155,6 +157,7 @@ pub fn program(name: &str, seed: u64) -> Program {
         desc: vec![],
         reductions: 0,
         need_full_operand: false,
+        random_sites: 0,
     };
     // The first parameter names every dim in order, so that unions of shapes follow it.
     let first = g.pick_ty(false);
@@ -569,7 +572,10 @@ impl Gen {
     fn float_expr(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
         let reduce = if matches!(red, Red::Dim(_)) { 14 } else { 0 };
         let d = depth - 1;
-        match self.rng.weighted(&[24, 24, 10, 8, 10, reduce, 6, 3, 4, 3]) {
+        match self
+            .rng
+            .weighted(&[24, 24, 10, 8, 10, reduce, 6, 3, 4, 3, 3])
+        {
             0 => {
                 let f = self.rng.pick(&FLOAT_FNS);
                 let a = self.expr(ty, max, d, red);
@@ -618,6 +624,7 @@ impl Gen {
                 let c = self.operand(ty, max, d, red, true);
                 self.method(f, ty, a, &[b, c])
             }
+            10 => self.dropout(ty, max, d, red),
             _ => {
                 let a = self.expr(ty, max, d, red);
                 let n = if self.rng.percent(60) {
@@ -767,6 +774,48 @@ impl Gen {
             }
             _ => self.select(Ty::Bool, max, depth, red),
         }
+    }
+
+    /// `dropout(x, p, seed)`, bound by `let` so that each `let` holds one random call and the
+    /// calls' order in the text (their streams) is the order they are made in.
+    fn dropout(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
+        if max == 0 {
+            return self.leaf(ty, max, red);
+        }
+        let mut x = self.expr(ty, max, depth, red);
+        if self.nodes[x].shape == 0 {
+            let shape = self.subshape(max);
+            x = self.fit(x, ty, shape, red);
+        }
+        let p = self.rng.pick(&["0.5", "0.25", "0.125"]);
+        let p = self.node(ty, 0, p.into(), format!("lit {p}"), false, true);
+        let seed = match (0..self.params.len())
+            .find(|&i| self.params[i].ty == Ty::U64 && self.params[i].shape.is_none())
+        {
+            Some(i) => (0..self.nodes.len())
+                .find(|&n| self.nodes[n].param && self.nodes[n].text == self.params[i].name)
+                .expect("each parameter has a node"),
+            None => self.new_param(Ty::U64, None),
+        };
+        let stream = self.random_sites;
+        self.random_sites += 1;
+        let text = format!("dropout({}, {}, {})", self.t(x), self.t(p), self.t(seed));
+        let (shape, full) = (self.nodes[x].shape, self.nodes[x].full);
+        let id = self.node(
+            ty,
+            shape,
+            text,
+            format!("dropout {stream} {x} {p} {seed}"),
+            full,
+            false,
+        );
+        let name = format!("v{id}");
+        self.lets
+            .push(format!("let {name} = {};", self.nodes[id].text));
+        let n = &mut self.nodes[id];
+        n.text = name;
+        n.bound = true;
+        id
     }
 
     // -----------------------------------------------------------------------------------------

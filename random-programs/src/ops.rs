@@ -116,7 +116,7 @@ pub fn int_range(ty: Ty) -> (i128, i128) {
 /// `f` of float arguments: its value at the arguments, and its error from the arguments' errors
 /// (the largest change of `f` over the corners of their intervals, with a margin for curvature)
 /// plus `ulps` roundings of the result and `abs` of absolute error.
-fn smooth(f: &dyn Fn(&[f64]) -> f64, xs: &[V], ty: Ty, ulps: f64, abs: f64) -> V {
+pub fn smooth(f: &dyn Fn(&[f64]) -> f64, xs: &[V], ty: Ty, ulps: f64, abs: f64) -> V {
     if xs.iter().any(|x| !x.known()) {
         return V::UNKNOWN;
     }

@@ -188,6 +188,7 @@ fn eval(desc: &Desc, node: &Node, sizes: &[usize], inputs: &[Vec<V>], vals: &[Ve
         }
         "index" => (0..n).map(|c| V::int(c as i128)).collect(),
         "red" => crate::reduce::reduce(desc, node, sizes, vals),
+        "dropout" => dropout(desc, node, sizes, vals),
         _ => {
             let ids: Vec<usize> = (0..node.args.len())
                 .filter(|&k| !(node.op == "fn" && k == 0))
@@ -214,4 +215,37 @@ fn eval(desc: &Desc, node: &Node, sizes: &[usize], inputs: &[Vec<V>], vals: &[Ve
 /// first element of its row in the operand (of `of`), and the operand's stride along `r`.
 pub fn rows(shape: u8, of: u8, r: usize, sizes: &[usize]) -> (Vec<usize>, usize) {
     (gather(shape, of, sizes), strides(of, sizes)[r])
+}
+
+/// `dropout(x, p, seed)` (args: stream, x, p, seed): `0` where the uniform number of the
+/// element's position (row-major in the node's shape) and the call's stream, converted to the
+/// type, is below `p`, else `x * (1 / (1 - p))`. The numbers are `fuse_runtime::random`'s host
+/// copy of the generator: the one place the oracle uses the runtime, as the language defines
+/// the bits.
+fn dropout(desc: &Desc, node: &Node, sizes: &[usize], vals: &[Vec<V>]) -> Vec<V> {
+    let stream: u32 = node.args[0].parse().expect("a stream");
+    let (x, p, seed) = (arg(node, 1), arg(node, 2), arg(node, 3));
+    let map = gather(node.shape, desc.nodes[x].shape, sizes);
+    let seed = vals[seed][0];
+    let p = vals[p][0];
+    if !seed.known() || !p.known() {
+        return vec![V::UNKNOWN; map.len()];
+    }
+    let scale = 1.0 / (1.0 - p.f);
+    let mul = |v: &[f64]| v[0] * scale;
+    (0..map.len())
+        .map(|e| {
+            let u = fuse_runtime::random::uniform(seed.i as u64, e as u64, stream);
+            let u = match node.ty {
+                Ty::F16 => f64::from(fuse_runtime::f16::from_f32(u)),
+                Ty::Bf16 => f64::from(fuse_runtime::bf16::from_f32(u)),
+                _ => f64::from(u),
+            };
+            if u < p.f {
+                V::float(0.0)
+            } else {
+                crate::ops::smooth(&mul, &[vals[x][map[e]]], node.ty, 1.0, 0.0)
+            }
+        })
+        .collect()
 }
