@@ -1,0 +1,1026 @@
+//! The generator of random, well-typed `fuse!` functions (used by `build.rs`).
+//!
+//! A program is built as a DAG of typed nodes over the dims of one domain. Each node is written
+//! twice: as the language's text (which `fuse!` compiles) and as one line of a small data
+//! description (which the test's oracle, `src/oracle.rs`, evaluates without the macro). The
+//! generator follows the language's rules so that every program checks: shapes are subsequences
+//! of the domain's dims, a kernel reduces over one dim (`Rows`), over everything (`Full`) or not
+//! at all (`Map`), and literals sit only where inference gives them a type.
+
+pub mod ty;
+
+use std::fmt::Write;
+use ty::{Rng, Ty, FLOATS, INTS};
+
+/// One generated program: the `fn` item, its description for the oracle, and the glue that
+/// calls it with the harness's inputs.
+pub struct Program {
+    pub name: String,
+    pub seed: u64,
+    pub text: String,
+    pub desc: String,
+    pub glue: String,
+}
+
+/// How a kernel iterates (see the language reference, "One fn, one launch").
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum Scheme {
+    Map,
+    Rows(usize),
+    Full,
+}
+
+/// Where an expression is generated: which reductions it may contain.
+#[derive(Clone, Copy, PartialEq)]
+enum Red {
+    /// None (elementwise code, or the operand of a full reduction).
+    None,
+    /// Reductions over this dim.
+    Dim(usize),
+    /// Full reductions (the scalar outputs of a `Full` kernel).
+    Full,
+}
+
+struct Param {
+    name: String,
+    ty: Ty,
+    /// The dims, as a mask over the domain's; `None` for a scalar.
+    shape: Option<u8>,
+}
+
+struct Node {
+    ty: Ty,
+    shape: u8,
+    text: String,
+    /// Bound by `let`, so that later expressions may use it again.
+    bound: bool,
+    /// Depends on a full reduction (usable only in scalar outputs).
+    full: bool,
+    literal: bool,
+    param: bool,
+}
+
+struct Gen {
+    rng: Rng,
+    ndims: usize,
+    scheme: Scheme,
+    /// The element types this program favours, so that types meet.
+    favourite: [Ty; 2],
+    params: Vec<Param>,
+    nodes: Vec<Node>,
+    lets: Vec<String>,
+    desc: Vec<String>,
+    reductions: usize,
+    /// The next reduction must be over the whole domain: a row kernel's domain is the largest
+    /// shape of its outputs and reduction operands, and every other must fit in it.
+    need_full_operand: bool,
+    /// Random calls so far: the next one's stream.
+    random_sites: usize,
+}
+
+const FLOAT_LITERALS: [&str; 8] = ["0.5", "1.0", "2.0", "3.0", "0.25", "1.5", "4.0", "0.125"];
+
+/// One-argument float functions: methods and free functions both.
+const FLOAT_FNS: [&str; 32] = [
+    "exp",
+    "exp2",
+    "exp_m1",
+    "ln",
+    "log2",
+    "log10",
+    "ln_1p",
+    "sqrt",
+    "cbrt",
+    "recip",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "floor",
+    "ceil",
+    "trunc",
+    "round",
+    "fract",
+    "to_degrees",
+    "to_radians",
+    "abs",
+    "signum",
+    "exp",
+];
+
+/// The ML functions: free functions only.
+const ML_FNS: [&str; 8] = [
+    "sigmoid",
+    "silu",
+    "relu",
+    "gelu",
+    "gelu_tanh",
+    "softplus",
+    "erf",
+    "rsqrt",
+];
+
+const FLOAT_TESTS: [&str; 5] = [
+    "is_nan",
+    "is_finite",
+    "is_infinite",
+    "is_sign_negative",
+    "is_sign_positive",
+];
+
+/// Generates the program `name` from `seed`.
+pub fn program(name: &str, seed: u64) -> Program {
+    let mut rng = Rng(seed);
+    let ndims = 1 + rng.below(3);
+    let scheme = match rng.weighted(&[30, 50, 20]) {
+        0 => Scheme::Map,
+        1 => Scheme::Rows(rng.below(ndims)),
+        _ => Scheme::Full,
+    };
+    let favourite = [rng.pick(&ty::ALL), rng.pick(&FLOATS)];
+    let mut g = Gen {
+        rng,
+        ndims,
+        scheme,
+        favourite,
+        params: vec![],
+        nodes: vec![],
+        lets: vec![],
+        desc: vec![],
+        reductions: 0,
+        need_full_operand: false,
+        random_sites: 0,
+    };
+    // The first parameter names every dim in order, so that unions of shapes follow it.
+    let first = g.pick_ty(false);
+    g.new_param(first, Some(g.domain()));
+    let outputs = g.outputs();
+    g.finish(name, seed, &outputs)
+}
+
+impl Gen {
+    fn domain(&self) -> u8 {
+        (1u8 << self.ndims) - 1
+    }
+
+    fn dim(k: usize) -> String {
+        format!("d{k}")
+    }
+
+    /// A type for a new value: often one of the program's favourites.
+    fn pick_ty(&mut self, bool_ok: bool) -> Ty {
+        loop {
+            let t = if self.rng.percent(60) {
+                self.rng.pick(&self.favourite)
+            } else {
+                self.rng.pick(&ty::ALL)
+            };
+            if bool_ok || t != Ty::Bool {
+                return t;
+            }
+        }
+    }
+
+    fn new_param(&mut self, ty: Ty, shape: Option<u8>) -> usize {
+        let i = self.params.len();
+        let name = match shape {
+            Some(_) => format!("x{i}"),
+            None => format!("s{i}"),
+        };
+        self.params.push(Param {
+            name: name.clone(),
+            ty,
+            shape,
+        });
+        self.node(
+            ty,
+            shape.unwrap_or(0),
+            name,
+            format!("in {i}"),
+            false,
+            false,
+        )
+    }
+
+    /// Adds a node; `op` is its description after the type.
+    fn node(
+        &mut self,
+        ty: Ty,
+        shape: u8,
+        text: String,
+        op: String,
+        full: bool,
+        lit: bool,
+    ) -> usize {
+        let id = self.nodes.len();
+        let param = op.starts_with("in ");
+        self.desc
+            .push(format!("node {id} {} {shape} {op}", ty.name()));
+        self.nodes.push(Node {
+            ty,
+            shape,
+            text,
+            bound: false,
+            full,
+            literal: lit,
+            param,
+        });
+        id
+    }
+
+    /// Binds a compound node with `let` now and then, so that it can be used again.
+    fn maybe_bind(&mut self, id: usize) -> usize {
+        if !self.nodes[id].literal && !self.nodes[id].bound && self.rng.percent(25) {
+            let name = format!("v{id}");
+            let line = format!("let {name} = {};", self.nodes[id].text);
+            self.lets.push(line);
+            let n = &mut self.nodes[id];
+            n.text = name;
+            n.bound = true;
+        }
+        id
+    }
+
+    fn t(&self, id: usize) -> &str {
+        &self.nodes[id].text
+    }
+
+    fn full_of(&self, ids: &[usize]) -> bool {
+        ids.iter().any(|&i| self.nodes[i].full)
+    }
+
+    fn shape_of(&self, ids: &[usize]) -> u8 {
+        ids.iter().fold(0, |s, &i| s | self.nodes[i].shape)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Outputs.
+
+    fn outputs(&mut self) -> Vec<usize> {
+        let d = self.domain();
+        let n = 1 + self.rng.weighted(&[50, 35, 15]);
+        let mut outs = vec![];
+        let whole_first = self.rng.percent(50);
+        self.need_full_operand = matches!(self.scheme, Scheme::Rows(_)) && !whole_first;
+        for k in 0..n {
+            let ty = self.pick_ty(true);
+            let out = match self.scheme {
+                Scheme::Map => {
+                    let e = self.expr(ty, d, 3, Red::None);
+                    self.fit(e, ty, d, Red::None)
+                }
+                Scheme::Rows(r) => {
+                    let whole = if k == 0 {
+                        whole_first
+                    } else {
+                        self.rng.percent(50)
+                    };
+                    let shape = if whole { d } else { d & !(1 << r) };
+                    let e = self.expr(ty, shape, 3, Red::Dim(r));
+                    let e = self.fit(e, ty, shape, Red::Dim(r));
+                    if k == n - 1 && (self.reductions == 0 || self.need_full_operand) {
+                        // A row kernel needs a reduction: tie one into the last output.
+                        let red = self.reduction(ty, shape, 1, r);
+                        self.combine(e, red, ty)
+                    } else {
+                        e
+                    }
+                }
+                Scheme::Full => {
+                    if k == 0 || self.rng.percent(50) {
+                        let e = self.expr(ty, 0, 3, Red::Full);
+                        if self.nodes[e].full {
+                            e
+                        } else {
+                            let red = self.full_reduction(ty, 1);
+                            self.combine(e, red, ty)
+                        }
+                    } else {
+                        let e = self.expr(ty, d, 3, Red::None);
+                        self.fit(e, ty, d, Red::None)
+                    }
+                }
+            };
+            outs.push(out);
+        }
+        outs
+    }
+
+    /// `e` (of type `ty`) widened to exactly `shape` by combining it with values over the dims
+    /// it lacks.
+    fn fit(&mut self, mut e: usize, ty: Ty, shape: u8, red: Red) -> usize {
+        if self.nodes[e].literal {
+            let other = self.leaf(ty, shape, red);
+            e = self.combine(other, e, ty);
+        }
+        while self.nodes[e].shape != shape {
+            let missing = shape & !self.nodes[e].shape;
+            let k = missing.trailing_zeros() as usize;
+            let term = self.leaf_with_dim(ty, shape, k);
+            e = self.combine(e, term, ty);
+        }
+        e
+    }
+
+    /// A binary operation of `ty` on `a` and `b`, one that keeps both operands' shapes.
+    fn combine(&mut self, a: usize, b: usize, ty: Ty) -> usize {
+        let op = if ty == Ty::Bool {
+            self.rng.pick(&["&&", "||", "^", "=="])
+        } else if ty.is_float() {
+            self.rng.pick(&["+", "-", "*", "max", "min"])
+        } else {
+            self.rng.pick(&["+", "-", "*", "^", "|", "max", "min"])
+        };
+        match op {
+            "max" | "min" => self.method(op, ty, a, &[b]),
+            _ => self.binary(op, ty, a, b),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Expressions.
+
+    /// An expression of type `ty` whose shape is within `max`.
+    fn expr(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
+        if depth == 0 || self.rng.percent(15) {
+            return self.leaf(ty, max, red);
+        }
+        let id = match ty {
+            Ty::Bool => self.bool_expr(max, depth, red),
+            t if t.is_float() => self.float_expr(ty, max, depth, red),
+            _ => self.int_expr(ty, max, depth, red),
+        };
+        self.maybe_bind(id)
+    }
+
+    /// An operand: an expression, or (when `lit_ok`) now and then a literal.
+    fn operand(&mut self, ty: Ty, max: u8, depth: usize, red: Red, lit_ok: bool) -> usize {
+        if lit_ok && ty != Ty::Bool && self.rng.percent(25) {
+            self.literal(ty)
+        } else {
+            self.expr(ty, max, depth, red)
+        }
+    }
+
+    fn literal(&mut self, ty: Ty) -> usize {
+        let text = if ty.is_float() {
+            let l = self.rng.pick(&FLOAT_LITERALS);
+            if self.rng.percent(20) {
+                format!("(-{l})")
+            } else {
+                l.to_string()
+            }
+        } else if ty == Ty::Bool {
+            self.rng.pick(&["true", "false"]).to_string()
+        } else {
+            let v = match self.rng.below(4) {
+                0 => self.rng.below(ty.int_max() as usize + 1) as u64,
+                _ => self.rng.below(10) as u64,
+            };
+            if ty.is_signed() && self.rng.percent(25) {
+                format!("(-{v})")
+            } else {
+                v.to_string()
+            }
+        };
+        let value = text
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .to_string();
+        self.node(ty, 0, text, format!("lit {value}"), false, true)
+    }
+
+    /// A leaf of type `ty` within `max`: a parameter, a bound value, or a conversion of one.
+    fn leaf(&mut self, ty: Ty, max: u8, red: Red) -> usize {
+        let usable: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| {
+                let n = &self.nodes[i];
+                n.ty == ty
+                    && n.shape & !max == 0
+                    && (n.bound || n.param)
+                    && (red == Red::Full || !n.full)
+            })
+            .collect();
+        if !usable.is_empty() && self.rng.percent(70) {
+            return self.rng.pick(&usable);
+        }
+        if red == Red::Full && max == 0 && self.rng.percent(60) {
+            return self.full_reduction(ty, 2);
+        }
+        let shape = if max == 0 || self.rng.percent(15) {
+            None
+        } else {
+            Some(self.subshape(max))
+        };
+        if self.rng.percent(70) {
+            self.new_param(ty, shape)
+        } else {
+            // A parameter of another type, converted.
+            let from = self.pick_ty(true);
+            let p = self.new_param(from, shape);
+            self.convert(p, ty)
+        }
+    }
+
+    /// A leaf of type `ty` within `max` that has the dim `k`.
+    fn leaf_with_dim(&mut self, ty: Ty, max: u8, k: usize) -> usize {
+        if self.rng.percent(20) {
+            let i = self.node(
+                Ty::U32,
+                1 << k,
+                format!("index({})", Self::dim(k)),
+                format!("index {k}"),
+                false,
+                false,
+            );
+            return self.convert(i, ty);
+        }
+        let shape = self.subshape(max) | (1 << k);
+        let from = if self.rng.percent(70) {
+            ty
+        } else {
+            self.pick_ty(true)
+        };
+        let p = self.new_param(from, Some(shape));
+        self.convert(p, ty)
+    }
+
+    /// A random non-empty subset of `max`.
+    fn subshape(&mut self, max: u8) -> u8 {
+        loop {
+            let s = (self.rng.next_u64() as u8) & max;
+            if s != 0 || max == 0 {
+                return if self.rng.percent(40) { max } else { s };
+            }
+        }
+    }
+
+    /// `e` as `ty`: a cast, through an integer where `e` is `bool`, or a comparison where `ty`
+    /// is `bool`.
+    fn convert(&mut self, e: usize, ty: Ty) -> usize {
+        let from = self.nodes[e].ty;
+        if from == ty {
+            e
+        } else if ty == Ty::Bool {
+            let zero = self.literal_zero(from);
+            let op = self.rng.pick(&["<", "!=", ">="]);
+            self.binary(op, from, e, zero)
+        } else if from == Ty::Bool && ty.is_float() {
+            let i = self.cast(e, Ty::U8);
+            self.cast(i, ty)
+        } else {
+            self.cast(e, ty)
+        }
+    }
+
+    fn literal_zero(&mut self, ty: Ty) -> usize {
+        let text = if ty.is_float() { "0.0" } else { "0" };
+        self.node(ty, 0, text.into(), "lit 0".into(), false, true)
+    }
+
+    fn cast(&mut self, e: usize, ty: Ty) -> usize {
+        let text = format!("({} as {})", self.t(e), ty.name());
+        let (shape, full) = (self.nodes[e].shape, self.nodes[e].full);
+        self.node(ty, shape, text, format!("cast {e}"), full, false)
+    }
+
+    /// `a op b` for an operator whose result has the operands' type (`ty`), or `bool` for
+    /// comparisons (then `ty` is the operands' type).
+    fn binary(&mut self, op: &str, ty: Ty, a: usize, b: usize) -> usize {
+        let name = match op {
+            "+" => "add",
+            "-" => "sub",
+            "*" => "mul",
+            "/" => "div",
+            "%" => "rem",
+            "&" => "and",
+            "|" => "or",
+            "^" => "xor",
+            "<<" => "shl",
+            ">>" => "shr",
+            "==" => "eq",
+            "!=" => "ne",
+            "<" => "lt",
+            "<=" => "le",
+            ">" => "gt",
+            ">=" => "ge",
+            "&&" => "land",
+            "||" => "lor",
+            _ => unreachable!("unknown operator {op}"),
+        };
+        let out = if matches!(name, "eq" | "ne" | "lt" | "le" | "gt" | "ge") {
+            Ty::Bool
+        } else {
+            ty
+        };
+        let text = format!("({} {op} {})", self.t(a), self.t(b));
+        let (shape, full) = (self.shape_of(&[a, b]), self.full_of(&[a, b]));
+        self.node(out, shape, text, format!("{name} {a} {b}"), full, false)
+    }
+
+    /// `a.name(args..)`, of type `ty`.
+    fn method(&mut self, name: &str, ty: Ty, a: usize, args: &[usize]) -> usize {
+        let list: Vec<&str> = args.iter().map(|&i| self.t(i)).collect();
+        let text = format!("{}.{name}({})", self.t(a), list.join(", "));
+        let mut all = vec![a];
+        all.extend(args);
+        let ids: Vec<String> = all.iter().map(|i| i.to_string()).collect();
+        let (shape, full) = (self.shape_of(&all), self.full_of(&all));
+        self.node(
+            ty,
+            shape,
+            text,
+            format!("fn {name} {}", ids.join(" ")),
+            full,
+            false,
+        )
+    }
+
+    /// A one-argument function, as a method or a free function.
+    fn call1(&mut self, name: &str, ty: Ty, a: usize, free: bool) -> usize {
+        let text = if free {
+            format!("{name}({})", self.t(a))
+        } else {
+            format!("{}.{name}()", self.t(a))
+        };
+        let (shape, full) = (self.nodes[a].shape, self.nodes[a].full);
+        self.node(ty, shape, text, format!("fn {name} {a}"), full, false)
+    }
+
+    fn select(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
+        let c = self.expr(Ty::Bool, max, depth - 1, red);
+        let a = self.expr(ty, max, depth - 1, red);
+        let b = self.operand(ty, max, depth - 1, red, true);
+        let text = format!(
+            "(if {} {{ {} }} else {{ {} }})",
+            self.t(c),
+            self.t(a),
+            self.t(b)
+        );
+        let (shape, full) = (self.shape_of(&[c, a, b]), self.full_of(&[c, a, b]));
+        self.node(ty, shape, text, format!("sel {c} {a} {b}"), full, false)
+    }
+
+    fn float_expr(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
+        let reduce = if matches!(red, Red::Dim(_)) { 14 } else { 0 };
+        let d = depth - 1;
+        match self
+            .rng
+            .weighted(&[24, 24, 10, 8, 10, reduce, 6, 3, 4, 3, 3])
+        {
+            0 => {
+                let f = self.rng.pick(&FLOAT_FNS);
+                let a = self.expr(ty, max, d, red);
+                let free = self.rng.percent(30);
+                self.call1(f, ty, a, free)
+            }
+            1 => {
+                let op = self.rng.pick(&["+", "-", "*", "/", "%"]);
+                let a = self.expr(ty, max, d, red);
+                let b = self.operand(ty, max, d, red, true);
+                self.binary(op, ty, a, b)
+            }
+            2 => {
+                let f = self
+                    .rng
+                    .pick(&["max", "min", "powf", "atan2", "hypot", "copysign", "log"]);
+                let a = self.expr(ty, max, d, red);
+                let b = self.operand(ty, max, d, red, true);
+                self.method(f, ty, a, &[b])
+            }
+            3 => self.select(ty, max, depth, red),
+            4 => {
+                let from = self.pick_ty(true);
+                let e = self.expr(from, max, d, red);
+                self.convert(e, ty)
+            }
+            5 => match red {
+                Red::Dim(r) => self.reduction(ty, max, d, r),
+                _ => unreachable!("weight 0"),
+            },
+            6 => {
+                let f = self.rng.pick(&ML_FNS);
+                let a = self.expr(ty, max, d, red);
+                self.call1(f, ty, a, true)
+            }
+            7 => {
+                let a = self.expr(ty, max, d, red);
+                let text = format!("(-{})", self.t(a));
+                let (s, full) = (self.nodes[a].shape, self.nodes[a].full);
+                self.node(ty, s, text, format!("neg {a}"), full, false)
+            }
+            8 => {
+                let f = self.rng.pick(&["clamp", "mul_add"]);
+                let a = self.expr(ty, max, d, red);
+                let b = self.operand(ty, max, d, red, true);
+                let c = self.operand(ty, max, d, red, true);
+                self.method(f, ty, a, &[b, c])
+            }
+            10 => self.dropout(ty, max, d, red),
+            _ => {
+                let a = self.expr(ty, max, d, red);
+                let n = if self.rng.percent(60) {
+                    let v = self.rng.below(12) as i64 - 4;
+                    let text = if v < 0 {
+                        format!("({v})")
+                    } else {
+                        v.to_string()
+                    };
+                    self.node(Ty::I32, 0, text, format!("lit {v}"), false, true)
+                } else {
+                    self.expr(Ty::I32, max, d, red)
+                };
+                self.method("powi", ty, a, &[n])
+            }
+        }
+    }
+
+    fn int_expr(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
+        let d = depth - 1;
+        let reduce = if matches!(red, Red::Dim(_)) { 10 } else { 0 };
+        let u32_only = if ty == Ty::U32 { 4 } else { 0 };
+        match self
+            .rng
+            .weighted(&[30, 6, 6, 8, 3, 14, 8, reduce, u32_only, u32_only])
+        {
+            0 => {
+                let op = self.rng.pick(&["+", "-", "*", "/", "%", "&", "|", "^"]);
+                let a = self.expr(ty, max, d, red);
+                let b = self.operand(ty, max, d, red, true);
+                self.binary(op, ty, a, b)
+            }
+            1 => {
+                let op = self.rng.pick(&["<<", ">>"]);
+                let a = self.expr(ty, max, d, red);
+                let b = if self.rng.percent(50) {
+                    let v = self.rng.below(ty.int_max().min(100) as usize);
+                    self.node(ty, 0, v.to_string(), format!("lit {v}"), false, true)
+                } else {
+                    let by = self.rng.pick(&INTS);
+                    self.expr(by, max, d, red)
+                };
+                self.binary(op, ty, a, b)
+            }
+            2 => {
+                let a = self.expr(ty, max, d, red);
+                let (s, full) = (self.nodes[a].shape, self.nodes[a].full);
+                if ty.is_signed() && self.rng.percent(50) {
+                    let text = format!("(-{})", self.t(a));
+                    self.node(ty, s, text, format!("neg {a}"), full, false)
+                } else {
+                    let text = format!("(!{})", self.t(a));
+                    self.node(ty, s, text, format!("not {a}"), full, false)
+                }
+            }
+            3 => {
+                let a = self.expr(ty, max, d, red);
+                match self.rng.below(4) {
+                    0 if ty.is_signed() => {
+                        let f = self.rng.pick(&["abs", "signum"]);
+                        let free = self.rng.percent(30);
+                        self.call1(f, ty, a, free)
+                    }
+                    1 => {
+                        let b = self.operand(ty, max, d, red, true);
+                        let c = self.operand(ty, max, d, red, true);
+                        self.method("clamp", ty, a, &[b, c])
+                    }
+                    _ => {
+                        let f = self.rng.pick(&["max", "min"]);
+                        let b = self.operand(ty, max, d, red, true);
+                        self.method(f, ty, a, &[b])
+                    }
+                }
+            }
+            4 => {
+                let a = self.expr(ty, max, d, red);
+                let n = if self.rng.percent(70) {
+                    let v = self.rng.below(9);
+                    self.node(Ty::U32, 0, v.to_string(), format!("lit {v}"), false, true)
+                } else {
+                    self.expr(Ty::U32, max, d, red)
+                };
+                self.method("pow", ty, a, &[n])
+            }
+            5 => {
+                let from = self.pick_ty(true);
+                let e = self.expr(from, max, d, red);
+                self.convert(e, ty)
+            }
+            6 => self.select(ty, max, depth, red),
+            7 => match red {
+                Red::Dim(r) => self.reduction(ty, max, d, r),
+                _ => unreachable!("weight 0"),
+            },
+            8 => {
+                let from = self.rng.pick(&INTS);
+                let a = self.expr(from, max, d, red);
+                let f = self
+                    .rng
+                    .pick(&["count_ones", "leading_zeros", "trailing_zeros"]);
+                let free = self.rng.percent(30);
+                self.call1(f, Ty::U32, a, free)
+            }
+            _ => match red {
+                Red::Dim(r) if self.rng.percent(70) => self.reduction(Ty::U32, max, d, r),
+                _ => {
+                    let k = self.rng.below(self.ndims);
+                    if max & (1 << k) == 0 {
+                        return self.leaf(ty, max, red);
+                    }
+                    let text = format!("index({})", Self::dim(k));
+                    self.node(ty, 1 << k, text, format!("index {k}"), false, false)
+                }
+            },
+        }
+    }
+
+    fn bool_expr(&mut self, max: u8, depth: usize, red: Red) -> usize {
+        let d = depth - 1;
+        match self.rng.weighted(&[40, 25, 8, 10, 5]) {
+            0 => {
+                let t = self.pick_ty(false);
+                let op = self.rng.pick(&["==", "!=", "<", "<=", ">", ">="]);
+                let a = self.expr(t, max, d, red);
+                let b = self.operand(t, max, d, red, true);
+                self.binary(op, t, a, b)
+            }
+            1 => {
+                let op = self.rng.pick(&["&&", "||", "&", "|", "^"]);
+                let a = self.expr(Ty::Bool, max, d, red);
+                let b = self.operand(Ty::Bool, max, d, red, true);
+                self.binary(op, Ty::Bool, a, b)
+            }
+            2 => {
+                let a = self.expr(Ty::Bool, max, d, red);
+                let text = format!("(!{})", self.t(a));
+                let (s, full) = (self.nodes[a].shape, self.nodes[a].full);
+                self.node(Ty::Bool, s, text, format!("not {a}"), full, false)
+            }
+            3 => {
+                let t = self.rng.pick(&FLOATS);
+                let a = self.expr(t, max, d, red);
+                let f = self.rng.pick(&FLOAT_TESTS);
+                let free = self.rng.percent(30);
+                self.call1(f, Ty::Bool, a, free)
+            }
+            _ => self.select(Ty::Bool, max, depth, red),
+        }
+    }
+
+    /// `dropout(x, p, seed)`, bound by `let` so that each `let` holds one random call and the
+    /// calls' order in the text (their streams) is the order they are made in.
+    fn dropout(&mut self, ty: Ty, max: u8, depth: usize, red: Red) -> usize {
+        if max == 0 {
+            return self.leaf(ty, max, red);
+        }
+        let mut x = self.expr(ty, max, depth, red);
+        if self.nodes[x].shape == 0 {
+            let shape = self.subshape(max);
+            x = self.fit(x, ty, shape, red);
+        }
+        let p = self.rng.pick(&["0.5", "0.25", "0.125"]);
+        let p = self.node(ty, 0, p.into(), format!("lit {p}"), false, true);
+        let seed = match (0..self.params.len())
+            .find(|&i| self.params[i].ty == Ty::U64 && self.params[i].shape.is_none())
+        {
+            Some(i) => (0..self.nodes.len())
+                .find(|&n| self.nodes[n].param && self.nodes[n].text == self.params[i].name)
+                .expect("each parameter has a node"),
+            None => self.new_param(Ty::U64, None),
+        };
+        let stream = self.random_sites;
+        self.random_sites += 1;
+        let text = format!("dropout({}, {}, {})", self.t(x), self.t(p), self.t(seed));
+        let (shape, full) = (self.nodes[x].shape, self.nodes[x].full);
+        let id = self.node(
+            ty,
+            shape,
+            text,
+            format!("dropout {stream} {x} {p} {seed}"),
+            full,
+            false,
+        );
+        let name = format!("v{id}");
+        self.lets
+            .push(format!("let {name} = {};", self.nodes[id].text));
+        let n = &mut self.nodes[id];
+        n.text = name;
+        n.bound = true;
+        id
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Reductions.
+
+    /// A reduction over `r` whose result, of type `ty`, is within `max`.
+    fn reduction(&mut self, ty: Ty, max: u8, depth: usize, r: usize) -> usize {
+        if ty == Ty::Bool {
+            let e = self.reduction(Ty::F32, max, depth, r);
+            return self.convert(e, Ty::Bool);
+        }
+        let over = (self.subshape(max) & !(1 << r)) | (1 << r);
+        let rows = self.domain() & !(1 << r);
+        let over = if self.need_full_operand && rows & !max == 0 {
+            self.need_full_operand = false;
+            self.domain()
+        } else if self.rng.percent(30) {
+            (max & !(1 << r)) | (1 << r)
+        } else {
+            over
+        };
+        let (kind, operand_ty) = self.reduction_kind(ty);
+        let e = self.expr(operand_ty, over, depth, Red::Dim(r));
+        let e = self.fit(e, operand_ty, over, Red::Dim(r));
+        let e = if kind == "prod" && operand_ty.is_float() {
+            self.near_one(e, operand_ty)
+        } else {
+            e
+        };
+        self.reductions += 1;
+        let text = format!("{kind}({}, {})", self.t(e), Self::dim(r));
+        let full = self.nodes[e].full;
+        let id = self.node(
+            ty,
+            over & !(1 << r),
+            text,
+            format!("red {kind} {r} {e}"),
+            full,
+            false,
+        );
+        self.maybe_bind(id)
+    }
+
+    /// A reduction that gives `ty`, and the type of its operand.
+    fn reduction_kind(&mut self, ty: Ty) -> (&'static str, Ty) {
+        if ty == Ty::U32 && self.rng.percent(40) {
+            let kind = self.rng.pick(&["argmax", "argmin"]);
+            let mut from = self.pick_ty(false);
+            if from == Ty::Bool {
+                from = Ty::F32;
+            }
+            return (kind, from);
+        }
+        let kinds: &[&str] = if ty.is_float() {
+            &["sum", "max", "min", "mean", "logsumexp", "prod", "sum"]
+        } else {
+            &["sum", "max", "min", "prod"]
+        };
+        (self.rng.pick(kinds), ty)
+    }
+
+    /// `1 + tanh(e) / 1024`: a factor near 1, so that long products neither overflow nor
+    /// vanish.
+    fn near_one(&mut self, e: usize, ty: Ty) -> usize {
+        let t = self.call1("tanh", ty, e, false);
+        let k = self.node(
+            ty,
+            0,
+            "0.0009765625".into(),
+            "lit 0.0009765625".into(),
+            false,
+            true,
+        );
+        let small = self.binary("*", ty, t, k);
+        let one = self.node(ty, 0, "1.0".into(), "lit 1".into(), false, true);
+        self.binary("+", ty, small, one)
+    }
+
+    /// A full reduction of a value over the whole domain, of type `ty`.
+    fn full_reduction(&mut self, ty: Ty, depth: usize) -> usize {
+        if ty == Ty::Bool {
+            let e = self.full_reduction(Ty::I32, depth);
+            return self.convert(e, Ty::Bool);
+        }
+        let kinds: &[&str] = if ty.is_float() {
+            &["sum", "max", "min", "mean", "logsumexp", "prod", "sum"]
+        } else {
+            &["sum", "max", "min", "prod"]
+        };
+        let kind = self.rng.pick(kinds);
+        let d = self.domain();
+        let e = self.expr(ty, d, depth, Red::None);
+        let e = self.fit(e, ty, d, Red::None);
+        let e = if kind == "prod" && ty.is_float() {
+            self.near_one(e, ty)
+        } else {
+            e
+        };
+        self.reductions += 1;
+        let text = format!("{kind}({})", self.t(e));
+        let id = self.node(ty, 0, text, format!("red {kind} all {e}"), true, false);
+        self.maybe_bind(id)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Output.
+
+    fn tensor_type(&self, ty: Ty, shape: u8) -> String {
+        if shape == 0 {
+            return ty.name().to_string();
+        }
+        let dims: Vec<String> = (0..self.ndims)
+            .filter(|k| shape & (1 << k) != 0)
+            .map(Self::dim)
+            .collect();
+        format!("[{}; {}]", ty.name(), dims.join(", "))
+    }
+
+    fn finish(self, name: &str, seed: u64, outs: &[usize]) -> Program {
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}: {}",
+                    p.name,
+                    self.tensor_type(p.ty, p.shape.unwrap_or(0))
+                )
+            })
+            .collect();
+        let types: Vec<String> = outs
+            .iter()
+            .map(|&o| self.tensor_type(self.nodes[o].ty, self.nodes[o].shape))
+            .collect();
+        let values: Vec<&str> = outs.iter().map(|&o| self.t(o)).collect();
+        let (ret, body) = if outs.len() == 1 {
+            (types[0].clone(), values[0].to_string())
+        } else {
+            (
+                format!("({})", types.join(", ")),
+                format!("({})", values.join(", ")),
+            )
+        };
+        let mut text = format!("fn {name}({}) -> {ret} {{\n", params.join(", "));
+        for l in &self.lets {
+            writeln!(text, "    {l}").unwrap();
+        }
+        writeln!(text, "    {body}\n}}").unwrap();
+
+        let mut desc = format!("dims {}\n", self.ndims);
+        for p in &self.params {
+            let dims = match p.shape {
+                None => "scalar".to_string(),
+                Some(s) => {
+                    let ks: Vec<String> = (0..self.ndims)
+                        .filter(|k| s & (1 << k) != 0)
+                        .map(|k| k.to_string())
+                        .collect();
+                    format!("tensor {}", ks.join(" "))
+                }
+            };
+            writeln!(desc, "param {} {dims}", p.ty.name()).unwrap();
+        }
+        for l in &self.desc {
+            writeln!(desc, "{l}").unwrap();
+        }
+        for &o in outs {
+            writeln!(desc, "out {o} {}", self.nodes[o].shape).unwrap();
+        }
+        let glue = self.glue(name, outs.len());
+        Program {
+            name: name.to_string(),
+            seed,
+            text,
+            desc,
+            glue,
+        }
+    }
+
+    /// `fn run_NAME(dev, args) -> Result<Vec<Out>, Error>`: uploads the inputs, calls the kernel
+    /// and reads its outputs back.
+    fn glue(&self, name: &str, outs: usize) -> String {
+        let mut s =
+            format!("pub fn run_{name}(dev: &Device, a: &Args) -> Result<Vec<Out>, Error> {{\n");
+        let mut args = vec![];
+        for (i, p) in self.params.iter().enumerate() {
+            let t = match p.ty {
+                Ty::F16 => "f16",
+                Ty::Bf16 => "bf16",
+                other => other.name(),
+            };
+            if p.shape.is_some() {
+                writeln!(s, "    let {} = a.tensor::<{t}>(dev, {i})?;", p.name).unwrap();
+                args.push(format!("&{}", p.name));
+            } else {
+                args.push(format!("a.scalar::<{t}>({i})"));
+            }
+        }
+        writeln!(s, "    let r = {name}(dev, {})?;", args.join(", ")).unwrap();
+        if outs == 1 {
+            s.push_str("    Ok(vec![Out::of(&r)?])\n}\n");
+        } else {
+            let reads: Vec<String> = (0..outs).map(|k| format!("Out::of(&r.{k})?")).collect();
+            writeln!(s, "    Ok(vec![{}])\n}}", reads.join(", ")).unwrap();
+        }
+        s
+    }
+}

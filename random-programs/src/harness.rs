@@ -1,0 +1,372 @@
+//! Inputs, outputs and comparisons: what the generated glue calls, and what the tests check.
+
+use crate::oracle::{self, count, Desc, V};
+use crate::ty::{Rng, Ty};
+use fuse_runtime::{bf16, f16, Buffer, Device, Element, Error};
+
+/// One parameter's values on the host.
+pub enum Data {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+    F16(Vec<f16>),
+    Bf16(Vec<bf16>),
+    I8(Vec<i8>),
+    U8(Vec<u8>),
+    I16(Vec<i16>),
+    U16(Vec<u16>),
+    I32(Vec<i32>),
+    U32(Vec<u32>),
+    I64(Vec<i64>),
+    U64(Vec<u64>),
+    Bool(Vec<bool>),
+}
+
+/// An element type the glue can move between [`Data`], buffers and [`Out`].
+pub trait Elem: Element {
+    fn slice(d: &Data) -> &[Self];
+    fn values(v: Vec<Self>) -> Vals;
+}
+
+macro_rules! elem {
+    ($($t:ty => $var:ident, $kind:ident, $conv:expr);* $(;)?) => {$(
+        impl Elem for $t {
+            fn slice(d: &Data) -> &[Self] {
+                match d {
+                    Data::$var(v) => v,
+                    _ => panic!("the glue asked for {} of another parameter", stringify!($t)),
+                }
+            }
+            fn values(v: Vec<Self>) -> Vals {
+                Vals::$kind(v.into_iter().map($conv).collect())
+            }
+        }
+    )*};
+}
+
+elem! {
+    f32 => F32, Float, f64::from;
+    f64 => F64, Float, |x| x;
+    f16 => F16, Float, f64::from;
+    bf16 => Bf16, Float, f64::from;
+    i8 => I8, Exact, i128::from;
+    u8 => U8, Exact, i128::from;
+    i16 => I16, Exact, i128::from;
+    u16 => U16, Exact, i128::from;
+    i32 => I32, Exact, i128::from;
+    u32 => U32, Exact, i128::from;
+    i64 => I64, Exact, i128::from;
+    u64 => U64, Exact, i128::from;
+    bool => Bool, Exact, i128::from;
+}
+
+/// The arguments of one call: each parameter's values and shape.
+pub struct Args {
+    pub data: Vec<Data>,
+    pub shapes: Vec<Vec<usize>>,
+}
+
+impl Args {
+    /// Parameter `i` as a buffer on `dev`.
+    pub fn tensor<T: Elem>(&self, dev: &Device, i: usize) -> Result<Buffer<T>, Error> {
+        dev.upload(T::slice(&self.data[i]))?
+            .reshape(&self.shapes[i])
+    }
+
+    /// Scalar parameter `i`.
+    pub fn scalar<T: Elem>(&self, i: usize) -> T {
+        T::slice(&self.data[i])[0]
+    }
+
+    /// Every parameter as the oracle's values.
+    pub fn oracle_inputs(&self) -> Vec<Vec<V>> {
+        self.data.iter().map(data_values).collect()
+    }
+}
+
+fn data_values(d: &Data) -> Vec<V> {
+    let vals = match d {
+        Data::F32(v) => f32::values(v.clone()),
+        Data::F64(v) => f64::values(v.clone()),
+        Data::F16(v) => f16::values(v.clone()),
+        Data::Bf16(v) => bf16::values(v.clone()),
+        Data::I8(v) => i8::values(v.clone()),
+        Data::U8(v) => u8::values(v.clone()),
+        Data::I16(v) => i16::values(v.clone()),
+        Data::U16(v) => u16::values(v.clone()),
+        Data::I32(v) => i32::values(v.clone()),
+        Data::U32(v) => u32::values(v.clone()),
+        Data::I64(v) => i64::values(v.clone()),
+        Data::U64(v) => u64::values(v.clone()),
+        Data::Bool(v) => bool::values(v.clone()),
+    };
+    match vals {
+        Vals::Float(v) => v.into_iter().map(V::float).collect(),
+        Vals::Exact(v) => v.into_iter().map(V::int).collect(),
+    }
+}
+
+/// An output's values: floats (as f64, exactly) or integers and `bool` (as i128).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Vals {
+    Float(Vec<f64>),
+    Exact(Vec<i128>),
+}
+
+/// One output read back from a device.
+pub struct Out {
+    pub shape: Vec<usize>,
+    pub vals: Vals,
+}
+
+impl Out {
+    pub fn of<T: Elem>(b: &Buffer<T>) -> Result<Out, Error> {
+        Ok(Out {
+            shape: b.shape().to_vec(),
+            vals: T::values(b.to_vec()?),
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs.
+
+/// Sizes a dim takes: 1, primes, sizes that are not multiples of 4 or 8, powers of two, and
+/// rows longer than the on-chip paths (4096 elements) for reduced dims.
+const SMALL: [usize; 14] = [1, 1, 2, 3, 5, 7, 8, 13, 17, 31, 32, 33, 61, 64];
+const MEDIUM: [usize; 6] = [97, 127, 128, 255, 257, 1021];
+const LONG: [usize; 6] = [1000, 2048, 4096, 4097, 5003, 8191];
+/// Rows for the GPU's cluster and streamed paths, where the budget allows.
+const HUGE: [usize; 4] = [16411, 70001, 262147, 1_000_003];
+
+/// Dim sizes for one run of `desc`, with at most `budget` elements in the domain.
+pub fn sizes(desc: &Desc, rng: &mut Rng, budget: usize) -> Vec<usize> {
+    let reduced: Vec<usize> = desc.reduced_dims().into_iter().flatten().collect();
+    loop {
+        let s: Vec<usize> = (0..desc.ndims)
+            .map(|k| {
+                let long = reduced.contains(&k) || desc.ndims == 1;
+                match rng.below(20) {
+                    0 => 0,
+                    1 if long && budget >= 1 << 20 => rng.pick(&HUGE),
+                    1..=3 if long => rng.pick(&LONG),
+                    4..=7 => rng.pick(&MEDIUM),
+                    _ => rng.pick(&SMALL),
+                }
+            })
+            .collect();
+        // A zero dim now and then; otherwise keep within the budget.
+        if s.iter().product::<usize>() <= budget && (!s.contains(&0) || rng.percent(30)) {
+            return s;
+        }
+    }
+}
+
+/// Random arguments for `desc` at `sizes`. `special` mixes in NaN, infinities, signed zeros,
+/// the extremes of integers.
+pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args {
+    let mut data = vec![];
+    let mut shapes = vec![];
+    for &(ty, shape) in &desc.params {
+        let (n, dims) = match shape {
+            None => (1, vec![]),
+            Some(s) => (
+                count(s, sizes),
+                (0..sizes.len())
+                    .filter(|k| s & (1 << k) != 0)
+                    .map(|k| sizes[k])
+                    .collect(),
+            ),
+        };
+        data.push(values(ty, n, rng, special));
+        shapes.push(dims);
+    }
+    Args { data, shapes }
+}
+
+fn float(rng: &mut Rng, special: bool) -> f64 {
+    let u = |rng: &mut Rng| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+    match rng.below(20) {
+        0 if special => rng.pick(&[f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 0.0, 1e30]),
+        1 => (rng.below(9) as f64) - 4.0,
+        2 => (u(rng) * 40.0 - 20.0).exp2() * if rng.percent(50) { -1.0 } else { 1.0 },
+        _ => u(rng) * 6.0 - 3.0,
+    }
+}
+
+fn int(rng: &mut Rng, ty: Ty, special: bool) -> i128 {
+    let (lo, hi) = crate::ops::int_range(ty);
+    let v = match rng.below(12) {
+        0 if special => lo,
+        1 if special => hi,
+        2 => rng.next_u64() as i128,
+        3 => (rng.next_u64() % 1000) as i128,
+        _ => rng.below(17) as i128 - 8,
+    };
+    crate::ops::wrap(v, ty)
+}
+
+fn values(ty: Ty, n: usize, rng: &mut Rng, special: bool) -> Data {
+    macro_rules! floats {
+        ($conv:expr) => {
+            (0..n).map(|_| $conv(float(rng, special))).collect()
+        };
+    }
+    macro_rules! ints {
+        ($t:ty) => {
+            (0..n).map(|_| int(rng, ty, special) as $t).collect()
+        };
+    }
+    match ty {
+        Ty::F32 => Data::F32(floats!(|x| x as f32)),
+        Ty::F64 => Data::F64(floats!(|x| x)),
+        Ty::F16 => Data::F16(floats!(f16::from_f64)),
+        Ty::Bf16 => Data::Bf16(floats!(bf16::from_f64)),
+        Ty::I8 => Data::I8(ints!(i8)),
+        Ty::U8 => Data::U8(ints!(u8)),
+        Ty::I16 => Data::I16(ints!(i16)),
+        Ty::U16 => Data::U16(ints!(u16)),
+        Ty::I32 => Data::I32(ints!(i32)),
+        Ty::U32 => Data::U32(ints!(u32)),
+        Ty::I64 => Data::I64(ints!(i64)),
+        Ty::U64 => Data::U64(ints!(u64)),
+        Ty::Bool => Data::Bool((0..n).map(|_| rng.percent(50)).collect()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparisons.
+
+/// The largest distance allowed between a stored output of `ty` and the oracle's `want`, or
+/// `None` where the oracle does not know the value.
+pub fn tolerance(want: V, ty: Ty) -> Option<f64> {
+    if !want.known() {
+        return None;
+    }
+    Some(2.0 * want.err + oracle_round(ty, want))
+}
+
+fn oracle_round(ty: Ty, want: V) -> f64 {
+    crate::ops::ulp(ty, want.f.abs() + want.err) + crate::ops::tiny(ty)
+}
+
+/// The stored value of `want` for an output of `ty`: infinite past the type's range, or
+/// `None` where the error could take it either way.
+fn stored(want: V, ty: Ty) -> Option<f64> {
+    let t = crate::ops::store_overflow(ty);
+    if !want.f.is_finite() || want.f.abs() + want.err < t {
+        Some(want.f)
+    } else if want.f.abs() - want.err >= t {
+        Some(f64::INFINITY.copysign(want.f))
+    } else {
+        None
+    }
+}
+
+/// Whether `got` is within `tol` of `want`; NaN matches NaN, infinities only themselves.
+pub fn close(got: f64, want: f64, tol: f64) -> bool {
+    got == want
+        || (got.is_nan() && want.is_nan())
+        || (got.is_finite() && want.is_finite() && (got - want).abs() <= tol)
+}
+
+/// Checks the outputs of one call against the oracle's: the number of elements the oracle
+/// knows (and so checked) and of all, or the first mismatch, described.
+pub fn against_oracle(
+    desc: &Desc,
+    got: &[Out],
+    want: &[Vec<V>],
+    sizes: &[usize],
+) -> Result<(usize, usize), String> {
+    let (mut checked, mut total) = (0, 0);
+    for (j, ((g, w), &(node, shape))) in got.iter().zip(want).zip(&desc.outs).enumerate() {
+        let ty = desc.nodes[node].ty;
+        let want_shape: Vec<usize> = (0..sizes.len())
+            .filter(|k| shape & (1 << k) != 0)
+            .map(|k| sizes[k])
+            .collect();
+        if g.shape != want_shape {
+            return Err(format!(
+                "output {j}: shape {:?}, want {want_shape:?}",
+                g.shape
+            ));
+        }
+        for (i, w) in w.iter().enumerate() {
+            let ok = match &g.vals {
+                Vals::Exact(v) => !w.known() || v[i] == w.i,
+                Vals::Float(v) => match (tolerance(*w, ty), stored(*w, ty)) {
+                    (Some(tol), Some(s)) => close(v[i], s, tol),
+                    _ => true,
+                },
+            };
+            checked += w.known() as usize;
+            total += 1;
+            if !ok {
+                let got = match &g.vals {
+                    Vals::Exact(v) => format!("{}", v[i]),
+                    Vals::Float(v) => format!("{:e}", v[i]),
+                };
+                return Err(format!(
+                    "output {j} ({}), element {i} of {}: got {got}, oracle {:e} / {} ± {:e}",
+                    ty.name(),
+                    w_len(&g.vals),
+                    w.f,
+                    w.i,
+                    w.err
+                ));
+            }
+        }
+    }
+    Ok((checked, total))
+}
+
+fn w_len(v: &Vals) -> usize {
+    match v {
+        Vals::Float(v) => v.len(),
+        Vals::Exact(v) => v.len(),
+    }
+}
+
+/// Checks a GPU run against the CPU run of the same call: integers and `bool` bit for bit where
+/// the oracle knows them, floats within twice the oracle's tolerance (both are within one of it).
+pub fn gpu_against_cpu(
+    desc: &Desc,
+    gpu: &[Out],
+    cpu: &[Out],
+    want: &[Vec<V>],
+) -> Result<(), String> {
+    for (j, ((g, c), w)) in gpu.iter().zip(cpu).zip(want).enumerate() {
+        let ty = desc.nodes[desc.outs[j].0].ty;
+        if g.shape != c.shape {
+            return Err(format!(
+                "output {j}: GPU shape {:?}, CPU {:?}",
+                g.shape, c.shape
+            ));
+        }
+        for (i, w) in w.iter().enumerate() {
+            let (ok, gv, cv) = match (&g.vals, &c.vals) {
+                (Vals::Exact(g), Vals::Exact(c)) => {
+                    (!w.known() || g[i] == c[i], g[i] as f64, c[i] as f64)
+                }
+                (Vals::Float(g), Vals::Float(c)) => match tolerance(*w, ty) {
+                    Some(tol) => (close(g[i], c[i], 2.0 * tol), g[i], c[i]),
+                    None => (true, g[i], c[i]),
+                },
+                _ => unreachable!("both devices return the same types"),
+            };
+            if !ok {
+                return Err(format!(
+                    "output {j} ({}), element {i}: GPU {gv:e}, CPU {cv:e}, oracle {:e} ± {:e}",
+                    ty.name(),
+                    w.f,
+                    w.err
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs the oracle on `args`.
+pub fn oracle(desc: &Desc, sizes: &[usize], args: &Args) -> Vec<Vec<V>> {
+    oracle::run(desc, sizes, &args.oracle_inputs())
+}

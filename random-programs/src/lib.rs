@@ -1,0 +1,31 @@
+//! Random-program differential testing of `fuse!` (issue 23, item 1).
+//!
+//! `build.rs` generates a batch of random, well-typed `fuse!` functions from fixed seeds
+//! (`gen/`), each with a data description of the same program. The tests run each program on
+//! the CPU backend and compare it with [`oracle`], a float64 interpreter of the description that
+//! shares nothing with the macro, within the tolerances of `doc/language.md`'s accuracy section;
+//! the GPU test (`tests/random_gpu.rs`) also compares the GPU with both. See `README.md`.
+
+#[path = "../gen/ty.rs"]
+pub mod ty;
+
+pub mod harness;
+pub mod ops;
+pub mod oracle;
+pub mod reduce;
+pub mod run;
+
+/// One generated program.
+pub struct Program {
+    pub name: &'static str,
+    pub seed: u64,
+    /// The `fn` item, as compiled.
+    pub text: &'static str,
+    /// The description the oracle evaluates.
+    pub desc: &'static str,
+    /// Uploads the arguments to a device, calls the kernel, reads the outputs back.
+    pub run:
+        fn(&fuse_runtime::Device, &harness::Args) -> Result<Vec<harness::Out>, fuse_runtime::Error>,
+}
+
+include!(concat!(env!("OUT_DIR"), "/programs.rs"));
