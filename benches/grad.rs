@@ -34,9 +34,25 @@ struct Inputs {
     labels: Option<Buffer<i64>>,
 }
 
-/// One backward: its kernel's call on `Inputs`, returning the gradients in f32 as flat
-/// vectors, and whether each is a weight gradient (a sum over rows).
-type Backward = fn(&Device, &Inputs) -> Result<Vec<Vec<f32>>, Error>;
+/// A gradient (or G5's loss) as the backward returns it.
+enum Grad {
+    Bf16(Buffer<bf16>),
+    F32(Buffer<f32>),
+}
+
+impl Grad {
+    /// Its values, read back, in f32.
+    fn values(&self) -> Result<Vec<f32>, Error> {
+        match self {
+            Grad::Bf16(b) => Ok(b.to_vec()?.into_iter().map(bf16::to_f32).collect()),
+            Grad::F32(b) => b.to_vec(),
+        }
+    }
+}
+
+/// One backward: its kernel's call on `Inputs`, the gradients left on the device (what is
+/// timed), in the order of `Case::sums`.
+type Backward = fn(&Device, &Inputs) -> Result<Vec<Grad>, Error>;
 
 struct Case {
     id: &'static str,
@@ -70,7 +86,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
             sums: &[false, true],
             backward: |dev, i| {
                 let g = g1_rmsnorm::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2])?;
-                Ok(vec![f32s(&g.x)?, f32s(&g.w)?])
+                Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.w)])
             },
         },
         "G2" => Case {
@@ -86,7 +102,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
             backward: |dev, i| {
                 let s = &i.bf16s;
                 let g = g2_layernorm::vjp(dev, &s[0], &s[1], &s[2], &s[3])?;
-                Ok(vec![f32s(&g.x)?, f32s(&g.g)?, f32s(&g.b)?])
+                Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.g), Grad::Bf16(g.b)])
             },
         },
         "G3" => Case {
@@ -102,7 +118,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
             backward: |dev, i| {
                 let s = &i.bf16s;
                 let g = g3_swiglu::vjp(dev, &s[0], &s[1], &s[2])?;
-                Ok(vec![f32s(&g.a)?, f32s(&g.b)?])
+                Ok(vec![Grad::Bf16(g.a), Grad::Bf16(g.b)])
             },
         },
         "G4" => Case {
@@ -118,7 +134,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
             backward: |dev, i| {
                 let s = &i.bf16s;
                 let g = g4_geglu::vjp(dev, &s[0], &s[1], &s[2])?;
-                Ok(vec![f32s(&g.a)?, f32s(&g.b)?])
+                Ok(vec![Grad::Bf16(g.a), Grad::Bf16(g.b)])
             },
         },
         "G5" => Case {
@@ -138,7 +154,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
                 let labels = i.labels.as_ref().expect("G5 has labels");
                 let (loss, g) = g5_cross_entropy::value_and_vjp(dev, z, labels, &d)?;
-                Ok(vec![loss.to_vec()?, f32s(&g.z)?])
+                Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
             },
         },
         "G6" => Case {
@@ -153,7 +169,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
             sums: &[false],
             backward: |dev, i| {
                 let g = g6_softmax::vjp(dev, &i.bf16s[0], &i.bf16s[1])?;
-                Ok(vec![f32s(&g.x)?])
+                Ok(vec![Grad::Bf16(g.x)])
             },
         },
         "G7" => Case {
@@ -170,10 +186,10 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let s = &i.bf16s;
                 let g = g7_dyt::vjp(dev, &s[0], 0.7, &s[1], &s[2], &s[3])?;
                 Ok(vec![
-                    f32s(&g.x)?,
-                    g.alpha.to_vec()?,
-                    f32s(&g.g)?,
-                    f32s(&g.b)?,
+                    Grad::Bf16(g.x),
+                    Grad::F32(g.alpha),
+                    Grad::Bf16(g.g),
+                    Grad::Bf16(g.b),
                 ])
             },
         },
@@ -190,16 +206,12 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
             backward: |dev, i| {
                 let s = &i.bf16s;
                 let g = g8_bias_gelu_dropout::vjp(dev, &s[0], &s[1], 0x5eed, &s[2])?;
-                Ok(vec![f32s(&g.x)?, f32s(&g.bias)?])
+                Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.bias)])
             },
         },
         _ => return runner.not_yet(id),
     };
     run(runner, pool, &case);
-}
-
-fn f32s(b: &Buffer<bf16>) -> Result<Vec<f32>, Error> {
-    Ok(b.to_vec()?.into_iter().map(bf16::to_f32).collect())
 }
 
 /// The shape a full run takes: WORKLOADS.md's, with fewer rows where the benchmark's sizes
@@ -266,7 +278,8 @@ fn disagreement(runner: &mut Runner, case: &Case, cols: usize) -> Option<(Status
         .map(|_| (runner.seeds.next() % cols as u64) as i64)
         .collect();
     let on = |dev: &Device| -> Result<Vec<Vec<f32>>, Error> {
-        (case.backward)(dev, &inputs(dev, case, rows, cols, &data, &labels)?)
+        let grads = (case.backward)(dev, &inputs(dev, case, rows, cols, &data, &labels)?)?;
+        grads.iter().map(Grad::values).collect()
     };
     let (got, want) = match on(&runner.dev).and_then(|got| Ok((got, on(&Device::cpu())?))) {
         Ok(both) => both,
@@ -325,35 +338,5 @@ fn time(
         false => None,
     };
     let inputs = Inputs { bf16s, labels };
-    let backward = time_only(case.id);
-    runner.time_runs(|_| backward(&dev, &inputs))
-}
-
-/// The backward of a case without reading its gradients back: what is timed.
-fn time_only(id: &str) -> fn(&Device, &Inputs) -> Result<(), Error> {
-    match id {
-        "G1" => |dev, i| g1_rmsnorm::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2]).map(drop),
-        "G2" => |dev, i| {
-            let s = &i.bf16s;
-            g2_layernorm::vjp(dev, &s[0], &s[1], &s[2], &s[3]).map(drop)
-        },
-        "G3" => |dev, i| g3_swiglu::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2]).map(drop),
-        "G4" => |dev, i| g4_geglu::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2]).map(drop),
-        "G5" => |dev, i| {
-            let z = &i.bf16s[0];
-            let rows = z.shape()[0];
-            let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
-            let labels = i.labels.as_ref().expect("G5 has labels");
-            g5_cross_entropy::value_and_vjp(dev, z, labels, &d).map(drop)
-        },
-        "G6" => |dev, i| g6_softmax::vjp(dev, &i.bf16s[0], &i.bf16s[1]).map(drop),
-        "G7" => |dev, i| {
-            let s = &i.bf16s;
-            g7_dyt::vjp(dev, &s[0], 0.7, &s[1], &s[2], &s[3]).map(drop)
-        },
-        _ => |dev, i| {
-            let s = &i.bf16s;
-            g8_bias_gelu_dropout::vjp(dev, &s[0], &s[1], 0x5eed, &s[2]).map(drop)
-        },
-    }
+    runner.time_runs(|_| (case.backward)(&dev, &inputs).map(drop))
 }
