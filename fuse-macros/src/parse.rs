@@ -21,7 +21,7 @@ pub struct KernelDef {
     pub attrs: Vec<Attribute>,
     /// `#[fast_math]`: f32 math through CUDA's fast intrinsics (see `doc/language.md`).
     pub fast_math: bool,
-    /// `#[vjp(a, ..)]` and `#[jvp(a, ..)]`: the derivatives to generate (see `grad.rs`).
+    /// `#[vjp(a, ..)]` and `#[jvp(a, ..)]`: the derivatives to generate (see `grad/`).
     pub derive: Vec<DeriveAttr>,
     pub vis: Visibility,
     pub name: Ident,
