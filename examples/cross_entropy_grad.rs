@@ -54,7 +54,7 @@ fn run() -> Result<bool, Error> {
     let zs = dev.upload(&z)?.reshape(&[ROWS, VOCAB])?;
     let ls = dev.upload(&labels)?;
     // The mean over rows: each row's loss weighs 1 / rows.
-    let d = dev.upload(&vec![1.0 / ROWS as f32; ROWS])?;
+    let d = dev.upload(&[1.0 / ROWS as f32; ROWS])?;
     let (loss, grads) = cross_entropy::value_and_vjp(&dev, &zs, &ls, &d)?;
     println!("launches: {}", cross_entropy::VALUE_AND_VJP_LAUNCHES);
     let mean = loss.to_vec()?.iter().map(|&v| f64::from(v)).sum::<f64>() / ROWS as f64;

@@ -63,8 +63,8 @@ fn run() -> Result<bool, Error> {
     // The cotangent of each row's error: the mean over rows.
     let ones = dev.upload(&[1.0 / ROWS as f32; ROWS])?;
 
-    let mut gamma = dev.upload(&vec![1.0f32; COLS])?;
-    let mut beta = dev.upload(&vec![0.0f32; COLS])?;
+    let mut gamma = dev.upload(&[1.0f32; COLS])?;
+    let mut beta = dev.upload(&[0.0f32; COLS])?;
     let total = |e: &[f32]| e.iter().map(|&v| f64::from(v)).sum::<f64>() / ROWS as f64;
 
     // The gradients against central differences of the total error, at the start.
