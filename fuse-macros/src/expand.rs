@@ -10,11 +10,10 @@ use crate::check::{check, DEVICE_ARG};
 use crate::error::Errors;
 use crate::ir::{plain_name, Dim, Kernel, Launch};
 use crate::parse::KernelDef;
+use crate::rust::{elem_tokens, local, rt};
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
-
-const RT: &str = "::fuse_runtime";
 
 pub fn fuse(input: TokenStream) -> TokenStream {
     let input = match crate::parse::parse_input(input) {
@@ -43,25 +42,6 @@ pub fn fuse(input: TokenStream) -> TokenStream {
             out
         }
     }
-}
-
-/// A generated local name, hygienic to the macro, so that no parameter name can capture it.
-pub(crate) fn local(name: &str) -> Ident {
-    Ident::new(name, Span::mixed_site())
-}
-
-pub(crate) fn rt() -> TokenStream {
-    RT.parse().expect("a path")
-}
-
-/// The Rust type of an element: a primitive, or the runtime's re-export of `half`'s types.
-pub(crate) fn elem_tokens(e: Elem) -> TokenStream {
-    let path = if e.is_half() {
-        format!("{RT}::{}", e.name())
-    } else {
-        e.name().to_string()
-    };
-    path.parse().expect("a type path")
 }
 
 /// The Rust-facing signature of a kernel, which a stub shares with the real items.

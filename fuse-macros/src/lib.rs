@@ -24,6 +24,7 @@ mod ir;
 mod limits;
 mod parse;
 mod plan;
+mod rust;
 #[cfg(test)]
 mod testing;
 mod ty;

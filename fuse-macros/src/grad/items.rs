@@ -4,8 +4,8 @@
 //! them, which `expand` writes as it writes every kernel.
 
 use super::{Derived, Dest};
-use crate::expand::{elem_tokens, local, rt};
 use crate::ir::plain_name;
+use crate::rust::{elem_tokens, local, rt};
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
