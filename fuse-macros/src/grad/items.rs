@@ -29,27 +29,24 @@ pub struct Bodies<'a> {
 }
 
 impl ApiSig {
-    /// A name for each output's cotangent or tangent: `{prefix}out`, or `{prefix}out0`, ..,
-    /// clear of the inputs' names and the device argument's.
+    /// A name for each output's cotangent (as `schedule::output_names` names the derived
+    /// kernels' parameters, which the calls pass these to).
     fn output_names(&self, prefix: &str) -> Vec<Ident> {
-        (0..self.outputs.len())
-            .map(|j| {
-                let name = match self.tuple {
-                    true => format!("{prefix}out{j}"),
-                    false => format!("{prefix}out"),
-                };
-                Ident::new(&self.clear(name), Span::call_site())
-            })
+        let names =
+            super::schedule::output_names(&self.names(), self.outputs.len(), self.tuple, prefix);
+        names
+            .iter()
+            .map(|n| Ident::new(n, Span::call_site()))
             .collect()
     }
 
-    fn clear(&self, mut name: String) -> String {
-        while self.inputs.iter().any(|(n, _, _)| plain_name(n) == name)
-            || name == crate::check::DEVICE_ARG
-        {
-            name.push('_');
-        }
-        name
+    /// `name`, clear of the inputs' names and the device argument's.
+    fn clear(&self, name: String) -> String {
+        super::schedule::unique(&name, &self.names())
+    }
+
+    fn names(&self) -> Vec<String> {
+        self.inputs.iter().map(|(n, _, _)| plain_name(n)).collect()
     }
 
     fn input_params(&self, buffers: bool) -> Vec<TokenStream> {

@@ -44,7 +44,7 @@ pub struct Derived {
 pub fn vjp(k: &Kernel, with_values: bool, mode: &str) -> Result<Derived, String> {
     let wrt = k.vjp.clone().unwrap_or_default();
     let mut g = Graph::new(k);
-    let names = output_names(k, "d_");
+    let names = output_names(&param_names(k), k.outputs.len(), k.tuple, "d_");
     let cotangents: Vec<Option<usize>> = k
         .outputs
         .iter()
@@ -77,7 +77,7 @@ pub fn jvp(k: &Kernel, mode: &str) -> Result<Derived, String> {
         .iter()
         .map(|&p| {
             let name = format!("t_{}", crate::ir::plain_name(&k.params[p].name));
-            let name = unique(&name, k);
+            let name = unique(&name, &param_names(k));
             g.param(&name, k.params[p].elem, k.params[p].shape.clone())
         })
         .collect();
@@ -134,29 +134,29 @@ fn finish(
     Ok(Derived { inputs, steps })
 }
 
-/// A name for each output's cotangent (`d_out`, or `d_out0`, `d_out1`, ..), clear of the
-/// kernel's parameter names.
-pub fn output_names(k: &Kernel, prefix: &str) -> Vec<String> {
-    (0..k.outputs.len())
-        .map(|j| {
-            let name = match k.tuple {
-                true => format!("{prefix}out{j}"),
-                false => format!("{prefix}out"),
-            };
-            unique(&name, k)
+/// The plain names of `k`'s parameters.
+fn param_names(k: &Kernel) -> Vec<String> {
+    k.params
+        .iter()
+        .map(|p| crate::ir::plain_name(&p.name))
+        .collect()
+}
+
+/// A name for each output's cotangent or tangent (`{prefix}out`, or `{prefix}out0`, ..), clear
+/// of the parameters' names; the generated functions (`items.rs`) name theirs with it too.
+pub fn output_names(params: &[String], outputs: usize, tuple: bool, prefix: &str) -> Vec<String> {
+    (0..outputs)
+        .map(|j| match tuple {
+            true => unique(&format!("{prefix}out{j}"), params),
+            false => unique(&format!("{prefix}out"), params),
         })
         .collect()
 }
 
-/// `name`, with underscores added until no parameter of `k` has it.
-fn unique(name: &str, k: &Kernel) -> String {
+/// `name`, with underscores added until it is neither a parameter's nor the device argument's.
+pub fn unique(name: &str, params: &[String]) -> String {
     let mut name = name.to_string();
-    while k
-        .params
-        .iter()
-        .any(|p| crate::ir::plain_name(&p.name) == name)
-        || name == crate::check::DEVICE_ARG
-    {
+    while params.contains(&name) || name == crate::check::DEVICE_ARG {
         name.push('_');
     }
     name

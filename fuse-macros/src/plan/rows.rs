@@ -37,9 +37,10 @@ pub(crate) fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
 
 /// Whether a kernel's cached rows also have the wide entry (`Path::RowsCachedWide`): every
 /// cached tensor of 2-byte elements and every tensor along the row of at most 2 (`row_elems`),
-/// so that each of its vectors, the outputs' included, is at most 16 bytes at eight lanes. With four lanes a
-/// thread held 16 elements in 8-byte vectors, and a bf16 softmax's rows of 1024 took 64 threads
-/// and a block reduction: 64% of copy speed on an H100 against f32's 100% (NOTES item 76).
+/// so that each of its vectors, the outputs' included, is at most 16 bytes at eight lanes.
+/// With four lanes a thread held 16 elements in 8-byte vectors, and a bf16 softmax's rows of
+/// 1024 took 64 threads and a block reduction: 64% of copy speed on an H100 against f32's
+/// 100% (NOTES item 76).
 pub(crate) fn wide_cache(k: &Kernel, plan: &Plan) -> bool {
     let cached = cached_params(k, plan);
     !cached.is_empty()
