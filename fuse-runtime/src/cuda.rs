@@ -69,6 +69,37 @@ pub(crate) fn device_count() -> Result<usize, Error> {
     }
 }
 
+/// Keeps the memory that buffers free in the device's default memory pool, which cudarc's
+/// allocations draw from, where the driver's default returns it to the system at every
+/// synchronization: a loop that allocates a large output each call and reads a result back
+/// (a training step reading its loss) would otherwise map its memory again each time
+/// (`benches/NOTES.md`, item 80). PyTorch's caching allocator keeps memory the same way. Only a pool still at the driver's default (0) is changed: a threshold that other code
+/// sharing the primary context chose is kept, and `cuMemPoolTrimTo` on the default pool gives the
+/// memory back.
+fn keep_freed_memory(ctx: &CudaContext) -> Result<(), Error> {
+    let attr = sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD;
+    let mut pool = std::ptr::null_mut();
+    let mut threshold = 0u64;
+    // SAFETY: the driver writes the default pool of a valid device into `pool`, then reads and
+    // writes the 8-byte threshold (a `cuuint64_t`, as the attribute's docs say) through
+    // pointers to a live `u64`.
+    unsafe {
+        sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device())
+            .result()
+            .map_err(|e| driver_error("cuDeviceGetDefaultMemPool", e))?;
+        sys::cuMemPoolGetAttribute(pool, attr, (&raw mut threshold).cast())
+            .result()
+            .map_err(|e| driver_error("cuMemPoolGetAttribute", e))?;
+        if threshold == 0 {
+            threshold = u64::MAX;
+            sys::cuMemPoolSetAttribute(pool, attr, (&raw mut threshold).cast())
+                .result()
+                .map_err(|e| driver_error("cuMemPoolSetAttribute", e))?;
+        }
+    }
+    Ok(())
+}
+
 impl CudaDevice {
     /// Opens device `ordinal`: retains its primary context and reads its properties.
     pub(crate) fn open(ordinal: usize) -> Result<CudaDevice, Error> {
@@ -85,6 +116,9 @@ impl CudaDevice {
         // before this context allocates anything; a caller's own context object (of the same
         // primary context) keeps its setting.
         unsafe { ctx.disable_event_tracking() };
+        if ctx.has_async_alloc() {
+            keep_freed_memory(&ctx)?;
+        }
         let attribute = |a| {
             ctx.attribute(a)
                 .map_err(|e| driver_error("cuDeviceGetAttribute", e))

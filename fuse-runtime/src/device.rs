@@ -53,6 +53,11 @@ impl Device {
 
     /// CUDA device `ordinal`, opened on first use and shared afterwards.
     ///
+    /// Opening a device keeps the memory freed buffers give back in the device's default memory
+    /// pool for later allocations, as PyTorch's caching allocator does, where the driver's
+    /// default returns it to the system at each synchronization; a release threshold that
+    /// other code already set on that pool is left alone.
+    ///
     /// Fails with [`Error::NoDriver`] when the CUDA driver library cannot be loaded, and with
     /// [`Error::NoDevice`] when there is no device `ordinal`.
     pub fn cuda(ordinal: usize) -> Result<Device, Error> {
