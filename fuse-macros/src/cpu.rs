@@ -93,6 +93,16 @@ impl Cpu<'_> {
             self.layout.product(&rows)
         ));
         self.line(format!("let len: usize = {};", self.layout.size(axis)));
+        // Partial sums over rows: every row into the first of `parts`, the others zero.
+        for (o, _) in self
+            .k
+            .outputs
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| o.partial.is_some())
+        {
+            self.line(format!("out{o}.fill(0.0);"));
+        }
         self.line("for g in 0..groups {");
         for l in self.layout.split("g", &rows, &SYNTAX) {
             self.line(l);
@@ -205,6 +215,10 @@ impl Cpu<'_> {
     fn writes(&mut self, outputs: &[usize], scope: Scope) {
         for &o in outputs {
             let out = &self.k.outputs[o];
+            if out.partial.is_some() {
+                self.line(format!("out{o}[r] += v{};", out.node));
+                continue;
+            }
             let at = self.at(&out.shape.clone(), scope);
             let v = stored(out.elem, &format!("v{}", out.node));
             self.line(format!("out{o}[{at}] = {v};"));

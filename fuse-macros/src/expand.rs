@@ -347,7 +347,7 @@ fn fn_doc(k: &Kernel) -> String {
     let outputs: Vec<String> = k
         .outputs
         .iter()
-        .map(|o| format!("`{}`", type_text(k, o.elem, &o.shape)))
+        .map(|o| format!("`{}`", type_text(k, o.elem, &o.stored_shape())))
         .collect();
     format!(
         "\n\nFused kernel, one launch ({}). Takes {}; returns {}, allocated on `dev`. \
@@ -404,7 +404,7 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
         .output_names()
         .into_iter()
         .zip(&k.outputs)
-        .map(|(n, o)| (plain_name(&n), o.shape.clone(), true));
+        .map(|(n, o)| (plain_name(&n), o.stored_shape(), true));
     let tensors = inputs.chain(outputs).map(|(name, shape, output)| {
         let refs = dim_refs(&shape);
         quote!(#rt::__private::TensorSig { name: #name, dims: &[#(#refs),*], output: #output })
@@ -518,6 +518,10 @@ fn program_items(
             Grid::Rows { blocks_per_sm } => {
                 quote!(#p::Grid::Rows { blocks_per_sm: #blocks_per_sm })
             }
+            Grid::Parts {
+                blocks_per_sm,
+                parts,
+            } => quote!(#p::Grid::Parts { blocks_per_sm: #blocks_per_sm, parts: #parts }),
             Grid::LongRows { cache_bytes } => {
                 quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes })
             }

@@ -168,6 +168,22 @@ pub struct OutputInfo {
     pub node: NodeId,
     /// The output's expression in the body, where errors about this output point.
     pub tokens: TokenStream,
+    /// Only in a derived launch over rows: the value over the domain (`shape`) is not stored
+    /// but summed over rows, into `[parts, len]` in memory, the row's length its last dim
+    /// (`stored_shape`). Each block of the GPU sums the rows it takes into its own row of
+    /// `parts` and zeroes the rows no block takes; the CPU sums every row into the first. The
+    /// sum over `parts` is then the column sum, left to a later launch.
+    pub partial: Option<DimId>,
+}
+
+impl OutputInfo {
+    /// The output's shape in memory: `shape`, or `[parts, len]` for partial sums.
+    pub fn stored_shape(&self) -> Vec<DimId> {
+        match (self.partial, self.shape.last()) {
+            (Some(parts), Some(&len)) => vec![parts, len],
+            _ => self.shape.clone(),
+        }
+    }
 }
 
 pub struct Kernel {
@@ -218,6 +234,11 @@ pub enum Launch {
 }
 
 impl Kernel {
+    /// Whether some output is written as partial sums over rows (`OutputInfo::partial`).
+    pub fn has_partials(&self) -> bool {
+        self.outputs.iter().any(|o| o.partial.is_some())
+    }
+
     /// The position of a named dim among the named dims (the kernel's dim arguments).
     pub fn named_index(&self, dim: DimId) -> Option<usize> {
         match self.dims[dim] {

@@ -120,6 +120,10 @@ pub enum Grid {
     /// At most `blocks_per_sm` blocks an SM (0: a block a row).
     #[allow(missing_docs)]
     Rows { blocks_per_sm: u32 },
+    /// As `Rows`, a block a row, and at most `parts` blocks: a kernel that writes partial sums
+    /// over rows, a row of them a block (the rest zeroed), launched even for no rows.
+    #[allow(missing_docs)]
+    Parts { blocks_per_sm: u32, parts: u32 },
     /// A cluster a row in dynamic shared memory, `cache_bytes` a row element.
     #[allow(missing_docs)]
     LongRows { cache_bytes: u32 },
@@ -278,6 +282,17 @@ impl Program {
             Grid::Full { slots } => Geometry::Full { elems: len, slots },
             Grid::Rows { blocks_per_sm } => Geometry::Rows {
                 groups,
+                row_len: len,
+                cache_bytes: 0,
+                blocks_per_sm,
+                direct_blocks_per_sm: 0,
+            },
+            // The grid, not the kernel's loop, sees the groups clamped.
+            Grid::Parts {
+                blocks_per_sm,
+                parts,
+            } => Geometry::Rows {
+                groups: groups.clamp(1, u64::from(parts.max(1))),
                 row_len: len,
                 cache_bytes: 0,
                 blocks_per_sm,

@@ -16,7 +16,7 @@ use common::kernels;
 #[path = "../../benches/kernels.rs"]
 mod bench_kernels;
 use common::*;
-use fuse_runtime::__private::{DimRef, Param, Program};
+use fuse_runtime::__private::{DimRef, Grid, Param, Program};
 use fuse_runtime::{Device, Element};
 
 /// The bytes of `v` as memory holds them (the kernel's view), in hex.
@@ -268,12 +268,31 @@ impl Emulation {
             self.shared.is_some(),
             "{what}: whether rows were cached in shared memory"
         );
+        // Partial sums over rows (a derived launch's `[parts, len]`): each block's rows in its
+        // own row of parts, all of them in the CPU's first; their sums over parts must agree.
+        let parts = match entry.grid {
+            Grid::Parts { parts, .. } => Some(parts as usize),
+            _ => None,
+        };
         let mut at = 0;
         for (k, (w, t)) in want.iter().zip(types).enumerate() {
             let n = outs[k];
             let got = values(t, &r.stdout[at..at + n]);
             at += n;
             let name = format!("{what} output {k}");
+            if let (Some(parts), [p, len], Values::Float(g), Values::Float(w)) =
+                (parts, &w.shape[..], &got, &w.values)
+            {
+                if *p == parts {
+                    let sums = |v: &[f64]| -> Vec<f64> {
+                        (0..*len)
+                            .map(|c| (0..parts).map(|r| v[r * len + c]).sum())
+                            .collect()
+                    };
+                    assert_close(&name, &sums(g), &sums(w), &tols[k]);
+                    continue;
+                }
+            }
             match (&got, &w.values) {
                 (Values::Float(g), Values::Float(w)) => assert_close(&name, g, w, &tols[k]),
                 (Values::Exact(g), Values::Exact(w)) => assert_exact(&name, g, w),
@@ -1551,6 +1570,85 @@ fn short_rows_run_on_an_emulated_gpu() {
             &cpu,
             &["f32", "f32", "f32"],
             &[Tol::close(1e-5, 1e-7), Tol::EXACT, Tol::close(1e-6, 2e-5)],
+        );
+    }
+}
+
+/// The derived backwards' partial sums over rows (`sum(dy * x * rstd, rows)` of RMSNorm's
+/// weight, `dbias` of bias + GELU + dropout, LayerNorm's and DyT's pairs), each block adding its
+/// rows into its own row of partials and zeroing those no block takes: on the exact row
+/// (4096), a block a row (3000), cached rows (1000), streamed rows (999), and fewer rows than
+/// the grid's three blocks (2), compared by their sums over the blocks.
+#[test]
+fn partial_sums_over_rows_run_on_an_emulated_gpu() {
+    use bench_kernels::{g1_rmsnorm, g2_layernorm, g7_dyt, g8_bias_gelu_dropout};
+    use fuse_runtime::bf16;
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut bf16s = |n: usize| -> Vec<bf16> {
+        let v = rng.floats::<f32>(n, -2.0, 2.0);
+        v.into_iter().map(bf16::from_f32).collect()
+    };
+    for (rows, cols) in [(7, 4096), (5, 3000), (4, 1000), (3, 999), (2, 64)] {
+        let (x, dy, w, b) = (
+            bf16s(rows * cols),
+            bf16s(rows * cols),
+            bf16s(cols),
+            bf16s(cols),
+        );
+        let shape = [rows, cols];
+        let (px, pdy) = (put(&dev, &x, &shape), put(&dev, &dy, &shape));
+        let (pw, pb) = (put(&dev, &w, &[cols]), put(&dev, &b, &[cols]));
+        let dims = [("t", rows), ("h", cols)];
+        let sum = || Tol::close(1e-4, 1e-3);
+        let cpu = g1_rmsnorm::__g1_rmsnorm_d0(&dev, &px, &pw, &pdy).unwrap();
+        emulate(
+            &format!("rmsnorm backward {rows}x{cols}"),
+            &g1_rmsnorm::__g1_rmsnorm_d0::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&dy)],
+            vec![],
+            &dims,
+            &cpu,
+            &["bf16", "f32"],
+            &[Tol::close(2e-2, 1e-2), sum()],
+        );
+        let cpu = g2_layernorm::__g2_layernorm_d0(&dev, &px, &pw, &pb, &pdy).unwrap();
+        emulate(
+            &format!("layernorm backward {rows}x{cols}"),
+            &g2_layernorm::__g2_layernorm_d0::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
+            vec![],
+            &dims,
+            &cpu,
+            &["bf16", "f32", "f32"],
+            &[Tol::close(2e-2, 2e-2), sum(), sum()],
+        );
+        let alpha = 0.7f32;
+        let cpu = g7_dyt::__g7_dyt_d0(&dev, &px, alpha, &pw, &pb, &pdy).unwrap();
+        emulate(
+            &format!("dyt backward {rows}x{cols}"),
+            &g7_dyt::__g7_dyt_d0::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
+            vec![Element::to_bits(alpha)],
+            &dims,
+            &cpu,
+            &["bf16", "f32", "f32", "f32"],
+            &[Tol::close(2e-2, 1e-2), Tol::close(1e-4, 1e-3), sum(), sum()],
+        );
+        let seed = 0x5eed_u64 + rows as u64;
+        let cpu =
+            g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0(&dev, &px, &pb, seed, &pdy).unwrap();
+        emulate(
+            &format!("bias gelu dropout backward {rows}x{cols}"),
+            &g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0::__fuse::PROGRAM,
+            vec![hex(&x), hex(&b), hex(&dy)],
+            vec![seed],
+            &dims,
+            &cpu,
+            &["bf16", "f32"],
+            &[Tol::close(2e-2, 1e-2), sum()],
         );
     }
 }

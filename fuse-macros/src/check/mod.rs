@@ -446,6 +446,7 @@ impl<'a> Checker<'a> {
                 shape,
                 node: id,
                 tokens: e.tokens.clone(),
+                partial: None,
             });
         }
         Some(outputs)

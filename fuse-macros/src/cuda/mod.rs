@@ -455,6 +455,15 @@ impl Cuda<'_> {
                 }
             };
             let v = self.output_bits(o);
+            if out.partial.is_some() {
+                // The block's partial sum at this element of the row (`OutputInfo::partial`):
+                // its first row stores, later ones add.
+                let t = out.elem.c_name();
+                self.line(format!(
+                    "{{ {t}* const fz_pp = out{o} + (long long)blockIdx.x * len + r; *fz_pp = g0 == blockIdx.x ? {v} : *fz_pp + {v}; }}"
+                ));
+                continue;
+            }
             self.line(format!("out{o}[{at}] = {v};"));
         }
     }

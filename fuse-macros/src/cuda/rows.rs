@@ -26,9 +26,10 @@ impl Cuda<'_> {
             // Threads per row: a power of two up to a warp for short rows (several rows per
             // block, reduced by shuffles within each segment), else the whole block. Rows cached
             // in registers take four elements per thread step, so they need a quarter of the
-            // threads.
+            // threads. Partial sums over rows take a block a row, whose rows are its own.
             self.line(format!("int width = {BLOCK};"));
-            if matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
+            let partials = self.k.has_partials();
+            if !partials && matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
                 // Cached rows: the fewest threads that hold the row in `CACHE` registers each
                 // (`CACHE` 4-byte elements, or twice as many 2-byte ones on the wide path).
                 self.line("width = 1;");
@@ -36,7 +37,7 @@ impl Cuda<'_> {
                     "while (width * {} < len) width <<= 1;",
                     self.cache_elems()
                 ));
-            } else {
+            } else if !partials {
                 // Short rows: up to four elements a thread, so that each has several loads in
                 // flight. Rows shorter than a block's 16 elements a thread: a warp each,
                 // reduced by shuffles alone, as long as the rows keep every thread of the grid
@@ -89,18 +90,38 @@ impl Cuda<'_> {
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.full_rows = false;
             self.whole_rows = false;
+            self.zero_other_parts();
             self.line("#endif");
         } else {
             if prefetch {
                 self.first_row_copy(&cached);
             }
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.zero_other_parts();
         }
         if prefetch {
             // No copy may land in shared memory after the block has exited.
             self.line("fz_copy_wait();");
         }
         self.direct_rows = false;
+    }
+
+    /// After the row loop, the rows of each partial sum's `parts` that no block took: zeros
+    /// (a block's own row holds the sum of its rows, `OutputInfo::partial`).
+    fn zero_other_parts(&mut self) {
+        for (o, out) in self.k.outputs.iter().enumerate() {
+            let Some(parts) = out.partial else {
+                continue;
+            };
+            let parts = self.layout.size(parts);
+            self.open(format!(
+                "for (long long p = blockIdx.x < groups ? blockIdx.x + gridDim.x : blockIdx.x; p < {parts}; p += gridDim.x)"
+            ));
+            self.line(format!(
+                "for (long long r = threadIdx.x; r < len; r += {BLOCK}) out{o}[p * len + r] = 0;"
+            ));
+            self.close();
+        }
     }
 
     /// Whether the row loop being written treats its cached row as a row a block's loop does:
@@ -605,6 +626,25 @@ impl Cuda<'_> {
         for &o in &pass.writes {
             let out = &self.k.outputs[o];
             let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
+            let l = self.step_lanes;
+            if out.partial.is_some() {
+                // The block's partial sums at these elements (`OutputInfo::partial`): its first
+                // row stores, later ones add.
+                self.open("");
+                self.line(format!(
+                    "fz_vec<{t}, {l}>* const fz_pp = reinterpret_cast<fz_vec<{t}, {l}>*>(out{o} + (long long)blockIdx.x * len){at};"
+                ));
+                self.open("if (g0 != blockIdx.x)");
+                self.line(format!("const fz_vec<{t}, {l}> fz_po = *fz_pp;"));
+                self.line("#pragma unroll");
+                self.line(format!(
+                    "for (int j = 0; j < {l}; ++j) s{o}.v[j] += fz_po.v[j];"
+                ));
+                self.close();
+                self.line(format!("*fz_pp = s{o};"));
+                self.close();
+                continue;
+            }
             let to = format!(
                 "reinterpret_cast<fz_vec<{t}, {}>*>(out{o} + b{s}){at}",
                 self.step_lanes

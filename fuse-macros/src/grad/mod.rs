@@ -41,6 +41,9 @@ pub struct Graph {
     pub ct: Elem,
     /// Reductions computed in an earlier launch, and the temporary parameter holding each.
     temps: Vec<(NodeId, usize)>,
+    /// The dim of the rows' partial sums (`schedule::partial_sums`), the last of `dims`, once
+    /// a launch writes them.
+    pub parts: Option<DimId>,
 }
 
 /// An adjoint or tangent's partial derivative: one, minus one, or a value.
@@ -77,6 +80,7 @@ impl Graph {
             order,
             ct: if wide { Elem::F64 } else { Elem::F32 },
             temps: vec![],
+            parts: None,
         }
     }
 

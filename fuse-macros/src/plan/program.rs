@@ -132,6 +132,9 @@ pub enum Grid {
     Map { vectors: u32 },
     /// A block (or a segment) a row, at most `blocks_per_sm` blocks an SM (0: a block a row).
     Rows { blocks_per_sm: u32 },
+    /// As `Rows`, a block a row, for a kernel that writes partial sums over rows
+    /// (`OutputInfo::partial`): at most `parts` blocks, the partials' rows.
+    Parts { blocks_per_sm: u32, parts: u32 },
     /// A cluster a row, each block caching its part in dynamic shared memory: `cache_bytes`
     /// a row element.
     LongRows { cache_bytes: u32 },
@@ -368,6 +371,26 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             }
             let stream = Some(tuning::stream_min_blocks(k, plan));
             entries.push(entry(Path::Rows, stream, rows, When::ALWAYS));
+            if let Some(parts) = k.outputs.iter().find_map(|o| o.partial) {
+                // Partial sums over rows need each block's rows to be its own: a block a row,
+                // never tiles of short rows nor a cluster's long rows.
+                let parts = match k.dims[parts] {
+                    crate::ir::Dim::Fixed(n) => n as u32,
+                    crate::ir::Dim::Named(_) => unreachable!("the partials' dim is fixed"),
+                };
+                // Their blocks stay for the whole launch, as many an SM as the entry's register
+                // bound guarantees room for: a grid of a block a row, as light rows have, would
+                // be clamped to `parts` and leave part of its last wave idle.
+                entries.retain(|e| !matches!(e.path, Path::ShortRows | Path::LongRows));
+                for e in &mut entries {
+                    if let Grid::Rows { blocks_per_sm } = e.grid {
+                        e.grid = Grid::Parts {
+                            blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),
+                            parts,
+                        };
+                    }
+                }
+            }
             entries
         }
     }

@@ -163,6 +163,12 @@ pub(crate) fn direct_blocks_per_sm(k: &Kernel, plan: &Plan) -> u32 {
     }
 }
 
+/// The rows of partial sums a derived launch over rows writes for a sum over rows
+/// (`OutputInfo::partial`): its grid's most blocks, each summing the rows it takes into one
+/// (the rest zeroed), which a launch over columns then sums. Enough for three blocks an SM
+/// on GPUs of 170 SMs; an H100's row grids take 132 to 396 of them.
+pub const PARTS: u64 = 512;
+
 #[cfg(test)]
 mod tests {
     use crate::testing::kernel;
@@ -247,3 +253,4 @@ mod tests {
         assert_eq!((tangent, softplus, bias, noise), (1, 2, 4, 8));
     }
 }
+
