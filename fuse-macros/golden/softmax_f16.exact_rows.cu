@@ -77,6 +77,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
             const int c = lane + q * width;
             rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
         }
+        fz_vec<float, 4> rs_x[4];
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -128,6 +129,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             {
+                fz_vec<float, 4> fz_st;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
@@ -135,6 +137,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 1;
@@ -143,6 +146,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 2;
@@ -151,6 +155,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 3;
@@ -159,7 +164,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
+                rs_x[q] = fz_st;
             }
         }
         #pragma unroll
@@ -187,36 +194,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rs_x[q].v[j];
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rs_x[q].v[j];
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rs_x[q].v[j];
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
+                    const float v3 = rs_x[q].v[j];
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
@@ -224,36 +223,28 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_exact_rows
                     {
                         const int j = 0;
                         const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rs_x[q].v[j];
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 1;
                         const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rs_x[q].v[j];
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 2;
                         const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rs_x[q].v[j];
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 3;
                         const long long r = c * 4 + j;
-                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
+                        const float v3 = rs_x[q].v[j];
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }

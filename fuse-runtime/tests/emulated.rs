@@ -1214,6 +1214,46 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
     }
 }
 
+/// Rows of 16-bit floats a block holds in registers (4096 exactly, and 3000) store softmax's
+/// `exp(x - max)` in f32 beside the row, for the write pass to divide: the values are those the
+/// CPU backend computes, not rounded to the row's type.
+#[test]
+fn sixteen_bit_rows_keep_f32_values_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(4, 4096), (3, 3000)] {
+        let x = rng.floats::<f32>(rows * cols, -8.0, 8.0);
+        let shape = [rows, cols];
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
+        emulate(
+            &format!("bf16 softmax kept {rows}x{cols}"),
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            vec![hex(&b)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16"],
+            &[Tol::close(1e-2, 1e-6)],
+        );
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
+        emulate(
+            &format!("f16 softmax kept {rows}x{cols}"),
+            &kernels::f16s::softmax::__fuse::PROGRAM,
+            vec![hex(&h)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f16"],
+            &[Tol::close(2e-3, 1e-6)],
+        );
+    }
+}
+
 /// A tensor broadcast over the domain's middle dims (`c[t, d]` in `[t, h, d]`) loads vectors:
 /// its place is the run within `d` plus `t`'s, carried across the grid-stride steps of a grid of
 /// 2 (several runs and tokens a thread), with 32- and 64-bit indices; `d` not a multiple of the

@@ -473,9 +473,14 @@ impl Cuda<'_> {
             let t = self.k.nodes[id].elem().c_name();
             if let (Some((reused, p)), Scope::Element) = (self.reuse, scope) {
                 if id == reused {
-                    // As `expr` reads the cached element itself.
+                    // As `expr` reads the cached element itself; an f32 stored beside a row of
+                    // 16-bit floats from its own array (`rows::row_passes`).
                     let (_, name) = self.param_text(p);
-                    self.line(format!("const {t} v{id} = rc_{name}[q].v[j];"));
+                    let slots = match self.k.params[p].elem.is_half() {
+                        true => "rs",
+                        false => "rc",
+                    };
+                    self.line(format!("const {t} v{id} = {slots}_{name}[q].v[j];"));
                     continue;
                 }
             }

@@ -444,7 +444,17 @@ impl Cuda<'_> {
         } else {
             &[]
         };
-        let stashes = pass_stashes(self.k, plan, stashing);
+        let stashes = pass_stashes(self.k, plan, stashing, true);
+        // A row of 16-bit floats stores f32 values (softmax's `exp(x - max)`) in an array of
+        // its own, `rs_<name>`: rounded into the row's registers they would lose their
+        // precision. Computed again instead, S2's bf16 softmax took two `expf` an element.
+        if let (Some(&p), true) = (stashing.first(), stashes.iter().any(|(_, s)| s.is_some())) {
+            if self.k.params[p].elem.is_half() {
+                let (_, name) = self.param_text(p);
+                let l = self.cache_lanes;
+                self.line(format!("fz_vec<float, {l}> rs_{name}[{}];", CACHE / 4));
+            }
+        }
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             let guard = if pass.writes.is_empty() {
@@ -504,6 +514,10 @@ impl Cuda<'_> {
                 }
                 (self.reuse, self.stash) = (reuse, stash);
                 let (t, name) = self.param_text(cached[0]);
+                let (t, slots) = match self.k.params[cached[0]].elem.is_half() {
+                    true => ("float", "rs"),
+                    false => (t, "rc"),
+                };
                 if stash.is_some() {
                     self.line(format!("fz_vec<{t}, {l}> fz_st;"));
                 }
@@ -512,7 +526,7 @@ impl Cuda<'_> {
                 self.step_lanes = 4;
                 if stash.is_some() {
                     // Only loops whose rows are in registers stash (`treats_rows_whole`).
-                    self.line(format!("rc_{name}[q] = fz_st;"));
+                    self.line(format!("{slots}_{name}[q] = fz_st;"));
                 }
                 (self.reuse, self.stash) = (None, None);
                 self.close();

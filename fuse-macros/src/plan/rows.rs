@@ -104,7 +104,7 @@ pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
 /// costs 5, W5 15, W6 29.
 pub(crate) fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
     use crate::func::Func::*;
-    let stashes = pass_stashes(k, plan, cached);
+    let stashes = pass_stashes(k, plan, cached, false);
     let node = |n: NodeId| -> u32 {
         match &k.nodes[n].op {
             Op::Load(p) if cached.contains(p) => 0,
@@ -196,10 +196,11 @@ pub(crate) fn pass_reductions(plan: &Plan) -> usize {
 /// second `exp`; layernorm-like kernels store `x - mean`, then the normalized value.
 ///
 /// A value qualifies when it has the tensor's type (and computes in it: 16-bit floats round
-/// where they store, so they are left out), is computed from the element now in the slot, is
-/// needed by a later pass, and no later pass needs that element but through it. Of those, the
-/// one that saves the most values is taken.
-pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize) -> Vec<Option<NodeId>> {
+/// where they store, so they are left out) or, with `wide`, where the tensor is of 16-bit
+/// floats and the value held in f32 (registers: a second array of f32 holds it), is computed
+/// from the element now in the slot, is needed by a later pass, and no later pass needs that
+/// element but through it. Of those, the one that saves the most values is taken.
+pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize, wide: bool) -> Vec<Option<NodeId>> {
     let elem = k.params[p].elem;
     // The slot holds the tensor's element (any `Load(p)`), or the last value stored there.
     let mut slot: Option<NodeId> = None;
@@ -214,7 +215,7 @@ pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize) -> Vec<Option<NodeId>> 
             .elems
             .iter()
             .copied()
-            .filter(|&n| !in_slot(n) && k.nodes[n].elem() == elem && elem.compute() == elem)
+            .filter(|&n| !in_slot(n) && stashable(k.nodes[n].elem(), elem, wide))
             .filter(|&n| subtree(k, pass, n, &in_slot).1)
             .filter(|&n| needed(k, pass, slot.unwrap_or(n)).contains(&n))
             .filter(|&n| {
@@ -229,6 +230,14 @@ pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize) -> Vec<Option<NodeId>> 
     out
 }
 
+/// Whether a value of type `value` may take the slot of an element of type `elem`: its own
+/// type where that is the type it computes in; with `wide`, beside 16-bit floats, any value
+/// held in f32 (an f32, or a 16-bit float's value before it is rounded to store).
+fn stashable(value: Elem, elem: Elem, wide: bool) -> bool {
+    (value == elem && elem.compute() == elem)
+        || (wide && elem.is_half() && value.compute() == Elem::F32)
+}
+
 /// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
 pub(crate) type SlotRead = Option<(NodeId, usize)>;
 
@@ -238,12 +247,13 @@ pub(crate) fn pass_stashes(
     k: &Kernel,
     plan: &Plan,
     cached: &[usize],
+    wide: bool,
 ) -> Vec<(SlotRead, Option<NodeId>)> {
     let [p] = cached else {
         return vec![(None, None); plan.passes.len()];
     };
     let mut slot = None;
-    stashes(k, plan, *p)
+    stashes(k, plan, *p, wide)
         .into_iter()
         .map(|stored| {
             let reads = slot.map(|n| (n, *p));

@@ -159,7 +159,7 @@ impl Cuda<'_> {
     /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
     fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
         let shapes = self.layout.shapes();
-        let stashes = pass_stashes(self.k, plan, cached);
+        let stashes = pass_stashes(self.k, plan, cached, false);
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
@@ -490,7 +490,7 @@ mod tests {
 
     /// What each pass stores in the slot of tensor 0, as text: the node's operation.
     fn stashed(k: &Kernel) -> Vec<Option<String>> {
-        stashes(k, &crate::plan::plan(k), 0)
+        stashes(k, &crate::plan::plan(k), 0, false)
             .into_iter()
             .map(|n| n.map(|n| format!("{:?}", k.nodes[n].op)))
             .collect()
