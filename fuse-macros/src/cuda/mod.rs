@@ -64,6 +64,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         direct_rows: false,
         full_rows: false,
         hoisted_positions: false,
+        partials_in_registers: false,
         defers_division: false,
         fast_division: false,
         reuse: None,
@@ -228,6 +229,9 @@ struct Cuda<'a> {
     /// Whether the row-a-block loop being written reads its positions from `fz_pos` (see
     /// `rows::Cuda::hoist_positions`).
     hoisted_positions: bool,
+    /// Whether the partial sums over rows (`OutputInfo::partial`) add up in registers,
+    /// `pa<o>[q]`, written once after the row loop (rows in registers), rather than in memory.
+    partials_in_registers: bool,
     /// Whether the row-a-block loop being written is the one for rows of exactly
     /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
     full_rows: bool,

@@ -4,7 +4,9 @@
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, NodeId, Op};
 use crate::parse::BinOp;
-use crate::plan::rows::{cached_params, direct_row_cost, needed, pass_stashes, prefetches};
+use crate::plan::rows::{
+    cached_params, direct_row_cost, needed, pass_stashes, prefetches, stash_slot,
+};
 use crate::plan::{Pass, Path, Plan};
 
 pub(super) mod long_rows;
@@ -69,6 +71,24 @@ impl Cuda<'_> {
         if prefetch {
             self.prefetch_buffers(&cached);
         }
+        // A thread's elements of a row in registers are the same `q`s and lanes of every row
+        // it takes: its partial sums add up in registers. Added in memory, a block's row of
+        // partials read back before each add, G1 ran at 73% of copy speed on an H100.
+        self.partials_in_registers = self.k.has_partials() && !cached.is_empty();
+        if self.partials_in_registers {
+            let l = self.cache_lanes;
+            for (o, out) in self.k.outputs.iter().enumerate() {
+                if out.partial.is_some() {
+                    let t = out.elem.c_name();
+                    self.line(format!("fz_vec<{t}, {l}> pa{o}[{}];", CACHE / 4));
+                    self.line("#pragma unroll");
+                    self.line(format!(
+                        "for (int q = 0; q < {}; ++q) for (int j = 0; j < {l}; ++j) pa{o}[q].v[j] = 0;",
+                        CACHE / 4
+                    ));
+                }
+            }
+        }
         if block {
             // Compiled for sm_90 and later (and the emulator), which the host picks it for:
             // ptxas for sm_80 spilled this loop of `w7_layernorm_quantize` around the
@@ -104,18 +124,33 @@ impl Cuda<'_> {
             self.line("fz_copy_wait();");
         }
         self.direct_rows = false;
+        self.partials_in_registers = false;
     }
 
-    /// After the row loop, the rows of each partial sum's `parts` that no block took: zeros
-    /// (a block's own row holds the sum of its rows, `OutputInfo::partial`).
+    /// After the row loop, each partial sum's rows (`OutputInfo::partial`): the block's own,
+    /// from its registers where they add up there, and zeros in those no block took.
     fn zero_other_parts(&mut self) {
         for (o, out) in self.k.outputs.iter().enumerate() {
             let Some(parts) = out.partial else {
                 continue;
             };
+            let first = match self.partials_in_registers {
+                true => {
+                    let (t, l) = (out.elem.c_name(), self.cache_lanes);
+                    self.line("#pragma unroll");
+                    self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
+                    self.line("const int c = lane + q * width;");
+                    self.line(format!(
+                        "if (c * {l} < (int)len) *(reinterpret_cast<fz_vec<{t}, {l}>*>(out{o} + (long long)blockIdx.x * len) + c) = pa{o}[q];"
+                    ));
+                    self.close();
+                    "blockIdx.x + gridDim.x"
+                }
+                false => "blockIdx.x < groups ? blockIdx.x + gridDim.x : blockIdx.x",
+            };
             let parts = self.layout.size(parts);
             self.open(format!(
-                "for (long long p = blockIdx.x < groups ? blockIdx.x + gridDim.x : blockIdx.x; p < {parts}; p += gridDim.x)"
+                "for (long long p = {first}; p < {parts}; p += gridDim.x)"
             ));
             self.line(format!(
                 "for (long long r = threadIdx.x; r < len; r += {BLOCK}) out{o}[p * len + r] = 0;"
@@ -445,10 +480,11 @@ impl Cuda<'_> {
             &[]
         };
         let stashes = pass_stashes(self.k, plan, stashing, true);
+        let slot = stash_slot(self.k, plan, stashing, true);
         // A row of 16-bit floats stores f32 values (softmax's `exp(x - max)`) in an array of
         // its own, `rs_<name>`: rounded into the row's registers they would lose their
         // precision. Computed again instead, S2's bf16 softmax took two `expf` an element.
-        if let (Some(&p), true) = (stashing.first(), stashes.iter().any(|(_, s)| s.is_some())) {
+        if let (Some(p), true) = (slot, stashes.iter().any(|(_, s)| s.is_some())) {
             if self.k.params[p].elem.is_half() {
                 let (_, name) = self.param_text(p);
                 let l = self.cache_lanes;
@@ -513,8 +549,9 @@ impl Cuda<'_> {
                     None => self.open(""),
                 }
                 (self.reuse, self.stash) = (reuse, stash);
-                let (t, name) = self.param_text(cached[0]);
-                let (t, slots) = match self.k.params[cached[0]].elem.is_half() {
+                let p = slot.unwrap_or(cached[0]);
+                let (t, name) = self.param_text(p);
+                let (t, slots) = match self.k.params[p].elem.is_half() {
                     true => ("float", "rs"),
                     false => (t, "rc"),
                 };
@@ -641,6 +678,11 @@ impl Cuda<'_> {
             let out = &self.k.outputs[o];
             let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
             let l = self.step_lanes;
+            if out.partial.is_some() && self.partials_in_registers {
+                self.line("#pragma unroll");
+                self.line(format!("for (int j = 0; j < {l}; ++j) pa{o}[q].v[j] += s{o}.v[j];"));
+                continue;
+            }
             if out.partial.is_some() {
                 // The block's partial sums at these elements (`OutputInfo::partial`): its first
                 // row stores, later ones add.

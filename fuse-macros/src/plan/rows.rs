@@ -21,12 +21,14 @@ pub(crate) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
 }
 
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain
-/// (the row's own elements, contiguous along the reduced dim).
+/// (the row's own elements, contiguous along the reduced dim). With partial sums over rows
+/// (`OutputInfo::partial`), also in one pass: a thread's elements are then the same slots of
+/// every row, and its partial sums add up in registers.
 pub(crate) fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
     let Launch::Rows { domain, axis } = &k.launch else {
         return vec![];
     };
-    if plan.passes.len() < 2 || domain.last() != Some(axis) {
+    if (plan.passes.len() < 2 && !k.has_partials()) || domain.last() != Some(axis) {
         return vec![];
     }
     k.tensor_params()
@@ -242,25 +244,39 @@ fn stashable(value: Elem, elem: Elem, wide: bool) -> bool {
 pub(crate) type SlotRead = Option<(NodeId, usize)>;
 
 /// For each pass over a row of the `cached` tensors: the value it reads from the slot, and the
-/// value it stores there ([`stashes`]; none unless one tensor is cached).
+/// value it stores there ([`stashes`], in the slots of [`stash_slot`]).
 pub(crate) fn pass_stashes(
     k: &Kernel,
     plan: &Plan,
     cached: &[usize],
     wide: bool,
 ) -> Vec<(SlotRead, Option<NodeId>)> {
-    let [p] = cached else {
+    let Some(p) = stash_slot(k, plan, cached, wide) else {
         return vec![(None, None); plan.passes.len()];
     };
     let mut slot = None;
-    stashes(k, plan, *p, wide)
+    stashes(k, plan, p, wide)
         .into_iter()
         .map(|stored| {
-            let reads = slot.map(|n| (n, *p));
+            let reads = slot.map(|n| (n, p));
             slot = stored.or(slot);
             (reads, stored)
         })
         .collect()
+}
+
+/// The cached tensor whose slots hold the values passes store for later ones: the one tensor
+/// cached, or with `wide`, of several, the first of 16-bit floats for which some pass stores
+/// a value (in f32 slots of their own, which leave the others' registers as they are: softmax's
+/// backward, `x` and `dy` cached, computed `exp(x - max)` in three passes).
+pub(crate) fn stash_slot(k: &Kernel, plan: &Plan, cached: &[usize], wide: bool) -> Option<usize> {
+    match cached {
+        [p] => Some(*p),
+        _ if wide => cached.iter().copied().find(|&p| {
+            k.params[p].elem.is_half() && stashes(k, plan, p, true).iter().any(Option::is_some)
+        }),
+        _ => None,
+    }
 }
 
 /// The values of `pass` that `n` needs (it included, the slot's values not), and whether one of
