@@ -92,6 +92,14 @@ impl Cuda<'_> {
             Op::Random(kind, seed, site) => {
                 self.helpers.insert("fz_random");
                 match (scope, kind) {
+                    // A row's vector step drew the block of its four lanes (`rq<id>`); `j` is
+                    // the lane, and the position of lane 0 a multiple of four.
+                    (Scope::Element, Random::Uniform) if self.lane_randoms.contains(&id) => {
+                        format!("fz_u01(rq{id}[j >> 2].v[j & 3])")
+                    }
+                    (Scope::Element, Random::Normal) if self.lane_randoms.contains(&id) => format!(
+                        "fz_box_muller(rq{id}[j >> 2].v[j & 2], rq{id}[j >> 2].v[(j & 2) | 1], (j & 1) != 0)"
+                    ),
                     // The words come from `vector_loop`, one Philox block per four lanes.
                     (Scope::Lane, Random::Uniform) => format!("fz_u01(rq{id}[l >> 2].v[l & 3])"),
                     (Scope::Lane, Random::Normal) => format!(
@@ -194,7 +202,7 @@ impl Cuda<'_> {
     }
 
     /// The position a random value is drawn at (see [`Layout::position`]).
-    fn position(&self, id: NodeId, scope: Scope) -> String {
+    pub(super) fn position(&self, id: NodeId, scope: Scope) -> String {
         let element = scope == Scope::Element;
         self.layout
             .position(id, element, |x| format!("(unsigned long long)({x})"))

@@ -65,6 +65,8 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         full_rows: false,
         hoisted_positions: false,
         partials_in_registers: false,
+        lane_randoms: vec![],
+        row_randoms: false,
         defers_division: false,
         fast_division: false,
         reuse: None,
@@ -229,6 +231,12 @@ struct Cuda<'a> {
     /// Whether the row-a-block loop being written reads its positions from `fz_pos` (see
     /// `rows::Cuda::hoist_positions`).
     hoisted_positions: bool,
+    /// The random values whose four lanes of a row's vector step share one Philox block,
+    /// `rq<id>`, drawn before the lanes (see `rows::Cuda::vector_row_step`).
+    lane_randoms: Vec<NodeId>,
+    /// Whether the vector steps being written are a row loop's (in registers or streamed),
+    /// whose vectors start at a multiple of their lanes along the row: they draw `lane_randoms`.
+    row_randoms: bool,
     /// Whether the partial sums over rows (`OutputInfo::partial`) add up in registers,
     /// `pa<o>[q]`, written once after the row loop (rows in registers), rather than in memory.
     partials_in_registers: bool,
