@@ -424,4 +424,3 @@ mod tests {
         assert_eq!((tangent, softplus, bias, noise), (1, 2, 4, 8));
     }
 }
-
