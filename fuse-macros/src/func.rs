@@ -66,6 +66,16 @@ pub enum Func {
 }
 
 impl Func {
+    /// Whether `#[fast_math]` computes the f32 function with CUDA's intrinsics (`__expf`,
+    /// `__sinf`, ...; `cuda/expr.rs`), a few instructions, rather than a routine.
+    pub fn has_fast_intrinsic(self) -> bool {
+        use Func::*;
+        matches!(
+            self,
+            Exp | Ln | Log2 | Log10 | Sin | Cos | Tan | Powf | Log | Sigmoid | Silu
+        )
+    }
+
     /// Whether the function is a math library routine of many instructions (`expf`, `logf`,
     /// `tanhf`, ...) rather than a few (a comparison, a rounding, a bit count, `sqrt` and `rsqrt`,
     /// which are one special-function instruction and a correction); the elementwise grid gives

@@ -133,15 +133,20 @@ fn rows_launch(
         })
         .collect();
     shapes.extend(k.outputs.iter().map(|o| (o.node, &o.shape)));
+    // The domain is the largest shape along the reduced dim: a reduction's operand, or an output
+    // over more dims. Among equals the first, a reduction's operand, so that an output beside it
+    // (`x - sum(y, c)` with `x: [a, b]`, `y: [a, c]`) is the one told it does not fit.
     let domain = shapes
         .iter()
+        .filter(|(_, s)| s.contains(&axis))
         .map(|(_, s)| (*s).clone())
+        .rev()
         .max_by_key(Vec::len)
         .unwrap_or_default();
-    for &(id, shape) in &shapes {
+    for &(id, shape) in &shapes[..reduces.len()] {
         if !is_subsequence(shape, &domain) {
             let message = format!(
-                "this is over `{}`, which does not fit in `{}`, the domain of the rest of this kernel: values that share one launch must broadcast into one domain; {SPLIT}",
+                "this reduces a tensor of shape `{}`, which does not fit in `{}`, the domain of the rest of this kernel: a row kernel iterates over one domain, the largest shape along the reduced dim, and every reduction's operand must broadcast into it; {SPLIT}",
                 k.shape_text(shape),
                 k.shape_text(&domain)
             );
@@ -196,6 +201,29 @@ mod tests {
         });
     }
 
+    /// A row reduction's result broadcast into another domain, `x[a, b] - sum(y[a, c], c)`: the
+    /// rows are `y`'s, over `[a, c]`, and the output over `[a, b]` is neither that domain nor
+    /// one value a row. Only a launch over `[a, b, c]`, a shape no value has, would hold both,
+    /// and its rows would redo each sum once for every `b`: the language does not invent that
+    /// domain (doc/language.md, "Rows"), whichever of the two comes first.
+    #[test]
+    fn a_row_result_broadcast_into_another_domain_is_two_launches() {
+        let message = "this output has shape `[a, b]`, but this kernel iterates over `[a, c]`: each output of one launch is over `[a, c]` or is `[a]` (one value per row)";
+        assert_error(
+            quote! { fn f(x: [f32; a, b], y: [f32; a, c]) -> [f32; a, b] { x - sum(y, c) } },
+            message,
+        );
+        assert_error(
+            quote! { fn f(y: [f32; a, c], x: [f32; a, b]) -> [f32; a, b] { sum(y, c) + x } },
+            message,
+        );
+        // Within the domain of the rows it is one launch: the output spans the reduced dim.
+        let k = kernel(quote! {
+            fn f(x: [f32; a, b, c], y: [f32; a, c]) -> [f32; a, b, c] { x - sum(y, c) }
+        });
+        assert!(matches!(&k.launch, crate::ir::Launch::Rows { domain, .. } if domain.len() == 3));
+    }
+
     #[test]
     fn illegal_fusions_say_why_and_how_to_split() {
         assert_error(
@@ -217,6 +245,10 @@ mod tests {
         assert_error(
             quote! { fn f(x: [f32; r, c], g: [f32; c]) -> ([f32; r, c], [f32; c]) { (x - max(x, c), g) } },
             "this output has shape `[c]`, but this kernel iterates over `[r, c]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; r, c], y: [f32; k, c]) -> ([f32; r], [f32; k]) { (sum(x, c), sum(y, c)) } },
+            "this reduces a tensor of shape `[k, c]`, which does not fit in `[r, c]`",
         );
         assert_error(
             quote! { fn f(x: [f32; n], y: [f32; m]) -> f32 { sum(x) + sum(y) } },

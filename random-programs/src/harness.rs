@@ -140,9 +140,24 @@ const HUGE: [usize; 4] = [16411, 70001, 262147, 1_000_003];
 
 /// Dim sizes for one run of `desc`, with at most `budget` elements in the domain.
 pub fn sizes(desc: &Desc, rng: &mut Rng, budget: usize) -> Vec<usize> {
+    sizes_with(desc, rng, budget, None)
+}
+
+/// [`sizes`], with dim `fixed.0` of size `fixed.1` where given (at most `budget`): the GPU run
+/// picks each instance's row length, and so the entry point it takes (`crate::paths`).
+pub fn sizes_with(
+    desc: &Desc,
+    rng: &mut Rng,
+    budget: usize,
+    fixed: Option<(usize, usize)>,
+) -> Vec<usize> {
+    assert!(
+        fixed.is_none_or(|(_, len)| len <= budget),
+        "{fixed:?} is over {budget}"
+    );
     let reduced: Vec<usize> = desc.reduced_dims().into_iter().flatten().collect();
     loop {
-        let s: Vec<usize> = (0..desc.ndims)
+        let mut s: Vec<usize> = (0..desc.ndims)
             .map(|k| {
                 let long = reduced.contains(&k) || desc.ndims == 1;
                 match rng.below(20) {
@@ -154,11 +169,22 @@ pub fn sizes(desc: &Desc, rng: &mut Rng, budget: usize) -> Vec<usize> {
                 }
             })
             .collect();
+        if let Some((dim, len)) = fixed {
+            s[dim] = len;
+        }
         // A zero dim now and then; otherwise keep within the budget.
         if s.iter().product::<usize>() <= budget && (!s.contains(&0) || rng.percent(30)) {
             return s;
         }
     }
+}
+
+/// The dim sizes [`sizes`] draws from, for a run that picks lengths itself.
+pub fn size_choices() -> impl Iterator<Item = usize> {
+    [&SMALL[..], &MEDIUM, &LONG, &HUGE]
+        .into_iter()
+        .flatten()
+        .copied()
 }
 
 /// Random arguments for `desc` at `sizes`. `special` mixes in NaN, infinities, signed zeros,

@@ -4,14 +4,17 @@
 //! (`gen/`), each with a data description of the same program. The tests run each program on
 //! the CPU backend and compare it with [`oracle`], a float64 interpreter of the description that
 //! shares nothing with the macro, within the tolerances of `doc/language.md`'s accuracy section;
-//! the GPU test (`tests/random_gpu.rs`) also compares the GPU with both. See `README.md`.
+//! the GPU test (`tests/random_gpu.rs`, [`gpu`]) also compares the GPU with both. See the
+//! repository's `README.md`, "Random programs".
 
 #[path = "../gen/ty.rs"]
 pub mod ty;
 
+pub mod gpu;
 pub mod harness;
 pub mod ops;
 pub mod oracle;
+pub mod paths;
 pub mod reduce;
 pub mod run;
 

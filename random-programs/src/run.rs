@@ -64,9 +64,20 @@ pub struct Instance {
 }
 
 pub fn instance(p: &Program, desc: &Desc, k: usize, cfg: &Config) -> Instance {
+    instance_with(p, desc, k, cfg, None)
+}
+
+/// [`instance`], with dim `fixed.0` of size `fixed.1` where given.
+pub fn instance_with(
+    p: &Program,
+    desc: &Desc,
+    k: usize,
+    cfg: &Config,
+    fixed: Option<(usize, usize)>,
+) -> Instance {
     let seed = p.seed ^ cfg.base_seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (k as u64 + 1) << 48;
     let mut rng = Rng(seed);
-    let sizes = harness::sizes(desc, &mut rng, cfg.budget);
+    let sizes = harness::sizes_with(desc, &mut rng, cfg.budget, fixed);
     let special = rng.percent(25);
     let args = harness::args(desc, &sizes, &mut rng, special);
     Instance { seed, sizes, args }
@@ -103,24 +114,22 @@ pub fn check_cpu(
         .map_err(|e| report(p, &inst, k, &format!("CPU against the oracle: {e}")))
 }
 
-/// The GPU against the CPU backend and the oracle on instance `k`.
+/// The GPU against the CPU backend and the oracle on `inst`, instance `k` of `p`.
 pub fn check_gpu(
     p: &Program,
     desc: &Desc,
     gpu: &Device,
     k: usize,
-    cfg: &Config,
+    inst: &Instance,
 ) -> Result<(), String> {
-    let inst = instance(p, desc, k, cfg);
-    let on_gpu = call(p, gpu, &inst).map_err(|e| report(p, &inst, k, &format!("GPU: {e}")))?;
-    let on_cpu =
-        call(p, &Device::cpu(), &inst).map_err(|e| report(p, &inst, k, &format!("CPU: {e}")))?;
+    let fail = |what: String| report(p, inst, k, &what);
+    let on_gpu = call(p, gpu, inst).map_err(|e| fail(format!("GPU: {e}")))?;
+    let on_cpu = call(p, &Device::cpu(), inst).map_err(|e| fail(format!("CPU: {e}")))?;
     let want = harness::oracle(desc, &inst.sizes, &inst.args);
     harness::against_oracle(desc, &on_gpu, &want, &inst.sizes)
-        .map(|_| ())
-        .map_err(|e| report(p, &inst, k, &format!("GPU against the oracle: {e}")))?;
+        .map_err(|e| fail(format!("GPU against the oracle: {e}")))?;
     harness::gpu_against_cpu(desc, &on_gpu, &on_cpu, &want)
-        .map_err(|e| report(p, &inst, k, &format!("GPU against CPU: {e}")))
+        .map_err(|e| fail(format!("GPU against CPU: {e}")))
 }
 
 /// A failure, with what it takes to run it again.

@@ -357,3 +357,18 @@ fn fast(f: Func, a: &[String]) -> Option<String> {
         _ => return None,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    /// The planner counts a `#[fast_math]` kernel's f32 functions by `has_fast_intrinsic` when it
+    /// sizes the kernel (`plan/tuning.rs`): each of those has its fast form here.
+    #[test]
+    fn every_fast_intrinsic_is_printed_fast() {
+        let args = ["x".to_string(), "y".to_string()];
+        for info in crate::func::FUNCS {
+            if info.func.has_fast_intrinsic() {
+                assert!(super::fast(info.func, &args).is_some(), "{}", info.name);
+            }
+        }
+    }
+}

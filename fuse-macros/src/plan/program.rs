@@ -271,11 +271,13 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
     match &k.launch {
         Launch::Map { domain } => {
             let vectors = tuning::map_vectors(k, domain);
-            vec![entry(Path::Map, None, Grid::Map { vectors }, When::ALWAYS)]
+            let bound = tuning::map_min_blocks(k);
+            vec![entry(Path::Map, bound, Grid::Map { vectors }, When::ALWAYS)]
         }
         Launch::Full { .. } => {
             let slots = reduction_slots(k);
-            vec![entry(Path::Full, None, Grid::Full { slots }, When::ALWAYS)]
+            let bound = tuning::map_min_blocks(k);
+            vec![entry(Path::Full, bound, Grid::Full { slots }, When::ALWAYS)]
         }
         Launch::Rows { .. } if columns(k) => {
             // One reducing pass and no element writes: the tile's parts reduce independently.
@@ -309,7 +311,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 for max_len in tuning::SHORT_SPLITS {
                     let mut short = entry(
                         Path::ShortRows,
-                        Some(tuning::SHORT_BLOCKS),
+                        Some(tuning::short_min_blocks(k)),
                         rows,
                         rows_of(min_len, max_len, 1, 0),
                     );
@@ -328,6 +330,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 ));
             }
             if !cached_params(k, plan).is_empty() {
+                let bound = Some(tuning::register_min_blocks(k, plan));
                 // Light rows load straight into registers, with a grid of their own.
                 let block = match direct_row_cost(k, plan) {
                     Some(_) => Grid::Rows {

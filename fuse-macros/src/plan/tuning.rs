@@ -1,13 +1,18 @@
 //! The tuning numbers of every launch, in one table: each with the measurement behind it
 //! (benches/NOTES.md). The program builder (`program.rs`) reads them; no printer does.
 
+use crate::abi::{BLOCK, CACHE};
 use crate::ir::{Kernel, Launch, Op};
-use crate::plan::rows::{direct_row_cost, prefetches};
+use crate::parse::BinOp;
+use crate::plan::rows::{cached_params, direct_row_cost, prefetches};
 use crate::plan::Plan;
+use crate::ty::Elem;
 
 /// The fewest blocks per SM a row kernel declares (`__launch_bounds__`): an explicit register
 /// bound (128 here). Without one, ptxas spilled live registers around the IEEE division's
-/// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded.
+/// slow-path call in kernels that cache rows; elementwise kernels are better left unbounded
+/// (but see [`map_min_blocks`]), and rows cached beyond 128 registers take one block
+/// ([`register_min_blocks`]).
 pub(crate) const MIN_BLOCKS: u32 = 2;
 
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel's general entry, which
@@ -69,6 +74,102 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
         (false, _, _) if whole.len() == 1 => MIN_BLOCKS + 1,
         (false, _, _) => MIN_BLOCKS,
+    }
+}
+
+/// The element types of the math routines a kernel calls, one for each call: its routines
+/// (`Func::is_routine`), less those `#[fast_math]` makes intrinsics, and its float remainders
+/// (`fmod`, a routine too). Each has a slow path (trigonometry's argument reduction, `fmod`'s
+/// loop, every `f64` routine's special cases) that keeps values of its own live.
+fn routines(k: &Kernel) -> Vec<Elem> {
+    let live = crate::fusion::live_nodes(&k.body());
+    let routine = |n: &crate::ir::Node| match &n.op {
+        Op::Call(f, args) => {
+            let e = k.nodes[args[0]].elem();
+            let fast = k.fast_math && e == Elem::F32 && f.has_fast_intrinsic();
+            (f.is_routine() && !fast).then_some(e)
+        }
+        Op::Binary(BinOp::Rem, ..) => n.elem().is_float().then(|| n.elem()),
+        _ => None,
+    };
+    let nodes = k.nodes.iter().zip(live);
+    nodes
+        .filter(|(_, l)| *l)
+        .filter_map(|(n, _)| routine(n))
+        .collect()
+}
+
+/// The `__launch_bounds__` minimum of blocks per SM of an elementwise kernel or a full
+/// reduction: none, which leaves the register count to ptxas, except one (up to 255 registers,
+/// as many as none allows) for a kernel that has `f64` values and calls math routines on
+/// narrower floats. Unbounded, ptxas aims at about 40 registers for such a kernel and spills
+/// around its routines' slow paths; told that one block an SM suffices, it does not. Measured
+/// (NVRTC 13.0, sm_90): random programs `p119`, `p129` and `p184` spilled 8 to 56 bytes at 40 to
+/// 48 registers unbounded, and took 50, 61 and 68 at one block without spills. No kernel of the
+/// tests, benches and examples mixes the two, and those that keep many values live (the tests'
+/// `ml`, 145 registers) are left unbounded.
+pub(crate) fn map_min_blocks(k: &Kernel) -> Option<u32> {
+    let live = crate::fusion::live_nodes(&k.body());
+    let wide = k
+        .nodes
+        .iter()
+        .zip(live)
+        .any(|(n, l)| l && n.elem() == Elem::F64);
+    let narrow = routines(k).iter().any(|&e| e != Elem::F64);
+    (wide && narrow).then_some(1)
+}
+
+/// The tensors (inputs and outputs) and the math routines (`f64` ones counting two) from which a
+/// short-row entry takes one block fewer ([`short_min_blocks`]).
+pub(crate) const SHORT_TENSORS: usize = 8;
+pub(crate) const SHORT_ROUTINES: usize = 2;
+
+/// The `__launch_bounds__` minimum of blocks per SM of the short-row entries: [`SHORT_BLOCKS`]
+/// (64 registers), and one fewer (80) for a kernel of [`SHORT_TENSORS`] tensors or more that
+/// calls [`SHORT_ROUTINES`] math routines or more: each tensor's address takes two registers
+/// through the tile's loops, and each routine's slow path registers of its own. Measured
+/// (NVRTC 13.0, sm_80 and sm_90) on the 300 random programs: no short-row entry of up to seven
+/// tensors spilled; of the eleven programs with eight to twelve, the five that spilled (4 to 32
+/// bytes, 40 entries) called two to six routines and none spills at three blocks (67 to 88
+/// registers); of the six that did not, four call fewer than two. The tests', benches' and
+/// examples' kernels have at most seven tensors, and their derived backward kernels of eight or
+/// more (`layernorm`'s, `error`'s) at most one routine.
+pub(crate) fn short_min_blocks(k: &Kernel) -> u32 {
+    let tensors = k.tensor_params().count() + k.outputs.len();
+    let weight = |e: &Elem| if *e == Elem::F64 { 2 } else { 1 };
+    let routines: usize = routines(k).iter().map(weight).sum();
+    match tensors >= SHORT_TENSORS && routines >= SHORT_ROUTINES {
+        true => SHORT_BLOCKS - 1,
+        false => SHORT_BLOCKS,
+    }
+}
+
+/// The registers a thread of a row-in-registers entry (`cached_rows`, `block_rows`,
+/// `exact_rows`) needs, roughly: its share of the cached rows ([`CACHE`] elements of each cached
+/// tensor, a register each 4 bytes), 16 for each pass over the row (its accumulators, indices
+/// and loop), and 16 more.
+fn cached_registers(k: &Kernel, plan: &Plan) -> u32 {
+    let words: u32 = cached_params(k, plan)
+        .iter()
+        .map(|&p| k.params[p].elem.bits().div_ceil(32))
+        .sum();
+    CACHE * words + 16 * plan.passes.len() as u32 + 16
+}
+
+/// The `__launch_bounds__` minimum of blocks per SM of the row-in-registers entries:
+/// [`min_blocks`], except where that is [`MIN_BLOCKS`] (128 registers) and their registers
+/// ([`cached_registers`]) are more: one (255). Measured (NVRTC 13.0, sm_80 and sm_90) on the
+/// 300 random programs: every entry that spilled at 128 (random programs `p144`, `p170`,
+/// `p193`, `p246`, `p251`: four 8-byte tensors cached, or a `u64` and two `f32` over four
+/// passes) is estimated at 144 or more, and used 138 to 208 registers at one block. Of the
+/// tests', benches' and examples' kernels at two, the most is 128 (`softmax_f16`'s backward,
+/// `mixed_rows` 112), and none spills; the `f64` backward kernels of softmax and layernorm in
+/// `fuse-runtime/tests/cpu_grad.rs` (144 and 160) spilled 32 to 1248 bytes at two, and none at
+/// one.
+pub(crate) fn register_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
+    match min_blocks(k, plan) {
+        MIN_BLOCKS if cached_registers(k, plan) > 65536 / BLOCK / MIN_BLOCKS => 1,
+        blocks => blocks,
     }
 }
 
@@ -231,6 +332,76 @@ mod tests {
         assert_eq!((rmsnorm, softmax, layernorm_gelu), (480, 320, 0));
     }
 
+    /// An elementwise kernel is bounded only where it has `f64` values and routines on narrower
+    /// floats (random program `p184`'s shape), which ptxas spilled unbounded.
+    #[test]
+    fn mixed_precision_routines_bound_an_elementwise_kernel() {
+        let bound = |tokens| super::map_min_blocks(&kernel(tokens));
+        let mixed = bound(quote! {
+            fn f(x: [f64; n], y: [i8; n]) -> ([f64; n], [f16; n]) {
+                let d = (y as f16).to_degrees();
+                (-x.asin(), cos(d % tan(d)))
+            }
+        });
+        let narrow = bound(quote! { fn f(x: [f32; n]) -> [f32; n] { x.sin() + x.cos().tan() } });
+        let wide = bound(quote! { fn f(x: [f64; n]) -> [f64; n] { x.sin() + x.cos().tan() } });
+        let cast = bound(
+            quote! { fn f(x: [f32; n], y: [f64; n]) -> [f64; n] { (x as f64) * y + y.sqrt() } },
+        );
+        assert_eq!((mixed, narrow, wide, cast), (Some(1), None, None, None));
+    }
+
+    /// Short rows take a block fewer with eight tensors or more and two routines or more (an
+    /// `f64` one counts two): random program `p244`'s shape, against seven tensors.
+    #[test]
+    fn many_tensors_and_routines_take_a_short_row_block_fewer() {
+        let blocks = |tokens| super::short_min_blocks(&kernel(tokens));
+        let eight = blocks(quote! {
+            fn f(a: [f32; r, c], b: [f32; r, c], x: [f64; r], y: [f64; r], z: [f64; r])
+                -> ([f64; r], [f64; r], [f32; r]) {
+                (x.asin() + sum(a, c) as f64, y / z, max(b, c))
+            }
+        });
+        let seven = blocks(quote! {
+            fn f(a: [f32; r, c], x: [f64; r], y: [f64; r], z: [f64; r])
+                -> ([f64; r], [f64; r], [f32; r]) {
+                (x.asin() + sum(a, c) as f64, y / z, max(a, c))
+            }
+        });
+        let plain = blocks(quote! {
+            fn f(a: [f32; r, c], b: [f32; r, c], x: [f32; r], y: [f32; r], z: [f32; r])
+                -> ([f32; r], [f32; r], [f32; r]) {
+                (x + sum(a, c), y / z, max(b, c))
+            }
+        });
+        let short = super::SHORT_BLOCKS;
+        assert_eq!((eight, seven, plain), (short - 1, short, short));
+    }
+
+    /// Rows in registers take one block (255 registers) where their cache and passes need more
+    /// than two blocks' 128: four `f64` tensors cached, but not softmax's one `f32`.
+    #[test]
+    fn rows_cached_beyond_128_registers_take_one_block() {
+        let blocks = |tokens| {
+            let k = kernel(tokens);
+            let plan = crate::plan::plan(&k);
+            (
+                super::register_min_blocks(&k, &plan),
+                super::min_blocks(&k, &plan),
+            )
+        };
+        let wide = blocks(quote! {
+            fn f(a: [f64; r, c], b: [f64; r, c], x: [f64; r, c], y: [f64; r, c]) -> [f64; r, c] {
+                let m = max(a * b, c);
+                x * y - m + sum(a - m, c)
+            }
+        });
+        let softmax = blocks(quote! {
+            fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        assert_eq!((wide.0, softmax.0), (1, softmax.1));
+    }
+
     /// Elementwise grids: two vectors a thread where each element calls a math routine, four
     /// where a broadcast sets up each thread's work, eight for random numbers, else one.
     #[test]
@@ -253,4 +424,3 @@ mod tests {
         assert_eq!((tangent, softplus, bias, noise), (1, 2, 4, 8));
     }
 }
-
