@@ -688,7 +688,9 @@ impl Cuda<'_> {
             let l = self.step_lanes;
             if out.partial.is_some() && self.partials_in_registers {
                 self.line("#pragma unroll");
-                self.line(format!("for (int j = 0; j < {l}; ++j) pa{o}[q].v[j] += s{o}.v[j];"));
+                self.line(format!(
+                    "for (int j = 0; j < {l}; ++j) pa{o}[q].v[j] += s{o}.v[j];"
+                ));
                 continue;
             }
             if out.partial.is_some() {
