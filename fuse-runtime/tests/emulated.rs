@@ -1153,6 +1153,36 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
     }
 }
 
+/// The bf16 and f16 softmax of `x` (`rows x cols`, cast from f32) on the emulated GPU against
+/// the CPU backend, named `what`.
+fn emulate_16_bit_softmax(what: &str, x: &[f32], rows: usize, cols: usize) {
+    let (dev, shape) = (Device::cpu(), [rows, cols]);
+    let b: Vec<fuse_runtime::bf16> = x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+    let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
+    emulate(
+        &format!("bf16 {what} {rows}x{cols}"),
+        &kernels::bf16s::softmax::__fuse::PROGRAM,
+        vec![hex(&b)],
+        vec![],
+        &[("rows", rows), ("cols", cols)],
+        &cpu,
+        &["bf16"],
+        &[Tol::close(1e-2, 1e-6)],
+    );
+    let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+    let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
+    emulate(
+        &format!("f16 {what} {rows}x{cols}"),
+        &kernels::f16s::softmax::__fuse::PROGRAM,
+        vec![hex(&h)],
+        vec![],
+        &[("rows", rows), ("cols", cols)],
+        &cpu,
+        &["f16"],
+        &[Tol::close(2e-3, 1e-6)],
+    );
+}
+
 /// A 16-bit softmax whose rows are a multiple of eight long, up to 2048, holds them in 16-byte
 /// vectors, 32 elements a thread (`wide_cached_rows`): segments of 2 to 64 threads, rows
 /// neither a power of two nor filling the segment's last vectors, and a row a warp (1024).
@@ -1164,20 +1194,10 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());
     for (rows, cols) in [(9, 40), (7, 256), (5, 1000), (4, 1024), (3, 2040)] {
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        emulate_16_bit_softmax("softmax", &x, rows, cols);
         let shape = [rows, cols];
         let b: Vec<fuse_runtime::bf16> =
             x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
-        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
-        emulate(
-            &format!("bf16 softmax {rows}x{cols}"),
-            &kernels::bf16s::softmax::__fuse::PROGRAM,
-            vec![hex(&b)],
-            vec![],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["bf16"],
-            &[Tol::close(1e-2, 1e-6)],
-        );
         // Another tensor along the rows (gamma, in 16-byte vectors too) and a per-row f32
         // output (`rstd`, written once a row).
         let g: Vec<fuse_runtime::bf16> = rng
@@ -1199,18 +1219,6 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
             &["bf16", "f32"],
             &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
         );
-        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
-        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
-        emulate(
-            &format!("f16 softmax {rows}x{cols}"),
-            &kernels::f16s::softmax::__fuse::PROGRAM,
-            vec![hex(&h)],
-            vec![],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["f16"],
-            &[Tol::close(2e-3, 1e-6)],
-        );
     }
 }
 
@@ -1222,35 +1230,10 @@ fn sixteen_bit_rows_keep_f32_values_on_an_emulated_gpu() {
     if !available() {
         return;
     }
-    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut rng = Rng::new();
     for (rows, cols) in [(4, 4096), (3, 3000)] {
         let x = rng.floats::<f32>(rows * cols, -8.0, 8.0);
-        let shape = [rows, cols];
-        let b: Vec<fuse_runtime::bf16> =
-            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
-        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
-        emulate(
-            &format!("bf16 softmax kept {rows}x{cols}"),
-            &kernels::bf16s::softmax::__fuse::PROGRAM,
-            vec![hex(&b)],
-            vec![],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["bf16"],
-            &[Tol::close(1e-2, 1e-6)],
-        );
-        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
-        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
-        emulate(
-            &format!("f16 softmax kept {rows}x{cols}"),
-            &kernels::f16s::softmax::__fuse::PROGRAM,
-            vec![hex(&h)],
-            vec![],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["f16"],
-            &[Tol::close(2e-3, 1e-6)],
-        );
+        emulate_16_bit_softmax("softmax kept", &x, rows, cols);
     }
 }
 

@@ -4,9 +4,7 @@
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, NodeId, Op};
 use crate::parse::BinOp;
-use crate::plan::rows::{
-    cached_params, direct_row_cost, needed, pass_stashes, prefetches, stash_slot,
-};
+use crate::plan::rows::{cached_params, direct_row_cost, needed, pass_stashes, prefetches};
 use crate::plan::{Pass, Path, Plan};
 
 pub(super) mod long_rows;
@@ -110,14 +108,14 @@ impl Cuda<'_> {
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.full_rows = false;
             self.whole_rows = false;
-            self.zero_other_parts();
+            self.write_parts();
             self.line("#endif");
         } else {
             if prefetch {
                 self.first_row_copy(&cached);
             }
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
-            self.zero_other_parts();
+            self.write_parts();
         }
         if prefetch {
             // No copy may land in shared memory after the block has exited.
@@ -129,7 +127,7 @@ impl Cuda<'_> {
 
     /// After the row loop, each partial sum's rows (`OutputInfo::partial`): the block's own,
     /// from its registers where they add up there, and zeros in those no block took.
-    fn zero_other_parts(&mut self) {
+    fn write_parts(&mut self) {
         for (o, out) in self.k.outputs.iter().enumerate() {
             let Some(parts) = out.partial else {
                 continue;
@@ -479,8 +477,7 @@ impl Cuda<'_> {
         } else {
             &[]
         };
-        let stashes = pass_stashes(self.k, plan, stashing, true);
-        let slot = stash_slot(self.k, plan, stashing, true);
+        let (slot, stashes) = pass_stashes(self.k, plan, stashing, true);
         // A row of 16-bit floats stores f32 values (softmax's `exp(x - max)`) in an array of
         // its own, `rs_<name>`: rounded into the row's registers they would lose their
         // precision. Computed again instead, S2's bf16 softmax took two `expf` an element.

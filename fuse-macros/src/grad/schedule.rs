@@ -503,18 +503,18 @@ fn partial_sums(
         if *axis != rows {
             continue;
         }
-        let (moved, kept): (Vec<Root>, Vec<Root>) = planned[c]
-            .roots
-            .iter()
-            .cloned()
-            .partition(|r| summed(g, r, Some(rows), &[rows, len]).is_some());
+        let (mut moved, mut values, mut kept) = (vec![], vec![], vec![]);
+        for r in &planned[c].roots {
+            if let Some(e) = summed(g, r, Some(rows), &[rows, len]) {
+                moved.push(r.clone());
+                values.push(e);
+            } else {
+                kept.push(r.clone());
+            }
+        }
         if moved.is_empty() {
             continue;
         }
-        let values: Vec<NodeId> = moved
-            .iter()
-            .filter_map(|r| summed(g, r, Some(rows), &[rows, len]))
-            .collect();
         let parts = *g.parts.get_or_insert_with(|| {
             g.dims.push(Dim::Fixed(crate::plan::tuning::PARTS));
             g.dims.len() - 1

@@ -106,7 +106,7 @@ pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
 /// costs 5, W5 15, W6 29.
 pub(crate) fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
     use crate::func::Func::*;
-    let stashes = pass_stashes(k, plan, cached, false);
+    let (_, stashes) = pass_stashes(k, plan, cached, false);
     let node = |n: NodeId| -> u32 {
         match &k.nodes[n].op {
             Op::Load(p) if cached.contains(p) => 0,
@@ -244,37 +244,46 @@ fn stashable(value: Elem, elem: Elem, wide: bool) -> bool {
 pub(crate) type SlotRead = Option<(NodeId, usize)>;
 
 /// For each pass over a row of the `cached` tensors: the value it reads from the slot, and the
-/// value it stores there ([`stashes`], in the slots of [`stash_slot`]).
+/// value it stores there ([`stashes`]); with the tensor whose slots hold them, if any.
 pub(crate) fn pass_stashes(
     k: &Kernel,
     plan: &Plan,
     cached: &[usize],
     wide: bool,
-) -> Vec<(SlotRead, Option<NodeId>)> {
-    let Some(p) = stash_slot(k, plan, cached, wide) else {
-        return vec![(None, None); plan.passes.len()];
+) -> (Option<usize>, Vec<(SlotRead, Option<NodeId>)>) {
+    let Some((p, stored)) = stash_slot(k, plan, cached, wide) else {
+        return (None, vec![(None, None); plan.passes.len()]);
     };
     let mut slot = None;
-    stashes(k, plan, p, wide)
+    let passes = stored
         .into_iter()
         .map(|stored| {
             let reads = slot.map(|n| (n, p));
             slot = stored.or(slot);
             (reads, stored)
         })
-        .collect()
+        .collect();
+    (Some(p), passes)
 }
 
-/// The cached tensor whose slots hold the values passes store for later ones: the one tensor
-/// cached, or with `wide`, of several, the first of 16-bit floats for which some pass stores
-/// a value (in f32 slots of their own, which leave the others' registers as they are: softmax's
-/// backward, `x` and `dy` cached, computed `exp(x - max)` in three passes).
-pub(crate) fn stash_slot(k: &Kernel, plan: &Plan, cached: &[usize], wide: bool) -> Option<usize> {
+/// The cached tensor whose slots hold the values passes store for later ones, and what each
+/// pass stores there: the one tensor cached, or with `wide`, of several, the first of 16-bit
+/// floats for which some pass stores a value (in f32 slots of their own, which leave the
+/// others' registers as they are: softmax's backward, `x` and `dy` cached, computed
+/// `exp(x - max)` in three passes).
+fn stash_slot(
+    k: &Kernel,
+    plan: &Plan,
+    cached: &[usize],
+    wide: bool,
+) -> Option<(usize, Vec<Option<NodeId>>)> {
     match cached {
-        [p] => Some(*p),
-        _ if wide => cached.iter().copied().find(|&p| {
-            k.params[p].elem.is_half() && stashes(k, plan, p, true).iter().any(Option::is_some)
-        }),
+        [p] => Some((*p, stashes(k, plan, *p, wide))),
+        _ if wide => cached
+            .iter()
+            .filter(|&&p| k.params[p].elem.is_half())
+            .map(|&p| (p, stashes(k, plan, p, true)))
+            .find(|(_, stored)| stored.iter().any(Option::is_some)),
         _ => None,
     }
 }

@@ -159,7 +159,7 @@ impl Cuda<'_> {
     /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
     fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
         let shapes = self.layout.shapes();
-        let stashes = pass_stashes(self.k, plan, cached, false);
+        let (_, stashes) = pass_stashes(self.k, plan, cached, false);
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
