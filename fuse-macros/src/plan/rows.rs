@@ -105,18 +105,10 @@ pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
 /// It only chooses a path and a grid, so it needs to order kernels, not count exactly: W8
 /// costs 5, W5 15, W6 29.
 pub(crate) fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
-    use crate::func::Func::*;
     let (_, stashes) = pass_stashes(k, plan, cached, false);
-    let node = |n: NodeId| -> u32 {
-        match &k.nodes[n].op {
-            Op::Load(p) if cached.contains(p) => 0,
-            Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => 0,
-            Op::Binary(BinOp::Div | BinOp::Rem, ..) => 4,
-            Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => 8,
-            Op::Call(f, _) if f.is_routine() => 20,
-            Op::Random(..) => 16,
-            _ => 1,
-        }
+    let node = |n: NodeId| match k.nodes[n].op {
+        Op::Load(p) if cached.contains(&p) => 0,
+        _ => op_cost(k, n),
     };
     plan.passes
         .iter()
@@ -133,6 +125,19 @@ pub(crate) fn element_cost(k: &Kernel, plan: &Plan, cached: &[usize]) -> u32 {
             computed + pass.reduces.len() as u32
         })
         .sum()
+}
+
+/// The cost [`element_cost`] counts for computing value `n` once.
+fn op_cost(k: &Kernel, n: NodeId) -> u32 {
+    use crate::func::Func::*;
+    match &k.nodes[n].op {
+        Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => 0,
+        Op::Binary(BinOp::Div | BinOp::Rem, ..) => 4,
+        Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => 8,
+        Op::Call(f, _) if f.is_routine() => 20,
+        Op::Random(..) => 16,
+        _ => 1,
+    }
 }
 
 /// The most reductions a pass may exchange across a cluster; a kernel with more has no long-row
@@ -217,15 +222,18 @@ pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize, wide: bool) -> Vec<Opti
             .elems
             .iter()
             .copied()
-            .filter(|&n| !in_slot(n) && stashable(k.nodes[n].elem(), elem, wide))
-            .filter(|&n| subtree(k, pass, n, &in_slot).1)
+            .filter(|&n| {
+                let (values, reads) = subtree(k, pass, n, &in_slot);
+                let cost = values.iter().map(|&m| op_cost(k, m)).sum();
+                !in_slot(n) && reads && stashable(k.nodes[n].elem(), elem, wide, cost)
+            })
             .filter(|&n| needed(k, pass, slot.unwrap_or(n)).contains(&n))
             .filter(|&n| {
                 let needs = later.iter().map(|l| needed(k, l, n)).collect::<Vec<_>>();
                 needs.iter().any(|need| need.contains(&n))
                     && needs.iter().flatten().all(|&m| m == n || !in_slot(m))
             })
-            .max_by_key(|&n| subtree(k, pass, n, &in_slot).0);
+            .max_by_key(|&n| subtree(k, pass, n, &in_slot).0.len());
         out.push(best);
         slot = best.or(slot);
     }
@@ -233,12 +241,17 @@ pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize, wide: bool) -> Vec<Opti
 }
 
 /// Whether a value of type `value` may take the slot of an element of type `elem`: its own
-/// type where that is the type it computes in; with `wide`, beside 16-bit floats, any value
-/// held in f32 (an f32, or a 16-bit float's value before it is rounded to store).
-fn stashable(value: Elem, elem: Elem, wide: bool) -> bool {
+/// type where that is the type it computes in; with `wide`, beside 16-bit floats, a value held
+/// in f32 (an f32, or a 16-bit float's value before it is rounded to store) that `cost`s enough.
+fn stashable(value: Elem, elem: Elem, wide: bool, cost: u32) -> bool {
     (value == elem && elem.compute() == elem)
-        || (wide && elem.is_half() && value.compute() == Elem::F32)
+        || (wide && elem.is_half() && value.compute() == Elem::F32 && cost >= STASH_COST)
 }
+
+/// The least [`element_cost`] of the values an f32 slot beside a 16-bit row saves: a division
+/// or a math routine. The slots double the registers the row takes; for `x - mean`, a
+/// subtraction an element, layernorm's rows of 2048 bf16 spilled on sm_80 and sm_90.
+const STASH_COST: u32 = 4;
 
 /// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
 pub(crate) type SlotRead = Option<(NodeId, usize)>;
@@ -295,7 +308,7 @@ pub(crate) fn subtree(
     pass: &Pass,
     n: NodeId,
     in_slot: &impl Fn(NodeId) -> bool,
-) -> (usize, bool) {
+) -> (Vec<NodeId>, bool) {
     let (mut seen, mut stack, mut reads) = (vec![], vec![n], false);
     while let Some(m) = stack.pop() {
         if seen.contains(&m) || !pass.elems.contains(&m) {
@@ -308,7 +321,7 @@ pub(crate) fn subtree(
         seen.push(m);
         stack.extend(k.nodes[m].op.operands());
     }
-    (seen.len(), reads)
+    (seen, reads)
 }
 
 /// The values of `pass` that its reductions and writes need when `leaf`'s value is read rather
