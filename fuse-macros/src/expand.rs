@@ -220,6 +220,7 @@ fn derived_stubs(def: &KernelDef, sig: &RustSig) -> TokenStream {
         vjp: None,
         value_and_vjp: None,
         jvp: None,
+        train: None,
     };
     crate::grad::items::items(&api, &bodies)
 }
@@ -302,6 +303,10 @@ fn derived_items(k: &Kernel, archs: &[u32]) -> TokenStream {
         .as_ref()
         .map(|_| derive(crate::grad::vjp(k, true, "v")));
     let jvp = k.jvp.as_ref().map(|_| derive(crate::grad::jvp(k, "j")));
+    let train = k.vjp.as_ref().map(|_| match crate::grad::train(k) {
+        Ok(t) => Ok(t),
+        Err(message) => Err(syn::Error::new(k.name.span(), message).to_compile_error()),
+    });
     let mut out = TokenStream::new();
     let mut ok = |d: Option<Result<crate::grad::Derived, TokenStream>>| match d {
         Some(Ok(d)) => Some(d),
@@ -312,10 +317,25 @@ fn derived_items(k: &Kernel, archs: &[u32]) -> TokenStream {
         None => None,
     };
     let (vjp, both, jvp) = (ok(vjp), ok(both), ok(jvp));
-    for d in [&vjp, &both, &jvp].into_iter().flatten() {
+    let train = match train {
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            out.extend(e);
+            None
+        }
+        None => None,
+    };
+    let backward = train.as_ref().map(|t| &t.backward);
+    for d in [vjp.as_ref(), both.as_ref(), jvp.as_ref(), backward]
+        .into_iter()
+        .flatten()
+    {
         for step in &d.steps {
             out.extend(expand_kernel(&step.kernel, archs));
         }
+    }
+    if let Some(t) = &train {
+        out.extend(expand_kernel(&t.forward, archs));
     }
     let sig = RustSig::from_kernel(k);
     let api = crate::grad::items::ApiSig {
@@ -330,6 +350,7 @@ fn derived_items(k: &Kernel, archs: &[u32]) -> TokenStream {
         vjp: vjp.as_ref(),
         value_and_vjp: both.as_ref(),
         jvp: jvp.as_ref(),
+        train: train.as_ref(),
     };
     out.extend(crate::grad::items::items(&api, &bodies));
     out

@@ -2,8 +2,10 @@
 //! differences of the forward in f64, and forward mode against reverse mode
 //! (`<J v, u> == <v, J^T u>`), on fresh random inputs of odd sizes.
 mod common;
+#[path = "common/grad_kernels.rs"]
+mod grad_kernels;
 use common::Rng;
-use fuse_runtime::{fuse, Buffer, Device};
+use fuse_runtime::{bf16, fuse, Buffer, Device};
 
 fuse! {
     #[vjp(x, w, eps)]
@@ -458,6 +460,112 @@ fn scalar_parameters_and_full_reductions_have_gradients() {
             &mut rng,
         );
     }
+}
+
+/// `forward_train` gives the forward's outputs and `backward` `vjp`'s gradients, the same bits
+/// though it reads the values the forward saved (a row's statistics, a mask) instead of
+/// computing them; and it moves fewer bytes where the docs say it saves a mask.
+#[test]
+fn training_pairs_give_the_forwards_outputs_and_vjps_gradients() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(3, 7), (1, 1), (5, 33)] {
+        let s = [rows, cols];
+        let x = rng.floats::<f64>(rows * cols, -2.0, 2.0);
+        let w = rng.floats::<f64>(cols, -2.0, 2.0);
+        let b = rng.floats::<f64>(cols, -2.0, 2.0);
+        let dy = rng.floats::<f64>(rows * cols, -1.0, 1.0);
+        let dr = rng.floats::<f64>(rows, -1.0, 1.0);
+        let (px, pw, pb) = (
+            put(&dev, &x, &s),
+            put(&dev, &w, &[cols]),
+            put(&dev, &b, &[cols]),
+        );
+        let (pdy, pdr) = (put(&dev, &dy, &s), put(&dev, &dr, &[rows]));
+
+        let (y, r) = layernorm(&dev, &px, &pw, &pb).unwrap();
+        let ((y2, r2, saved), g) = (
+            layernorm::forward_train(&dev, &px, &pw, &pb).unwrap(),
+            layernorm::vjp(&dev, &px, &pw, &pb, &pdy, &pdr).unwrap(),
+        );
+        assert_eq!(
+            (host(&y2), host(&r2)),
+            (host(&y), host(&r)),
+            "layernorm forward"
+        );
+        let g2 = layernorm::backward(&dev, &saved, &pdy, &pdr).unwrap();
+        assert_eq!(host(&g2.x), host(&g.x), "layernorm dx");
+        assert_eq!(host(&g2.g), host(&g.g), "layernorm dg");
+        assert_eq!(host(&g2.b), host(&g.b), "layernorm db");
+
+        let (y2, saved) = softmax::forward_train(&dev, &px).unwrap();
+        assert_eq!(
+            host(&y2),
+            host(&softmax(&dev, &px).unwrap()),
+            "softmax forward"
+        );
+        let g = softmax::vjp(&dev, &px, &pdy).unwrap();
+        let g2 = softmax::backward(&dev, &saved, &pdy).unwrap();
+        assert_eq!(host(&g2.x), host(&g.x), "softmax dx");
+
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let pl = common::put(&dev, &label, &[rows]);
+        let (l2, saved) = cross_entropy::forward_train(&dev, &px, &pl).unwrap();
+        assert_eq!(host(&l2), host(&cross_entropy(&dev, &px, &pl).unwrap()));
+        let g = cross_entropy::vjp(&dev, &px, &pl, &pdr).unwrap();
+        let g2 = cross_entropy::backward(&dev, &saved, &pdr).unwrap();
+        assert_eq!(host(&g2.x), host(&g.x), "cross_entropy dx");
+
+        let alpha = rng.uniform(0.3, 1.0);
+        let (_, saved) = dyt::forward_train(&dev, &px, alpha, &pw, &pb).unwrap();
+        let g = dyt::vjp(&dev, &px, alpha, &pw, &pb, &pdy).unwrap();
+        let g2 = dyt::backward(&dev, &saved, &pdy).unwrap();
+        assert_eq!(host(&g2.x), host(&g.x), "dyt dx");
+        assert_eq!(host(&g2.alpha), host(&g.alpha), "dyt dalpha");
+        assert_eq!(host(&g2.w), host(&g.w), "dyt dw");
+
+        // In bf16: the saved rstd is the f32 value the recomputation has.
+        let half = |v: &[f64]| v.iter().map(|&a| bf16::from_f64(a)).collect::<Vec<_>>();
+        let (xb, wb, dyb) = (
+            common::put(&dev, &half(&x), &s),
+            common::put(&dev, &half(&w), &[cols]),
+            common::put(&dev, &half(&dy), &s),
+        );
+        let (y2, saved) = grad_kernels::rmsnorm_bf16::forward_train(&dev, &xb, &wb).unwrap();
+        let y = grad_kernels::rmsnorm_bf16(&dev, &xb, &wb).unwrap();
+        assert_eq!(common::host(&y2), common::host(&y), "bf16 rmsnorm forward");
+        let g = grad_kernels::rmsnorm_bf16::vjp(&dev, &xb, &wb, &dyb).unwrap();
+        let g2 = grad_kernels::rmsnorm_bf16::backward(&dev, &saved, &dyb).unwrap();
+        assert_eq!(common::host(&g2.x), common::host(&g.x), "bf16 rmsnorm dx");
+        assert_eq!(common::host(&g2.w), common::host(&g.w), "bf16 rmsnorm dw");
+    }
+    // `relu(x1 + x2 + x3 + x4)`: the mask saved, and fewer bytes moved.
+    use grad_kernels::relu4;
+    for n in [1, 7, 1001] {
+        let xs: Vec<Buffer<f32>> = (0..4)
+            .map(|_| common::put(&dev, &rng.floats::<f32>(n, -1.0, 1.0), &[n]))
+            .collect();
+        let dy = common::put(&dev, &rng.floats::<f32>(n, -1.0, 1.0), &[n]);
+        let (y, saved) = relu4::forward_train(&dev, &xs[0], &xs[1], &xs[2], &xs[3]).unwrap();
+        let want = relu4(&dev, &xs[0], &xs[1], &xs[2], &xs[3]).unwrap();
+        assert_eq!(common::host(&y), common::host(&want));
+        let g = relu4::vjp(&dev, &xs[0], &xs[1], &xs[2], &xs[3], &dy).unwrap();
+        let g2 = relu4::backward(&dev, &saved, &dy).unwrap();
+        assert_eq!(common::host(&g2.x1), common::host(&g.x1));
+        // The gradient itself: `dy` where the sum is positive.
+        let (ys, dys) = (common::host(&y), common::host(&dy));
+        let dx: Vec<f32> = ys
+            .iter()
+            .zip(&dys)
+            .map(|(&y, &d)| if y > 0.0 { d } else { 0.0 })
+            .collect();
+        assert_eq!(common::host(&g2.x1), dx);
+    }
+    assert_eq!(
+        (relu4::VJP_BYTES_PER_ELEMENT, relu4::TRAIN_BYTES_PER_ELEMENT),
+        (24, 10),
+        "vjp reads x1..x4 and dy and writes dx1; the pair writes a mask and reads it and dy"
+    );
+    assert_eq!(relu4::BACKWARD_LAUNCHES, 1);
 }
 
 #[test]

@@ -1675,3 +1675,51 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
         );
     }
 }
+
+/// The training pair's launches: G1's forward, which also writes each row's rstd in f32, and
+/// its backward, which reads it (rows held in registers, streamed, a block a row, long).
+#[test]
+fn training_pairs_run_on_an_emulated_gpu() {
+    use bench_kernels::g1_rmsnorm;
+    use fuse_runtime::bf16;
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut bf16s = |n: usize| -> Vec<bf16> {
+        let v = rng.floats::<f32>(n, -2.0, 2.0);
+        v.into_iter().map(bf16::from_f32).collect()
+    };
+    for (rows, cols) in [(7, 4096), (5, 3000), (3, 999), (2, 64), (9, 24)] {
+        let (x, dy, w) = (bf16s(rows * cols), bf16s(rows * cols), bf16s(cols));
+        let shape = [rows, cols];
+        let (px, pdy, pw) = (
+            put(&dev, &x, &shape),
+            put(&dev, &dy, &shape),
+            put(&dev, &w, &[cols]),
+        );
+        let dims = [("t", rows), ("h", cols)];
+        let (y, rstd) = g1_rmsnorm::__g1_rmsnorm_t(&dev, &px, &pw).unwrap();
+        emulate(
+            &format!("rmsnorm forward_train {rows}x{cols}"),
+            &g1_rmsnorm::__g1_rmsnorm_t::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w)],
+            vec![],
+            &dims,
+            &(y, rstd.reshape(&[rows]).unwrap()),
+            &["bf16", "f32"],
+            &[Tol::close(1e-2, 1e-2), Tol::close(1e-5, 1e-6)],
+        );
+        let cpu = g1_rmsnorm::__g1_rmsnorm_b0(&dev, &px, &pw, &pdy, &rstd).unwrap();
+        emulate(
+            &format!("rmsnorm backward from the saved rstd {rows}x{cols}"),
+            &g1_rmsnorm::__g1_rmsnorm_b0::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&dy), hex(&rstd.to_vec().unwrap())],
+            vec![],
+            &dims,
+            &cpu,
+            &["bf16", "f32"],
+            &[Tol::close(2e-2, 1e-2), Tol::close(1e-4, 1e-3)],
+        );
+    }
+}

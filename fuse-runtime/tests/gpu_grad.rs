@@ -241,3 +241,97 @@ fn activation_softmax_and_loss_gradients_match_the_cpu() {
         );
     }
 }
+
+/// The training pairs on the GPU against the CPU's, at every shape: the forward's outputs and
+/// what `backward` computes from what it saved (a row's statistics, a mask).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn training_pairs_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng::new();
+    for (rows, cols) in SHAPES {
+        let s = [rows, cols];
+        let x = halves(&rng.floats::<f32>(rows * cols, -2.0, 2.0), bf16::from_f32);
+        let w = halves(&rng.floats::<f32>(cols, -2.0, 2.0), bf16::from_f32);
+        let b = halves(&rng.floats::<f32>(cols, -2.0, 2.0), bf16::from_f32);
+        let d = halves(&rng.floats::<f32>(rows * cols, -1.0, 1.0), bf16::from_f32);
+        let sum16 = 4.0 * rows as f64 * 4e-3;
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 layernorm training pair {rows}x{cols}"),
+            |dev: &Device| {
+                let (y, saved) = layernorm_bf16::forward_train(
+                    dev,
+                    &put(dev, &x, &s),
+                    &put(dev, &w, &[cols]),
+                    &put(dev, &b, &[cols]),
+                )?;
+                let g = layernorm_bf16::backward(dev, &saved, &put(dev, &d, &s))?;
+                Ok((y, g.x, g.g, g.b))
+            },
+            &[
+                tol(1.0, 1e-2),
+                tol(2.0, 2e-2),
+                tol(2.0, sum16),
+                tol(2.0, sum16),
+            ],
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 rmsnorm training pair {rows}x{cols}"),
+            |dev: &Device| {
+                let (y, saved) =
+                    rmsnorm_bf16::forward_train(dev, &put(dev, &x, &s), &put(dev, &w, &[cols]))?;
+                let g = rmsnorm_bf16::backward(dev, &saved, &put(dev, &d, &s))?;
+                Ok((y, g.x, g.w))
+            },
+            &[tol(1.0, 1e-2), tol(2.0, 1e-2), tol(2.0, sum16)],
+        );
+        let xh: Vec<f16> = x.iter().map(|v| f16::from_f32(v.to_f32())).collect();
+        let dh: Vec<f16> = d.iter().map(|v| f16::from_f32(v.to_f32())).collect();
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("f16 softmax training pair {rows}x{cols}"),
+            |dev: &Device| {
+                let (y, saved) = softmax_f16::forward_train(dev, &put(dev, &xh, &s))?;
+                let g = softmax_f16::backward(dev, &saved, &put(dev, &dh, &s))?;
+                Ok((y, g.x))
+            },
+            &[
+                Tol::close(2f64.powi(-11), 1e-4),
+                Tol::close(2.0 * 2f64.powi(-11), 1e-4),
+            ],
+        );
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let dl = rng.floats::<f32>(rows, -1.0, 1.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("cross_entropy training pair {rows}x{cols}"),
+            |dev: &Device| {
+                let (loss, saved) = cross_entropy::forward_train(
+                    dev,
+                    &put(dev, &x, &s),
+                    &put(dev, &label, &[rows]),
+                )?;
+                let g = cross_entropy::backward(dev, &saved, &put(dev, &dl, &[rows]))?;
+                Ok((loss, g.z))
+            },
+            &[Tol::close(1e-5, 1e-5), tol(2.0, 1e-6)],
+        );
+    }
+    for n in [1, 1001, (1 << 20) + 3] {
+        let xs: Vec<Vec<f32>> = (0..4).map(|_| rng.floats::<f32>(n, -1.0, 1.0)).collect();
+        let d = rng.floats::<f32>(n, -1.0, 1.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("relu4 training pair {n}"),
+            |dev: &Device| {
+                let p: Vec<Buffer<f32>> = xs.iter().map(|x| put(dev, x, &[n])).collect();
+                let (y, saved) = relu4::forward_train(dev, &p[0], &p[1], &p[2], &p[3])?;
+                let g = relu4::backward(dev, &saved, &put(dev, &d, &[n]))?;
+                Ok((y, g.x1))
+            },
+            &[Tol::close(1e-6, 1e-6), Tol::close(0.0, 0.0)],
+        );
+    }
+}

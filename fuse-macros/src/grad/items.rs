@@ -3,7 +3,7 @@
 //! function runs the launches of a [`Derived`], the hidden kernels `__<name>_<mode><i>` beside
 //! them, which `expand` writes as it writes every kernel.
 
-use super::{Derived, Dest};
+use super::{Derived, Dest, Train};
 use crate::ir::plain_name;
 use crate::rust::{elem_tokens, local, rt};
 use crate::ty::Elem;
@@ -26,6 +26,7 @@ pub struct Bodies<'a> {
     pub vjp: Option<&'a Derived>,
     pub value_and_vjp: Option<&'a Derived>,
     pub jvp: Option<&'a Derived>,
+    pub train: Option<&'a Train>,
 }
 
 impl ApiSig {
@@ -75,15 +76,6 @@ impl ApiSig {
                 let t = elem_tokens(*e);
                 quote!(#name: &impl #rt::Input<#t>)
             })
-            .collect()
-    }
-
-    fn cotangent_names(&self) -> Vec<Ident> {
-        self.output_names("d_")
-            .into_iter()
-            .zip(&self.outputs)
-            .filter(|(_, e)| e.is_float())
-            .map(|(n, _)| n)
             .collect()
     }
 
@@ -142,14 +134,14 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
     let inputs = sig.input_params(false);
     let buffer_inputs = sig.input_params(true);
     let cotangents = sig.cotangent_params();
-    let d_names = sig.cotangent_names();
     let input_names: Vec<&Ident> = sig.inputs.iter().map(|(n, _, _)| n).collect();
     let outs = sig.output_types();
     let launches = |d: Option<&Derived>| d.map_or(0, |d| d.steps.len());
-    let vjp_body = body(bodies.vjp, &Result::Grads(fields.clone()));
+    let vjp_body = body(bodies.vjp, &Result::Grads(fields.clone()), &[]);
     let both_body = body(
         bodies.value_and_vjp,
         &Result::Both(sig.outputs.len(), fields.clone()),
+        &[],
     );
     let (n_vjp, n_both) = (launches(bodies.vjp), launches(bodies.value_and_vjp));
     let listed: Vec<String> = fields
@@ -168,15 +160,20 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
         "The outputs of [`{kernel}()`](fn@super::{kernel}) and [`vjp`]'s gradients at once, the outputs computed in the launches that compute the gradients where they fuse: {n_both} launch{} in all.",
         if n_both == 1 { "" } else { "es" }
     );
-    let saved_doc = format!(
-        "What [`forward_train`] keeps for [`backward`]: a handle to each tensor input of [`{kernel}()`](fn@super::{kernel}) (the same memory, no copy: write into none of them before `backward`) and each scalar input's value. It saves no computed value: the backward recomputes what it needs, which [`vjp`] does in {n_vjp} launch{}.",
-        if n_vjp == 1 { "" } else { "es" }
-    );
+    let kept = bodies.train.map_or(&[][..], |t| &t.saved[..]);
+    let kept_names: Vec<Ident> = (0..kept.len())
+        .map(|i| Ident::new(&sig.clear(format!("__saved{i}")), Span::call_site()))
+        .collect();
+    let n_back = bodies.train.map_or(0, |t| t.backward.steps.len());
+    let saved_doc = saved_doc(&kernel, bodies.train, n_back);
     let train_doc = format!(
-        "[`{kernel}()`](fn@super::{kernel}) for training: its outputs (one launch) and the [`Saved`] that [`backward`] takes."
+        "[`{kernel}()`](fn@super::{kernel}) for training: its outputs and the [`Saved`] that [`backward`] takes, in one launch."
     );
-    let backward_doc = "The gradients from what [`forward_train`] saved and a cotangent for each float output: [`vjp`] on the saved inputs.".to_string();
-    let saved_fields: Vec<TokenStream> = sig
+    let backward_doc = format!(
+        "The gradients from what [`forward_train`] saved and a cotangent for each float output, as [`vjp`] computes them: {n_back} launch{}, reading the saved values instead of computing them again.",
+        if n_back == 1 { "" } else { "es" }
+    );
+    let mut saved_fields: Vec<TokenStream> = sig
         .inputs
         .iter()
         .map(|(n, e, tensor)| {
@@ -187,6 +184,10 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
             }
         })
         .collect();
+    saved_fields.extend(kept.iter().zip(&kept_names).map(|(s, n)| {
+        let t = elem_tokens(s.elem);
+        quote!(#n: #rt::Buffer<#t>)
+    }));
     let saved_values: Vec<TokenStream> = sig
         .inputs
         .iter()
@@ -195,29 +196,66 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
             false => quote!(#n),
         })
         .collect();
-    let saved_args: Vec<TokenStream> = sig
+    let saved = local("saved");
+    let unpack: Vec<TokenStream> = sig
         .inputs
         .iter()
-        .map(|(n, _, tensor)| {
-            let saved = local("saved");
-            match tensor {
-                true => quote!(&#saved.#n),
-                false => quote!(#saved.#n),
-            }
+        .map(|(n, _, tensor)| match tensor {
+            true => quote!(let #n = &#saved.#n;),
+            false => quote!(let #n = #saved.#n;),
         })
         .collect();
+    let bound: Vec<(usize, TokenStream)> = kept
+        .iter()
+        .zip(&kept_names)
+        .map(|(s, n)| (s.temp, quote!(&#saved.#n)))
+        .collect();
+    let backward_body = body(
+        bodies.train.map(|t| &t.backward),
+        &Result::Grads(fields.clone()),
+        &bound,
+    );
     let out_vars: Vec<Ident> = (0..sig.outputs.len())
         .map(|j| local(&format!("__out{j}")))
         .collect();
-    let kernel_ident = &sig.kernel;
-    let forward_call = match sig.tuple {
-        true => quote!(let (#(#out_vars),*) = super::#kernel_ident(#dev, #(#input_names),*)?;),
-        false => quote!(let #(#out_vars)* = super::#kernel_ident(#dev, #(#input_names),*)?;),
+    let kept_vars: Vec<Ident> = (0..kept.len())
+        .map(|i| local(&format!("__saved{i}")))
+        .collect();
+    let forward_call = match bodies.train {
+        Some(t) => {
+            let f = &t.forward.name;
+            let all: Vec<&Ident> = out_vars.iter().chain(&kept_vars).collect();
+            let bind = match all.len() {
+                1 => quote!(#(#all)*),
+                _ => quote!((#(#all),*)),
+            };
+            quote!(let #bind = #f(#dev, #(#input_names),*)?;)
+        }
+        None => quote!(),
     };
-    let saved = local("saved");
+    let train_body = match bodies.train {
+        Some(_) => quote! {
+            #forward_call
+            let #saved = Saved { #(#saved_values,)* #(#kept_names: #kept_vars),* };
+            ::core::result::Result::Ok((#(#out_vars,)* #saved))
+        },
+        None => quote!(::core::unreachable!("this `fuse!` kernel has errors")),
+    };
+    let (vjp_bytes, train_bytes) = bodies
+        .train
+        .map_or((0, 0), |t| (t.vjp_bytes as usize, t.pair_bytes as usize));
     quote! {
-        /// The launches [`vjp`] and [`backward`] make.
+        /// The launches [`vjp`] makes.
         pub const VJP_LAUNCHES: usize = #n_vjp;
+        /// The launches [`backward`] makes.
+        pub const BACKWARD_LAUNCHES: usize = #n_back;
+        /// The bytes [`vjp`]'s launches move an element of the kernel's domain: the tensors
+        /// over all of it that they read and write (a row's values, of a few bytes a row, left
+        /// out).
+        pub const VJP_BYTES_PER_ELEMENT: usize = #vjp_bytes;
+        /// The same for the training pair beyond the forward's own outputs: what
+        /// [`forward_train`] saves over all of the domain, and [`backward`]'s launches.
+        pub const TRAIN_BYTES_PER_ELEMENT: usize = #train_bytes;
         /// The launches [`value_and_vjp`] makes.
         pub const VALUE_AND_VJP_LAUNCHES: usize = #n_both;
         #[doc = #grads_doc]
@@ -241,14 +279,13 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
         #[doc = #train_doc]
         #[allow(clippy::too_many_arguments, clippy::type_complexity)]
         pub fn forward_train(#dev: &#rt::Device, #(#buffer_inputs),*) -> ::core::result::Result<(#(#outs,)* Saved), #rt::Error> {
-            #forward_call
-            let #saved = Saved { #(#saved_values),* };
-            ::core::result::Result::Ok((#(#out_vars,)* #saved))
+            #train_body
         }
         #[doc = #backward_doc]
         #[allow(clippy::too_many_arguments)]
         pub fn backward(#dev: &#rt::Device, #saved: &Saved, #(#cotangents),*) -> ::core::result::Result<Grads, #rt::Error> {
-            vjp(#dev, #(#saved_args,)* #(#d_names),*)
+            #(#unpack)*
+            #backward_body
         }
     }
 }
@@ -294,7 +331,7 @@ fn forward_items(sig: &ApiSig, list: &[usize], jvp: Option<&Derived>) -> TokenSt
         if n == 1 { "" } else { "es" }
     );
     let count = sig.outputs.len() + tangent_outs.len();
-    let body = body(jvp, &Result::Tuple(count));
+    let body = body(jvp, &Result::Tuple(count), &[]);
     quote! {
         /// The launches [`jvp`] makes.
         pub const JVP_LAUNCHES: usize = #n;
@@ -318,7 +355,7 @@ enum Result<'a> {
 
 /// The body of a derived function: each launch in turn, its temporaries and results bound to
 /// locals, then the return value.
-fn body(d: Option<&Derived>, result: &Result) -> TokenStream {
+fn body(d: Option<&Derived>, result: &Result, bound: &[(usize, TokenStream)]) -> TokenStream {
     let Some(d) = d else {
         return quote!(::core::unreachable!("this `fuse!` kernel has errors"));
     };
@@ -331,10 +368,16 @@ fn body(d: Option<&Derived>, result: &Result) -> TokenStream {
     for step in &d.steps {
         let f = &step.kernel.name;
         let args = step.kernel.params[..d.inputs].iter().map(|p| &p.name);
-        let temps = step.temps.iter().map(|&t| {
-            let v = var(Dest::Temp(t));
-            quote!(&#v)
-        });
+        let temps = step
+            .temps
+            .iter()
+            .map(|&t| match bound.iter().find(|(b, _)| *b == t) {
+                Some((_, e)) => e.clone(),
+                None => {
+                    let v = var(Dest::Temp(t));
+                    quote!(&#v)
+                }
+            });
         let outs: Vec<Ident> = step.dests.iter().map(|&dest| var(dest)).collect();
         let bind = match outs.len() {
             1 => quote!(#(#outs)*),
@@ -364,4 +407,40 @@ fn body(d: Option<&Derived>, result: &Result) -> TokenStream {
         #calls
         ::core::result::Result::Ok(#value)
     }
+}
+
+/// What `Saved`'s docs say: the inputs it holds, each value saved (its size), and the bytes
+/// the pair moves against `vjp`'s.
+fn saved_doc(kernel: &str, train: Option<&Train>, launches: usize) -> String {
+    let mut doc = format!(
+        "What [`forward_train`] keeps for [`backward`]: a handle to each tensor input of [`{kernel}()`](fn@super::{kernel}) (the same memory, no copy: write into none of them before `backward`), each scalar input's value"
+    );
+    let Some(t) = train else {
+        return doc + ".";
+    };
+    if t.saved.is_empty() {
+        doc += ". It saves no computed value: [`backward`] computes again what it needs";
+    } else {
+        doc += ", and the values [`backward`] would otherwise compute again:";
+        for s in &t.saved {
+            let size = match s.per_element {
+                true => format!(
+                    "a `{}` an element, {} byte{}",
+                    s.elem,
+                    s.elem.bits() / 8,
+                    if s.elem.bits() == 8 { "" } else { "s" }
+                ),
+                false => format!("`{}`, {} bytes a value", s.elem, s.elem.bits() / 8),
+            };
+            doc += &format!("\n- {} over `{}` ({size})", s.what, s.shape);
+        }
+        doc += "\n\n";
+    }
+    doc + &format!(
+        "{}[`backward`] makes {launches} launch{}. Over the kernel's domain, the pair moves {} bytes an element beyond the forward's outputs, where [`vjp`] moves {} ([`TRAIN_BYTES_PER_ELEMENT`], [`VJP_BYTES_PER_ELEMENT`]).",
+        if t.saved.is_empty() { ". " } else { "" },
+        if launches == 1 { "" } else { "es" },
+        t.pair_bytes,
+        t.vjp_bytes,
+    )
 }

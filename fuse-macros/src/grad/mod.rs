@@ -27,7 +27,7 @@ pub mod items;
 mod partials;
 mod schedule;
 
-pub use schedule::{jvp, vjp, Derived, Dest};
+pub use schedule::{jvp, train, vjp, Derived, Dest, Train};
 
 /// A kernel's values with the derived ones beside them, and the parameters they read.
 pub struct Graph {
@@ -44,6 +44,9 @@ pub struct Graph {
     /// The dim of the rows' partial sums (`schedule::partial_sums`), the last of `dims`, once
     /// a launch writes them.
     pub parts: Option<DimId>,
+    /// The temporaries written before the derived function runs: the values the training
+    /// pair's forward saves.
+    saved: Vec<usize>,
 }
 
 /// An adjoint or tangent's partial derivative: one, minus one, or a value.
@@ -81,6 +84,7 @@ impl Graph {
             ct: if wide { Elem::F64 } else { Elem::F32 },
             temps: vec![],
             parts: None,
+            saved: vec![],
         }
     }
 

@@ -6,6 +6,9 @@ use crate::ir::{Dim, DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamI
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 
+mod train;
+pub use train::{train, Train};
+
 /// A value a launch writes: a result of the derived function (its place among them) or a
 /// temporary (its parameter).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -67,7 +70,7 @@ pub fn vjp(k: &Kernel, with_values: bool, mode: &str) -> Result<Derived, String>
         let shape = g.params[p].shape.clone().unwrap_or_default();
         roots.push((node, g.params[p].elem, shape));
     }
-    finish(k, g, inputs, roots, mode)
+    finish(k, g, inputs, roots, vec![], mode)
 }
 
 /// The forward-mode function: the kernel's parameters and a tangent each of `jvp`; results the
@@ -95,14 +98,17 @@ pub fn jvp(k: &Kernel, mode: &str) -> Result<Derived, String> {
             roots.push((t, o.elem, o.shape.clone()));
         }
     }
-    finish(k, g, inputs, roots, mode)
+    finish(k, g, inputs, roots, vec![], mode)
 }
 
+/// The launches computing `roots`, reading the values of `using` from the temporaries beside
+/// them (the training pair's saved values) rather than computing them.
 fn finish(
     k: &Kernel,
     mut g: Graph,
     inputs: usize,
     roots: Vec<(NodeId, Elem, Vec<DimId>)>,
+    using: Vec<(NodeId, usize)>,
     mode: &str,
 ) -> Result<Derived, String> {
     let roots = roots
@@ -117,7 +123,7 @@ fn finish(
         })
         .collect();
     let mut planned = vec![];
-    plan(k, &mut g, inputs, roots, &[], &mut planned)?;
+    plan(k, &mut g, inputs, roots, &using, &mut planned)?;
     let planned = merge(k, &g, inputs, planned);
     let planned = partial_sums(k, &mut g, inputs, planned);
     let name = crate::ir::plain_name(&k.name);
@@ -648,7 +654,11 @@ fn with_partials(
         dest: Dest::Temp(PARTIAL),
         partial: true,
     }));
-    let before: Vec<usize> = planned[..at].iter().flat_map(Planned::writes).collect();
+    let before: Vec<usize> = planned[..at]
+        .iter()
+        .flat_map(Planned::writes)
+        .chain(g.saved.iter().copied())
+        .collect();
     let reads = with.temps_read(g);
     let writes: Vec<usize> = with.writes().collect();
     let over_rows = Launch::Rows {
@@ -671,7 +681,11 @@ fn merge(k: &Kernel, g: &Graph, inputs: usize, planned: Vec<Planned>) -> Vec<Pla
         let reads = p.temps_read(g);
         let mut placed = false;
         for at in 0..merged.len() {
-            let before: Vec<usize> = merged[..at].iter().flat_map(Planned::writes).collect();
+            let before: Vec<usize> = merged[..at]
+                .iter()
+                .flat_map(Planned::writes)
+                .chain(g.saved.iter().copied())
+                .collect();
             if !reads.iter().all(|t| before.contains(t)) {
                 continue;
             }

@@ -1,0 +1,412 @@
+//! The training pair, `forward_train` and `backward`: what the forward launch saves beside its
+//! outputs for the backward to read instead of recomputing it, chosen by the bytes it moves.
+//!
+//! - A row's statistics (a value over fewer dims than the domain, computed from the kernel's
+//!   own reductions: LayerNorm's mean and rstd, softmax's max and sum) are saved where the
+//!   backward reads them, in f32: a few bytes a row, and a reduction pass less.
+//! - A predicate over the domain (ReLU's `x > 0`) is saved as a `bool` a byte an element where
+//!   computing it again would read more bytes of inputs than that, which the backward needs for
+//!   nothing else: `relu(x1 + x2 + x3 + x4)`'s gradient of `x1` reads the mask and `dy` instead
+//!   of four inputs and `dy`. One a random draw decides (dropout's) reads nothing: recomputed.
+//! - Every other value is recomputed.
+
+use super::{build, finish, output_names, param_names, Derived, Planned, Root};
+use crate::grad::Graph;
+use crate::ir::{Kernel, Launch, NodeId, Op};
+use crate::ty::Elem;
+
+/// What `forward_train` saves and `backward` reads.
+pub struct Train {
+    /// The forward launch: the kernel's outputs, then a saved value each of `saved`.
+    pub forward: Kernel,
+    pub saved: Vec<Kept>,
+    /// The backward's launches, which read the saved values as the temporaries `Kept::temp`.
+    pub backward: Derived,
+    /// The bytes an element of the kernel's domain that `vjp`'s launches and the pair's move
+    /// (inputs read and results written over the whole domain; a row's values left out).
+    pub vjp_bytes: u32,
+    pub pair_bytes: u32,
+}
+
+/// A saved value.
+pub struct Kept {
+    /// The backward's temporary parameter that holds it.
+    pub temp: usize,
+    pub elem: Elem,
+    /// Its shape, as text (`[rows]`).
+    pub shape: String,
+    /// What it is, as the docs say it: `` `rsqrt(mean(x * x, cols) + eps)` ``.
+    pub what: String,
+    /// Whether it is over the whole domain (a predicate) rather than a row's value.
+    pub per_element: bool,
+}
+
+/// The training pair of `k` (`#[vjp]`), its hidden launches named `__<name>_t` (the forward)
+/// and `__<name>_b<i>`.
+pub fn train(k: &Kernel) -> Result<Train, String> {
+    let wrt = k.vjp.clone().unwrap_or_default();
+    let mut g = Graph::new(k);
+    let names = output_names(&param_names(k), k.outputs.len(), k.tuple, "d_");
+    let cotangents: Vec<Option<usize>> = k
+        .outputs
+        .iter()
+        .zip(&names)
+        .map(|(o, name)| {
+            o.elem
+                .is_float()
+                .then(|| g.param(name, o.elem, Some(o.shape.clone())))
+        })
+        .collect();
+    let inputs = g.params.len();
+    let grads = g.reverse(&k.outputs, &cotangents, &wrt);
+    let roots: Vec<Root> = wrt
+        .iter()
+        .zip(&grads)
+        .enumerate()
+        .map(|(j, (&p, &node))| Root {
+            node,
+            elem: g.params[p].elem,
+            shape: g.params[p].shape.clone().unwrap_or_default(),
+            dest: super::Dest::Result(j),
+            partial: false,
+        })
+        .collect();
+    let domain = match &k.launch {
+        Launch::Map { domain } | Launch::Rows { domain, .. } | Launch::Full { domain } => {
+            domain.clone()
+        }
+    };
+    let plain = |using: &[(NodeId, usize)]| Planned {
+        roots: roots.clone(),
+        using: using.to_vec(),
+    };
+    let computable = forward_computable(k, &g);
+    let originals = k.nodes.len();
+    let over_rows = |g: &Graph, n: NodeId| {
+        let shape = &g.nodes[n].shape;
+        computable[n]
+            && g.nodes[n].elem().is_float()
+            && shape.len() < domain.len()
+            && shape.iter().all(|d| domain.contains(d))
+            && reductions(g, n).is_some_and(|own| own.iter().all(|&r| r < originals))
+    };
+    // The kernel's own values over a row that the backward reads where it goes on over
+    // elements, or into a value it derived (whose values over a row, `rstd³`, it computes
+    // from the saved ones: a few operations a row).
+    let live = plain(&[]).live(&g);
+    let mut stats: Vec<NodeId> = (0..originals)
+        .filter(|&n| live[n] && over_rows(&g, n))
+        .filter(|&n| {
+            (0..g.nodes.len()).any(|m| {
+                live[m]
+                    && (m >= originals || !over_rows(&g, m))
+                    && g.nodes[m].op.operands().contains(&n)
+            })
+        })
+        .collect();
+    // Predicates over the domain, where saving one reads fewer bytes.
+    let mut masks: Vec<NodeId> = vec![];
+    for (n, node) in g.nodes.iter().enumerate() {
+        if !(computable[n] && node.elem() == Elem::Bool && same_dims(&node.shape, &domain)) {
+            continue;
+        }
+        // Stand-ins: which temporary holds a value does not change what is live.
+        let standing = |extra: Option<NodeId>| -> Vec<(NodeId, usize)> {
+            stats
+                .iter()
+                .chain(&masks)
+                .copied()
+                .chain(extra)
+                .map(|n| (n, usize::MAX))
+                .collect()
+        };
+        let (before, after) = (standing(None), standing(Some(n)));
+        if !plain(&before).live(&g)[n] {
+            continue;
+        }
+        let read = |using: &[(NodeId, usize)]| input_bytes(k, &g, &plain(using).live(&g), &domain);
+        if read(&before) > read(&after) + 1 {
+            masks.push(n);
+        }
+    }
+    // The forward launch with them, as long as it stays the kernel's launch; else with the
+    // statistics alone, else with nothing.
+    let name = crate::ir::plain_name(&k.name);
+    let kernel_inputs = k.params.len();
+    let outputs: Vec<Root> = k
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(j, o)| Root {
+            node: o.node,
+            elem: o.elem,
+            shape: o.shape.clone(),
+            dest: super::Dest::Result(j),
+            partial: false,
+        })
+        .collect();
+    let forward_with = |g: &Graph, saved: &[NodeId]| {
+        let mut roots = outputs.clone();
+        roots.extend(saved.iter().enumerate().map(|(i, &n)| Root {
+            node: n,
+            elem: saved_elem(g, n),
+            shape: g.nodes[n].shape.clone(),
+            dest: super::Dest::Result(k.outputs.len() + i),
+            partial: false,
+        }));
+        let p = Planned {
+            roots,
+            using: vec![],
+        };
+        build(k, g, kernel_inputs, &p, &[], &format!("__{name}_t")).filter(|f| f.launch == k.launch)
+    };
+    let mut saved: Vec<NodeId> = stats.iter().chain(&masks).copied().collect();
+    let forward = match forward_with(&g, &saved) {
+        Some(f) => f,
+        None => {
+            masks.clear();
+            saved = stats.clone();
+            match forward_with(&g, &saved) {
+                Some(f) => f,
+                None => {
+                    stats.clear();
+                    saved.clear();
+                    forward_with(&g, &saved).ok_or_else(|| bug(k))?
+                }
+            }
+        }
+    };
+    let mut kept = vec![];
+    let mut using = vec![];
+    for (i, &n) in saved.iter().enumerate() {
+        let elem = saved_elem(&g, n);
+        let shape = g.nodes[n].shape.clone();
+        let temp = g.param(&format!("__saved{i}"), elem, Some(shape.clone()));
+        using.push((n, temp));
+        g.saved.push(temp);
+        kept.push(Kept {
+            temp,
+            elem,
+            shape: k.shape_text(&shape),
+            what: describe(&g, n),
+            per_element: masks.contains(&n),
+        });
+    }
+    let vjp_bytes = bytes_of(&super::vjp(k, false, "d")?, &domain);
+    let backward = finish(k, g, inputs, roots_of(&roots), using, "b")?;
+    let mask_bytes: u32 = kept.iter().filter(|s| s.per_element).count() as u32;
+    let pair_bytes = bytes_of(&backward, &domain) + mask_bytes;
+    Ok(Train {
+        forward,
+        saved: kept,
+        backward,
+        vjp_bytes,
+        pair_bytes,
+    })
+}
+
+fn roots_of(roots: &[Root]) -> Vec<(NodeId, Elem, Vec<crate::ir::DimId>)> {
+    roots
+        .iter()
+        .map(|r| (r.node, r.elem, r.shape.clone()))
+        .collect()
+}
+
+fn bug(k: &Kernel) -> String {
+    format!(
+        "the training pair of `{}` does not plan: this is a bug of fuse, please report it",
+        crate::ir::plain_name(&k.name)
+    )
+}
+
+/// The type a value is saved in: a float's in f32 (f64 where it is f64), `bool` as itself.
+fn saved_elem(g: &Graph, n: NodeId) -> Elem {
+    match g.nodes[n].elem() {
+        Elem::Bool => Elem::Bool,
+        Elem::F64 => Elem::F64,
+        _ => Elem::F32,
+    }
+}
+
+/// Which values the forward launch can compute: those of the kernel's parameters alone (no
+/// cotangent).
+fn forward_computable(k: &Kernel, g: &Graph) -> Vec<bool> {
+    let mut ok = vec![false; g.nodes.len()];
+    for n in 0..g.nodes.len() {
+        ok[n] = match g.nodes[n].op {
+            Op::Load(p) | Op::Scalar(p) => p < k.params.len(),
+            ref op => op.operands().iter().all(|&o| ok[o]),
+        };
+    }
+    ok
+}
+
+/// The reductions `n` is computed from, or `None` if none.
+fn reductions(g: &Graph, n: NodeId) -> Option<Vec<NodeId>> {
+    let (mut seen, mut stack, mut found) = (vec![], vec![n], vec![]);
+    while let Some(m) = stack.pop() {
+        if seen.contains(&m) {
+            continue;
+        }
+        seen.push(m);
+        if matches!(g.nodes[m].op, Op::Reduce(..)) {
+            found.push(m);
+        }
+        stack.extend(g.nodes[m].op.operands());
+    }
+    (!found.is_empty()).then_some(found)
+}
+
+fn same_dims(a: &[crate::ir::DimId], b: &[crate::ir::DimId]) -> bool {
+    a.len() == b.len() && a.iter().all(|d| b.contains(d))
+}
+
+/// The bytes an element of `domain` of the kernel's tensor inputs over all of it that the
+/// `live` values read.
+fn input_bytes(k: &Kernel, g: &Graph, live: &[bool], domain: &[crate::ir::DimId]) -> u32 {
+    (0..k.params.len())
+        .filter(|&p| {
+            g.params[p]
+                .shape
+                .as_ref()
+                .is_some_and(|s| same_dims(s, domain))
+        })
+        .filter(|&p| {
+            (0..live.len()).any(|n| live[n] && matches!(g.nodes[n].op, Op::Load(q) if q == p))
+        })
+        .map(|p| g.params[p].elem.bits() / 8)
+        .sum()
+}
+
+/// The bytes an element of `domain` that launches `d` move: each tensor over all of it read by
+/// a launch, and each result over all of it written.
+fn bytes_of(d: &Derived, domain: &[crate::ir::DimId]) -> u32 {
+    d.steps
+        .iter()
+        .map(|s| {
+            let reads: u32 = s
+                .kernel
+                .params
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.shape.as_ref().is_some_and(|s| same_dims(s, domain)))
+                .filter(|(i, _)| {
+                    s.kernel
+                        .nodes
+                        .iter()
+                        .any(|n| matches!(n.op, Op::Load(q) if q == *i))
+                })
+                .map(|(_, p)| p.elem.bits() / 8)
+                .sum();
+            let writes: u32 = s
+                .kernel
+                .outputs
+                .iter()
+                .filter(|o| o.partial.is_none() && same_dims(&o.shape, domain))
+                .map(|o| o.elem.bits() / 8)
+                .sum();
+            reads + writes
+        })
+        .sum()
+}
+
+/// A saved value as the docs name it: the source text of the kernel's own values, the
+/// comparisons of those the macro derived.
+fn describe(g: &Graph, n: NodeId) -> String {
+    fn text(g: &Graph, n: NodeId, depth: usize) -> String {
+        let node = &g.nodes[n];
+        if !node.tokens.is_empty() {
+            return tidy(&node.tokens.to_string());
+        }
+        match &node.op {
+            Op::Load(p) | Op::Scalar(p) => crate::ir::plain_name(&g.params[*p].name),
+            Op::Float(v) => v.clone(),
+            Op::Int(v) => v.to_string(),
+            Op::Cast(a) => text(g, *a, depth),
+            Op::Binary(b, x, y) if depth < 3 => format!(
+                "{} {} {}",
+                text(g, *x, depth + 1),
+                b.symbol(),
+                text(g, *y, depth + 1)
+            ),
+            _ => "…".to_string(),
+        }
+    }
+    format!("`{}`", text(g, n, 0))
+}
+
+/// Token text with the spaces `TokenStream`'s printing puts before parentheses and commas
+/// taken out: `rsqrt(mean(x * x, cols) + eps)`.
+fn tidy(s: &str) -> String {
+    s.replace(" (", "(")
+        .replace("( ", "(")
+        .replace(" )", ")")
+        .replace(" ,", ",")
+        .replace(" . ", ".")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::kernel;
+    use quote::quote;
+
+    fn saved(t: &Train) -> Vec<String> {
+        t.saved
+            .iter()
+            .map(|s| format!("{} {} {}", s.what, s.shape, s.elem))
+            .collect()
+    }
+
+    /// A row's statistics are saved in f32 (RMSNorm's rstd, LayerNorm's mean and rstd), and
+    /// the backward reads them instead of reducing the row for them.
+    #[test]
+    fn norms_save_their_row_statistics() {
+        let k = kernel(quote! {
+            #[vjp(x, w)]
+            fn rmsnorm(x: [bf16; rows, cols], w: [bf16; cols]) -> [bf16; rows, cols] {
+                x * rsqrt(mean(x * x, cols) + 1e-6) * w
+            }
+        });
+        let t = train(&k).unwrap();
+        assert_eq!(saved(&t), ["`rsqrt(mean(x * x, cols) + 1e-6)` [rows] f32"]);
+        assert_eq!((t.vjp_bytes, t.pair_bytes), (6, 6));
+        let k = kernel(quote! {
+            #[vjp(x, g, b)]
+            fn layernorm(x: [f32; rows, cols], g: [f32; cols], b: [f32; cols]) -> [f32; rows, cols] {
+                let d = x - mean(x, cols);
+                d * rsqrt(mean(d * d, cols) + 1e-5) * g + b
+            }
+        });
+        let t = train(&k).unwrap();
+        assert_eq!(
+            saved(&t),
+            [
+                "`mean(x, cols)` [rows] f32",
+                "`rsqrt(mean(d * d, cols) + 1e-5)` [rows] f32"
+            ]
+        );
+    }
+
+    /// ReLU's mask is saved where it spares reading the inputs it is computed from; dropout's
+    /// is drawn again from the seed.
+    #[test]
+    fn masks_are_saved_where_they_spare_reading_inputs() {
+        let k = kernel(quote! {
+            #[vjp(x1)]
+            fn relu4(x1: [f32; n], x2: [f32; n], x3: [f32; n], x4: [f32; n]) -> [f32; n] {
+                relu(x1 + x2 + x3 + x4)
+            }
+        });
+        let t = train(&k).unwrap();
+        assert_eq!(saved(&t), ["`x1 + x2 + x3 + x4 > 0.0` [n] bool"]);
+        assert_eq!((t.vjp_bytes, t.pair_bytes), (24, 10));
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn drop(x: [f32; n], seed: u64) -> [f32; n] {
+                dropout(x * 2.0, 0.1, seed)
+            }
+        });
+        assert_eq!(saved(&train(&k).unwrap()), Vec::<String>::new());
+    }
+}
