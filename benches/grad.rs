@@ -1,12 +1,17 @@
 //! G1-G8: the training workloads' backwards (`shared/WORKLOADS.md`), each derived by `#[vjp]`
 //! from its bf16 forward (`kernels.rs`) and timed as a user calls it: `name::vjp` (G5:
 //! `value_and_vjp`, the forward and backward together), every launch and allocation included.
+//! G1T, G2T and G6T time the training pair's `backward` instead, from what `forward_train`
+//! saved (run before the timing, as the peers' backwards are given the forward's saved
+//! tensors).
 //! The bytes are WORKLOADS.md's backward bytes: each tensor the backward needs read once, each
 //! gradient written once (per-row statistics and weight gradients not counted).
 //!
 //! Each row is first checked on a few rows of its width against the CPU backend: each gradient
 //! within two bf16 ulps of the CPU's, plus, for a weight gradient (a sum over the rows),
 //! [`SUM_REL`] of its largest magnitude.
+
+use std::any::Any;
 
 use fuse_runtime::{bf16, Buffer, Device, Error};
 
@@ -32,7 +37,24 @@ const SUM_REL: f64 = 1e-3;
 struct Inputs {
     bf16s: Vec<Buffer<bf16>>,
     labels: Option<Buffer<i64>>,
+    /// What `Case::prepare` made: a training pair's `Saved`.
+    saved: Option<Box<dyn Any>>,
 }
+
+impl Inputs {
+    /// The `Saved` that `Case::prepare` made.
+    fn saved<S: 'static>(&self) -> Result<&S, Error> {
+        self.saved
+            .as_ref()
+            .and_then(|s| s.downcast_ref::<S>())
+            .ok_or_else(|| Error::Internal {
+                detail: "the bench case prepared no Saved of this kernel".to_string(),
+            })
+    }
+}
+
+/// Runs a training pair's forward on the inputs, untimed, for the backward to read.
+type Prepare = fn(&Device, &Inputs) -> Result<Box<dyn Any>, Error>;
 
 /// A gradient (or G5's loss) as the backward returns it.
 enum Grad {
@@ -69,6 +91,7 @@ struct Case {
     /// Which gradients are weight gradients.
     sums: &'static [bool],
     backward: Backward,
+    prepare: Option<Prepare>,
 }
 
 /// G1-G8, one row each; `only` narrows to the ids listed (all when empty).
@@ -88,6 +111,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let g = g1_rmsnorm::vjp(dev, &i.bf16s[0], &i.bf16s[1], &i.bf16s[2])?;
                 Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.w)])
             },
+            prepare: None,
         },
         "G2" => Case {
             id: "G2",
@@ -104,6 +128,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let g = g2_layernorm::vjp(dev, &s[0], &s[1], &s[2], &s[3])?;
                 Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.g), Grad::Bf16(g.b)])
             },
+            prepare: None,
         },
         "G3" => Case {
             id: "G3",
@@ -120,6 +145,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let g = g3_swiglu::vjp(dev, &s[0], &s[1], &s[2])?;
                 Ok(vec![Grad::Bf16(g.a), Grad::Bf16(g.b)])
             },
+            prepare: None,
         },
         "G4" => Case {
             id: "G4",
@@ -136,6 +162,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let g = g4_geglu::vjp(dev, &s[0], &s[1], &s[2])?;
                 Ok(vec![Grad::Bf16(g.a), Grad::Bf16(g.b)])
             },
+            prepare: None,
         },
         "G5" => Case {
             id: "G5",
@@ -156,6 +183,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let (loss, g) = g5_cross_entropy::value_and_vjp(dev, z, labels, &d)?;
                 Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
             },
+            prepare: None,
         },
         "G6" => Case {
             id: "G6",
@@ -171,6 +199,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let g = g6_softmax::vjp(dev, &i.bf16s[0], &i.bf16s[1])?;
                 Ok(vec![Grad::Bf16(g.x)])
             },
+            prepare: None,
         },
         "G7" => Case {
             id: "G7",
@@ -192,6 +221,7 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                     Grad::Bf16(g.b),
                 ])
             },
+            prepare: None,
         },
         "G8" => Case {
             id: "G8",
@@ -208,6 +238,66 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 let g = g8_bias_gelu_dropout::vjp(dev, &s[0], &s[1], 0x5eed, &s[2])?;
                 Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.bias)])
             },
+            prepare: None,
+        },
+        "G1T" => Case {
+            id: "G1T",
+            label: "RMSNorm pair backward bf16",
+            what: "G1's dx, dw from forward_train's Saved (each row's rstd in f32)",
+            shape: TH,
+            tensors: &[true, false, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false, true],
+            backward: |dev, i| {
+                let g = g1_rmsnorm::backward(dev, i.saved::<g1_rmsnorm::Saved>()?, &i.bf16s[2])?;
+                Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.w)])
+            },
+            prepare: Some(|dev, i| {
+                let (_, saved) = g1_rmsnorm::forward_train(dev, &i.bf16s[0], &i.bf16s[1])?;
+                Ok(Box::new(saved))
+            }),
+        },
+        "G2T" => Case {
+            id: "G2T",
+            label: "LayerNorm pair backward bf16",
+            what: "G2's dx, dg, db from forward_train's Saved (each row's mean and rstd in f32)",
+            shape: TH,
+            tensors: &[true, false, false, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false, true, true],
+            backward: |dev, i| {
+                let saved = i.saved::<g2_layernorm::Saved>()?;
+                let g = g2_layernorm::backward(dev, saved, &i.bf16s[3])?;
+                Ok(vec![Grad::Bf16(g.x), Grad::Bf16(g.g), Grad::Bf16(g.b)])
+            },
+            prepare: Some(|dev, i| {
+                let s = &i.bf16s;
+                let (_, saved) = g2_layernorm::forward_train(dev, &s[0], &s[1], &s[2])?;
+                Ok(Box::new(saved))
+            }),
+        },
+        "G6T" => Case {
+            id: "G6T",
+            label: "softmax pair backward bf16",
+            what: "G6's dx from forward_train's Saved (each row's max and sum in f32)",
+            shape: TH,
+            tensors: &[true, true],
+            labels: false,
+            bytes_per: 6,
+            formula: "6 t h",
+            sums: &[false],
+            backward: |dev, i| {
+                let g = g6_softmax::backward(dev, i.saved::<g6_softmax::Saved>()?, &i.bf16s[1])?;
+                Ok(vec![Grad::Bf16(g.x)])
+            },
+            prepare: Some(|dev, i| {
+                let (_, saved) = g6_softmax::forward_train(dev, &i.bf16s[0])?;
+                Ok(Box::new(saved))
+            }),
         },
         _ => return runner.not_yet(id),
     };
@@ -260,7 +350,7 @@ fn inputs(
         true => Some(dev.upload(labels)?),
         false => None,
     };
-    Ok(Inputs { bf16s, labels })
+    prepared(dev, case, bf16s, labels)
 }
 
 /// Why the device's gradients are not the CPU backend's on fresh inputs of `CHECK_ROWS` rows.
@@ -337,6 +427,24 @@ fn time(
         }
         false => None,
     };
-    let inputs = Inputs { bf16s, labels };
+    let inputs = prepared(&dev, case, bf16s, labels)?;
     runner.time_runs(|_| (case.backward)(&dev, &inputs).map(drop))
+}
+
+/// The inputs, with what `case.prepare` makes of them.
+fn prepared(
+    dev: &Device,
+    case: &Case,
+    bf16s: Vec<Buffer<bf16>>,
+    labels: Option<Buffer<i64>>,
+) -> Result<Inputs, Error> {
+    let mut inputs = Inputs {
+        bf16s,
+        labels,
+        saved: None,
+    };
+    if let Some(prepare) = case.prepare {
+        inputs.saved = Some(prepare(dev, &inputs)?);
+    }
+    Ok(inputs)
 }

@@ -104,6 +104,11 @@ pub fn train(k: &Kernel) -> Result<Train, String> {
             })
         })
         .collect();
+    // Of those, the ones still read where the others are saved (not `logsumexp`'s max, which
+    // only its saved shift needs).
+    let standing: Vec<(NodeId, usize)> = stats.iter().map(|&n| (n, usize::MAX)).collect();
+    let still = plain(&standing).live(&g);
+    stats.retain(|&n| still[n]);
     // Predicates over the domain, where saving one reads fewer bytes.
     let mut masks: Vec<NodeId> = vec![];
     for (n, node) in g.nodes.iter().enumerate() {
@@ -179,16 +184,27 @@ pub fn train(k: &Kernel) -> Result<Train, String> {
     let mut kept = vec![];
     let mut using = vec![];
     for (i, &n) in saved.iter().enumerate() {
+        // A value inside one expression of the source (`logsumexp`'s shift and sum) has its
+        // text: it says which step it is.
+        let mut what = describe(&g, n);
+        let text = g.nodes[n].tokens.to_string();
+        let inside = g.nodes.iter().any(|m| {
+            m.op.operands().contains(&n) && !text.is_empty() && m.tokens.to_string() == text
+        });
+        if inside {
+            what = format!("{what}'s {}", step(&g, n));
+        }
         let elem = saved_elem(&g, n);
         let shape = g.nodes[n].shape.clone();
-        let temp = g.param(&format!("__saved{i}"), elem, Some(shape.clone()));
+        let name = super::unique(&format!("__saved{i}"), &param_names(k));
+        let temp = g.param(&name, elem, Some(shape.clone()));
         using.push((n, temp));
         g.saved.push(temp);
         kept.push(Kept {
             temp,
             elem,
             shape: k.shape_text(&shape),
-            what: describe(&g, n),
+            what,
             per_element: masks.contains(&n),
         });
     }
@@ -333,6 +349,18 @@ fn describe(g: &Graph, n: NodeId) -> String {
         }
     }
     format!("`{}`", text(g, n, 0))
+}
+
+/// What operation `n` is, for [`describe`]'s text of a step inside an expression.
+fn step(g: &Graph, n: NodeId) -> String {
+    match &g.nodes[n].op {
+        Op::Reduce(r, ..) => format!("{r:?}").to_lowercase(),
+        Op::Call(crate::func::Func::Detach, _) => "shift".to_string(),
+        Op::Call(f, _) => format!("{f:?}").to_lowercase(),
+        Op::Binary(b, ..) => format!("`{}`", b.symbol()),
+        Op::Select(..) => "selection".to_string(),
+        _ => "value".to_string(),
+    }
 }
 
 /// Token text with the spaces `TokenStream`'s printing puts before parentheses and commas
