@@ -387,6 +387,7 @@ fn call(f: Func, e: Elem, a: &[String]) -> String {
         Floor => method("floor"),
         Ceil => method("ceil"),
         Round => method("round"),
+        RoundTiesEven => method("round_ties_even"),
         Trunc => method("trunc"),
         Fract => method("fract"),
         ToDegrees => method("to_degrees"),

@@ -29,6 +29,8 @@ pub(super) fn c_math_name(f: Func) -> &'static str {
         Floor => "floor",
         Ceil => "ceil",
         Round => "round",
+        // Round to nearest, ties to even: the default rounding mode, which `rint` uses.
+        RoundTiesEven => "rint",
         Trunc => "trunc",
         Erf => "erf",
         Atan2 => "atan2",
