@@ -611,6 +611,14 @@ mod tests {
         );
     }
 
+        assert_error(
+            quote! { fn f(x: [f32; 1, s, h], y: [f32; b, s, h]) -> [f32; b, s, h] { y + x } },
+            "shapes `[b, s, h]` and `[1, s, h]` cannot broadcast: `[1, s, h]` has the fixed dim `1`, which `[b, s, h]` lacks; dims combine by name, not by position, so a size-1 dim does not stretch to `b` as in numpy; leave it out of the type, as `[s, h]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; 4, h], y: [f32; b]) -> f32 { sum(x * y) } },
+            "shapes `[4, h]` and `[b]` cannot broadcast: `[4, h]` has the fixed dim `4`, which `[b]` lacks; dims combine by name, not by position, so the fixed dim `4` matches only a dim of the same fixed size; leave it out of the type, as `[h]`",
+        );
     #[test]
     fn mismatched_types_suggest_the_cast() {
         assert_error(

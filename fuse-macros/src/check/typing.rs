@@ -627,6 +627,8 @@ impl Checker<'_> {
             ),
             Conflict::Fixed(a, b) => format!("the fixed sizes {} and {} differ", self.dims[a], self.dims[b]),
             Conflict::Disjoint => "each has a dim the other lacks, and they do not list their dims in the order the signature first names them; a tensor repeats along the dims it lacks, and dims combine in that order".to_string(),
+            (Conflict::Disjoint, Some(x), None) => return self.fixed_dim_alone(x, a, b),
+            (Conflict::Disjoint, None, Some(y)) => return self.fixed_dim_alone(y, b, a),
         }
     }
 
@@ -639,6 +641,25 @@ impl Checker<'_> {
         let named_if_own = |s: &[DimId], o: &[DimId]| {
             s.iter()
                 .all(|d| o.contains(d) || matches!(self.dims[*d], crate::ir::Dim::Named(_)))
+    /// Why `has` (with the fixed dim `d`) and `lacks` (without it) do not broadcast: a fixed
+    /// size is not a dim that another stretches to, as a numpy size-1 axis is.
+    fn fixed_dim_alone(&self, d: DimId, has: &[DimId], lacks: &[DimId]) -> String {
+        let at = has.iter().position(|&x| x == d).expect("the dim is in the shape");
+        let rest: Vec<DimId> = has.iter().copied().filter(|&x| x != d).collect();
+        let (size, has, rest) = (&self.dims[d], self.shape_text(has), self.shape_text(&rest));
+        let across = match lacks.get(at) {
+            Some(&o) if !matches!(self.dims[o], crate::ir::Dim::Fixed(_)) => {
+                format!(" to `{}`", self.dims[o])
+            }
+            _ => String::new(),
+        };
+        let why = match size {
+            crate::ir::Dim::Fixed(1) => format!("a size-1 dim does not stretch{across} as in numpy"),
+            _ => format!("the fixed dim `{size}` matches only a dim of the same fixed size"),
+        };
+        format!("`{has}` has the fixed dim `{size}`, which `{}` lacks; dims combine by name, not by position, so {why}; leave it out of the type, as `{rest}` (reshape the buffer to match), and the tensor repeats along the dims it lacks", self.shape_text(lacks))
+    }
+
         };
         sorted(a) && sorted(b) && named_if_own(a, b) && named_if_own(b, a)
     }
