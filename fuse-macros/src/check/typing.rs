@@ -9,6 +9,7 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 
 use crate::check::Checker;
+use crate::consts::Value;
 
 impl Checker<'_> {
     /// Checks an expression and adds its node; `None` after an error.
@@ -25,7 +26,15 @@ impl Checker<'_> {
                 Some(self.push(Op::Float(digits.clone()), ty, vec![], t))
             }
             ExprKind::Bool(b) => Some(self.push(Op::Bool(*b), Ty::Elem(Elem::Bool), vec![], t)),
+            ExprKind::Const { elem, value } => {
+                let op = match value {
+                    Value::Float(text) => Op::Float(text.clone()),
+                    Value::Int(v) => Op::Int(*v),
+                };
+                Some(self.push(op, Ty::Elem(*elem), vec![], t))
+            }
             ExprKind::Var(name) => self.var(name),
+            ExprKind::Index(base, indices) => self.element(base, indices, t),
             ExprKind::Unary(op, a) => self.unary(*op, a, t),
             ExprKind::Binary(op, a, b, op_tokens) => self.binary(*op, a, b, op_tokens, t),
             ExprKind::Cast(a, ty) => self.cast(a, ty, t),
@@ -618,6 +627,8 @@ impl Checker<'_> {
         };
         let why = match (why, fixed(a, b), fixed(b, a)) {
             (Conflict::Disjoint, Some(x), Some(y)) => Conflict::Fixed(x, y),
+            (Conflict::Disjoint, Some(x), None) => return self.fixed_dim_alone(x, a, b),
+            (Conflict::Disjoint, None, Some(y)) => return self.fixed_dim_alone(y, b, a),
             (why, _, _) => why,
         };
         match why {
@@ -627,20 +638,9 @@ impl Checker<'_> {
             ),
             Conflict::Fixed(a, b) => format!("the fixed sizes {} and {} differ", self.dims[a], self.dims[b]),
             Conflict::Disjoint => "each has a dim the other lacks, and they do not list their dims in the order the signature first names them; a tensor repeats along the dims it lacks, and dims combine in that order".to_string(),
-            (Conflict::Disjoint, Some(x), None) => return self.fixed_dim_alone(x, a, b),
-            (Conflict::Disjoint, None, Some(y)) => return self.fixed_dim_alone(y, b, a),
         }
     }
 
-    /// Whether two shapes that are not one inside the other combine into their union: both list
-    /// their dims in the order the signature first names them, and the dims only one of them has
-    /// are named (differing fixed sizes stay an error). `index(cols)` against `label: [rows]` is
-    /// `[rows, cols]`; `a: [m]` against `b: [n]` is their outer product `[m, n]`.
-    fn orderable(&self, a: &[DimId], b: &[DimId]) -> bool {
-        let sorted = |s: &[DimId]| s.windows(2).all(|w| w[0] < w[1]);
-        let named_if_own = |s: &[DimId], o: &[DimId]| {
-            s.iter()
-                .all(|d| o.contains(d) || matches!(self.dims[*d], crate::ir::Dim::Named(_)))
     /// Why `has` (with the fixed dim `d`) and `lacks` (without it) do not broadcast: a fixed
     /// size is not a dim that another stretches to, as a numpy size-1 axis is.
     fn fixed_dim_alone(&self, d: DimId, has: &[DimId], lacks: &[DimId]) -> String {
@@ -660,6 +660,15 @@ impl Checker<'_> {
         format!("`{has}` has the fixed dim `{size}`, which `{}` lacks; dims combine by name, not by position, so {why}; leave it out of the type, as `{rest}` (reshape the buffer to match), and the tensor repeats along the dims it lacks", self.shape_text(lacks))
     }
 
+    /// Whether two shapes that are not one inside the other combine into their union: both list
+    /// their dims in the order the signature first names them, and the dims only one of them has
+    /// are named (differing fixed sizes stay an error). `index(cols)` against `label: [rows]` is
+    /// `[rows, cols]`; `a: [m]` against `b: [n]` is their outer product `[m, n]`.
+    fn orderable(&self, a: &[DimId], b: &[DimId]) -> bool {
+        let sorted = |s: &[DimId]| s.windows(2).all(|w| w[0] < w[1]);
+        let named_if_own = |s: &[DimId], o: &[DimId]| {
+            s.iter()
+                .all(|d| o.contains(d) || matches!(self.dims[*d], crate::ir::Dim::Named(_)))
         };
         sorted(a) && sorted(b) && named_if_own(a, b) && named_if_own(b, a)
     }

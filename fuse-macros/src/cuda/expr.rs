@@ -38,6 +38,11 @@ impl Cuda<'_> {
                 let raw = format!("p_{}", crate::ir::plain_name(&param.name));
                 self.loaded(param.elem, raw)
             }
+            Op::Element(p, offset) => {
+                let param = &k.params[*p];
+                let raw = format!("p_{}[{offset}]", crate::ir::plain_name(&param.name));
+                self.loaded(param.elem, raw)
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
                 _ => format!("((unsigned int){})", self.layout.coord(*d)),
