@@ -90,7 +90,10 @@ fn full_launch(k: &Body, live: &[bool], first: usize, cx: &mut Errors) -> Option
         after_full[i] =
             matches!(node.op, Op::Reduce(..)) || node.op.operands().iter().any(|&o| after_full[o]);
         if live[i] && after_full[i] && !node.shape.is_empty() {
-            cx.spanned(&node.tokens, reduction_used_elementwise(k, first, &domain, &node.shape));
+            cx.spanned(
+                &node.tokens,
+                reduction_used_elementwise(k, first, &domain, &node.shape),
+            );
             return None;
         }
         if let Op::Reduce(_, a, None) = node.op {
@@ -121,7 +124,9 @@ fn reduction_used_elementwise(k: &Body, first: usize, domain: &[DimId], shape: &
     let t = k.nodes[first].elem();
     let dims = |s: &[DimId]| {
         let text = k.shape_text(s);
-        text.trim_start_matches('[').trim_end_matches(']').to_string()
+        text.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string()
     };
     let (reduced, over) = (dims(domain), dims(shape));
     let head = if is_subsequence(shape, domain) {

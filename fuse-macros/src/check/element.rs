@@ -28,7 +28,10 @@ impl Checker<'_> {
             return None;
         };
         let name = crate::ir::plain_name(&self.params[p].name);
-        let shape = self.params[p].shape.clone().expect("a loaded parameter is a tensor");
+        let shape = self.params[p]
+            .shape
+            .clone()
+            .expect("a loaded parameter is a tensor");
         if indices.len() != shape.len() {
             self.rank_mismatch(&name, &shape, indices, t);
             return None;
@@ -97,9 +100,15 @@ mod tests {
         assert_eq!(offsets, [(1, 0), (1, 2), (2, 5)]);
         let program = crate::plan::program(&k);
         let cuda = crate::cuda::sources(&k, &program).join("\n");
-        assert!(cuda.contains("p_w[2]") && cuda.contains("fz_bf16_to_f32(p_m[5])"), "{cuda}");
+        assert!(
+            cuda.contains("p_w[2]") && cuda.contains("fz_bf16_to_f32(p_m[5])"),
+            "{cuda}"
+        );
         let cpu = crate::cpu::body(&k, &program.plan);
-        assert!(cpu.contains("p_w[2]") && cpu.contains("to_f32(p_m[5])"), "{cpu}");
+        assert!(
+            cpu.contains("p_w[2]") && cpu.contains("to_f32(p_m[5])"),
+            "{cpu}"
+        );
     }
 
     #[test]
@@ -139,7 +148,9 @@ mod tests {
         // A `let` name of the parameter itself is the parameter.
         kernel(quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let v = w; x * v[1] } });
         // Independent mistakes in one index expression are all reported.
-        let e = errors(quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let a = w[1.5]; x * a + x[0] } });
+        let e = errors(
+            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let a = w[1.5]; x * a + x[0] } },
+        );
         assert_eq!(e.len(), 2, "{e:?}");
     }
 }

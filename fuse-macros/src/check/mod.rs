@@ -775,7 +775,7 @@ mod tests {
         // A constant has its type: it is no literal that takes the other side's.
         assert_error(
             quote! { fn f(x: [f64; n]) -> [f64; n] { x.min(f32::MAX) } },
-            "mismatched types: `f64` and `f32`",
+            "mismatched types: `f64` and `f32`; nothing converts implicitly: write `(f32::MAX as f64)`",
         );
         assert_error(
             quote! { fn f(x: [f32; n]) -> [f32; n] { x.min(f32::INFINTY) } },

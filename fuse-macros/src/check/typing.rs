@@ -644,7 +644,10 @@ impl Checker<'_> {
     /// Why `has` (with the fixed dim `d`) and `lacks` (without it) do not broadcast: a fixed
     /// size is not a dim that another stretches to, as a numpy size-1 axis is.
     fn fixed_dim_alone(&self, d: DimId, has: &[DimId], lacks: &[DimId]) -> String {
-        let at = has.iter().position(|&x| x == d).expect("the dim is in the shape");
+        let at = has
+            .iter()
+            .position(|&x| x == d)
+            .expect("the dim is in the shape");
         let rest: Vec<DimId> = has.iter().copied().filter(|&x| x != d).collect();
         let (size, has, rest) = (&self.dims[d], self.shape_text(has), self.shape_text(&rest));
         let across = match lacks.get(at) {
@@ -654,7 +657,9 @@ impl Checker<'_> {
             _ => String::new(),
         };
         let why = match size {
-            crate::ir::Dim::Fixed(1) => format!("a size-1 dim does not stretch{across} as in numpy"),
+            crate::ir::Dim::Fixed(1) => {
+                format!("a size-1 dim does not stretch{across} as in numpy")
+            }
             _ => format!("the fixed dim `{size}` matches only a dim of the same fixed size"),
         };
         format!("`{has}` has the fixed dim `{size}`, which `{}` lacks; dims combine by name, not by position, so {why}; leave it out of the type, as `{rest}` (reshape the buffer to match), and the tensor repeats along the dims it lacks", self.shape_text(lacks))
@@ -725,19 +730,24 @@ fn merge_sorted(a: &[DimId], b: &[DimId]) -> Vec<DimId> {
 }
 
 /// An expression's text as an operand of a suggested fix: wrapped in parentheses unless it is a
-/// single name, literal or call, so that `as` or a method applies to all of it.
+/// single name, literal, constant (`f32::MAX`) or call, so that `as` or a method applies to all
+/// of it.
 pub fn operand(tokens: &TokenStream) -> String {
-    let trees: Vec<proc_macro2::TokenTree> = tokens.clone().into_iter().collect();
+    use proc_macro2::TokenTree as T;
+    let trees: Vec<T> = tokens.clone().into_iter().collect();
     let simple = match trees.as_slice() {
         [_] => true,
-        [proc_macro2::TokenTree::Ident(_), proc_macro2::TokenTree::Group(g)] => {
-            g.delimiter() == proc_macro2::Delimiter::Parenthesis
+        [T::Ident(_), T::Group(g)] => g.delimiter() == proc_macro2::Delimiter::Parenthesis,
+        [T::Ident(_), T::Punct(a), T::Punct(b), T::Ident(_)] => {
+            a.as_char() == ':' && b.as_char() == ':'
         }
         _ => false,
     };
+    // Paths are the only `::` of the language: written as in Rust, without spaces.
+    let text = tokens.to_string().replace(" :: ", "::");
     if simple {
-        tokens.to_string()
+        text
     } else {
-        format!("({tokens})")
+        format!("({text})")
     }
 }

@@ -264,7 +264,8 @@ impl Cuda<'_> {
         }
         match f {
             Exp | Exp2 | Log2 | Log10 | Sqrt | Cbrt | Sin | Cos | Tan | Sinh | Cosh | Tanh
-            | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | RoundTiesEven | Trunc | Erf => {
+            | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | RoundTiesEven
+            | Trunc | Erf => {
                 format!("{}({x})", s(c_math_name(f)))
             }
             Ln => format!("{}({x})", s("log")),
