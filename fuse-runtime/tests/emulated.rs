@@ -1733,7 +1733,7 @@ fn constants_rounding_and_indexing_run_on_an_emulated_gpu() {
             &d,
             &cpu,
             &["f32"],
-            &[tol.clone()],
+            std::slice::from_ref(&tol),
         );
         let cpu =
             kernels::f32_extras::indexed_full(&dev, &put(&dev, &x, &[n]), &put(&dev, &w, &[3]))

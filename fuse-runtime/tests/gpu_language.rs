@@ -2311,13 +2311,18 @@ macro_rules! extras_gpu_tests {
                 for &n in &SIZES_AND_LARGE {
                     let (x, w) = (gen.0(&mut rng, n), gen.1(&mut rng, 3));
                     let run = |d: &Device| k::indexed(d, &put(d, &x, &[n]), &put(d, &w, &[3]));
-                    assert_gpu_matches_cpu(&gpu, &format!("indexed, n = {n}"), run, &[tol.clone()]);
+                    assert_gpu_matches_cpu(
+                        &gpu,
+                        &format!("indexed, n = {n}"),
+                        run,
+                        std::slice::from_ref(&tol),
+                    );
                     let run = |d: &Device| k::indexed_full(d, &put(d, &x, &[n]), &put(d, &w, &[3]));
                     assert_gpu_matches_cpu(
                         &gpu,
                         &format!("indexed_full, n = {n}"),
                         run,
-                        &[tol.clone()],
+                        std::slice::from_ref(&tol),
                     );
                 }
                 let gen = |r: &mut Rng, rows: usize, cols: usize| {
