@@ -261,6 +261,11 @@ impl Cpu<'_> {
                     format!("p_{}", crate::ir::plain_name(&param.name)),
                 )
             }
+            Op::Element(p, offset) => {
+                let param = &k.params[*p];
+                let raw = format!("p_{}[{offset}]", crate::ir::plain_name(&param.name));
+                loaded(param.elem, raw)
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "(r as u32)".to_string(),
                 _ => format!("({} as u32)", self.layout.coord(*d)),
@@ -387,6 +392,7 @@ fn call(f: Func, e: Elem, a: &[String]) -> String {
         Floor => method("floor"),
         Ceil => method("ceil"),
         Round => method("round"),
+        RoundTiesEven => method("round_ties_even"),
         Trunc => method("trunc"),
         Fract => method("fract"),
         ToDegrees => method("to_degrees"),

@@ -122,6 +122,37 @@ pub fn signature_size(what: &str, limit: usize) -> String {
     )
 }
 
+/// A path that is not a constant of an element type (`std::f32::consts::PI`, `Foo::BAR`).
+pub fn unknown_path() -> String {
+    "paths are not part of the language, except the constants of the element types: \
+     `f32::NAN`, `f32::INFINITY`, `f32::NEG_INFINITY`, `f32::MAX`, `f32::MIN`, \
+     `f32::MIN_POSITIVE` and `f32::EPSILON` (also of `f64`, `f16` and `bf16`), and `MIN` and \
+     `MAX` of the integer types, as in `u32::MAX`; otherwise use a parameter or `let` name"
+        .to_string()
+}
+
+/// `elem::name` where `elem` is an element type without that constant.
+pub fn unknown_constant(elem: crate::ty::Elem, name: &str) -> String {
+    let names = crate::consts::names(elem);
+    if names.is_empty() {
+        return format!("no constant `{elem}::{name}` in the language: `{elem}` has none");
+    }
+    let hint = match closest(name, names.iter().copied()) {
+        Some(c) => format!("; did you mean `{elem}::{c}`?"),
+        None => String::new(),
+    };
+    let list: Vec<String> = names.iter().map(|c| format!("`{elem}::{c}`")).collect();
+    format!(
+        "no constant `{elem}::{name}` in the language{hint} (the constants of `{elem}` are {})",
+        list.join(", ")
+    )
+}
+
+/// An index that is not an integer literal.
+pub const INDEX_NOT_LITERAL: &str = "an index is an integer literal, as in `w[0]`: a kernel \
+     picks fixed elements of a tensor with a dim of fixed size (`w: [f32; 3]`); for a position \
+     that varies, combine tensors by dim name or compare with `index(dim)`";
+
 /// The way out of every build-time CUBIN error.
 const CUBIN_FIX: &str = "unset `FUSE_CUBIN_ARCHS` to compile kernels at run time";
 

@@ -28,6 +28,8 @@ pub enum Func {
     Floor,
     Ceil,
     Round,
+    /// `round_ties_even`: to nearest, halves to even (CUDA's `rint`, the default rounding mode).
+    RoundTiesEven,
     Trunc,
     Fract,
     ToDegrees,
@@ -88,6 +90,7 @@ impl Func {
                 | Floor
                 | Ceil
                 | Round
+                | RoundTiesEven
                 | Trunc
                 | Fract
                 | ToDegrees
@@ -218,6 +221,7 @@ pub const FUNCS: &[FuncInfo] = &[
     both(Func::Floor, "floor", Sig::Float),
     both(Func::Ceil, "ceil", Sig::Float),
     both(Func::Round, "round", Sig::Float),
+    both(Func::RoundTiesEven, "round_ties_even", Sig::Float),
     both(Func::Trunc, "trunc", Sig::Float),
     both(Func::Fract, "fract", Sig::Float),
     both(Func::ToDegrees, "to_degrees", Sig::Float),

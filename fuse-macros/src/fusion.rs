@@ -90,12 +90,10 @@ fn full_launch(k: &Body, live: &[bool], first: usize, cx: &mut Errors) -> Option
         after_full[i] =
             matches!(node.op, Op::Reduce(..)) || node.op.operands().iter().any(|&o| after_full[o]);
         if live[i] && after_full[i] && !node.shape.is_empty() {
-            let (t, dims) = (k.nodes[first].elem(), k.shape_text(&domain));
-            let dims = dims.trim_start_matches('[').trim_end_matches(']');
-            let message = format!(
-                "this uses the result of a reduction over every element again elementwise, over the elements it reduced: every element would have to wait for the whole reduction, which takes a second launch; {SPLIT}, as in `fn total(x: [{t}; {dims}]) -> {t} {{ sum(x) }}` and `fn scale(x: [{t}; {dims}], s: [{t};]) -> [{t}; {dims}] {{ x / s }}` (a `[{t};]` parameter takes the first one's one-element output without leaving the device)"
+            cx.spanned(
+                &node.tokens,
+                reduction_used_elementwise(k, first, &domain, &node.shape),
             );
-            cx.spanned(&node.tokens, message);
             return None;
         }
         if let Op::Reduce(_, a, None) = node.op {
@@ -117,6 +115,26 @@ fn full_launch(k: &Body, live: &[bool], first: usize, cx: &mut Errors) -> Option
         }
     }
     Some(Launch::Full { domain })
+}
+
+/// The error for a value over `shape` that uses the full reduction `first` over `domain`: over
+/// the elements it reduced (`x / sum(x)`), or over others (`x + sum(y)`); each needs the whole
+/// reduction before any element, a second launch.
+fn reduction_used_elementwise(k: &Body, first: usize, domain: &[DimId], shape: &[DimId]) -> String {
+    let t = k.nodes[first].elem();
+    let dims = |s: &[DimId]| {
+        let text = k.shape_text(s);
+        text.trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string()
+    };
+    let (reduced, over) = (dims(domain), dims(shape));
+    let head = if is_subsequence(shape, domain) {
+        "this uses the result of a reduction over every element again elementwise, over the elements it reduced: every element would have to wait for the whole reduction, which takes a second launch".to_string()
+    } else {
+        format!("this uses the result of a reduction over every element of `[{reduced}]` elementwise over `[{over}]`: a launch with a full reduction iterates over the elements it reduces, and every element would have to wait for the whole reduction, which takes a second launch")
+    };
+    format!("{head}; {SPLIT}, as in `fn total(x: [{t}; {reduced}]) -> {t} {{ sum(x) }}` and `fn scale(x: [{t}; {over}], s: [{t};]) -> [{t}; {over}] {{ x / s }}` (a `[{t};]` parameter takes the first one's one-element output without leaving the device)")
 }
 
 fn rows_launch(
@@ -229,6 +247,10 @@ mod tests {
         assert_error(
             quote! { fn f(x: [f32; n]) -> [f32; n] { x / sum(x) } },
             "this uses the result of a reduction over every element again elementwise",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], y: [f32; m]) -> [f32; n] { x + sum(y) } },
+            "this uses the result of a reduction over every element of `[m]` elementwise over `[n]`: a launch with a full reduction iterates over the elements it reduces",
         );
         assert_error(
             quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) + max(max(x, r), c) } },

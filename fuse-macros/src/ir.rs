@@ -70,6 +70,10 @@ pub enum Op {
     Load(usize),
     /// Scalar parameter `i`.
     Scalar(usize),
+    /// The element at a fixed offset of tensor parameter `i` (`w[2]`), the same for every
+    /// element of the launch: check allows it only where every dim is of fixed size and the
+    /// offset is inside them.
+    Element(usize, u64),
     /// The current element's position along a dim, as `u32`.
     Index(DimId),
     Int(i128),
@@ -104,6 +108,7 @@ impl Op {
         match self {
             Op::Load(_)
             | Op::Scalar(_)
+            | Op::Element(..)
             | Op::Index(_)
             | Op::Len(_)
             | Op::Int(_)

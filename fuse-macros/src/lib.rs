@@ -10,6 +10,7 @@
 
 mod abi;
 mod check;
+mod consts;
 mod cpu;
 mod cubin;
 mod cuda;

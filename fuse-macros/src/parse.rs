@@ -3,7 +3,7 @@
 //! lowered to [`Expr`], which keeps only what the language has. Every node keeps its tokens so that
 //! errors point at exactly the offending code.
 
-use crate::error::{tokens, Errors};
+use crate::error::{self, tokens, Errors};
 use crate::limits::MAX_EXPR_DEPTH;
 use crate::ty::Elem;
 use proc_macro2::{Span, TokenStream};
@@ -280,7 +280,14 @@ pub enum ExprKind {
         suffix: Option<Elem>,
     },
     Bool(bool),
+    /// An associated constant of an element type, such as `f32::INFINITY` or `u32::MAX`.
+    Const {
+        elem: Elem,
+        value: crate::consts::Value,
+    },
     Var(Ident),
+    /// `w[i]`, `w[i][j]`: an element of a tensor, the indices outermost first.
+    Index(Box<Expr>, Vec<Index>),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>, TokenStream),
     Cast(Box<Expr>, ElemName),
@@ -288,6 +295,12 @@ pub enum ExprKind {
     Call(Ident, Vec<Expr>),
     Method(Box<Expr>, Ident, Vec<Expr>),
     Tuple(Vec<Expr>),
+}
+
+/// An index, an integer literal, and its tokens (where errors about it point).
+pub struct Index {
+    pub value: u64,
+    pub tokens: TokenStream,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -495,6 +508,8 @@ fn lower_expr_within(e: &syn::Expr, cx: &mut Lowering) -> Option<Expr> {
         syn::Expr::Path(p) if p.qself.is_none() && p.path.get_ident().is_some() => {
             ExprKind::Var(p.path.get_ident()?.clone())
         }
+        syn::Expr::Path(p) => lower_path(p, cx)?,
+        syn::Expr::Index(i) => lower_index(i, cx)?,
         syn::Expr::Paren(p) => return lower_expr(&p.expr, cx),
         syn::Expr::Group(g) => return lower_expr(&g.expr, cx),
         syn::Expr::Unary(u) => lower_unary(u, cx)?,
@@ -519,6 +534,64 @@ fn lower_expr_within(e: &syn::Expr, cx: &mut Lowering) -> Option<Expr> {
     };
     Some(Expr {
         kind,
+        tokens: tokens(e),
+    })
+}
+
+/// A path names a constant of an element type, as `f32::MAX`; any other is an error that lists
+/// the constants.
+fn lower_path(p: &syn::ExprPath, cx: &mut Errors) -> Option<ExprKind> {
+    let segments: Vec<&syn::PathSegment> = p.path.segments.iter().collect();
+    let plain = p.qself.is_none()
+        && p.path.leading_colon.is_none()
+        && segments.iter().all(|s| s.arguments.is_none());
+    let elem = match segments.as_slice() {
+        [ty, _] if plain => Elem::from_name(&ty.ident.to_string()),
+        _ => None,
+    };
+    let Some(elem) = elem else {
+        cx.spanned(p, error::unknown_path());
+        return None;
+    };
+    let name = segments[1].ident.to_string();
+    match crate::consts::lookup(elem, &name) {
+        Some(value) => Some(ExprKind::Const { elem, value }),
+        None => {
+            cx.spanned(&segments[1].ident, error::unknown_constant(elem, &name));
+            None
+        }
+    }
+}
+
+/// `w[i]` and `w[i][j]`: the indexed expression and the indices, each an integer literal.
+fn lower_index(e: &syn::ExprIndex, cx: &mut Lowering) -> Option<ExprKind> {
+    let mut indices = vec![&*e.index];
+    let mut base = &*e.expr;
+    while let syn::Expr::Index(i) = base {
+        indices.push(&*i.index);
+        base = &i.expr;
+    }
+    indices.reverse();
+    let indices: Vec<Option<Index>> = indices.into_iter().map(|i| index(i, cx)).collect();
+    let base = lower_expr(base, cx);
+    let indices = indices.into_iter().collect::<Option<Vec<Index>>>()?;
+    Some(ExprKind::Index(Box::new(base?), indices))
+}
+
+/// An index: a plain integer literal (or one of type `usize`, as Rust's).
+fn index(e: &syn::Expr, cx: &mut Errors) -> Option<Index> {
+    let value = match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(i),
+            ..
+        }) if matches!(i.suffix(), "" | "usize") => i.base10_parse::<u64>().ok(),
+        _ => None,
+    };
+    if value.is_none() {
+        cx.spanned(e, error::INDEX_NOT_LITERAL);
+    }
+    Some(Index {
+        value: value?,
         tokens: tokens(e),
     })
 }
@@ -742,9 +815,6 @@ fn unsupported(e: &syn::Expr) -> &'static str {
             "loops are not part of the language: a kernel body is already applied to every element; write it for one element, and reduce with `sum(e, dim)` and friends"
         }
         E::Closure(_) => "closures are not part of the language; write the expression inline or bind it with `let`",
-        E::Index(_) => {
-            "indexing is not part of the language: tensors are used whole, element by element; combine them by dim names and reduce with `sum(e, dim)` and friends"
-        }
         E::Reference(_) => "references are not part of the language: tensors and scalars are used by value",
         E::Assign(_) => ASSIGNMENT,
         E::Macro(_) => UNSUPPORTED_MACRO,
@@ -752,7 +822,6 @@ fn unsupported(e: &syn::Expr) -> &'static str {
         E::Block(_) | E::Unsafe(_) => "blocks are not part of the language; bind values with `let` in the kernel body",
         E::Match(_) => "`match` is not part of the language; use `if c { a } else { b }`",
         E::Field(_) => "fields are not part of the language; return several outputs as a tuple `(a, b)`",
-        E::Path(_) => "paths are not part of the language; use a parameter or `let` name",
         E::Array(_) | E::Repeat(_) => "array literals are not part of the language; pass the values as a tensor parameter",
         E::Range(_) => "ranges are not part of the language: a kernel body is already applied to every element",
         _ => "this expression is not part of the language; a kernel body is built from parameters, literals, operators, `as`, `if`/`else`, and functions such as `exp` and `sum`",
@@ -793,7 +862,7 @@ mod tests {
             fn f(x: [f32; n]) -> [f32; n] {
                 let a = -(x.exp() + 1.0) as f64;
                 for i in 0..3 {}
-                let b = x[0];
+                let b = x.0;
                 if a > 0.0 { a } else { sum(x) }
             }
         });
@@ -809,7 +878,7 @@ mod tests {
             .collect();
         assert_eq!(errors.len(), 2, "{errors:?}");
         assert!(errors[0].starts_with("loops"), "{errors:?}");
-        assert!(errors[1].starts_with("indexing"));
+        assert!(errors[1].starts_with("fields"), "{errors:?}");
     }
 
     #[test]

@@ -3026,3 +3026,289 @@ fn logsumexp_over_every_element() {
         assert!(v == want || (v.is_nan() && want.is_nan()), "{x:?}: {v}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 22: `round_ties_even`, the constants of the element types, constant indexing (`w[0]`),
+// and parameters that nothing uses.
+
+/// `round_ties_even` as method and function: to nearest, halves to even, exactly std's, on
+/// values of which every other one is a multiple of 0.5.
+fn extras_ties_even<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let mut x = rng.floats_special::<T>(n, -50.0, 50.0);
+        for i in (0..n).step_by(2) {
+            x[i] = T::from_f64((rng.below(201) as f64 - 100.0) / 2.0);
+        }
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let x = f64s(&x);
+        // Ties that the two roundings send different ways are there (so this tests the rule).
+        let ties = x
+            .iter()
+            .filter(|v| v.round() != v.round_ties_even())
+            .count();
+        assert!(n < 31 || ties > 0, "no ties among {n} values");
+        let want = rounded::<T>(&map1(&x, f64::round_ties_even));
+        let e = |name| float(name, &[n], want.clone(), Tol::EXACT);
+        let what = format!("{} round_ties_even, n = {n}", T::NAME);
+        assert_outputs(
+            &what,
+            &got,
+            &[e("x.round_ties_even()"), e("round_ties_even(x)")],
+        );
+    }
+}
+
+/// Every float constant as a scalar output, exactly: `[MAX, MIN_POSITIVE, EPSILON]` of `T`
+/// from std or `half`, and NaN and the infinities.
+fn extras_constants<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>,
+    [max, min_positive, epsilon]: [f64; 3],
+) {
+    let dev = Device::cpu();
+    let x = Rng::new().floats::<T>(5, -1.0, 1.0);
+    let got = kernel(&dev, &put(&dev, &x, &[5])).unwrap();
+    let c = |name, v: f64| float(name, &[], vec![v], Tol::EXACT);
+    let want = [
+        c("NAN", f64::NAN),
+        c("INFINITY", f64::INFINITY),
+        c("NEG_INFINITY", f64::NEG_INFINITY),
+        c("MAX", max),
+        c("MIN", -max),
+        c("MIN_POSITIVE", min_positive),
+        c("EPSILON", epsilon),
+    ];
+    assert_outputs(&format!("{} constants", T::NAME), &got, &want);
+}
+
+/// The constants in values over the elements: a clamp to the finite range, a product (exact:
+/// EPSILON is a power of two) with NaN replaced by -inf, and a test for subnormals.
+fn extras_constant_uses<T: Float, R: Outputs>(
+    kernel: impl Fn(&Device, &Buffer<T>) -> Result<R, Error>,
+    min_positive: f64,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats_special::<T>(n, -1e3, 1e3);
+        let got = kernel(&dev, &put(&dev, &x, &[n])).unwrap();
+        let x = f64s(&x);
+        let clamped = map1(&x, |v| clamp(v, -T::MAX, T::MAX));
+        let scaled = map1(&x, |v| {
+            if v.is_nan() {
+                f64::NEG_INFINITY
+            } else {
+                v * T::EPSILON
+            }
+        });
+        let tiny: Vec<bool> = x.iter().map(|v| v.abs() < min_positive).collect();
+        let want = [
+            float("x.clamp(MIN, MAX)", &[n], clamped, Tol::EXACT),
+            float("x * EPSILON", &[n], rounded::<T>(&scaled), Tol::EXACT),
+            exact("x.abs() < MIN_POSITIVE", &[n], &tiny),
+        ];
+        assert_outputs(&format!("{} constant uses, n = {n}", T::NAME), &got, &want);
+    }
+}
+
+/// Two roundings of `T` (or of f32 then `T`) of terms of magnitude `scale`.
+fn two_roundings<T: Float>(scale: &[f64]) -> Tol {
+    Tol::Bounds(
+        scale
+            .iter()
+            .map(|s| 2.0 * T::EPSILON * s + T::TINY)
+            .collect(),
+    )
+}
+
+/// `w[0]`, `w[1][2]` and kin of small weights, elementwise, in a row kernel and in a full
+/// reduction, against f64 with the weights' elements picked by hand.
+fn extras_indexed<T: Float, A: Outputs, B: Outputs, C: Outputs>(
+    map: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<A, Error>,
+    rows_kernel: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<B, Error>,
+    full: impl Fn(&Device, &Buffer<T>, &Buffer<T>) -> Result<C, Error>,
+) {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let x = rng.floats::<T>(n, -4.0, 4.0);
+        let w = rng.floats_away::<T>(3, 0.5, 2.0);
+        let (xb, wb) = (put(&dev, &x, &[n]), put(&dev, &w, &[3]));
+        let (x, w) = (f64s(&x), f64s(&w));
+        let got = map(&dev, &xb, &wb).unwrap();
+        let want = map1(&x, |v| v * w[0] + w[2]);
+        let scale = map1(&x, |v| (v * w[0]).abs() + w[2].abs());
+        let what = format!("{} indexed, n = {n}", T::NAME);
+        assert_outputs(
+            &what,
+            &got,
+            &[float(
+                "x * w[0] + w[2]",
+                &[n],
+                want,
+                two_roundings::<T>(&scale),
+            )],
+        );
+        let got = full(&dev, &xb, &wb).unwrap();
+        let top = x.iter().map(|v| v * w[1]).fold(f64::NEG_INFINITY, f64::max);
+        let want = [
+            float(
+                "max(x * w[1]) + w[0]",
+                &[],
+                vec![top + w[0]],
+                two_roundings::<T>(&[top.abs() + w[0].abs()]),
+            ),
+            float(
+                "x - w[2]",
+                &[n],
+                map1(&x, |v| v - w[2]),
+                two_roundings::<T>(&map1(&x, |v| v.abs() + w[2].abs())),
+            ),
+        ];
+        assert_outputs(&format!("{} indexed_full, n = {n}", T::NAME), &got, &want);
+    }
+    for (rows, cols) in SHAPES_2D {
+        let x = rng.floats::<T>(rows * cols, -4.0, 4.0);
+        let w = rng.floats_away::<T>(6, 0.5, 2.0);
+        let got =
+            rows_kernel(&dev, &put(&dev, &x, &[rows, cols]), &put(&dev, &w, &[2, 3])).unwrap();
+        let (x, w) = (f64s(&x), f64s(&w));
+        // w[1][2] is element 5 and w[0][1] element 1, row-major.
+        let y = map1(&x, |v| v * w[5] - w[1]);
+        let scale = map1(&x, |v| (v * w[5]).abs() + w[1].abs());
+        let (top, top_scale): (Vec<f64>, Vec<f64>) = (0..rows)
+            .map(|r| {
+                let row = &y[r * cols..(r + 1) * cols];
+                let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                (
+                    m,
+                    row.iter().map(|v| v.abs()).fold(0.0, f64::max) + w[1].abs(),
+                )
+            })
+            .unzip();
+        let want = [
+            float(
+                "x * w[1][2] - w[0][1]",
+                &[rows, cols],
+                y,
+                two_roundings::<T>(&scale),
+            ),
+            float("max(y, cols)", &[rows], top, two_roundings::<T>(&top_scale)),
+        ];
+        assert_outputs(
+            &format!("{} indexed_rows, {rows} x {cols}", T::NAME),
+            &got,
+            &want,
+        );
+    }
+}
+
+macro_rules! extras_tests {
+    ($module:ident, $t:ident) => {
+        mod $module {
+            use super::*;
+            use kernels::$module as k;
+
+            #[test]
+            fn ties_even() {
+                extras_ties_even(k::ties_even);
+            }
+
+            #[test]
+            fn constants() {
+                let v = |x: $t| f64::from(x);
+                let consts = [v($t::MAX), v($t::MIN_POSITIVE), v($t::EPSILON)];
+                assert_eq!(v($t::MIN), -consts[0]);
+                extras_constants(k::constants, consts);
+            }
+
+            #[test]
+            fn constant_uses() {
+                extras_constant_uses(k::constant_uses, f64::from($t::MIN_POSITIVE));
+            }
+
+            #[test]
+            fn indexed() {
+                extras_indexed(k::indexed, k::indexed_rows, k::indexed_full);
+            }
+        }
+    };
+}
+
+mod extras {
+    use super::*;
+    use fuse_runtime::{bf16, f16};
+
+    extras_tests!(f32_extras, f32);
+    extras_tests!(f64_extras, f64);
+    extras_tests!(f16_extras, f16);
+    extras_tests!(bf16_extras, bf16);
+}
+
+/// `i8::MIN`, `u64::MAX` and `i32::MIN`/`MAX` in values over the elements, exactly.
+#[test]
+fn integer_constants() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for n in SIZES {
+        let (a, b, c) = (rng.ints::<i8>(n), rng.ints::<u64>(n), rng.ints::<i32>(n));
+        let got = kernels::int_constants(
+            &dev,
+            &put(&dev, &a, &[n]),
+            &put(&dev, &b, &[n]),
+            &put(&dev, &c, &[n]),
+        )
+        .unwrap();
+        let want = [
+            exact(
+                "a.max(i8::MIN + 1)",
+                &[n],
+                &a.iter().map(|v| (*v).max(-127)).collect::<Vec<i8>>(),
+            ),
+            exact(
+                "b.min(u64::MAX - 1)",
+                &[n],
+                &b.iter()
+                    .map(|v| (*v).min(u64::MAX - 1))
+                    .collect::<Vec<u64>>(),
+            ),
+            exact(
+                "a == i8::MIN",
+                &[n],
+                &a.iter().map(|v| *v == i8::MIN).collect::<Vec<bool>>(),
+            ),
+            exact(
+                "c.clamp(i32::MIN, i32::MAX - 5)",
+                &[n],
+                &c.iter()
+                    .map(|v| (*v).min(i32::MAX - 5))
+                    .collect::<Vec<i32>>(),
+            ),
+        ];
+        assert_outputs(&format!("int_constants, n = {n}"), &got, &want);
+    }
+}
+
+/// Issue 22's `fn f(x: [f32; t, e], k_dim: [u8; k]) -> [f32; t, e] { x }`: a parameter that
+/// nothing uses, over a dim that appears nowhere else, builds and runs; its buffer binds `k`,
+/// and two such buffers must agree on it.
+#[test]
+fn unused_parameters_bind_their_dims() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, e, k) in [(1usize, 1usize, 1usize), (3, 7, 5), (33, 31, 129)] {
+        let x = rng.floats::<f32>(t * e, -4.0, 4.0);
+        let k_dim = rng.ints::<u8>(k);
+        let got =
+            kernels::unused_dim(&dev, &put(&dev, &x, &[t, e]), &put(&dev, &k_dim, &[k])).unwrap();
+        assert_eq!(got.shape(), [t, e]);
+        assert_eq!(host(&got), x);
+        let (a, b) = (rng.ints::<u8>(k), rng.ints::<i32>(k));
+        let xs = put(&dev, &x, &[t * e]);
+        let got = kernels::unused_shared_dim(&dev, &xs, &put(&dev, &a, &[k]), &put(&dev, &b, &[k]))
+            .unwrap();
+        assert_eq!(host(&got), x.iter().map(|v| v * 3.0).collect::<Vec<f32>>());
+        let wrong = put(&dev, &rng.ints::<i32>(k + 1), &[k + 1]);
+        let err = kernels::unused_shared_dim(&dev, &xs, &put(&dev, &a, &[k]), &wrong).unwrap_err();
+        assert!(matches!(err, Error::Shape { .. }), "{err}");
+        assert!(err.to_string().contains("`k`"), "{err}");
+    }
+}

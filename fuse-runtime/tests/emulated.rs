@@ -1723,3 +1723,164 @@ fn training_pairs_run_on_an_emulated_gpu() {
         );
     }
 }
+
+/// Issue 22's additions in the CUDA text: `rintf` for `round_ties_even`, the constants written
+/// as bits or round-trip digits, elements of small weights (`p_w[5]`) read once a launch, per row
+/// and in a full reduction, and integer bounds.
+#[test]
+fn constants_rounding_and_indexing_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let exact = Tol::close(0.0, 0.0);
+    for n in [1usize, 31, 1037] {
+        let mut x = rng.floats_special::<f32>(n, -50.0, 50.0);
+        for i in (0..n).step_by(2) {
+            x[i] = (rng.below(201) as f32 - 100.0) / 2.0;
+        }
+        let cpu = kernels::f32_extras::ties_even(&dev, &put(&dev, &x, &[n])).unwrap();
+        let (program, d) = (&kernels::f32_extras::ties_even::__fuse::PROGRAM, [("n", n)]);
+        emulate(
+            &format!("ties_even {n}"),
+            program,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[exact.clone(), exact.clone()],
+        );
+
+        let cpu = kernels::f32_extras::constant_uses(&dev, &put(&dev, &x, &[n])).unwrap();
+        let program = &kernels::f32_extras::constant_uses::__fuse::PROGRAM;
+        let types = ["f32", "f32", "bool"];
+        emulate(
+            &format!("constant_uses {n}"),
+            program,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &types,
+            &vec![exact.clone(); 3],
+        );
+
+        let w = rng.floats_away::<f32>(3, 0.5, 2.0);
+        let x = rng.floats::<f32>(n, -4.0, 4.0);
+        let tensors = vec![hex(&x), hex(&w)];
+        let cpu =
+            kernels::f32_extras::indexed(&dev, &put(&dev, &x, &[n]), &put(&dev, &w, &[3])).unwrap();
+        let program = &kernels::f32_extras::indexed::__fuse::PROGRAM;
+        let tol = Tol::close(2e-7, 2e-6);
+        emulate(
+            &format!("indexed {n}"),
+            program,
+            tensors.clone(),
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            std::slice::from_ref(&tol),
+        );
+        let cpu =
+            kernels::f32_extras::indexed_full(&dev, &put(&dev, &x, &[n]), &put(&dev, &w, &[3]))
+                .unwrap();
+        let program = &kernels::f32_extras::indexed_full::__fuse::PROGRAM;
+        emulate(
+            &format!("indexed_full {n}"),
+            program,
+            tensors,
+            vec![],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[tol.clone(), tol],
+        );
+
+        let (a, b, c) = (rng.ints::<i8>(n), rng.ints::<u64>(n), rng.ints::<i32>(n));
+        let cpu = kernels::int_constants(
+            &dev,
+            &put(&dev, &a, &[n]),
+            &put(&dev, &b, &[n]),
+            &put(&dev, &c, &[n]),
+        )
+        .unwrap();
+        let program = &kernels::int_constants::__fuse::PROGRAM;
+        let tensors = vec![hex(&a), hex(&b), hex(&c)];
+        emulate(
+            &format!("int_constants {n}"),
+            program,
+            tensors,
+            vec![],
+            &d,
+            &cpu,
+            &["i8", "u64", "bool", "i32"],
+            &[],
+        );
+    }
+    let x = rng.floats::<f32>(5, -1.0, 1.0);
+    let types = ["f32"; 7];
+    let cpu = kernels::f32_extras::constants(&dev, &put(&dev, &x, &[5])).unwrap();
+    let program = &kernels::f32_extras::constants::__fuse::PROGRAM;
+    emulate(
+        "f32 constants",
+        program,
+        vec![hex(&x)],
+        vec![],
+        &[("n", 5)],
+        &cpu,
+        &types,
+        &vec![exact.clone(); 7],
+    );
+    let x = rng.floats::<f64>(5, -1.0, 1.0);
+    let cpu = kernels::f64_extras::constants(&dev, &put(&dev, &x, &[5])).unwrap();
+    let program = &kernels::f64_extras::constants::__fuse::PROGRAM;
+    emulate(
+        "f64 constants",
+        program,
+        vec![hex(&x)],
+        vec![],
+        &[("n", 5)],
+        &cpu,
+        &["f64"; 7],
+        &vec![exact.clone(); 7],
+    );
+    let x = rng.floats::<fuse_runtime::f16>(5, -1.0, 1.0);
+    let cpu = kernels::f16_extras::constants(&dev, &put(&dev, &x, &[5])).unwrap();
+    let program = &kernels::f16_extras::constants::__fuse::PROGRAM;
+    emulate(
+        "f16 constants",
+        program,
+        vec![hex(&x)],
+        vec![],
+        &[("n", 5)],
+        &cpu,
+        &["f16"; 7],
+        &vec![exact; 7],
+    );
+    // Rows of a block each, cached in registers, and short rows in tiles.
+    for (rows, cols) in [(5, 36), (3, 4100), (9, 2), (7, 1000)] {
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        let w = rng.floats_away::<f32>(6, 0.5, 2.0);
+        let cpu = kernels::f32_extras::indexed_rows(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &w, &[2, 3]),
+        )
+        .unwrap();
+        let program = &kernels::f32_extras::indexed_rows::__fuse::PROGRAM;
+        let d = [("rows", rows), ("cols", cols)];
+        let tol = Tol::close(2e-7, 2e-6);
+        emulate(
+            &format!("indexed_rows {rows}x{cols}"),
+            program,
+            vec![hex(&x), hex(&w)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32", "f32"],
+            &[tol.clone(), tol],
+        );
+    }
+}

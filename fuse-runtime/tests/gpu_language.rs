@@ -2236,3 +2236,150 @@ fn halfs_convert_through_f32() {
         kernels::halfs,
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Issue 22: `round_ties_even` (CUDA's `rint` against std's), the constants of the element types
+// (printed so that NVRTC reads their exact values), constant indexing, unused parameters.
+
+/// Values of which every other one is a multiple of 0.5 (so `round_ties_even` meets ties),
+/// with the special values.
+fn with_ties<T: Float>(rng: &mut Rng, n: usize) -> Vec<T> {
+    let mut x = rng.floats_special::<T>(n, -50.0, 50.0);
+    for i in (0..n).step_by(2) {
+        x[i] = T::from_f64((rng.below(201) as f64 - 100.0) / 2.0);
+    }
+    x
+}
+
+macro_rules! extras_gpu_tests {
+    ($module:ident, $t:ident) => {
+        mod $module {
+            use super::*;
+            use kernels::$module as k;
+
+            /// Bit for bit: `rint` rounds half to even in the default mode, as std does.
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn ties_even() {
+                each1(
+                    "ties_even",
+                    &SIZES_AND_LARGE,
+                    with_ties::<$t>,
+                    &[Tol::EXACT],
+                    k::ties_even,
+                );
+            }
+
+            /// NaN, the infinities and the finite constants, exactly.
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn constants() {
+                each1(
+                    "constants",
+                    &[1, 5],
+                    moderate::<$t>,
+                    &[Tol::EXACT],
+                    k::constants,
+                );
+            }
+
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn constant_uses() {
+                let gen = |r: &mut Rng, n| r.floats_special::<$t>(n, -1e3, 1e3);
+                each1(
+                    "constant_uses",
+                    &SIZES_AND_LARGE,
+                    gen,
+                    &[Tol::EXACT],
+                    k::constant_uses,
+                );
+            }
+
+            /// `x * w[0] + w[2]` may be contracted into one FMA on the GPU: within two roundings
+            /// of terms of magnitude up to 8.
+            #[test]
+            #[ignore = "needs a CUDA GPU"]
+            fn indexed() {
+                let eps = <$t as Float>::EPSILON;
+                let tol = Tol::close(2.0 * eps, 16.0 * eps);
+                let weights = |r: &mut Rng, _| r.floats_away::<$t>(3, 0.5, 2.0);
+                let gen = (|r: &mut Rng, n| r.floats::<$t>(n, -4.0, 4.0), weights);
+                let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+                    return;
+                };
+                for &n in &SIZES_AND_LARGE {
+                    let (x, w) = (gen.0(&mut rng, n), gen.1(&mut rng, 3));
+                    let run = |d: &Device| k::indexed(d, &put(d, &x, &[n]), &put(d, &w, &[3]));
+                    assert_gpu_matches_cpu(
+                        &gpu,
+                        &format!("indexed, n = {n}"),
+                        run,
+                        std::slice::from_ref(&tol),
+                    );
+                    let run = |d: &Device| k::indexed_full(d, &put(d, &x, &[n]), &put(d, &w, &[3]));
+                    assert_gpu_matches_cpu(
+                        &gpu,
+                        &format!("indexed_full, n = {n}"),
+                        run,
+                        std::slice::from_ref(&tol),
+                    );
+                }
+                let gen = |r: &mut Rng, rows: usize, cols: usize| {
+                    (
+                        r.floats::<$t>(rows * cols, -4.0, 4.0),
+                        r.floats_away::<$t>(6, 0.5, 2.0),
+                    )
+                };
+                each_2d(
+                    "indexed_rows",
+                    &[(37, 5000), (3, 70_000)],
+                    &[tol],
+                    gen,
+                    |d, (x, w), rows, cols| {
+                        k::indexed_rows(d, &put(d, x, &[rows, cols]), &put(d, w, &[2, 3]))
+                    },
+                );
+            }
+        }
+    };
+}
+
+mod extras {
+    use super::*;
+    use fuse_runtime::{bf16, f16};
+
+    extras_gpu_tests!(f32_extras, f32);
+    extras_gpu_tests!(f64_extras, f64);
+    extras_gpu_tests!(f16_extras, f16);
+    extras_gpu_tests!(bf16_extras, bf16);
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn integer_constants() {
+    let gen = (
+        |r: &mut Rng, n| r.ints::<i8>(n),
+        |r: &mut Rng, n| r.ints::<u64>(n),
+        |r: &mut Rng, n| r.ints::<i32>(n),
+    );
+    each3(
+        "int_constants",
+        &SIZES_AND_LARGE,
+        gen,
+        &[],
+        kernels::int_constants,
+    );
+}
+
+/// Issue 22's unused parameter over a dim of its own: it binds `k` on the GPU too.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn unused_parameters_bind_their_dims() {
+    let gen = |r: &mut Rng, t: usize, e: usize| {
+        (r.floats::<f32>(t * e, -4.0, 4.0), r.ints::<u8>(t % 7 + 1))
+    };
+    each_2d("unused_dim", &[], &[Tol::EXACT], gen, |d, (x, k), t, e| {
+        kernels::unused_dim(d, &put(d, x, &[t, e]), &put(d, k, &[k.len()]))
+    });
+}

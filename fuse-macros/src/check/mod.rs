@@ -1,6 +1,7 @@
 //! Types, dims and fusion legality. Every user error is found here; later stages assume a
 //! checked kernel and treat a broken invariant as a bug.
 
+mod element;
 mod special;
 pub(crate) mod typing;
 
@@ -176,6 +177,11 @@ impl<'a> Checker<'a> {
         outputs: &[OutputInfo],
     ) -> Option<(Option<Vec<usize>>, Option<Vec<usize>>)> {
         let errors_before = self.cx.len();
+        if let (Some(attr), Some(at)) = (def.derive.first(), self.first_element()) {
+            let mode = if attr.reverse { "vjp" } else { "jvp" };
+            self.cx.spanned(at, format!("`#[{mode}]` does not yet differentiate a kernel that indexes a tensor, as here; pass the element as a scalar parameter, as in `w0: f32`"));
+            return None;
+        }
         let (mut vjp, mut jvp) = (None, None);
         for attr in &def.derive {
             let mode = if attr.reverse { "vjp" } else { "jvp" };
@@ -606,6 +612,14 @@ mod tests {
             "shapes `[r, c]` and `[c, r]` cannot broadcast: they have the dims",
         );
         assert_error(
+            quote! { fn f(x: [f32; 1, s, h], y: [f32; b, s, h]) -> [f32; b, s, h] { y + x } },
+            "shapes `[b, s, h]` and `[1, s, h]` cannot broadcast: `[1, s, h]` has the fixed dim `1`, which `[b, s, h]` lacks; dims combine by name, not by position, so a size-1 dim does not stretch to `b` as in numpy; leave it out of the type, as `[s, h]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; 4, h], y: [f32; b]) -> f32 { sum(x * y) } },
+            "shapes `[4, h]` and `[b]` cannot broadcast: `[4, h]` has the fixed dim `4`, which `[b]` lacks; dims combine by name, not by position, so the fixed dim `4` matches only a dim of the same fixed size; leave it out of the type, as `[h]`",
+        );
+        assert_error(
             quote! { fn f(x: [f32; 3], y: [f32; 4]) -> [f32; 3] { x + y } },
             "shapes `[3]` and `[4]` cannot broadcast: the fixed sizes 3 and 4 differ",
         );
@@ -729,6 +743,52 @@ mod tests {
             fn f(z: f32) -> f32 { z }
         });
         assert_eq!(e.len(), 4, "{e:#?}");
+    }
+
+    /// `f32::MAX` and kin are literals of their own type, with their exact values; another path
+    /// is an error that lists them.
+    #[test]
+    fn constants_of_the_element_types() {
+        let k = kernel(quote! {
+            fn f(x: [f32; n], i: [u8; n]) -> ([f32; n], [u8; n], [f64; n]) {
+                (x.min(f32::MAX).max(-f32::INFINITY), i.min(u8::MAX), (x as f64) + f64::EPSILON)
+            }
+        });
+        let constants: Vec<(Ty, String)> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::Float(t) => Some((n.ty, t.clone())),
+                Op::Int(v) => Some((n.ty, v.to_string())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            constants,
+            [
+                (Ty::Elem(Elem::F32), "3.4028235e38".to_string()),
+                (Ty::Elem(Elem::F32), "inf".to_string()),
+                (Ty::Elem(Elem::U8), "255".to_string()),
+                (Ty::Elem(Elem::F64), "2.220446049250313e-16".to_string()),
+            ]
+        );
+        // A constant has its type: it is no literal that takes the other side's.
+        assert_error(
+            quote! { fn f(x: [f64; n]) -> [f64; n] { x.min(f32::MAX) } },
+            "mismatched types: `f64` and `f32`; nothing converts implicitly: write `(f32::MAX as f64)`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x.min(f32::INFINTY) } },
+            "no constant `f32::INFINTY` in the language; did you mean `f32::INFINITY`? (the constants of `f32` are `f32::NAN`,",
+        );
+        assert_error(
+            quote! { fn f(x: [i32; n]) -> [i32; n] { x + i32::EPSILON } },
+            "no constant `i32::EPSILON` in the language (the constants of `i32` are `i32::MIN`, `i32::MAX`)",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x * std::f32::consts::PI } },
+            "paths are not part of the language, except the constants of the element types: `f32::NAN`",
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ use proc_macro2::TokenStream;
 use quote::ToTokens;
 
 use crate::check::Checker;
+use crate::consts::Value;
 
 impl Checker<'_> {
     /// Checks an expression and adds its node; `None` after an error.
@@ -25,7 +26,15 @@ impl Checker<'_> {
                 Some(self.push(Op::Float(digits.clone()), ty, vec![], t))
             }
             ExprKind::Bool(b) => Some(self.push(Op::Bool(*b), Ty::Elem(Elem::Bool), vec![], t)),
+            ExprKind::Const { elem, value } => {
+                let op = match value {
+                    Value::Float(text) => Op::Float(text.clone()),
+                    Value::Int(v) => Op::Int(*v),
+                };
+                Some(self.push(op, Ty::Elem(*elem), vec![], t))
+            }
             ExprKind::Var(name) => self.var(name),
+            ExprKind::Index(base, indices) => self.element(base, indices, t),
             ExprKind::Unary(op, a) => self.unary(*op, a, t),
             ExprKind::Binary(op, a, b, op_tokens) => self.binary(*op, a, b, op_tokens, t),
             ExprKind::Cast(a, ty) => self.cast(a, ty, t),
@@ -618,6 +627,8 @@ impl Checker<'_> {
         };
         let why = match (why, fixed(a, b), fixed(b, a)) {
             (Conflict::Disjoint, Some(x), Some(y)) => Conflict::Fixed(x, y),
+            (Conflict::Disjoint, Some(x), None) => return self.fixed_dim_alone(x, a, b),
+            (Conflict::Disjoint, None, Some(y)) => return self.fixed_dim_alone(y, b, a),
             (why, _, _) => why,
         };
         match why {
@@ -628,6 +639,30 @@ impl Checker<'_> {
             Conflict::Fixed(a, b) => format!("the fixed sizes {} and {} differ", self.dims[a], self.dims[b]),
             Conflict::Disjoint => "each has a dim the other lacks, and they do not list their dims in the order the signature first names them; a tensor repeats along the dims it lacks, and dims combine in that order".to_string(),
         }
+    }
+
+    /// Why `has` (with the fixed dim `d`) and `lacks` (without it) do not broadcast: a fixed
+    /// size is not a dim that another stretches to, as a numpy size-1 axis is.
+    fn fixed_dim_alone(&self, d: DimId, has: &[DimId], lacks: &[DimId]) -> String {
+        let at = has
+            .iter()
+            .position(|&x| x == d)
+            .expect("the dim is in the shape");
+        let rest: Vec<DimId> = has.iter().copied().filter(|&x| x != d).collect();
+        let (size, has, rest) = (&self.dims[d], self.shape_text(has), self.shape_text(&rest));
+        let across = match lacks.get(at) {
+            Some(&o) if !matches!(self.dims[o], crate::ir::Dim::Fixed(_)) => {
+                format!(" to `{}`", self.dims[o])
+            }
+            _ => String::new(),
+        };
+        let why = match size {
+            crate::ir::Dim::Fixed(1) => {
+                format!("a size-1 dim does not stretch{across} as in numpy")
+            }
+            _ => format!("the fixed dim `{size}` matches only a dim of the same fixed size"),
+        };
+        format!("`{has}` has the fixed dim `{size}`, which `{}` lacks; dims combine by name, not by position, so {why}; leave it out of the type, as `{rest}` (reshape the buffer to match), and the tensor repeats along the dims it lacks", self.shape_text(lacks))
     }
 
     /// Whether two shapes that are not one inside the other combine into their union: both list
@@ -695,19 +730,24 @@ fn merge_sorted(a: &[DimId], b: &[DimId]) -> Vec<DimId> {
 }
 
 /// An expression's text as an operand of a suggested fix: wrapped in parentheses unless it is a
-/// single name, literal or call, so that `as` or a method applies to all of it.
+/// single name, literal, constant (`f32::MAX`) or call, so that `as` or a method applies to all
+/// of it.
 pub fn operand(tokens: &TokenStream) -> String {
-    let trees: Vec<proc_macro2::TokenTree> = tokens.clone().into_iter().collect();
+    use proc_macro2::TokenTree as T;
+    let trees: Vec<T> = tokens.clone().into_iter().collect();
     let simple = match trees.as_slice() {
         [_] => true,
-        [proc_macro2::TokenTree::Ident(_), proc_macro2::TokenTree::Group(g)] => {
-            g.delimiter() == proc_macro2::Delimiter::Parenthesis
+        [T::Ident(_), T::Group(g)] => g.delimiter() == proc_macro2::Delimiter::Parenthesis,
+        [T::Ident(_), T::Punct(a), T::Punct(b), T::Ident(_)] => {
+            a.as_char() == ':' && b.as_char() == ':'
         }
         _ => false,
     };
+    // Paths are the only `::` of the language: written as in Rust, without spaces.
+    let text = tokens.to_string().replace(" :: ", "::");
     if simple {
-        tokens.to_string()
+        text
     } else {
-        format!("({tokens})")
+        format!("({text})")
     }
 }

@@ -38,6 +38,11 @@ impl Cuda<'_> {
                 let raw = format!("p_{}", crate::ir::plain_name(&param.name));
                 self.loaded(param.elem, raw)
             }
+            Op::Element(p, offset) => {
+                let param = &k.params[*p];
+                let raw = format!("p_{}[{offset}]", crate::ir::plain_name(&param.name));
+                self.loaded(param.elem, raw)
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
                 _ => format!("((unsigned int){})", self.layout.coord(*d)),
@@ -259,7 +264,8 @@ impl Cuda<'_> {
         }
         match f {
             Exp | Exp2 | Log2 | Log10 | Sqrt | Cbrt | Sin | Cos | Tan | Sinh | Cosh | Tanh
-            | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | Trunc | Erf => {
+            | Asin | Acos | Atan | Asinh | Acosh | Atanh | Floor | Ceil | Round | RoundTiesEven
+            | Trunc | Erf => {
                 format!("{}({x})", s(c_math_name(f)))
             }
             Ln => format!("{}({x})", s("log")),

@@ -29,6 +29,8 @@ pub(super) fn c_math_name(f: Func) -> &'static str {
         Floor => "floor",
         Ceil => "ceil",
         Round => "round",
+        // Round to nearest, ties to even: the default rounding mode, which `rint` uses.
+        RoundTiesEven => "rint",
         Trunc => "trunc",
         Erf => "erf",
         Atan2 => "atan2",
@@ -66,19 +68,25 @@ pub(super) fn int_literal(value: i128, e: Elem) -> String {
     }
 }
 
-/// A float literal of type `e`; a 16-bit float's is the f32 of its rounded value.
+/// A float literal of type `e`; a 16-bit float's is the f32 of its rounded value. A value that
+/// has no decimal literal (NaN, an infinity: `f32::NAN`, `-inf` from `f32::NEG_INFINITY`) is
+/// written as its bits, which NVRTC reads back exactly.
 pub(super) fn float_literal(digits: &str, e: Elem) -> String {
     let text = if e.compute() == Elem::F32 {
         let v = e.round(digits.parse().unwrap_or(f32::NAN));
-        if v.is_infinite() {
+        if v == f32::INFINITY {
             "__int_as_float(0x7f800000)".to_string()
+        } else if !v.is_finite() {
+            format!("__uint_as_float({:#010x}u)", v.to_bits())
         } else {
             format!("{v:?}f")
         }
     } else {
         let v: f64 = digits.parse().unwrap_or(f64::NAN);
-        if v.is_infinite() {
+        if v == f64::INFINITY {
             "__longlong_as_double(0x7ff0000000000000ll)".to_string()
+        } else if !v.is_finite() {
+            format!("__longlong_as_double((long long){:#018x}ull)", v.to_bits())
         } else {
             format!("{v:?}")
         }
@@ -543,6 +551,43 @@ mod tests {
             s ^= s >> 27;
             s.wrapping_mul(0x2545_f491_4f6c_dd1d)
         })
+    }
+
+    /// Values with no decimal literal are written as their bits; finite ones as the shortest
+    /// digits that read back exactly (`f32::MAX`), as before.
+    #[test]
+    fn float_constants_are_printed_exactly() {
+        use super::float_literal;
+        use crate::ty::Elem;
+        let cases = [
+            ("inf", Elem::F32, "__int_as_float(0x7f800000)"),
+            ("-inf", Elem::F32, "__uint_as_float(0xff800000u)"),
+            ("NaN", Elem::F32, "__uint_as_float(0x7fc00000u)"),
+            ("NaN", Elem::BF16, "__uint_as_float(0x7fc00000u)"),
+            ("-inf", Elem::F16, "__uint_as_float(0xff800000u)"),
+            (
+                "inf",
+                Elem::F64,
+                "__longlong_as_double(0x7ff0000000000000ll)",
+            ),
+            (
+                "-inf",
+                Elem::F64,
+                "__longlong_as_double((long long)0xfff0000000000000ull)",
+            ),
+            (
+                "NaN",
+                Elem::F64,
+                "__longlong_as_double((long long)0x7ff8000000000000ull)",
+            ),
+            ("3.4028235e38", Elem::F32, "3.4028235e38f"),
+            ("1.1754944e-38", Elem::F32, "1.1754944e-38f"),
+            ("65504.0", Elem::F16, "65504.0f"),
+            ("2.220446049250313e-16", Elem::F64, "2.220446049250313e-16"),
+        ];
+        for (digits, e, want) in cases {
+            assert_eq!(float_literal(digits, e), want, "{digits} as {e}");
+        }
     }
 
     /// `fz_divmod` with `small`: the high half of the host's 64-bit reciprocal divides in 32 bits.

@@ -133,9 +133,13 @@ impl Graph {
                 let s = self.add(one, x);
                 one_over(self, s)
             }
-            Func::Floor | Func::Ceil | Func::Round | Func::Trunc | Func::Signum | Func::Detach => {
-                return vec![]
-            }
+            Func::Floor
+            | Func::Ceil
+            | Func::Round
+            | Func::RoundTiesEven
+            | Func::Trunc
+            | Func::Signum
+            | Func::Detach => return vec![],
             Func::Fract => return vec![(args[0], Some(D::One))],
             Func::ToDegrees => self.lit(180.0 / PI),
             Func::ToRadians => self.lit(PI / 180.0),

@@ -634,3 +634,80 @@ fuse! {
         sum(x)
     }
 }
+
+/// `round_ties_even`, the constants of the float types, and constant indexing (`w[0]`), over the
+/// float type `$t` (issue 22).
+macro_rules! float_extra_kernels {
+    ($module:ident, $t:ident) => {
+        #[doc = concat!("`round_ties_even`, constants and indexing over `", stringify!($t), "`.")]
+        pub mod $module {
+            use super::fuse;
+
+            fuse! {
+                pub fn ties_even(x: [$t; n]) -> ([$t; n], [$t; n]) {
+                    (x.round_ties_even(), round_ties_even(x))
+                }
+
+                /// Every float constant, as a scalar output.
+                pub fn constants(x: [$t; n]) -> ($t, $t, $t, $t, $t, $t, $t) {
+                    (
+                        $t::NAN, $t::INFINITY, $t::NEG_INFINITY, $t::MAX, $t::MIN,
+                        $t::MIN_POSITIVE, $t::EPSILON,
+                    )
+                }
+
+                /// The constants in values over the elements.
+                pub fn constant_uses(x: [$t; n]) -> ([$t; n], [$t; n], [bool; n]) {
+                    (
+                        x.clamp($t::MIN, $t::MAX),
+                        if x.is_nan() { $t::NEG_INFINITY } else { x * $t::EPSILON },
+                        x.abs() < $t::MIN_POSITIVE,
+                    )
+                }
+
+                /// An element of a `[3]` weight, the same at every element.
+                pub fn indexed(x: [$t; n], w: [$t; 3]) -> [$t; n] {
+                    x * w[0] + w[2]
+                }
+
+                /// Elements of a `[2, 3]` weight in a row kernel.
+                pub fn indexed_rows(x: [$t; rows, cols], w: [$t; 2, 3])
+                    -> ([$t; rows, cols], [$t; rows])
+                {
+                    let y = x * w[1][2] - w[0][1];
+                    (y, max(y, cols))
+                }
+
+                /// Elements of a weight in a full reduction and beside it.
+                pub fn indexed_full(x: [$t; n], w: [$t; 3]) -> ($t, [$t; n]) {
+                    (max(x * w[1]) + w[0], x - w[2])
+                }
+            }
+        }
+    };
+}
+
+float_extra_kernels!(f32_extras, f32);
+float_extra_kernels!(f64_extras, f64);
+float_extra_kernels!(f16_extras, f16);
+float_extra_kernels!(bf16_extras, bf16);
+
+fuse! {
+    /// The bounds of integer types as constants: `i8::MIN + 1`, `u64::MAX - 1`, and a test.
+    pub fn int_constants(a: [i8; n], b: [u64; n], c: [i32; n])
+        -> ([i8; n], [u64; n], [bool; n], [i32; n])
+    {
+        (a.max(i8::MIN + 1), b.min(u64::MAX - 1), a == i8::MIN, c.clamp(i32::MIN, i32::MAX - 5))
+    }
+
+    /// Issue 22's unused parameter, whose dim appears nowhere else: it binds `k` and is
+    /// otherwise ignored.
+    pub fn unused_dim(x: [f32; t, e], k_dim: [u8; k]) -> [f32; t, e] {
+        x
+    }
+
+    /// Two unused parameters that share a dim: the call checks that they agree on it.
+    pub fn unused_shared_dim(x: [f32; n], a: [u8; k], b: [i32; k]) -> [f32; n] {
+        x * 3.0
+    }
+}

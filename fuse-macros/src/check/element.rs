@@ -1,0 +1,156 @@
+//! Constant indexing, `w[0]` and `w[1][2]`: one element of a tensor parameter whose dims all
+//! have a fixed size, picked by integer literals, so that every index is checked against its dim
+//! here and the element is the same for every element of the launch (a scalar).
+
+use crate::check::typing::operand;
+use crate::check::Checker;
+use crate::ir::{Dim, Op};
+use crate::parse::{Expr, Index};
+use crate::ty::Ty;
+use proc_macro2::TokenStream;
+
+impl Checker<'_> {
+    /// `base[i][j]..`: the element of the tensor parameter `base` at those indices.
+    pub fn element(&mut self, base: &Expr, indices: &[Index], t: &TokenStream) -> Option<usize> {
+        let id = self.expr(base)?;
+        let Op::Load(p) = self.nodes[id].op else {
+            let what = match self.nodes[id].shape.is_empty() {
+                true => "a scalar, which has no elements to pick",
+                false => "a computed value; index a tensor parameter and compute with the element",
+            };
+            self.cx.spanned(
+                &base.tokens,
+                format!(
+                    "only a tensor parameter can be indexed, as in `w[0]` with `w: [f32; 3]`, and `{}` is {what}",
+                    operand(&base.tokens)
+                ),
+            );
+            return None;
+        };
+        let name = crate::ir::plain_name(&self.params[p].name);
+        let shape = self.params[p]
+            .shape
+            .clone()
+            .expect("a loaded parameter is a tensor");
+        if indices.len() != shape.len() {
+            self.rank_mismatch(&name, &shape, indices, t);
+            return None;
+        }
+        let mut offset = 0u64;
+        for (&d, index) in shape.iter().zip(indices) {
+            let size = match self.dims[d] {
+                Dim::Fixed(size) => size,
+                Dim::Named(ref dim) => {
+                    self.cx.spanned(&index.tokens, format!("`{name}` is indexed along `{dim}`, a dim whose size is known only at launch; only dims of fixed size can be indexed, as in `w[0]` with `w: [f32; 3]`"));
+                    return None;
+                }
+            };
+            if index.value >= size {
+                self.cx.spanned(&index.tokens, format!("index out of bounds: this dim of `{name}` has size {size} but the index is {}", index.value));
+                return None;
+            }
+            offset = offset * size + index.value;
+        }
+        let elem = self.params[p].elem;
+        Some(self.push(Op::Element(p, offset), Ty::Elem(elem), vec![], t))
+    }
+
+    /// Reports a tensor indexed by more or fewer indices than it has dims.
+    fn rank_mismatch(&mut self, name: &str, shape: &[usize], indices: &[Index], t: &TokenStream) {
+        let (rank, given) = (shape.len(), indices.len());
+        let example: String = (0..rank).map(|_| "[0]").collect();
+        let dims = if rank == 1 { "dim" } else { "dims" };
+        let message = format!(
+            "`{name}` has {rank} {dims}, `{}`, but is indexed by {given}: index every dim to pick one element, as in `{name}{example}`",
+            self.shape_text(shape)
+        );
+        self.cx.spanned(t, message);
+    }
+
+    /// Whether a value of the kernel reads a tensor by constant indexing (`w[0]`), and where.
+    pub fn first_element(&self) -> Option<TokenStream> {
+        self.nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Element(..)))
+            .map(|n| n.tokens.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::Op;
+    use crate::testing::{assert_error, errors, kernel};
+    use quote::quote;
+
+    /// `w[i][j]` is the element at row-major offset `i * cols + j`, a scalar of `w`'s type, and
+    /// both backends read it at that offset.
+    #[test]
+    fn indices_become_one_offset() {
+        let k = kernel(quote! {
+            fn f(x: [f32; n], w: [f32; 3], m: [bf16; 2, 3]) -> [f32; n] { x * w[0] + w[2] - (m[1][2] as f32) }
+        });
+        let offsets: Vec<(usize, u64)> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Element(p, o) => Some((p, o)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(offsets, [(1, 0), (1, 2), (2, 5)]);
+        let program = crate::plan::program(&k);
+        let cuda = crate::cuda::sources(&k, &program).join("\n");
+        assert!(
+            cuda.contains("p_w[2]") && cuda.contains("fz_bf16_to_f32(p_m[5])"),
+            "{cuda}"
+        );
+        let cpu = crate::cpu::body(&k, &program.plan);
+        assert!(
+            cpu.contains("p_w[2]") && cpu.contains("to_f32(p_m[5])"),
+            "{cpu}"
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_indexed_says_what_can() {
+        assert_error(
+            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * w[3] } },
+            "index out of bounds: this dim of `w` has size 3 but the index is 3",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x - x[0] } },
+            "`x` is indexed along `n`, a dim whose size is known only at launch",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], w: [f32; 3], i: u32) -> [f32; n] { x * w[i] } },
+            "an index is an integer literal, as in `w[0]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * w[-1] } },
+            "an index is an integer literal",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], w: [f32; 2, 3]) -> [f32; n] { x * w[1] } },
+            "`w` has 2 dims, `[2, 3]`, but is indexed by 1: index every dim to pick one element, as in `w[0][0]`",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * (w * 2.0)[1] } },
+            "only a tensor parameter can be indexed, as in `w[0]` with `w: [f32; 3]`, and `(w * 2.0)` is a computed value",
+        );
+        assert_error(
+            quote! { fn f(x: [f32; n], s: f32) -> [f32; n] { x * s[0] } },
+            "only a tensor parameter can be indexed",
+        );
+        assert_error(
+            quote! { #[vjp(x)] fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * w[1] } },
+            "`#[vjp]` does not yet differentiate a kernel that indexes a tensor",
+        );
+        // A `let` name of the parameter itself is the parameter.
+        kernel(quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let v = w; x * v[1] } });
+        // Independent mistakes in one index expression are all reported.
+        let e = errors(
+            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let a = w[1.5]; x * a + x[0] } },
+        );
+        assert_eq!(e.len(), 2, "{e:?}");
+    }
+}
