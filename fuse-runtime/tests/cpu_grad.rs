@@ -523,6 +523,50 @@ fn training_pairs_give_the_forwards_outputs_and_vjps_gradients() {
         assert_eq!(host(&g2.alpha), host(&g.alpha), "dyt dalpha");
         assert_eq!(host(&g2.w), host(&g.w), "dyt dw");
 
+        let eps = rng.uniform(0.1, 0.5);
+        let (_, saved) = rmsnorm::forward_train(&dev, &px, &pw, eps).unwrap();
+        let g = rmsnorm::vjp(&dev, &px, &pw, eps, &pdy).unwrap();
+        let g2 = rmsnorm::backward(&dev, &saved, &pdy).unwrap();
+        assert_eq!(host(&g2.x), host(&g.x), "rmsnorm dx");
+        assert_eq!(host(&g2.w), host(&g.w), "rmsnorm dw");
+        assert_eq!(host(&g2.eps), host(&g.eps), "rmsnorm deps");
+
+        let pr = put(&dev, &dr, &[rows]);
+        let (y2, saved) = row_sums::forward_train(&dev, &px, &pr).unwrap();
+        assert_eq!(host(&y2), host(&row_sums(&dev, &px, &pr).unwrap()));
+        let g = row_sums::vjp(&dev, &px, &pr, &pdr).unwrap();
+        let g2 = row_sums::backward(&dev, &saved, &pdr).unwrap();
+        assert_eq!(
+            (host(&g2.x), host(&g2.b)),
+            (host(&g.x), host(&g.b)),
+            "row_sums"
+        );
+
+        let dc = rng.floats::<f64>(cols, -1.0, 1.0);
+        let pdc = put(&dev, &dc, &[cols]);
+        let (y2, saved) = column_sums::forward_train(&dev, &px, &pr).unwrap();
+        assert_eq!(host(&y2), host(&column_sums(&dev, &px, &pr).unwrap()));
+        let g = column_sums::vjp(&dev, &px, &pr, &pdc).unwrap();
+        let g2 = column_sums::backward(&dev, &saved, &pdc).unwrap();
+        assert_eq!(
+            (host(&g2.x), host(&g2.w)),
+            (host(&g.x), host(&g.w)),
+            "column_sums"
+        );
+
+        let n = rows * cols;
+        let (flat, s1) = (put(&dev, &x, &[n]), rng.uniform(0.5, 1.5));
+        let d0 = put(&dev, &[rng.uniform(-1.0, 1.0)], &[]);
+        let (t2, saved) = total::forward_train(&dev, &flat, s1).unwrap();
+        assert_eq!(host(&t2), host(&total(&dev, &flat, s1).unwrap()));
+        let g = total::vjp(&dev, &flat, s1, &d0).unwrap();
+        let g2 = total::backward(&dev, &saved, &d0).unwrap();
+        assert_eq!(
+            (host(&g2.x), host(&g2.s)),
+            (host(&g.x), host(&g.s)),
+            "total"
+        );
+
         // In bf16: the saved rstd is the f32 value the recomputation has.
         let half = |v: &[f64]| v.iter().map(|&a| bf16::from_f64(a)).collect::<Vec<_>>();
         let (xb, wb, dyb) = (
