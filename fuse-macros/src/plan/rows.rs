@@ -237,7 +237,7 @@ pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize, wide: bool) -> Vec<Opti
 /// held in f32 (an f32, or a 16-bit float's value before it is rounded to store).
 fn stashable(value: Elem, elem: Elem, wide: bool) -> bool {
     (value == elem && elem.compute() == elem)
-        || (wide && elem.is_half() && value.compute() == Elem::F32)
+        || (wide && elem.is_narrow_float() && value.compute() == Elem::F32)
 }
 
 /// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
@@ -281,7 +281,7 @@ fn stash_slot(
         [p] => Some((*p, stashes(k, plan, *p, wide))),
         _ if wide => cached
             .iter()
-            .filter(|&&p| k.params[p].elem.is_half())
+            .filter(|&&p| k.params[p].elem.is_narrow_float())
             .map(|&p| (p, stashes(k, plan, p, true)))
             .find(|(_, stored)| stored.iter().any(Option::is_some)),
         _ => None,
@@ -438,7 +438,7 @@ pub(crate) const LANES: u32 = 4;
 
 pub(crate) fn lanes(k: &Kernel) -> u32 {
     let narrow = tensor_elems(k).all(|e| e.bits() <= 16);
-    let halves = tensor_elems(k).any(Elem::is_half);
+    let halves = tensor_elems(k).any(Elem::is_narrow_float);
     if narrow && !(halves && divides_floats(k)) {
         2 * LANES
     } else {
