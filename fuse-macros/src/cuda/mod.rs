@@ -266,9 +266,9 @@ struct Cuda<'a> {
     /// The elements of each of a cached row's vectors in registers (`rc_<name>[q]`): four, or
     /// eight (16 bytes of 2-byte elements) on the wide path.
     cache_lanes: u32,
-    /// The bits of the cast to a 16-bit float `expr` just wrote, for `values` to declare.
+    /// The bits of the cast to a narrow float `expr` just wrote, for `values` to declare.
     cast_bits: Option<String>,
-    /// Casts to a 16-bit float whose bits `h<id>` are declared, each with the blocks open where
+    /// Casts to a narrow float whose bits `h<id>` are declared, each with the blocks open where
     /// it was (see `output_bits`).
     bits: Vec<(NodeId, Vec<usize>)>,
     /// The blocks open now, outermost first, each by its number in the text, and the count of
@@ -486,7 +486,7 @@ impl Cuda<'_> {
             if let (Some((reused, p)), Scope::Element) = (self.reuse, scope) {
                 if id == reused {
                     // As `expr` reads the cached element itself; an f32 stored beside a row of
-                    // 16-bit floats from its own array (`rows::row_passes`).
+                    // narrow floats from its own array (`rows::row_passes`).
                     let (_, name) = self.param_text(p);
                     let slots = match self.k.params[p].elem.is_narrow_float() {
                         true => "rs",
@@ -498,7 +498,7 @@ impl Cuda<'_> {
             }
             let e = self.expr(id, scope);
             match self.cast_bits.take() {
-                // A cast to a 16-bit float: its bits, then its value from them.
+                // A cast to a narrow float: its bits, then its value from them.
                 Some(bits) => {
                     let storage = self.k.nodes[id].elem().c_storage();
                     self.line(format!("const {storage} h{id} = {bits};"));

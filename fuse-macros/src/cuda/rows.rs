@@ -478,7 +478,7 @@ impl Cuda<'_> {
             &[]
         };
         let (slot, stashes) = pass_stashes(self.k, plan, stashing, true);
-        // A row of 16-bit floats stores f32 values (softmax's `exp(x - max)`) in an array of
+        // A row of narrow floats (16-bit or fp8) stores f32 values (softmax's `exp(x - max)`) in an array of
         // its own, `rs_<name>`: rounded into the row's registers they would lose their
         // precision. Computed again instead, S2's bf16 softmax took two `expf` an element.
         if let (Some(p), true) = (slot, stashes.iter().any(|(_, s)| s.is_some())) {
