@@ -14,35 +14,15 @@ static __device__ __forceinline__ unsigned short fz_f32_to_bf16(float f) {
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
 }
-struct fz_divider { float r, hi; };
-static __device__ __forceinline__ fz_divider fz_divider_of(float b) {
-    float r;
-#ifdef __CUDA_ARCH__
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
-#else
-    r = 1.0f / b;
-#endif
-    r = __fmaf_rn(r, __fmaf_rn(r, -b, 1.0f), r);
-    const float m = fabsf(b);
-    return {r, m >= 0x1p-60f && m <= 0x1p60f ? 0x1p60f : -__int_as_float(0x7f800000)};
-}
-static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d) {
-    const float m = fabsf(a);
-    if (m >= 0x1p-60f && m <= d.hi) {
-        const float q = __fmul_rn(a, d.r);
-        return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
-    }
-    return a / b;
-}
 static __device__ __forceinline__ float fz_f8e4m3_to_f32(unsigned char h) {
     const unsigned int a = h & 0x7fu, s = (unsigned int)(h & 0x80u) << 24;
     const float m = a < 8u ? (float)a * 0x1p-9f : __uint_as_float((a << 20) + (120u << 23));
     return __uint_as_float(a == 0x7fu ? 0x7fffffffu : __float_as_uint(m) | s);
 }
 static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {
-    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu;
-    const unsigned int n = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);
-    const unsigned int c = a < 0x3c800000u ? __float2uint_rn(__uint_as_float(a) * 512.0f) : n < 0x7eu ? n : 0x7eu;
+    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x43e00000u ? a : 0x43e00000u;
+    const unsigned int c = m < 0x3c800000u ? __float_as_uint(__uint_as_float(m) + 16384.0f) - 0x46800000u
+        : ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);
     return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);
 }
 extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
@@ -80,6 +60,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
         const long long b2 = c0;
         const float v2 = p_eps;
         const float v13 = 448.0f;
+        const float v15 = 1.0f;
         float acc5 = (float)0;
         #pragma unroll 4
         for (long long r = lane; r < len; r += width) {
@@ -148,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
         }
         const float v12 = acc12;
         const float v14 = (v12 / v13);
-        const fz_divider dv_14 = fz_divider_of(v14);
+        const float v16 = (v15 / v14);
         #pragma unroll 4
         for (long long r = lane; live && r < len; r += width) {
             const long long o0 = b0 + r;
@@ -159,10 +140,10 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
             const float v8 = (v3 * v7);
             const float v9 = v1;
             const float v10 = (v8 * v9);
-            const float v15 = fz_div_by(v10, v14, dv_14);
-            const unsigned char h16 = fz_f32_to_f8e4m3(v15);
-            const float v16 = fz_f8e4m3_to_f32(h16);
-            out0[o0] = h16;
+            const float v17 = (v10 * v16);
+            const unsigned char h18 = fz_f32_to_f8e4m3(v17);
+            const float v18 = fz_f8e4m3_to_f32(h18);
+            out0[o0] = h18;
         }
         if (live && lane == 0) {
             out1[b2] = v14;

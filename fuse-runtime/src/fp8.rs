@@ -9,23 +9,23 @@
 
 use float8::{F8E4M3, F8E5M2};
 
-/// An fp8 format: its mantissa bits, exponent bias and greatest finite code.
+/// An fp8 format: its mantissa bits, exponent bias and largest finite value.
 struct Format {
     mantissa: u32,
     bias: u32,
-    max_code: u32,
+    max: f32,
 }
 
 const E4M3: Format = Format {
     mantissa: 3,
     bias: 7,
-    max_code: 0x7e,
+    max: 448.0,
 };
 
 const E5M2: Format = Format {
     mantissa: 2,
     bias: 15,
-    max_code: 0x7b,
+    max: 57344.0,
 };
 
 impl Format {
@@ -39,21 +39,29 @@ impl Format {
         f32::from_bits((127 + self.bias - 1 + self.mantissa) << 23)
     }
 
-    /// `x` rounded to this format's code.
+    /// The power of two whose last place in f32 is the least subnormal value.
+    fn subnormal_magic(&self) -> f32 {
+        f32::from_bits((127 + 23 - (self.bias - 1 + self.mantissa)) << 23)
+    }
+
+    /// `x` rounded to this format's code, as the CUDA C computes it: the magnitude clamped to
+    /// the largest value (all above it rounds or saturates to it), then rounded.
     fn encode(&self, x: f32) -> u8 {
         let u = x.to_bits();
         let a = u & 0x7fff_ffff;
         if a > 0x7f80_0000 {
             return 0x7f;
         }
-        let code = if a < self.min_normal_bits() {
-            // A multiple of the least subnormal; the scaling is exact, the conversion rounds.
-            (f32::from_bits(a) * self.subnormal_scale()).round_ties_even() as u32
+        let m = a.min(self.max.to_bits());
+        let code = if m < self.min_normal_bits() {
+            // A multiple of the least subnormal: the f32 addition rounds it in its last place.
+            let magic = self.subnormal_magic();
+            (f32::from_bits(m) + magic).to_bits() - magic.to_bits()
         } else {
             // The f32's bits rounded at this format's last mantissa bit, the exponent rebiased.
             let drop = 23 - self.mantissa;
-            let rounded = (a + (1 << (drop - 1)) - 1 + ((a >> drop) & 1)) >> drop;
-            (rounded - ((127 - self.bias) << self.mantissa)).min(self.max_code)
+            let rounded = (m + (1 << (drop - 1)) - 1 + ((m >> drop) & 1)) >> drop;
+            rounded - ((127 - self.bias) << self.mantissa)
         };
         ((u >> 24) & 0x80) as u8 | code as u8
     }

@@ -3403,7 +3403,7 @@ mod fp8s {
                     .max(1.0 / (448.0 * 512.0));
                 want_s.push(scale);
                 // With the kernel's own scale, so that only the rounding of `y` is compared.
-                want_q.extend(y.iter().map(|v| (v / f64::from(s[r])) as f32));
+                want_q.extend(y.iter().map(|v| (v * (1.0 / f64::from(s[r]))) as f32));
             }
             assert_close(
                 &format!("scale {t}x{h}"),

@@ -622,7 +622,7 @@ mod tests {
                         let xf = x as f32;
                         let y = xf * rsqrt(mean(xf * xf, h) + eps) * (w as f32);
                         let scale = max(y.abs(), h) / 448.0;
-                        ((y / scale) as f8e4m3, scale)
+                        ((y * (1.0 / scale)) as f8e4m3, scale)
                     }
                 },
             ),

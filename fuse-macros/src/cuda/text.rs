@@ -357,11 +357,13 @@ pub(super) fn helper(name: &str) -> &'static str {
         // sm_89, and cuda_fp8.h is not needed): `cuda_fp8.h`'s `__NV_SATFINITE` conversions,
         // which `fuse_runtime::__private::ops` computes the same way on the CPU. To nearest,
         // ties to even; a value that would round past the largest finite value (also an
-        // infinity) saturates to it; every NaN becomes 0x7f. Where an f32 is below the least
-        // normal value, a multiple of the least subnormal is rounded by the conversion to
-        // integer (the scaling by a power of two is exact; f32 subnormals, flushed or not,
-        // round to zero); above, the f32's bits are rounded at the fp8's last mantissa bit.
-        // Back: exact; a NaN is 0x7fffffff.
+        // infinity) saturates to it; every NaN becomes 0x7f. The magnitude is first clamped to
+        // the largest value (everything above it rounds or saturates to it), then below the
+        // least normal value rounded to a multiple of the least subnormal by an f32 addition
+        // whose last place that is (f32 subnormals, flushed or not, round to zero), above it
+        // rounded on the f32's bits at the fp8's last mantissa bit. Back: exact; a NaN is
+        // 0x7fffffff. (Computing both roundings and taking the smaller code, ptxas spilled in
+        // a row kernel that also divides: RMSNorm + quantization at 2048 bf16 a row.)
         "fz_f8e4m3" => concat!(
             "static __device__ __forceinline__ float fz_f8e4m3_to_f32(unsigned char h) {\n",
             "    const unsigned int a = h & 0x7fu, s = (unsigned int)(h & 0x80u) << 24;\n",
@@ -369,9 +371,9 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return __uint_as_float(a == 0x7fu ? 0x7fffffffu : __float_as_uint(m) | s);\n",
             "}\n",
             "static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {\n",
-            "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu;\n",
-            "    const unsigned int n = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - (120u << 3);\n",
-            "    const unsigned int c = a < 0x3c800000u ? __float2uint_rn(__uint_as_float(a) * 512.0f) : n < 0x7eu ? n : 0x7eu;\n",
+            "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x43e00000u ? a : 0x43e00000u;\n",
+            "    const unsigned int c = m < 0x3c800000u ? __float_as_uint(__uint_as_float(m) + 16384.0f) - 0x46800000u\n",
+            "        : ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);\n",
             "    return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);\n",
             "}\n",
         ),
@@ -383,9 +385,9 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return __uint_as_float(a > 0x7cu ? 0x7fffffffu : b | s);\n",
             "}\n",
             "static __device__ __forceinline__ unsigned char fz_f32_to_f8e5m2(float f) {\n",
-            "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu;\n",
-            "    const unsigned int n = ((a + 0xfffffu + ((a >> 21) & 1u)) >> 21) - (112u << 2);\n",
-            "    const unsigned int c = a < 0x38800000u ? __float2uint_rn(__uint_as_float(a) * 65536.0f) : n < 0x7bu ? n : 0x7bu;\n",
+            "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x47600000u ? a : 0x47600000u;\n",
+            "    const unsigned int c = m < 0x38800000u ? __float_as_uint(__uint_as_float(m) + 128.0f) - 0x43000000u\n",
+            "        : ((m + 0xfffffu + ((m >> 21) & 1u)) >> 21) - (112u << 2);\n",
             "    return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);\n",
             "}\n",
         ),

@@ -391,16 +391,16 @@ pub mod fp8s {
             (x as f32 / scale) as f8e4m3
         }
 
-        /// RMSNorm, then fp8 quantization with a scale a token (vLLM's
-        /// `rms_norm_dynamic_per_token_quant`): the row's largest magnitude over e4m3's largest
-        /// value, at least `1 / (448 * 512)`.
+        /// RMSNorm, then fp8 quantization with a scale a token, as vLLM's
+        /// `rms_norm_dynamic_per_token_quant` computes it: the row's largest magnitude over
+        /// e4m3's largest value, at least `1 / (448 * 512)`, and `y` times its inverse.
         pub fn rmsnorm_quant(x: [bf16; t, h], w: [bf16; h], eps: f32)
             -> ([f8e4m3; t, h], [f32; t])
         {
             let xf = x as f32;
             let y = xf * rsqrt(mean(xf * xf, h) + eps) * (w as f32);
             let scale = (max(y.abs(), h) / 448.0).max(1.0 / (448.0 * 512.0));
-            ((y / scale) as f8e4m3, scale)
+            ((y * (1.0 / scale)) as f8e4m3, scale)
         }
     }
 }

@@ -96,8 +96,6 @@ static inline float __fdiv_rn(float a, float b) { return a / b; }
 static inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
 static inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 static inline float __uint2float_rn(unsigned a) { return (float)a; }
-// Only for values that fit (the fp8 conversions round a multiple of the least subnormal).
-static inline unsigned __float2uint_rn(float x) { return (unsigned)std::nearbyint(x); }
 static inline float __int2float_rn(int a) { return (float)a; }
 static inline int __popc(unsigned a) { return __builtin_popcount(a); }
 static inline int __popcll(unsigned long long a) { return __builtin_popcountll(a); }
