@@ -246,7 +246,8 @@ mod tests {
     /// pattern: the same code for every value but NaN.
     #[test]
     fn agrees_with_the_cuda_reference() {
-        let checks: [(fn(f32) -> u8, fn(f32) -> u8); 2] = [
+        type Conversion = fn(f32) -> u8;
+        let checks: [(Conversion, Conversion); 2] = [
             (
                 |x| f8e4m3_from_f32(x).to_bits(),
                 |x| F8E4M3::from_f32(x).to_bits(),
