@@ -66,7 +66,7 @@ impl Format {
         ((u >> 24) & 0x80) as u8 | code as u8
     }
 
-    /// The value of the finite, non-NaN code `code` (sign dropped).
+    /// The magnitude of a finite code whose low 7 bits are `a`.
     fn magnitude(&self, a: u32) -> f32 {
         if a < 1 << self.mantissa {
             a as f32 / self.subnormal_scale()
