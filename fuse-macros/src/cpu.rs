@@ -279,8 +279,8 @@ impl Cpu<'_> {
             Op::Unary(UnOp::Neg, a) => format!("v{a}.wrapping_neg()"),
             Op::Unary(UnOp::Not, a) => format!("(!v{a})"),
             Op::Binary(op, a, b) => binary(*op, k.nodes[*a].elem(), &v(a), &v(b)),
-            // Rounded to the 16-bit type (through f32, as on the GPU), and held in f32 again.
-            Op::Cast(a) if e.is_half() => loaded(e, stored(e, &format!("(v{a} as f32)"))),
+            // Rounded to the narrow type (through f32, as on the GPU), and held in f32 again.
+            Op::Cast(a) if e.is_narrow_float() => loaded(e, stored(e, &format!("(v{a} as f32)"))),
             Op::Cast(a) => format!("(v{a} as {})", e.compute().name()),
             Op::Select(c, a, b) => format!("(if v{c} {{ v{a} }} else {{ v{b} }})"),
             Op::Call(f, args) => {
@@ -306,7 +306,7 @@ impl Cpu<'_> {
     }
 }
 
-/// A float literal, exactly: the bits of the value the literal denotes in its type (a 16-bit
+/// A float literal, exactly: the bits of the value the literal denotes in its type (a narrow
 /// float's as the f32 that holds it).
 fn float_bits(digits: &str, e: Elem) -> String {
     if e.compute() == Elem::F32 {
@@ -318,26 +318,22 @@ fn float_bits(digits: &str, e: Elem) -> String {
     }
 }
 
-/// The host type of a 16-bit float.
-fn half_type(e: Elem) -> String {
-    format!("::fuse_runtime::{}", e.name())
-}
-
-/// `raw`, an element of type `e` as a slice holds it, as a value: a 16-bit float as f32.
+/// `raw`, an element of type `e` as a slice holds it, as a value: a narrow float as f32 (the
+/// fp8 types by the runtime's conversions, which match the GPU's also for NaN).
 fn loaded(e: Elem, raw: String) -> String {
-    if e.is_half() {
-        format!("{}::to_f32({raw})", half_type(e))
-    } else {
-        raw
+    match e {
+        Elem::F16 | Elem::BF16 => format!("::fuse_runtime::{}::to_f32({raw})", e.name()),
+        Elem::F8E4M3 | Elem::F8E5M2 => format!("{OPS}::{}_to_f32({raw})", e.name()),
+        _ => raw,
     }
 }
 
-/// The value `v` of type `e` as a slice holds it: a 16-bit float rounded from f32.
+/// The value `v` of type `e` as a slice holds it: a narrow float rounded from f32.
 fn stored(e: Elem, v: &str) -> String {
-    if e.is_half() {
-        format!("{}::from_f32({v})", half_type(e))
-    } else {
-        v.to_string()
+    match e {
+        Elem::F16 | Elem::BF16 => format!("::fuse_runtime::{}::from_f32({v})", e.name()),
+        Elem::F8E4M3 | Elem::F8E5M2 => format!("{OPS}::{}_from_f32({v})", e.name()),
+        _ => v.to_string(),
     }
 }
 

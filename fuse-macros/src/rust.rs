@@ -16,10 +16,11 @@ pub fn rt() -> TokenStream {
     RT.parse().expect("a path")
 }
 
-/// The Rust type of an element: a primitive, or the runtime's re-export of `half`'s types.
+/// The Rust type of an element: a primitive, or the runtime's re-export of `half`'s and
+/// `float8`'s types.
 pub fn elem_tokens(e: Elem) -> TokenStream {
-    let path = if e.is_half() {
-        format!("{RT}::{}", e.name())
+    let path = if e.is_narrow_float() {
+        format!("{RT}::{}", e.host_name())
     } else {
         e.name().to_string()
     };

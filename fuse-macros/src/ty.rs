@@ -11,6 +11,12 @@ pub enum Elem {
     F16,
     /// bfloat16 (`half::bf16` on the host), stored as 16 bits and computed in f32.
     BF16,
+    /// OCP fp8 E4M3 ("e4m3fn": no infinities, 448 at most; `float8::F8E4M3` on the host),
+    /// stored as 8 bits and computed in f32.
+    F8E4M3,
+    /// OCP fp8 E5M2 (f16's exponent, 2 bits of mantissa; `float8::F8E5M2` on the host), stored
+    /// as 8 bits and computed in f32.
+    F8E5M2,
     I8,
     U8,
     I16,
@@ -23,11 +29,13 @@ pub enum Elem {
 }
 
 impl Elem {
-    pub const ALL: [Elem; 13] = [
+    pub const ALL: [Elem; 15] = [
         Elem::F32,
         Elem::F64,
         Elem::F16,
         Elem::BF16,
+        Elem::F8E4M3,
+        Elem::F8E5M2,
         Elem::I8,
         Elem::U8,
         Elem::I16,
@@ -54,13 +62,16 @@ impl Elem {
         format!("{} and {last}", rest.join(", "))
     }
 
-    /// The Rust name, which is also the language's.
+    /// The language's name, which is also the Rust name of the primitive types and of `half`'s
+    /// (see [`Elem::host_name`]).
     pub fn name(self) -> &'static str {
         match self {
             Elem::F32 => "f32",
             Elem::F64 => "f64",
             Elem::F16 => "f16",
             Elem::BF16 => "bf16",
+            Elem::F8E4M3 => "f8e4m3",
+            Elem::F8E5M2 => "f8e5m2",
             Elem::I8 => "i8",
             Elem::U8 => "u8",
             Elem::I16 => "i16",
@@ -73,10 +84,20 @@ impl Elem {
         }
     }
 
-    /// The CUDA C type of values: `float` for the 16-bit floats, which are computed in f32.
+    /// The name of the Rust type of the elements, under the runtime's root for the narrow floats:
+    /// `f16` and `bf16` (`half`'s), `F8E4M3` and `F8E5M2` (`float8`'s, as candle names them).
+    pub fn host_name(self) -> &'static str {
+        match self {
+            Elem::F8E4M3 => "F8E4M3",
+            Elem::F8E5M2 => "F8E5M2",
+            _ => self.name(),
+        }
+    }
+
+    /// The CUDA C type of values: `float` for the narrow floats, which are computed in f32.
     pub fn c_name(self) -> &'static str {
         match self {
-            Elem::F32 | Elem::F16 | Elem::BF16 => "float",
+            Elem::F32 | Elem::F16 | Elem::BF16 | Elem::F8E4M3 | Elem::F8E5M2 => "float",
             Elem::F64 => "double",
             Elem::I8 => "signed char",
             Elem::U8 => "unsigned char",
@@ -90,31 +111,35 @@ impl Elem {
         }
     }
 
-    /// The CUDA C type of elements in memory: the bits (`unsigned short`) for the 16-bit floats.
+    /// The CUDA C type of elements in memory: the bits (`unsigned short`, `unsigned char`) for
+    /// the narrow floats.
     pub fn c_storage(self) -> &'static str {
-        if self.is_half() {
-            "unsigned short"
-        } else {
-            self.c_name()
+        match self {
+            Elem::F16 | Elem::BF16 => "unsigned short",
+            Elem::F8E4M3 | Elem::F8E5M2 => "unsigned char",
+            _ => self.c_name(),
         }
     }
 
-    /// The type whose arithmetic computes this type's values: f32 for the 16-bit floats.
+    /// The type whose arithmetic computes this type's values: f32 for the narrow floats.
     pub fn compute(self) -> Elem {
-        if self.is_half() {
+        if self.is_narrow_float() {
             Elem::F32
         } else {
             self
         }
     }
 
-    /// Whether this is a 16-bit float, held in f32 and rounded where it is stored.
-    pub fn is_half(self) -> bool {
-        matches!(self, Elem::F16 | Elem::BF16)
+    /// Whether this is a float narrower than f32 (f16, bf16 and the fp8 types): stored as its
+    /// bits, held in f32, and rounded where it is stored or cast.
+    pub fn is_narrow_float(self) -> bool {
+        matches!(self, Elem::F16 | Elem::BF16 | Elem::F8E4M3 | Elem::F8E5M2)
     }
 
     /// `x` rounded to this float type (to nearest, ties to even), as the f32 that holds it
-    /// exactly; `x` itself for f32 and f64.
+    /// exactly; `x` itself for f32 and f64. A value past the type's largest rounds to infinity
+    /// here, also for the fp8 types, whose conversions saturate: this is the rounding of
+    /// literals, for which that is an error ([`Elem::float_overflows`]).
     pub fn round(self, x: f32) -> f32 {
         match self {
             Elem::BF16 if !x.is_nan() => {
@@ -122,6 +147,8 @@ impl Elem {
                 f32::from_bits(u.wrapping_add(0x7fff + ((u >> 16) & 1)) & 0xffff_0000)
             }
             Elem::F16 if x.is_finite() => round_f16(x),
+            Elem::F8E4M3 if x.is_finite() => round_small(x, 3, -6, 448.0),
+            Elem::F8E5M2 if x.is_finite() => round_small(x, 2, -14, 57344.0),
             _ => x,
         }
     }
@@ -161,7 +188,7 @@ impl Elem {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, Elem::F32 | Elem::F64 | Elem::F16 | Elem::BF16)
+        self == Elem::F32 || self == Elem::F64 || self.is_narrow_float()
     }
 
     pub fn is_int(self) -> bool {
@@ -189,7 +216,7 @@ impl Elem {
     /// The width in bits of a value in memory.
     pub fn bits(self) -> u32 {
         match self {
-            Elem::I8 | Elem::U8 | Elem::Bool => 8,
+            Elem::I8 | Elem::U8 | Elem::Bool | Elem::F8E4M3 | Elem::F8E5M2 => 8,
             Elem::I16 | Elem::U16 | Elem::F16 | Elem::BF16 => 16,
             Elem::I32 | Elem::U32 | Elem::F32 => 32,
             Elem::I64 | Elem::U64 | Elem::F64 => 64,
@@ -241,6 +268,21 @@ fn round_f16(x: f32) -> f32 {
     let u = x.to_bits();
     let r = f32::from_bits(u.wrapping_add(0xfff + ((u >> 13) & 1)) & !0x1fff);
     if r.abs() > 65504.0 {
+        f32::INFINITY.copysign(x)
+    } else {
+        r
+    }
+}
+
+/// A finite f32 rounded (to nearest, ties to even) to a float of `mantissa` bits after the
+/// point whose least normal exponent is `min_exp`: to a multiple of the spacing at `x`'s
+/// exponent, or at `min_exp` below it (the subnormals), and to infinity past `max`. Scaling by a
+/// power of two is exact, so one rounding is made.
+fn round_small(x: f32, mantissa: i32, min_exp: i32, max: f32) -> f32 {
+    let exp = ((x.to_bits() >> 23) & 0xff) as i32 - 127;
+    let step = 2f32.powi(exp.max(min_exp) - mantissa);
+    let r = (x / step).round_ties_even() * step;
+    if r.abs() > max {
         f32::INFINITY.copysign(x)
     } else {
         r
@@ -333,5 +375,42 @@ mod tests {
         assert!(Elem::BF16.round(f32::NAN).is_nan());
         assert!(Elem::F16.float_overflows("70000") && !Elem::F16.float_overflows("60000"));
         assert!(Elem::F32.float_overflows("1e40") && !Elem::F64.float_overflows("1e40"));
+    }
+
+    #[test]
+    fn fp8s_round_to_nearest_even() {
+        let e4m3 = |x: f32| Elem::F8E4M3.round(x);
+        assert_eq!(e4m3(0.1), 0.1015625, "13 * 2^-7");
+        assert_eq!(e4m3(1.0625), 1.0, "a tie goes to even");
+        assert_eq!(e4m3(1.1875), 1.25);
+        assert_eq!(e4m3(464.0), 448.0, "the tie above the largest goes to it");
+        assert_eq!(e4m3(464.1), f32::INFINITY);
+        assert_eq!(
+            e4m3(-0.0029296875),
+            -0.00390625,
+            "subnormal: a tie 1.5 * 2^-9 to 2^-8"
+        );
+        assert_eq!(
+            e4m3(0.0009765625),
+            0.0,
+            "half the least subnormal ties to 0"
+        );
+        assert_eq!(e4m3(-1e-30).to_bits(), (-0.0f32).to_bits());
+        let e5m2 = |x: f32| Elem::F8E5M2.round(x);
+        assert_eq!(e5m2(0.1), 0.09375, "3 * 2^-5");
+        assert_eq!(e5m2(1.125), 1.0, "a tie goes to even");
+        assert_eq!(e5m2(61439.0), 57344.0);
+        assert_eq!(
+            e5m2(61440.0),
+            f32::INFINITY,
+            "the tie above the largest is odd's"
+        );
+        assert_eq!(
+            e5m2(3.0 * 2f32.powi(-17)),
+            2f32.powi(-15),
+            "a subnormal tie"
+        );
+        assert!(Elem::F8E4M3.float_overflows("500") && !Elem::F8E4M3.float_overflows("460"));
+        assert!(Elem::F8E5M2.round(f32::NAN).is_nan());
     }
 }

@@ -112,7 +112,8 @@ impl<T: Element> Buffer<T> {
     /// [`into_cuda_slice`](Buffer::into_cuda_slice) gives it back.
     ///
     /// The slice holds `T` or its device type (`u16` for [`f16`](crate::f16) and
-    /// [`bf16`](crate::bf16), `u8` for `bool`), exactly as many elements as `shape`, on the GPU
+    /// [`bf16`](crate::bf16), `u8` for [`F8E4M3`](crate::F8E4M3), [`F8E5M2`](crate::F8E5M2) and
+    /// `bool`), exactly as many elements as `shape`, on the GPU
     /// of `dev`. Otherwise the slice comes back untouched in the [`Rejected`], with an
     /// [`Error::Interop`] that says what did not fit (`?` turns it into the error).
     ///

@@ -26,7 +26,8 @@ pub(crate) mod sealed {
 }
 
 /// A type that can be an element of a [`Buffer`](crate::Buffer): `f32`, `f64`,
-/// [`f16`](struct@crate::f16), [`bf16`](crate::bf16), `i8`, `u8`, `i16`, `u16`, `i32`, `u32`, `i64`,
+/// [`f16`](struct@crate::f16), [`bf16`](crate::bf16), [`F8E4M3`](crate::F8E4M3),
+/// [`F8E5M2`](crate::F8E5M2), `i8`, `u8`, `i16`, `u16`, `i32`, `u32`, `i64`,
 /// `u64` and `bool`.
 ///
 /// The trait is sealed; the list can grow without breaking code that uses it.
@@ -119,6 +120,35 @@ macro_rules! half_float {
 half_float!(f16);
 half_float!(bf16);
 
+/// Implements [`Element`] for an fp8 type of the `float8` crate, stored on the device as its
+/// bits (`u8`): kernels read and write the bits and compute in f32.
+macro_rules! fp8 {
+    ($t:ident) => {
+        impl sealed::Sealed for float8::$t {
+            type Repr = u8;
+
+            fn to_repr(data: &[Self]) -> Cow<'_, [u8]> {
+                Cow::Borrowed(bytemuck::cast_slice(data))
+            }
+
+            fn from_repr(data: Vec<u8>) -> Vec<Self> {
+                data.into_iter().map(float8::$t::from_bits).collect()
+            }
+        }
+
+        impl Element for float8::$t {
+            const NAME: &'static str = stringify!($t);
+
+            fn to_bits(self) -> u64 {
+                u64::from(float8::$t::to_bits(&self))
+            }
+        }
+    };
+}
+
+fp8!(F8E4M3);
+fp8!(F8E5M2);
+
 impl sealed::Sealed for bool {
     type Repr = u8;
 
@@ -157,6 +187,8 @@ mod tests {
         assert_eq!(Element::to_bits(65535u16), 0xffff);
         assert_eq!(Element::to_bits(-half::f16::ONE), 0xbc00);
         assert_eq!(Element::to_bits(half::bf16::ONE), 0x3f80);
+        assert_eq!(Element::to_bits(-float8::F8E4M3::ONE), 0xb8);
+        assert_eq!(Element::to_bits(float8::F8E5M2::ONE), 0x3c);
         assert_eq!(Element::to_bits(7u32), 7);
         assert_eq!(Element::to_bits(u64::MAX - 1), u64::MAX - 1);
         assert_eq!(Element::to_bits(true), 1);
@@ -183,6 +215,19 @@ mod tests {
     }
 
     #[test]
+    fn fp8s_are_stored_as_their_bits() {
+        let x = [
+            float8::F8E4M3::from_f32(1.5),
+            float8::F8E4M3::from_bits(0xff),
+        ];
+        assert_eq!(&*float8::F8E4M3::to_repr(&x), &[0x3cu8, 0xff]);
+        assert_eq!(
+            float8::F8E5M2::from_repr(vec![0x3e]),
+            [float8::F8E5M2::from_f32(1.5)]
+        );
+    }
+
+    #[test]
     fn names() {
         let names = [
             f32::NAME,
@@ -198,12 +243,14 @@ mod tests {
             bool::NAME,
             half::f16::NAME,
             half::bf16::NAME,
+            float8::F8E4M3::NAME,
+            float8::F8E5M2::NAME,
         ];
         assert_eq!(
             names,
             [
                 "f32", "f64", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64", "bool", "f16",
-                "bf16"
+                "bf16", "F8E4M3", "F8E5M2"
             ]
         );
     }

@@ -128,6 +128,7 @@ mod error;
 #[doc(hidden)]
 pub mod floors;
 mod foreign;
+mod fp8;
 mod grid;
 mod inline;
 mod kernel;
@@ -157,6 +158,10 @@ pub use cudarc;
 pub use device::Device;
 pub use element::Element;
 pub use error::Error;
+/// The `float8` crate, whose [`F8E4M3`] and [`F8E5M2`] are the language's fp8 element types,
+/// `f8e4m3` and `f8e5m2` (candle's types for them too).
+pub use float8;
+pub use float8::{F8E4M3, F8E5M2};
 pub use foreign::Rejected;
 pub use fuse_macros::fuse;
 /// The `half` crate, whose [`f16`](struct@f16) and [`bf16`] are the language's 16-bit float element types.

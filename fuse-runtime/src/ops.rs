@@ -4,6 +4,7 @@
 //! (`asinh`, `acosh`, `atanh`). Each matches the CUDA helper or function of the same name in the
 //! generated source.
 
+pub use crate::fp8::{f8e4m3_from_f32, f8e4m3_to_f32, f8e5m2_from_f32, f8e5m2_to_f32};
 pub use crate::random::{normal as randn, uniform as rand};
 
 /// One element `x` into `logsumexp`'s pair: the running maximum `m` and the sum `s` of

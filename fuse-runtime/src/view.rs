@@ -194,7 +194,7 @@ view_accessors!(BufferViewMut);
 impl<'a, T: Element> BufferView<'a, T> {
     /// A view of `src`, cudarc memory of the GPU of `dev` (a `CudaSlice<R>` or `CudaView<R>`),
     /// seen with `shape`. `R` is `T` or its device type (`u16` for `f16`/`bf16`, `u8` for
-    /// `bool`); `src` holds exactly as many elements as `shape`. A mismatch (the CPU device,
+    /// `F8E4M3`/`F8E5M2` and `bool`); `src` holds exactly as many elements as `shape`. A mismatch (the CPU device,
     /// another GPU or context, another element type, another length) is an
     /// [`Error::Interop`] naming what was expected and found.
     pub fn new<R: 'static, S: DevicePtr<R>>(

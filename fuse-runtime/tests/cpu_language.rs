@@ -3312,3 +3312,401 @@ fn unused_parameters_bind_their_dims() {
         assert!(err.to_string().contains("`k`"), "{err}");
     }
 }
+
+/// The fp8 types: conversions bit for bit against CUDA's `__NV_SATFINITE` conversions (as the
+/// `float8` crate ports them), arithmetic rounded once, reductions, and the quantization
+/// kernels against f32 references.
+mod fp8s {
+    use super::*;
+    use common::fp8::{self, assert_bits, Format, E4M3, E5M2};
+    use fuse_runtime::{bf16, f16, F8E4M3, F8E5M2};
+    use kernels::fp8s;
+
+    fn e4m3s(codes: &[u8]) -> Vec<F8E4M3> {
+        codes.iter().map(|&c| F8E4M3::from_bits(c)).collect()
+    }
+
+    fn e5m2s(codes: &[u8]) -> Vec<F8E5M2> {
+        codes.iter().map(|&c| F8E5M2::from_bits(c)).collect()
+    }
+
+    fn codes_of<T: Copy>(v: &[T], bits: fn(&T) -> u8) -> Vec<u8> {
+        v.iter().map(bits).collect()
+    }
+
+    /// A value's bits, every NaN as 0x7fffffff (the fp8 types' NaN in f32).
+    fn f32_bits(x: f32) -> u32 {
+        if x.is_nan() {
+            0x7fff_ffff
+        } else {
+            x.to_bits()
+        }
+    }
+
+    #[test]
+    fn every_code_converts_exactly() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        let extra = 2 * rng.below(40) as usize + 1;
+        let (a, b) = (fp8::codes(&mut rng, extra), fp8::codes(&mut rng, extra));
+        let n = a.len();
+        let (ab, bb) = (put(&dev, &e4m3s(&a), &[n]), put(&dev, &e5m2s(&b), &[n]));
+        let (af, bf, a2, b2, abf, bh) = fp8s::decode(&dev, &ab, &bb).unwrap();
+        let check = |f: Format, codes: &[u8], values: Vec<f32>, back: Vec<u8>| {
+            let want: Vec<u32> = codes.iter().map(|&c| f32_bits((f.value)(c))).collect();
+            let got: Vec<u32> = values.iter().map(|&x| x.to_bits()).collect();
+            assert_bits(&format!("{} as f32", f.name), &got, &want);
+            let max = (f.code)(f.max);
+            let again: Vec<u8> = codes
+                .iter()
+                .map(|&c| match (f.value)(c) {
+                    x if x.is_nan() => 0x7f,
+                    x if x.is_infinite() => max | (c & 0x80),
+                    _ => c,
+                })
+                .collect();
+            assert_bits(&format!("{} as f32 as {0}", f.name), &back, &again);
+            let nans = codes.iter().filter(|&&c| (f.value)(c).is_nan()).count();
+            assert!(nans >= 2, "{}: the NaN codes are among the inputs", f.name);
+        };
+        check(E4M3, &a, host(&af), codes_of(&host(&a2), F8E4M3::to_bits));
+        check(E5M2, &b, host(&bf), codes_of(&host(&b2), F8E5M2::to_bits));
+        // Into the 16-bit floats exactly: e4m3 fits bf16, e5m2 is f16's high byte.
+        let want: Vec<u16> = a
+            .iter()
+            .map(|&c| bf16::from_f32((E4M3.value)(c)).to_bits())
+            .collect();
+        let got: Vec<u16> = host(&abf).iter().map(|x| x.to_bits()).collect();
+        let nan_free = |w: &[u16], g: &[u16], nan: fn(u16) -> bool| -> (Vec<u16>, Vec<u16>) {
+            w.iter()
+                .zip(g)
+                .map(|(&w, &g)| if nan(w) && nan(g) { (0, 0) } else { (w, g) })
+                .unzip()
+        };
+        let (w, g) = nan_free(&want, &got, |h| bf16::from_bits(h).is_nan());
+        assert_bits("f8e4m3 as bf16", &g, &w);
+        let want: Vec<u16> = b.iter().map(|&c| u16::from(c) << 8).collect();
+        let got: Vec<u16> = host(&bh).iter().map(|x| x.to_bits()).collect();
+        let (w, g) = nan_free(&want, &got, |h| f16::from_bits(h).is_nan());
+        assert_bits("f8e5m2 as f16", &g, &w);
+    }
+
+    #[test]
+    fn f32s_round_to_nearest_even_and_saturate() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        let extra = 2 * rng.below(500) as usize + 1;
+        let x = fp8::edges(&mut rng, extra);
+        let n = x.len();
+        let (e4, e5, e4f, e5f) = fp8s::encode(&dev, &put(&dev, &x, &[n])).unwrap();
+        let outputs = [
+            (E4M3, codes_of(&host(&e4), F8E4M3::to_bits), host(&e4f)),
+            (E5M2, codes_of(&host(&e5), F8E5M2::to_bits), host(&e5f)),
+        ];
+        for (f, codes, held) in outputs {
+            let want: Vec<u8> = x.iter().map(|&v| (f.code)(v)).collect();
+            assert_bits(&format!("f32 as {}", f.name), &codes, &want);
+            let want: Vec<u32> = want.iter().map(|&c| f32_bits((f.value)(c))).collect();
+            let got: Vec<u32> = held.iter().map(|v| v.to_bits()).collect();
+            assert_bits(&format!("(f32 as {}) as f32", f.name), &got, &want);
+            // Each midpoint is among the inputs, and rounded to the even code of its two.
+            let mut seen = 0;
+            for (mid, lo, hi) in fp8::midpoints(f) {
+                let i = x.iter().position(|v| v.to_bits() == mid.to_bits()).unwrap();
+                let even = if lo % 2 == 0 { lo } else { hi };
+                assert_eq!(
+                    codes[i], even,
+                    "{}: {mid} between {lo:#x} and {hi:#x}",
+                    f.name
+                );
+                seen += 1;
+            }
+            assert!(seen > 200, "{}: {seen} midpoints", f.name);
+            // Past the largest value: saturated, with the sign.
+            let max = (f.code)(f.max);
+            for (i, v) in x.iter().enumerate() {
+                if v.abs() >= f.max * 1.25 {
+                    assert_eq!(codes[i], max | ((v.to_bits() >> 24) as u8 & 0x80), "{v}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn halves_round_once_through_f32() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for n in SIZES {
+            let h: Vec<f16> = match n {
+                0 => vec![],
+                _ => rng.floats_special::<f16>(n, -600.0, 600.0),
+            };
+            let b: Vec<bf16> = rng.floats_wide::<bf16>(n, -20.0, 20.0);
+            let out = fp8s::from_halves(&dev, &put(&dev, &h, &[n]), &put(&dev, &b, &[n])).unwrap();
+            let (hf, bf): (Vec<f32>, Vec<f32>) = (
+                h.iter().map(|v| v.to_f32()).collect(),
+                b.iter().map(|v| v.to_f32()).collect(),
+            );
+            let want = |f: Format, v: &[f32]| v.iter().map(|&x| (f.code)(x)).collect::<Vec<u8>>();
+            assert_bits(
+                "f16 as f8e4m3",
+                &codes_of(&host(&out.0), F8E4M3::to_bits),
+                &want(E4M3, &hf),
+            );
+            assert_bits(
+                "f16 as f8e5m2",
+                &codes_of(&host(&out.1), F8E5M2::to_bits),
+                &want(E5M2, &hf),
+            );
+            assert_bits(
+                "bf16 as f8e4m3",
+                &codes_of(&host(&out.2), F8E4M3::to_bits),
+                &want(E4M3, &bf),
+            );
+            assert_bits(
+                "bf16 as f8e5m2",
+                &codes_of(&host(&out.3), F8E5M2::to_bits),
+                &want(E5M2, &bf),
+            );
+        }
+    }
+
+    #[test]
+    fn arithmetic_rounds_once() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        let extra = 2 * rng.below(200) as usize + 1;
+        let (a, b) = (fp8::codes(&mut rng, extra), fp8::codes(&mut rng, extra));
+        let n = a.len();
+        let s = F8E4M3::from_bits(rng.below(0x7f) as u8);
+        let out = fp8s::arith(
+            &dev,
+            &put(&dev, &e4m3s(&a), &[n]),
+            &put(&dev, &e4m3s(&b), &[n]),
+            s,
+        )
+        .unwrap();
+        let (av, bv): (Vec<f32>, Vec<f32>) = (
+            a.iter().map(|&c| (E4M3.value)(c)).collect(),
+            b.iter().map(|&c| (E4M3.value)(c)).collect(),
+        );
+        let sv = s.to_f32();
+        let zip = |f: &dyn Fn(f32, f32) -> f32| -> Vec<f32> {
+            av.iter().zip(&bv).map(|(&a, &b)| f(a, b)).collect()
+        };
+        let codes = |f: Format, v: Vec<f32>| v.into_iter().map(f.code).collect::<Vec<u8>>();
+        // Products and differences of fp8 values are exact in f32; `0.3` is 0.3125 in e4m3.
+        let want = codes(E4M3, zip(&|a, b| a * sv + b));
+        assert_bits(
+            "a * s + b",
+            &codes_of(&host(&out.0), F8E4M3::to_bits),
+            &want,
+        );
+        let want = codes(E4M3, zip(&|a, b| (a - b) * 0.3125));
+        assert_bits(
+            "(a - b) * 0.3",
+            &codes_of(&host(&out.1), F8E4M3::to_bits),
+            &want,
+        );
+        let want: Vec<u32> = zip(&|a, b| a * b).into_iter().map(f32_bits).collect();
+        let got: Vec<u32> = host(&out.2).iter().map(|v| f32_bits(*v)).collect();
+        assert_bits("a * b as f32", &got, &want);
+        let want = codes(E5M2, zip(&|a, _| a * sv));
+        assert_bits(
+            "a * s as f8e5m2",
+            &codes_of(&host(&out.3), F8E5M2::to_bits),
+            &want,
+        );
+    }
+
+    #[test]
+    fn integers_convert_through_f32() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        let extra = 2 * rng.below(200) as usize + 1;
+        let a = fp8::codes(&mut rng, extra);
+        let n = a.len();
+        let i: Vec<i32> = (0..n)
+            .map(|_| match rng.below(3) {
+                0 => rng.next_u64() as i32,
+                _ => rng.below(140_000) as i32 - 70_000,
+            })
+            .collect();
+        let (ai, au, i5, i4) =
+            fp8s::ints(&dev, &put(&dev, &e5m2s(&a), &[n]), &put(&dev, &i, &[n])).unwrap();
+        let av: Vec<f32> = a.iter().map(|&c| (E5M2.value)(c)).collect();
+        assert_exact(
+            "f8e5m2 as i32",
+            &host(&ai),
+            &av.iter().map(|&v| v as i32).collect::<Vec<_>>(),
+        );
+        assert_exact(
+            "f8e5m2 as u8",
+            &host(&au),
+            &av.iter().map(|&v| v as u8).collect::<Vec<_>>(),
+        );
+        let want: Vec<u8> = i.iter().map(|&v| (E5M2.code)(v as f32)).collect();
+        assert_bits(
+            "i32 as f8e5m2",
+            &codes_of(&host(&i5), F8E5M2::to_bits),
+            &want,
+        );
+        let want: Vec<u8> = i.iter().map(|&v| (E4M3.code)(v as f32)).collect();
+        assert_bits(
+            "i32 as f8e4m3",
+            &codes_of(&host(&i4), F8E4M3::to_bits),
+            &want,
+        );
+    }
+
+    /// Codes of random finite nonzero e4m3 values (no NaN, no zeros, whose sign a `max` could
+    /// take from either).
+    fn e4m3_values(rng: &mut Rng, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                let c = 1 + rng.below(0x7e) as u8;
+                c | if rng.below(2) == 0 { 0x80 } else { 0 }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn reductions_round_where_they_store() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (rows, cols) in SHAPES_2D {
+            let x = e4m3_values(&mut rng, rows * cols);
+            let (mx, mn, sm, am) =
+                fp8s::reduce_rows(&dev, &put(&dev, &e4m3s(&x), &[rows, cols])).unwrap();
+            let v: Vec<f32> = x.iter().map(|&c| (E4M3.value)(c)).collect();
+            let row = |r: usize| &v[r * cols..(r + 1) * cols];
+            let code = |x: f32| (E4M3.code)(x);
+            let want: Vec<u8> = (0..rows)
+                .map(|r| code(row(r).iter().copied().fold(f32::NEG_INFINITY, f32::max)))
+                .collect();
+            assert_bits("max", &codes_of(&host(&mx), F8E4M3::to_bits), &want);
+            let want: Vec<u8> = (0..rows)
+                .map(|r| code(row(r).iter().copied().fold(f32::INFINITY, f32::min)))
+                .collect();
+            assert_bits("min", &codes_of(&host(&mn), F8E4M3::to_bits), &want);
+            let want: Vec<u32> = (0..rows)
+                .map(|r| {
+                    let m = row(r).iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    row(r)
+                        .iter()
+                        .position(|&y| y == m)
+                        .map_or(u32::MAX, |i| i as u32)
+                })
+                .collect();
+            assert_exact("argmax", &host(&am), &want);
+            let sums: Vec<f64> = (0..rows)
+                .map(|r| row(r).iter().map(|&y| f64::from(y)).sum())
+                .collect();
+            let abs: Vec<f64> = (0..rows)
+                .map(|r| row(r).iter().map(|&y| f64::from(y).abs()).sum())
+                .collect();
+            assert_close("sum", &host(&sm), &sums, &sum_tol::<f32>(&abs));
+        }
+    }
+
+    /// Codes that are the f32 values `want` rounded, each within one step of the type.
+    #[track_caller]
+    fn assert_within_a_step(what: &str, f: Format, got: &[u8], want: &[f32]) {
+        assert_eq!(got.len(), want.len(), "{what}: lengths");
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            let c = (f.code)(w);
+            let near = g == c || (g & 0x80 == c & 0x80 && (g & 0x7f).abs_diff(c & 0x7f) <= 1);
+            assert!(
+                near,
+                "{what}: element {i}: got {g:#04x} ({}), want {c:#04x} ({w})",
+                (f.value)(g)
+            );
+        }
+    }
+
+    #[test]
+    fn softmax_of_fp8_rows() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (rows, cols) in SHAPES_2D.into_iter().chain([(3, 64), (2, 1000)]) {
+            let x: Vec<u8> = (0..rows * cols)
+                .map(|_| (E5M2.code)(rng.uniform(-8.0, 8.0) as f32))
+                .collect();
+            let y = fp8s::softmax(&dev, &put(&dev, &e5m2s(&x), &[rows, cols])).unwrap();
+            let v: Vec<f64> = x.iter().map(|&c| f64::from((E5M2.value)(c))).collect();
+            let mut want = vec![];
+            for r in 0..rows {
+                let row = &v[r * cols..(r + 1) * cols];
+                let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                let total: f64 = row.iter().map(|y| (y - m).exp()).sum();
+                want.extend(row.iter().map(|y| ((y - m).exp() / total) as f32));
+            }
+            assert_within_a_step(
+                &format!("softmax {rows}x{cols}"),
+                E4M3,
+                &codes_of(&host(&y), F8E4M3::to_bits),
+                &want,
+            );
+        }
+    }
+
+    #[test]
+    fn per_token_quantization() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (t, h) in [(1, 1), (7, 33), (5, 4096), (3, 5000)] {
+            let x: Vec<bf16> = rng.floats_special::<bf16>(t * h, -10.0, 10.0);
+            let scale: Vec<f32> = rng.floats_away::<f32>(t, 0.001, 0.1);
+            let q = fp8s::quant(&dev, &put(&dev, &x, &[t, h]), &put(&dev, &scale, &[t])).unwrap();
+            let want: Vec<u8> = x
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (E4M3.code)(v.to_f32() / scale[i / h]))
+                .collect();
+            assert_bits(
+                &format!("quant {t}x{h}"),
+                &codes_of(&host(&q), F8E4M3::to_bits),
+                &want,
+            );
+        }
+    }
+
+    #[test]
+    fn rmsnorm_then_per_token_quantization() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (t, h) in [(1, 1), (7, 33), (5, 4096), (3, 5000)] {
+            let x: Vec<bf16> = rng.floats::<bf16>(t * h, -4.0, 4.0);
+            let w: Vec<bf16> = rng.floats::<bf16>(h, 0.5, 2.0);
+            let eps = 1e-6f32;
+            let (q, s) =
+                fp8s::rmsnorm_quant(&dev, &put(&dev, &x, &[t, h]), &put(&dev, &w, &[h]), eps)
+                    .unwrap();
+            let (q, s) = (codes_of(&host(&q), F8E4M3::to_bits), host(&s));
+            let mut want_q = vec![];
+            let mut want_s = vec![];
+            for r in 0..t {
+                let row: Vec<f64> = x[r * h..(r + 1) * h].iter().map(|v| v.to_f64()).collect();
+                let ms = row.iter().map(|v| v * v).sum::<f64>() / h as f64;
+                let rstd = 1.0 / (ms + f64::from(eps)).sqrt();
+                let y: Vec<f64> = row
+                    .iter()
+                    .zip(&w)
+                    .map(|(v, g)| v * rstd * g.to_f64())
+                    .collect();
+                let scale = (y.iter().fold(0.0f64, |m, v| m.max(v.abs())) / 448.0)
+                    .max(1.0 / (448.0 * 512.0));
+                want_s.push(scale);
+                // With the kernel's own scale, so that only the rounding of `y` is compared.
+                want_q.extend(y.iter().map(|v| (v * (1.0 / f64::from(s[r]))) as f32));
+            }
+            assert_close(
+                &format!("scale {t}x{h}"),
+                &s,
+                &want_s,
+                &Tol::close(1e-5, 0.0),
+            );
+            assert_within_a_step(&format!("rmsnorm_quant {t}x{h}"), E4M3, &q, &want_q);
+            // Each row's largest magnitude is e4m3's largest value, or within a step of it.
+            for r in 0..t {
+                let top = q[r * h..(r + 1) * h]
+                    .iter()
+                    .map(|&c| c & 0x7f)
+                    .max()
+                    .unwrap();
+                assert!(top >= 0x7d, "row {r}: largest code {top:#x}");
+            }
+        }
+    }
+}

@@ -21,7 +21,7 @@ use fuse_runtime::{Device, Element};
 
 /// The bytes of `v` as memory holds them (the kernel's view), in hex.
 fn hex<T: Element>(v: &[T]) -> String {
-    // SAFETY: every element type is a number, `bool` or a 16-bit float: plain bytes without
+    // SAFETY: every element type is a number, `bool` or a narrow float: plain bytes without
     // padding, so viewing the slice's memory as `u8` reads initialised bytes only.
     let bytes =
         unsafe { std::slice::from_raw_parts(v.as_ptr() as *const u8, std::mem::size_of_val(v)) };
@@ -41,6 +41,8 @@ fn values(ty: &str, b: &[u8]) -> Values {
         "bf16" => f(2, &|c| {
             fuse_runtime::bf16::from_bits(u16::from_le_bytes(c.try_into().unwrap())).to_f64()
         }),
+        "f8e4m3" => f(1, &|c| fuse_runtime::F8E4M3::from_bits(c[0]).to_f64()),
+        "f8e5m2" => f(1, &|c| fuse_runtime::F8E5M2::from_bits(c[0]).to_f64()),
         "i8" => e(1, &|c| c[0] as i8 as i128),
         // Quantized values, which may differ by one where f32 and f64 round a .5 apart.
         "q8" => f(1, &|c| f64::from(c[0] as i8)),
@@ -1218,6 +1220,102 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
             &cpu,
             &["bf16", "f32"],
             &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
+        );
+    }
+}
+
+/// The fp8 types' conversions in the generated C (`fz_f8e4m3`, `fz_f8e5m2`): every code, every
+/// midpoint and the values beside it, saturation, NaN; arithmetic; and row kernels that cache
+/// rows of 1-byte floats or quantize to them.
+#[test]
+fn fp8_conversions_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    use common::fp8;
+    use fuse_runtime::{F8E4M3, F8E5M2};
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let extra = 2 * rng.below(40) as usize + 1;
+    let (a, b) = (fp8::codes(&mut rng, extra), fp8::codes(&mut rng, extra));
+    let n = a.len();
+    let a: Vec<F8E4M3> = a.into_iter().map(F8E4M3::from_bits).collect();
+    let b: Vec<F8E5M2> = b.into_iter().map(F8E5M2::from_bits).collect();
+    let (ab, bb) = (put(&dev, &a, &[n]), put(&dev, &b, &[n]));
+    let cpu = kernels::fp8s::decode(&dev, &ab, &bb).unwrap();
+    emulate(
+        &format!("fp8 decode {n}"),
+        &kernels::fp8s::decode::__fuse::PROGRAM,
+        vec![hex(&a), hex(&b)],
+        vec![],
+        &[("n", n)],
+        &cpu,
+        &["f32", "f32", "f8e4m3", "f8e5m2", "bf16", "f16"],
+        &[Tol::EXACT; 6],
+    );
+    let s = F8E4M3::from_f32(1.75);
+    let cpu = kernels::fp8s::arith(&dev, &ab, &ab, s).unwrap();
+    emulate(
+        &format!("fp8 arith {n}"),
+        &kernels::fp8s::arith::__fuse::PROGRAM,
+        vec![hex(&a), hex(&a)],
+        vec![Element::to_bits(s)],
+        &[("n", n)],
+        &cpu,
+        &["f8e4m3", "f8e4m3", "f32", "f8e5m2"],
+        &[Tol::EXACT; 4],
+    );
+    let extra = 2 * rng.below(500) as usize + 1;
+    let x = fp8::edges(&mut rng, extra);
+    let n = x.len();
+    let cpu = kernels::fp8s::encode(&dev, &put(&dev, &x, &[n])).unwrap();
+    emulate(
+        &format!("fp8 encode {n}"),
+        &kernels::fp8s::encode::__fuse::PROGRAM,
+        vec![hex(&x)],
+        vec![],
+        &[("n", n)],
+        &cpu,
+        &["f8e4m3", "f8e5m2", "f32", "f32"],
+        &[Tol::EXACT; 4],
+    );
+    // Within a step of e4m3 (1/8 relative, its least subnormal absolute): `expf` and `rsqrtf`
+    // are the host's here.
+    let step = Tol::close(0.125, 2f64.powi(-9));
+    for (rows, cols) in [(5, 33), (3, 1000), (2, 4096), (2, 5000)] {
+        let shape = [rows, cols];
+        let x: Vec<F8E5M2> = (0..rows * cols)
+            .map(|_| F8E5M2::from_f32(rng.uniform(-8.0, 8.0) as f32))
+            .collect();
+        let cpu = kernels::fp8s::softmax(&dev, &put(&dev, &x, &shape)).unwrap();
+        emulate(
+            &format!("fp8 softmax {rows}x{cols}"),
+            &kernels::fp8s::softmax::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f8e4m3"],
+            std::slice::from_ref(&step),
+        );
+        let xb = rng.floats::<fuse_runtime::bf16>(rows * cols, -4.0, 4.0);
+        let w = rng.floats::<fuse_runtime::bf16>(cols, 0.5, 2.0);
+        let eps = 1e-6f32;
+        let cpu = kernels::fp8s::rmsnorm_quant(
+            &dev,
+            &put(&dev, &xb, &shape),
+            &put(&dev, &w, &[cols]),
+            eps,
+        )
+        .unwrap();
+        emulate(
+            &format!("fp8 rmsnorm_quant {rows}x{cols}"),
+            &kernels::fp8s::rmsnorm_quant::__fuse::PROGRAM,
+            vec![hex(&xb), hex(&w)],
+            vec![Element::to_bits(eps)],
+            &[("t", rows), ("h", cols)],
+            &cpu,
+            &["f8e4m3", "f32"],
+            &[step.clone(), Tol::close(1e-5, 0.0)],
         );
     }
 }

@@ -2383,3 +2383,196 @@ fn unused_parameters_bind_their_dims() {
         kernels::unused_dim(d, &put(d, x, &[t, e]), &put(d, k, &[k.len()]))
     });
 }
+
+/// The fp8 types on the GPU against the CPU backend: every code and every midpoint through the
+/// conversions, bit for bit (NaN's bits included, -0 kept), at odd sizes and one past 2^20;
+/// kernels through `exp` or sums within a step of the type.
+mod fp8s {
+    use super::*;
+    use common::fp8;
+    use fuse_runtime::{F8E4M3, F8E5M2};
+    use kernels::fp8s;
+
+    /// The bits of each element of a GPU output and of the CPU's; a 16-bit float NaN matches any
+    /// NaN (the two backends quiet NaN's payload each their own way).
+    #[track_caller]
+    fn same_bits<T: Element>(what: &str, gpu: &Buffer<T>, cpu: &Buffer<T>) {
+        let bits =
+            |b: &Buffer<T>| -> Vec<u64> { host(b).into_iter().map(Element::to_bits).collect() };
+        let (g, c) = (bits(gpu), bits(cpu));
+        let half_nan = |v: u64| match T::NAME {
+            "f16" => fuse_runtime::f16::from_bits(v as u16).is_nan(),
+            "bf16" => fuse_runtime::bf16::from_bits(v as u16).is_nan(),
+            _ => false,
+        };
+        let g: Vec<u64> = g
+            .into_iter()
+            .map(|v| if half_nan(v) { u64::MAX } else { v })
+            .collect();
+        let c: Vec<u64> = c
+            .into_iter()
+            .map(|v| if half_nan(v) { u64::MAX } else { v })
+            .collect();
+        fp8::assert_bits(&format!("{what} ({}, GPU against CPU)", T::NAME), &g, &c);
+    }
+
+    fn e4m3s(codes: &[u8]) -> Vec<F8E4M3> {
+        codes.iter().map(|&c| F8E4M3::from_bits(c)).collect()
+    }
+
+    fn e5m2s(codes: &[u8]) -> Vec<F8E5M2> {
+        codes.iter().map(|&c| F8E5M2::from_bits(c)).collect()
+    }
+
+    /// Odd numbers of extra random inputs: a few, and over 2^20 (many grid-stride steps).
+    const EXTRA: [usize; 2] = [37, (1 << 20) + 3];
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn every_code_converts_bit_for_bit() {
+        let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+            return;
+        };
+        let cpu = Device::cpu();
+        for extra in EXTRA {
+            let (a, b) = (fp8::codes(&mut rng, extra), fp8::codes(&mut rng, extra));
+            let n = a.len();
+            let run = |dev: &Device| {
+                fp8s::decode(
+                    dev,
+                    &put(dev, &e4m3s(&a), &[n]),
+                    &put(dev, &e5m2s(&b), &[n]),
+                )
+                .unwrap()
+            };
+            let (g, c) = (run(&gpu), run(&cpu));
+            let what = format!("decode, n = {n}");
+            same_bits(&what, &g.0, &c.0);
+            same_bits(&what, &g.1, &c.1);
+            same_bits(&what, &g.2, &c.2);
+            same_bits(&what, &g.3, &c.3);
+            same_bits(&what, &g.4, &c.4);
+            same_bits(&what, &g.5, &c.5);
+            let s = F8E4M3::from_bits(rng.below(0x7f) as u8);
+            let run = |dev: &Device| {
+                let (ab, bb) = (put(dev, &e4m3s(&a), &[n]), put(dev, &e4m3s(&b), &[n]));
+                fp8s::arith(dev, &ab, &bb, s).unwrap()
+            };
+            let (g, c) = (run(&gpu), run(&cpu));
+            let what = format!("arith, n = {n}");
+            same_bits(&what, &g.0, &c.0);
+            same_bits(&what, &g.1, &c.1);
+            same_bits(&what, &g.2, &c.2);
+            same_bits(&what, &g.3, &c.3);
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn every_midpoint_rounds_bit_for_bit() {
+        let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+            return;
+        };
+        let cpu = Device::cpu();
+        for extra in EXTRA {
+            let x = fp8::edges(&mut rng, extra);
+            let n = x.len();
+            let run = |dev: &Device| fp8s::encode(dev, &put(dev, &x, &[n])).unwrap();
+            let (g, c) = (run(&gpu), run(&cpu));
+            let what = format!("encode, n = {n}");
+            same_bits(&what, &g.0, &c.0);
+            same_bits(&what, &g.1, &c.1);
+            same_bits(&what, &g.2, &c.2);
+            same_bits(&what, &g.3, &c.3);
+            // The same inputs as 16-bit floats, and as integers.
+            let h: Vec<fuse_runtime::f16> =
+                x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+            let b: Vec<fuse_runtime::bf16> =
+                x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+            let run = |dev: &Device| {
+                fp8s::from_halves(dev, &put(dev, &h, &[n]), &put(dev, &b, &[n])).unwrap()
+            };
+            let (g, c) = (run(&gpu), run(&cpu));
+            let what = format!("from_halves, n = {n}");
+            same_bits(&what, &g.0, &c.0);
+            same_bits(&what, &g.1, &c.1);
+            same_bits(&what, &g.2, &c.2);
+            same_bits(&what, &g.3, &c.3);
+            let a = fp8::codes(&mut rng, n - 256);
+            let i: Vec<i32> = x.iter().map(|&v| (v as f64 * 37.0) as i32).collect();
+            let run = |dev: &Device| {
+                fp8s::ints(dev, &put(dev, &e5m2s(&a), &[n]), &put(dev, &i, &[n])).unwrap()
+            };
+            let (g, c) = (run(&gpu), run(&cpu));
+            let what = format!("ints, n = {n}");
+            same_bits(&what, &g.0, &c.0);
+            same_bits(&what, &g.1, &c.1);
+            same_bits(&what, &g.2, &c.2);
+            same_bits(&what, &g.3, &c.3);
+        }
+    }
+
+    /// Within a step of e4m3: 1/8 relative, its least subnormal absolute.
+    fn step() -> Tol {
+        Tol::close(0.125, 2f64.powi(-9))
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn rows_of_fp8() {
+        let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+            return;
+        };
+        for (rows, cols) in SHAPES_2D
+            .into_iter()
+            .chain([(3, 64), (2, 1000), (4, 4096), (2, 9000)])
+        {
+            let shape = [rows, cols];
+            let x: Vec<F8E5M2> = (0..rows * cols)
+                .map(|_| F8E5M2::from_f32(rng.uniform(-8.0, 8.0) as f32))
+                .collect();
+            let what = format!("fp8 softmax {rows}x{cols}");
+            let run = |dev: &Device| fp8s::softmax(dev, &put(dev, &x, &shape));
+            assert_gpu_matches_cpu(&gpu, &what, run, &[step()]);
+            // Finite, nonzero values: `max` of +0 and -0 may take either.
+            let y: Vec<F8E4M3> = (0..rows * cols)
+                .map(|_| F8E4M3::from_bits((1 + rng.below(0x7e) as u8) | (rng.below(2) as u8) << 7))
+                .collect();
+            let abs: Vec<f64> = (0..rows)
+                .map(|r| {
+                    y[r * cols..(r + 1) * cols]
+                        .iter()
+                        .map(|v| v.to_f64().abs())
+                        .sum()
+                })
+                .collect();
+            let what = format!("fp8 reduce_rows {rows}x{cols}");
+            let run = |dev: &Device| fp8s::reduce_rows(dev, &put(dev, &y, &shape));
+            let tols = [Tol::EXACT, Tol::EXACT, sum_tol::<f32>(&abs), Tol::EXACT];
+            assert_gpu_matches_cpu(&gpu, &what, run, &tols);
+        }
+    }
+
+    #[test]
+    #[ignore = "needs a CUDA GPU"]
+    fn quantization() {
+        let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+            return;
+        };
+        for (t, h) in [(1, 1), (7, 33), (5, 4096), (3, 5000), (2, 8192)] {
+            let x = rng.floats_special::<fuse_runtime::bf16>(t * h, -10.0, 10.0);
+            let scale = rng.floats_away::<f32>(t, 0.001, 0.1);
+            let run = |dev: &Device| {
+                fp8s::quant(dev, &put(dev, &x, &[t, h]), &put(dev, &scale, &[t])).unwrap()
+            };
+            same_bits(&format!("quant {t}x{h}"), &run(&gpu), &run(&Device::cpu()));
+            let x = rng.floats::<fuse_runtime::bf16>(t * h, -4.0, 4.0);
+            let w = rng.floats::<fuse_runtime::bf16>(h, 0.5, 2.0);
+            let what = format!("rmsnorm_quant {t}x{h}");
+            let run = |dev: &Device| {
+                fp8s::rmsnorm_quant(dev, &put(dev, &x, &[t, h]), &put(dev, &w, &[h]), 1e-6)
+            };
+            assert_gpu_matches_cpu(&gpu, &what, run, &[step(), Tol::close(1e-5, 0.0)]);
+        }
+    }
+}

@@ -42,6 +42,10 @@ mod cross_entropy;
 mod quantize;
 
 #[allow(dead_code)]
+#[path = "../../examples/fp8_quantize.rs"]
+mod fp8_quantize;
+
+#[allow(dead_code)]
 #[path = "../../examples/rmsnorm_backward.rs"]
 mod rmsnorm_backward;
 

@@ -76,7 +76,7 @@ impl Cuda<'_> {
                     return converted;
                 }
                 let converted = cast(k.nodes[*a].elem(), e, &v(a));
-                match e.is_half() {
+                match e.is_narrow_float() {
                     // Rounded to the 16-bit type, and held in f32 again; `values` keeps the
                     // bits too, for a store of the value (`Cuda::bits`).
                     true => {

@@ -7,7 +7,7 @@ use crate::ir::{DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::{Divisor, Entry, Layout, Param, Path, Plan, Program, Syntax};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
-use text::{half_helpers, helper};
+use text::{helper, narrow_helpers};
 
 mod columns;
 mod elementwise;
@@ -266,9 +266,9 @@ struct Cuda<'a> {
     /// The elements of each of a cached row's vectors in registers (`rc_<name>[q]`): four, or
     /// eight (16 bytes of 2-byte elements) on the wide path.
     cache_lanes: u32,
-    /// The bits of the cast to a 16-bit float `expr` just wrote, for `values` to declare.
+    /// The bits of the cast to a narrow float `expr` just wrote, for `values` to declare.
     cast_bits: Option<String>,
-    /// Casts to a 16-bit float whose bits `h<id>` are declared, each with the blocks open where
+    /// Casts to a narrow float whose bits `h<id>` are declared, each with the blocks open where
     /// it was (see `output_bits`).
     bits: Vec<(NodeId, Vec<usize>)>,
     /// The blocks open now, outermost first, each by its number in the text, and the count of
@@ -304,25 +304,25 @@ impl Cuda<'_> {
         self.line("}");
     }
 
-    /// `raw`, an element of type `e` as memory holds it, as a value: a 16-bit float's bits
+    /// `raw`, an element of type `e` as memory holds it, as a value: a narrow float's bits
     /// converted to f32.
     fn loaded(&mut self, e: Elem, raw: String) -> String {
-        if !e.is_half() {
+        if !e.is_narrow_float() {
             return raw;
         }
-        self.helpers
-            .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
-        format!("{}({raw})", half_helpers(e).0)
+        let (helper, to_f32, _) = narrow_helpers(e);
+        self.helpers.insert(helper);
+        format!("{to_f32}({raw})")
     }
 
-    /// The value `v` of type `e` as memory holds it: a 16-bit float rounded to its bits.
+    /// The value `v` of type `e` as memory holds it: a narrow float rounded to its bits.
     fn stored(&mut self, e: Elem, v: &str) -> String {
-        if !e.is_half() {
+        if !e.is_narrow_float() {
             return v.to_string();
         }
-        self.helpers
-            .insert(if e == Elem::F16 { "fz_f16" } else { "fz_bf16" });
-        format!("{}({v})", half_helpers(e).1)
+        let (helper, _, from_f32) = narrow_helpers(e);
+        self.helpers.insert(helper);
+        format!("{from_f32}({v})")
     }
 
     /// Output `o`'s value as memory holds it: the bits of a cast to its 16-bit type where
@@ -486,9 +486,9 @@ impl Cuda<'_> {
             if let (Some((reused, p)), Scope::Element) = (self.reuse, scope) {
                 if id == reused {
                     // As `expr` reads the cached element itself; an f32 stored beside a row of
-                    // 16-bit floats from its own array (`rows::row_passes`).
+                    // narrow floats from its own array (`rows::row_passes`).
                     let (_, name) = self.param_text(p);
-                    let slots = match self.k.params[p].elem.is_half() {
+                    let slots = match self.k.params[p].elem.is_narrow_float() {
                         true => "rs",
                         false => "rc",
                     };
@@ -498,7 +498,7 @@ impl Cuda<'_> {
             }
             let e = self.expr(id, scope);
             match self.cast_bits.take() {
-                // A cast to a 16-bit float: its bits, then its value from them.
+                // A cast to a narrow float: its bits, then its value from them.
                 Some(bits) => {
                     let storage = self.k.nodes[id].elem().c_storage();
                     self.line(format!("const {storage} h{id} = {bits};"));
@@ -614,6 +614,17 @@ mod tests {
             (
                 "bias_grad",
                 quote! { pub fn bias_grad(g: [f32; rows, cols]) -> [f32; cols] { sum(g, rows) } },
+            ),
+            (
+                "rmsnorm_quant_fp8",
+                quote! {
+                    pub fn rmsnorm_quant_fp8(x: [bf16; t, h], w: [bf16; h], eps: f32) -> ([f8e4m3; t, h], [f32; t]) {
+                        let xf = x as f32;
+                        let y = xf * rsqrt(mean(xf * xf, h) + eps) * (w as f32);
+                        let scale = max(y.abs(), h) / 448.0;
+                        ((y * (1.0 / scale)) as f8e4m3, scale)
+                    }
+                },
             ),
             (
                 "bias_gelu_dropout",
@@ -754,6 +765,41 @@ mod tests {
         assert!(!text.contains("fz_f32_to_bf16(v7)"), "{text}");
         assert!(text.contains("s1.v[l] = h10;"), "{text}");
         assert!(text.contains("asm(\"cvt.rn.bf16.f32 %0, %1;\""), "{text}");
+    }
+
+    /// The fp8 types are bytes in memory converted by their own helpers, a cast rounded once;
+    /// loads of 1-byte elements are 8 lanes wide.
+    #[test]
+    fn fp8s_are_bytes_converted_by_helpers() {
+        let text = source(quote! {
+            fn f(x: [f8e5m2; n], s: [f32; n]) -> ([f8e4m3; n], [f32; n]) {
+                let q = (x as f32 * s) as f8e4m3;
+                (q, q as f32)
+            }
+        });
+        assert!(
+            text.contains("const unsigned char* __restrict__ p_x"),
+            "{text}"
+        );
+        assert!(text.contains("unsigned char* __restrict__ out0"), "{text}");
+        assert!(text.contains("= fz_f8e5m2_to_f32(l_x.v[l]);"), "{text}");
+        assert!(
+            text.contains("const unsigned char h4 = fz_f32_to_f8e4m3(v3);"),
+            "{text}"
+        );
+        assert!(text.contains("s0.v[l] = h4;"), "stored as rounded: {text}");
+        assert!(
+            !text.contains("fz_f32_to_f8e4m3(v4)"),
+            "rounded once: {text}"
+        );
+        assert!(
+            !text.contains("fz_f16") && !text.contains("fz_bf16"),
+            "{text}"
+        );
+        let text = source(quote! {
+            fn g(x: [f8e5m2; n]) -> [f8e4m3; n] { (x * 2.0) as f8e4m3 }
+        });
+        assert!(text.contains("fz_vec<unsigned char, 8>"), "{text}");
     }
 
     /// A tensor over the domain's first and last dims, broadcast over the ones between (a

@@ -478,11 +478,11 @@ impl Cuda<'_> {
             &[]
         };
         let (slot, stashes) = pass_stashes(self.k, plan, stashing, true);
-        // A row of 16-bit floats stores f32 values (softmax's `exp(x - max)`) in an array of
+        // A row of narrow floats (16-bit or fp8) stores f32 values (softmax's `exp(x - max)`) in an array of
         // its own, `rs_<name>`: rounded into the row's registers they would lose their
         // precision. Computed again instead, S2's bf16 softmax took two `expf` an element.
         if let (Some(p), true) = (slot, stashes.iter().any(|(_, s)| s.is_some())) {
-            if self.k.params[p].elem.is_half() {
+            if self.k.params[p].elem.is_narrow_float() {
                 let (_, name) = self.param_text(p);
                 let l = self.cache_lanes;
                 self.line(format!("fz_vec<float, {l}> rs_{name}[{}];", CACHE / 4));
@@ -550,7 +550,7 @@ impl Cuda<'_> {
                 (self.reuse, self.stash) = (reuse, stash);
                 let p = slot.unwrap_or(cached[0]);
                 let (t, name) = self.param_text(p);
-                let (t, slots) = match self.k.params[p].elem.is_half() {
+                let (t, slots) = match self.k.params[p].elem.is_narrow_float() {
                     true => ("float", "rs"),
                     false => (t, "rc"),
                 };

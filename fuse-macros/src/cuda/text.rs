@@ -54,7 +54,9 @@ pub(super) fn int_literal(value: i128, e: Elem) -> String {
     match e {
         Elem::F32 => format!("{value}.0f"),
         Elem::F64 => format!("{value}.0"),
-        Elem::F16 | Elem::BF16 => float_literal(&value.to_string(), e),
+        Elem::F16 | Elem::BF16 | Elem::F8E4M3 | Elem::F8E5M2 => {
+            float_literal(&value.to_string(), e)
+        }
         Elem::I32 if value == i32::MIN as i128 => "(-2147483647 - 1)".into(),
         Elem::I64 if value == i64::MIN as i128 => "(-9223372036854775807ll - 1)".into(),
         Elem::I32 if value < 0 => format!("({value})"),
@@ -68,7 +70,7 @@ pub(super) fn int_literal(value: i128, e: Elem) -> String {
     }
 }
 
-/// A float literal of type `e`; a 16-bit float's is the f32 of its rounded value. A value that
+/// A float literal of type `e`; a narrow float's is the f32 of its rounded value. A value that
 /// has no decimal literal (NaN, an infinity: `f32::NAN`, `-inf` from `f32::NEG_INFINITY`) is
 /// written as its bits, which NVRTC reads back exactly.
 pub(super) fn float_literal(digits: &str, e: Elem) -> String {
@@ -94,8 +96,8 @@ pub(super) fn float_literal(digits: &str, e: Elem) -> String {
     text
 }
 
-/// The conversion of `a` from `from` to `to`; 16-bit floats are converted as the f32 values
-/// they are held in (rounding to them is [`round_half`]'s).
+/// The conversion of `a` from `from` to `to`; narrow floats are converted as the f32 values
+/// they are held in (rounding to them is [`narrow_helpers`]').
 pub(super) fn cast(from: Elem, to: Elem, a: &str) -> String {
     let (from, to) = (from.compute(), to.compute());
     if from == to {
@@ -130,13 +132,15 @@ pub(super) fn cast(from: Elem, to: Elem, a: &str) -> String {
     format!("(({}){a})", to.c_name())
 }
 
-/// The helper that converts the bits of a 16-bit float `e` to f32, and the one that rounds an
-/// f32 to those bits.
-pub(super) fn half_helpers(e: Elem) -> (&'static str, &'static str) {
+/// For a narrow float `e`: the [`helper`] that defines its conversions, the function in it that
+/// converts the bits of `e` to f32, and the one that rounds an f32 to those bits.
+pub(super) fn narrow_helpers(e: Elem) -> (&'static str, &'static str, &'static str) {
     match e {
-        Elem::F16 => ("fz_f16_to_f32", "fz_f32_to_f16"),
-        Elem::BF16 => ("fz_bf16_to_f32", "fz_f32_to_bf16"),
-        _ => unreachable!("only f16 and bf16 are stored as bits"),
+        Elem::F16 => ("fz_f16", "fz_f16_to_f32", "fz_f32_to_f16"),
+        Elem::BF16 => ("fz_bf16", "fz_bf16_to_f32", "fz_f32_to_bf16"),
+        Elem::F8E4M3 => ("fz_f8e4m3", "fz_f8e4m3_to_f32", "fz_f32_to_f8e4m3"),
+        Elem::F8E5M2 => ("fz_f8e5m2", "fz_f8e5m2_to_f32", "fz_f32_to_f8e5m2"),
+        _ => unreachable!("only the narrow floats are stored as bits"),
     }
 }
 
@@ -355,6 +359,44 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    if ((u & 0x7fffffffu) > 0x7f800000u) return quiet;\n",
             "    return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);\n",
             "#endif\n",
+            "}\n",
+        ),
+        // The fp8 types in bits, on every architecture (PTX's cvt.rn.satfinite.e4m3x2.f32 needs
+        // sm_89, and cuda_fp8.h is not needed): `cuda_fp8.h`'s `__NV_SATFINITE` conversions,
+        // which `fuse_runtime::__private::ops` computes the same way on the CPU. To nearest,
+        // ties to even; a value that would round past the largest finite value (also an
+        // infinity) saturates to it; every NaN becomes 0x7f. The magnitude is first clamped to
+        // the largest value (everything above it rounds or saturates to it), then below the
+        // least normal value rounded to a multiple of the least subnormal by an f32 addition
+        // whose last place that is (f32 subnormals, flushed or not, round to zero), above it
+        // rounded on the f32's bits at the fp8's last mantissa bit. Back: exact; a NaN is
+        // 0x7fffffff. (Computing both roundings and taking the smaller code, ptxas spilled in
+        // a row kernel that also divides: RMSNorm + quantization at 2048 bf16 a row.)
+        "fz_f8e4m3" => concat!(
+            "static __device__ __forceinline__ float fz_f8e4m3_to_f32(unsigned char h) {\n",
+            "    const unsigned int a = h & 0x7fu, s = (unsigned int)(h & 0x80u) << 24;\n",
+            "    const float m = a < 8u ? (float)a * 0x1p-9f : __uint_as_float((a << 20) + (120u << 23));\n",
+            "    return __uint_as_float(a == 0x7fu ? 0x7fffffffu : __float_as_uint(m) | s);\n",
+            "}\n",
+            "static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {\n",
+            "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x43e00000u ? a : 0x43e00000u;\n",
+            "    const unsigned int c = m < 0x3c800000u ? __float_as_uint(__uint_as_float(m) + 16384.0f) - 0x46800000u\n",
+            "        : ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);\n",
+            "    return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);\n",
+            "}\n",
+        ),
+        "fz_f8e5m2" => concat!(
+            "static __device__ __forceinline__ float fz_f8e5m2_to_f32(unsigned char h) {\n",
+            "    const unsigned int a = h & 0x7fu, s = (unsigned int)(h & 0x80u) << 24;\n",
+            "    const float m = a < 4u ? (float)a * 0x1p-16f : __uint_as_float((a << 21) + (112u << 23));\n",
+            "    const unsigned int b = a == 0x7cu ? 0x7f800000u : __float_as_uint(m);\n",
+            "    return __uint_as_float(a > 0x7cu ? 0x7fffffffu : b | s);\n",
+            "}\n",
+            "static __device__ __forceinline__ unsigned char fz_f32_to_f8e5m2(float f) {\n",
+            "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x47600000u ? a : 0x47600000u;\n",
+            "    const unsigned int c = m < 0x38800000u ? __float_as_uint(__uint_as_float(m) + 128.0f) - 0x43000000u\n",
+            "        : ((m + 0xfffffu + ((m >> 21) & 1u)) >> 21) - (112u << 2);\n",
+            "    return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);\n",
             "}\n",
         ),
         "fz_div" => concat!(

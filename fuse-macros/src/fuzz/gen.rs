@@ -101,7 +101,7 @@ const POOL: &str = r##"
     r#fn r#let r#as r#match r#x r#n r#f32 r#exp r#sum r#dev r#type r#loop r#gen r#try r#async
     größe ñ 변수 π µ ß ǅ x٣ _a _ __ a0 self_
     x y a b s n m k rows cols dev i w
-    f16 bf16 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool usize isize i128 u128 char str
+    f16 bf16 f8e4m3 f8e5m2 f32 f64 i8 i16 i32 i64 u8 u16 u32 u64 bool usize isize i128 u128 char str
     exp exp2 ln log2 log10 sqrt rsqrt sin cos tan tanh sigmoid relu gelu abs min max clamp pow
     powf powi atan2 floor ceil round sum mean max_over min_over argmax argmin logsumexp prod
     select rand fma hypot signum is_nan
@@ -111,7 +111,7 @@ const POOL: &str = r##"
     99999999999999999999999999999999999999999999 0xFFFF_FFFF_FFFF_FFFF_FFFF_FFFF_FFFF_FFFFu128
     0xFFFF_FFFF_FFFF_FFFF_FFFF_FFFF_FFFF_FFFF_F 0b1 0o7 1_000 1u8 256u8 -1i8 128i8 65536u16 1i128
     1usize 1u999 1e999 1e999f32 1e-999 1e308 1e39f32 65520.0f16 1e5f16 1e38 3.4e38f32 0.0 1.0
-    0.5f64 1.5bf16 1e10bf16 1f32 1f16 1_f64 1.0e0 1E+5 1.0xyz 2i32 1.0f128 'c' '\u{10FFFF}' "s"
+    0.5f64 1.5bf16 1e10bf16 1.5f8e4m3 500.0f8e4m3 1e5f8e5m2 1f32 1f16 1_f64 1.0e0 1E+5 1.0xyz 2i32 1.0f128 'c' '\u{10FFFF}' "s"
     b"b" br"x" c"c" r"raw" r#"raw"# b'b' 1.0.0
     + - * / % ^ ! & | && || << >> += -= *= /= %= ^= &= |= <<= >>= = == != > < >= <= @ . .. ...
     ..= , ; : :: -> => # $ ? ~ 'a 'static

@@ -202,8 +202,8 @@ pub(crate) fn pass_reductions(plan: &Plan) -> usize {
 /// Softmax stores `exp(x - max)` in its sum's pass, and its write pass divides it without a
 /// second `exp`; layernorm-like kernels store `x - mean`, then the normalized value.
 ///
-/// A value qualifies when it has the tensor's type (and computes in it: 16-bit floats round
-/// where they store, so they are left out) or, with `wide`, where the tensor is of 16-bit
+/// A value qualifies when it has the tensor's type (and computes in it: narrow floats round
+/// where they store, so they are left out) or, with `wide`, where the tensor is of narrow
 /// floats and the value held in f32 (registers: a second array of f32 holds it), is computed
 /// from the element now in the slot, is needed by a later pass, and no later pass needs that
 /// element but through it. Of those, the one that saves the most values is taken.
@@ -241,11 +241,11 @@ pub(crate) fn stashes(k: &Kernel, plan: &Plan, p: usize, wide: bool) -> Vec<Opti
 }
 
 /// Whether a value of type `value` may take the slot of an element of type `elem`: its own
-/// type where that is the type it computes in; with `wide`, beside 16-bit floats, a value held
-/// in f32 (an f32, or a 16-bit float's value before it is rounded to store) that `cost`s enough.
+/// type where that is the type it computes in; with `wide`, beside narrow floats, a value held
+/// in f32 (an f32, or a narrow float's value before it is rounded to store) that `cost`s enough.
 fn stashable(value: Elem, elem: Elem, wide: bool, cost: u32) -> bool {
     (value == elem && elem.compute() == elem)
-        || (wide && elem.is_half() && value.compute() == Elem::F32 && cost >= STASH_COST)
+        || (wide && elem.is_narrow_float() && value.compute() == Elem::F32 && cost >= STASH_COST)
 }
 
 /// The least [`element_cost`] of the values an f32 slot beside a 16-bit row saves: a division
@@ -294,7 +294,7 @@ fn stash_slot(
         [p] => Some((*p, stashes(k, plan, *p, wide))),
         _ if wide => cached
             .iter()
-            .filter(|&&p| k.params[p].elem.is_half())
+            .filter(|&&p| k.params[p].elem.is_narrow_float())
             .map(|&p| (p, stashes(k, plan, p, true)))
             .find(|(_, stored)| stored.iter().any(Option::is_some)),
         _ => None,
@@ -442,7 +442,7 @@ pub(crate) fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Ti
 
 /// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
 /// every tensor is of at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of 1-byte
-/// types; 16 lanes of code would cost more registers than the wider load saves). 16-bit floats
+/// types; 16 lanes of code would cost more registers than the wider load saves). Narrow floats
 /// compute in f32, and at 8 lanes ptxas spilled around the slow paths of f32 division and
 /// `fmodf` (`f16s::arith`): kernels of them that divide keep 4 lanes (8-byte loads).
 /// Elements per vector load in elementwise loops: 16 bytes of 4-byte types (8-byte types load
@@ -451,7 +451,7 @@ pub(crate) const LANES: u32 = 4;
 
 pub(crate) fn lanes(k: &Kernel) -> u32 {
     let narrow = tensor_elems(k).all(|e| e.bits() <= 16);
-    let halves = tensor_elems(k).any(Elem::is_half);
+    let halves = tensor_elems(k).any(Elem::is_narrow_float);
     if narrow && !(halves && divides_floats(k)) {
         2 * LANES
     } else {

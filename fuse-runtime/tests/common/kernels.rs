@@ -335,6 +335,76 @@ fuse! {
     }
 }
 
+/// The fp8 types, `f8e4m3` and `f8e5m2`: computed in f32 and rounded (to nearest even,
+/// saturating) where stored or cast.
+pub mod fp8s {
+    use super::fuse;
+
+    fuse! {
+        /// Each code's value, stored again: the identity on codes but NaN's and e5m2's
+        /// infinities (which saturate).
+        pub fn decode(a: [f8e4m3; n], b: [f8e5m2; n])
+            -> ([f32; n], [f32; n], [f8e4m3; n], [f8e5m2; n], [bf16; n], [f16; n])
+        {
+            (a as f32, b as f32, (a as f32) as f8e4m3, (b as f32) as f8e5m2, a as bf16, b as f16)
+        }
+
+        /// f32 rounded to each type, and a cast's value held in f32 again.
+        pub fn encode(x: [f32; n]) -> ([f8e4m3; n], [f8e5m2; n], [f32; n], [f32; n]) {
+            (x as f8e4m3, x as f8e5m2, (x as f8e4m3) as f32, (x as f8e5m2) as f32)
+        }
+
+        /// From the 16-bit floats through their (exact) f32 values: one rounding.
+        pub fn from_halves(h: [f16; n], b: [bf16; n])
+            -> ([f8e4m3; n], [f8e5m2; n], [f8e4m3; n], [f8e5m2; n])
+        {
+            (h as f8e4m3, h as f8e5m2, b as f8e4m3, b as f8e5m2)
+        }
+
+        /// In f32, rounded once at the store; a literal takes the type (`0.3` is 0.3125).
+        pub fn arith(a: [f8e4m3; n], b: [f8e4m3; n], s: f8e4m3)
+            -> ([f8e4m3; n], [f8e4m3; n], [f32; n], [f8e5m2; n])
+        {
+            (a * s + b, (a - b) * 0.3, (a * b) as f32, (a * s) as f8e5m2)
+        }
+
+        /// To and from integers: `as i32` saturates as from f32, an integer rounds once.
+        pub fn ints(a: [f8e5m2; n], i: [i32; n]) -> ([i32; n], [u8; n], [f8e5m2; n], [f8e4m3; n]) {
+            (a as i32, a as u8, i as f8e5m2, i as f8e4m3)
+        }
+
+        /// Reductions accumulate in f32 (f64 on the CPU) and round where they store.
+        pub fn reduce_rows(x: [f8e4m3; rows, cols])
+            -> ([f8e4m3; rows], [f8e4m3; rows], [f32; rows], [u32; rows])
+        {
+            (max(x, cols), min(x, cols), sum(x as f32, cols), argmax(x, cols))
+        }
+
+        /// Rows of 1-byte floats cached in registers: three passes, one read of each row.
+        pub fn softmax(x: [f8e5m2; rows, cols]) -> [f8e4m3; rows, cols] {
+            let e = (x - max(x, cols)).exp();
+            (e / sum(e, cols)) as f8e4m3
+        }
+
+        /// Per-token quantization with a scale a row.
+        pub fn quant(x: [bf16; t, h], scale: [f32; t]) -> [f8e4m3; t, h] {
+            (x as f32 / scale) as f8e4m3
+        }
+
+        /// RMSNorm, then fp8 quantization with a scale a token, as vLLM's
+        /// `rms_norm_dynamic_per_token_quant` computes it: the row's largest magnitude over
+        /// e4m3's largest value, at least `1 / (448 * 512)`, and `y` times its inverse.
+        pub fn rmsnorm_quant(x: [bf16; t, h], w: [bf16; h], eps: f32)
+            -> ([f8e4m3; t, h], [f32; t])
+        {
+            let xf = x as f32;
+            let y = xf * rsqrt(mean(xf * xf, h) + eps) * (w as f32);
+            let scale = (max(y.abs(), h) / 448.0).max(1.0 / (448.0 * 512.0));
+            ((y * (1.0 / scale)) as f8e4m3, scale)
+        }
+    }
+}
+
 // Casts into the integer types narrower than 32 bits: floats saturate at the type's bounds
 // (NaN to 0), integers keep their low bits.
 fuse! {

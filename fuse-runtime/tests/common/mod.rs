@@ -11,7 +11,7 @@ use std::fmt::{Debug, Display};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use fuse_runtime::{bf16, f16, Buffer, Device, Element, Error};
+use fuse_runtime::{bf16, f16, Buffer, Device, Element, Error, F8E4M3, F8E5M2};
 
 /// The sizes of one-dimensional tests: one element, around a warp (31, 33), just past a
 /// 4096-element block multiple, and empty.
@@ -172,7 +172,8 @@ impl Rng {
         v
     }
 
-    fn sign(&mut self) -> f64 {
+    /// 1 or -1, each half the time.
+    pub fn sign(&mut self) -> f64 {
         if self.next_u64() & 1 == 1 {
             -1.0
         } else {
@@ -643,6 +644,20 @@ impl ToValues for f64 {
     }
 }
 
+/// The fp8 types as their values, so that results computed through `exp` or a sum compare
+/// within a tolerance; conversions compare their bits ([`fp8`]).
+impl ToValues for F8E4M3 {
+    fn values(v: Vec<F8E4M3>) -> Values {
+        Values::Float(v.iter().map(F8E4M3::to_f64).collect())
+    }
+}
+
+impl ToValues for F8E5M2 {
+    fn values(v: Vec<F8E5M2>) -> Values {
+        Values::Float(v.iter().map(F8E5M2::to_f64).collect())
+    }
+}
+
 /// The integer and `bool` element types, compared exactly.
 pub trait Exact: ToValues {
     /// The value as an i128; `bool` as 0 or 1.
@@ -789,4 +804,129 @@ pub fn assert_gpu_matches_cpu<R: Outputs>(
     let on_gpu = run(gpu).unwrap_or_else(|e| panic!("{what}: on the GPU: {e}"));
     let on_cpu = run(&Device::cpu()).unwrap_or_else(|e| panic!("{what}: on the CPU: {e}"));
     assert_same_outputs(what, &on_gpu, &on_cpu, tols);
+}
+
+/// Inputs and references for the fp8 types' conversions.
+pub mod fp8 {
+    use super::Rng;
+    use fuse_runtime::{F8E4M3, F8E5M2};
+
+    /// One fp8 type: its values and CUDA's `__NV_SATFINITE` conversion to it, by `float8` (a
+    /// port of `cuda_fp8.hpp`), with every NaN to `0x7f` as CUDA's conversion of an f32 makes it.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Format {
+        pub name: &'static str,
+        pub value: fn(u8) -> f32,
+        pub code: fn(f32) -> u8,
+        pub max: f32,
+    }
+
+    pub const E4M3: Format = Format {
+        name: "f8e4m3",
+        value: |c| F8E4M3::from_bits(c).to_f32(),
+        code: |x| match x.is_nan() {
+            true => 0x7f,
+            false => F8E4M3::from_f32(x).to_bits(),
+        },
+        max: 448.0,
+    };
+
+    pub const E5M2: Format = Format {
+        name: "f8e5m2",
+        value: |c| F8E5M2::from_bits(c).to_f32(),
+        code: |x| match x.is_nan() {
+            true => 0x7f,
+            false => F8E5M2::from_f32(x).to_bits(),
+        },
+        max: 57344.0,
+    };
+
+    /// Every code, then `extra` random ones, the whole turned by a random amount.
+    pub fn codes(rng: &mut Rng, extra: usize) -> Vec<u8> {
+        let mut v: Vec<u8> = (0..=255).collect();
+        v.extend((0..extra).map(|_| rng.below(256) as u8));
+        let turn = rng.below(v.len() as u64) as usize;
+        v.rotate_left(turn);
+        v
+    }
+
+    /// The midpoint between each two neighbouring finite values of `f`, of either sign, with the
+    /// two codes: the midpoint rounds to the even one of them.
+    pub fn midpoints(f: Format) -> Vec<(f32, u8, u8)> {
+        let finite: Vec<(u8, f32)> = (0..0x80u8)
+            .map(|c| (c, (f.value)(c)))
+            .filter(|(_, x)| x.is_finite())
+            .collect();
+        let mut out = vec![];
+        for pair in finite.windows(2) {
+            let ((lo, a), (hi, b)) = (pair[0], pair[1]);
+            assert!(a < b, "{}: values in order", f.name);
+            // Exact in f32: the values have at most 4 significant bits, 2^-9 apart at least.
+            let mid = (a + b) / 2.0;
+            out.push((mid, lo, hi));
+            out.push((-mid, lo | 0x80, hi | 0x80));
+        }
+        out
+    }
+
+    /// f32 inputs for the conversions to both types: each value, each midpoint and the f32s
+    /// just beside it, values at and past the largest, infinities, NaN, zeros, f32 subnormals,
+    /// and `extra` random ones over the types' ranges and beyond; shuffled.
+    pub fn edges(rng: &mut Rng, extra: usize) -> Vec<f32> {
+        let mut v = vec![
+            f32::NAN,
+            -f32::NAN,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            0.0,
+            -0.0,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            -1.0e-40,
+            464.0,
+            -464.0,
+            61440.0,
+            -61440.0,
+        ];
+        for f in [E4M3, E5M2] {
+            for code in 0..=255u8 {
+                v.push((f.value)(code));
+            }
+            for (mid, _, _) in midpoints(f) {
+                v.extend([
+                    mid,
+                    f32::from_bits(mid.to_bits() - 1),
+                    f32::from_bits(mid.to_bits() + 1),
+                ]);
+            }
+            v.extend([f.max * 1.5, -f.max * 2.0]);
+        }
+        for _ in 0..extra {
+            let x = match rng.below(3) {
+                0 => f32::from_bits(rng.next_u64() as u32),
+                1 => (rng.uniform(-20.0, 17.0).exp2() * rng.sign()) as f32,
+                _ => rng.uniform(-500.0, 500.0) as f32,
+            };
+            v.push(x);
+        }
+        for i in (1..v.len()).rev() {
+            v.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        v
+    }
+
+    /// Asserts that `got` and `want` are the same bits, naming the first element that is not.
+    #[track_caller]
+    pub fn assert_bits<T: Copy + PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) {
+        assert_eq!(got.len(), want.len(), "{what}: lengths");
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != want[i]) {
+            panic!(
+                "{what}: element {i} of {}: got {:?}, want {:?}",
+                got.len(),
+                got[i],
+                want[i]
+            );
+        }
+    }
 }
