@@ -303,10 +303,6 @@ fn derived_items(k: &Kernel, archs: &[u32]) -> TokenStream {
         .as_ref()
         .map(|_| derive(crate::grad::vjp(k, true, "v")));
     let jvp = k.jvp.as_ref().map(|_| derive(crate::grad::jvp(k, "j")));
-    let train = k.vjp.as_ref().map(|_| match crate::grad::train(k) {
-        Ok(t) => Ok(t),
-        Err(message) => Err(syn::Error::new(k.name.span(), message).to_compile_error()),
-    });
     let mut out = TokenStream::new();
     let mut ok = |d: Option<Result<crate::grad::Derived, TokenStream>>| match d {
         Some(Ok(d)) => Some(d),
@@ -317,10 +313,10 @@ fn derived_items(k: &Kernel, archs: &[u32]) -> TokenStream {
         None => None,
     };
     let (vjp, both, jvp) = (ok(vjp), ok(both), ok(jvp));
-    let train = match train {
+    let train = match vjp.as_ref().map(|d| crate::grad::train(k, d)) {
         Some(Ok(t)) => Some(t),
-        Some(Err(e)) => {
-            out.extend(e);
+        Some(Err(message)) => {
+            out.extend(syn::Error::new(k.name.span(), message).to_compile_error());
             None
         }
         None => None,

@@ -47,6 +47,23 @@ pub struct Derived {
 /// The reverse-mode function: the kernel's parameters and a cotangent a float output; results
 /// `forward` outputs first where asked (`value_and_vjp`), then a gradient each of `vjp`.
 pub fn vjp(k: &Kernel, with_values: bool, mode: &str) -> Result<Derived, String> {
+    let (g, inputs, grads) = reverse(k);
+    let wrt = k.vjp.clone().unwrap_or_default();
+    let mut roots = vec![];
+    if with_values {
+        roots.extend(k.outputs.iter().map(|o| (o.node, o.elem, o.shape.clone())));
+    }
+    for (&p, &node) in wrt.iter().zip(&grads) {
+        let shape = g.params[p].shape.clone().unwrap_or_default();
+        roots.push((node, g.params[p].elem, shape));
+    }
+    finish(k, g, inputs, roots, vec![], mode)
+}
+
+/// The graph of `k`'s gradients (of `#[vjp]`'s list), given a cotangent parameter for each
+/// float output: the graph, its first parameters that are the function's inputs (the kernel's
+/// and the cotangents), and the gradient of each listed parameter.
+fn reverse(k: &Kernel) -> (Graph, usize, Vec<NodeId>) {
     let wrt = k.vjp.clone().unwrap_or_default();
     let mut g = Graph::new(k);
     let names = output_names(&param_names(k), k.outputs.len(), k.tuple, "d_");
@@ -62,15 +79,7 @@ pub fn vjp(k: &Kernel, with_values: bool, mode: &str) -> Result<Derived, String>
         .collect();
     let inputs = g.params.len();
     let grads = g.reverse(&k.outputs, &cotangents, &wrt);
-    let mut roots = vec![];
-    if with_values {
-        roots.extend(k.outputs.iter().map(|o| (o.node, o.elem, o.shape.clone())));
-    }
-    for (&p, &node) in wrt.iter().zip(&grads) {
-        let shape = g.params[p].shape.clone().unwrap_or_default();
-        roots.push((node, g.params[p].elem, shape));
-    }
-    finish(k, g, inputs, roots, vec![], mode)
+    (g, inputs, grads)
 }
 
 /// The forward-mode function: the kernel's parameters and a tangent each of `jvp`; results the

@@ -10,7 +10,7 @@
 //!   of four inputs and `dy`. One a random draw decides (dropout's) reads nothing: recomputed.
 //! - Every other value is recomputed.
 
-use super::{build, finish, output_names, param_names, Derived, Planned, Root};
+use super::{build, finish, param_names, reverse, Derived, Planned, Root};
 use crate::grad::Graph;
 use crate::ir::{Kernel, Launch, NodeId, Op};
 use crate::ty::Elem;
@@ -42,23 +42,10 @@ pub struct Kept {
 }
 
 /// The training pair of `k` (`#[vjp]`), its hidden launches named `__<name>_t` (the forward)
-/// and `__<name>_b<i>`.
-pub fn train(k: &Kernel) -> Result<Train, String> {
+/// and `__<name>_b<i>`; `vjp` is `k`'s `vjp`, whose bytes the docs compare with the pair's.
+pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
     let wrt = k.vjp.clone().unwrap_or_default();
-    let mut g = Graph::new(k);
-    let names = output_names(&param_names(k), k.outputs.len(), k.tuple, "d_");
-    let cotangents: Vec<Option<usize>> = k
-        .outputs
-        .iter()
-        .zip(&names)
-        .map(|(o, name)| {
-            o.elem
-                .is_float()
-                .then(|| g.param(name, o.elem, Some(o.shape.clone())))
-        })
-        .collect();
-    let inputs = g.params.len();
-    let grads = g.reverse(&k.outputs, &cotangents, &wrt);
+    let (mut g, inputs, grads) = reverse(k);
     let roots: Vec<Root> = wrt
         .iter()
         .zip(&grads)
@@ -165,22 +152,12 @@ pub fn train(k: &Kernel) -> Result<Train, String> {
         };
         build(k, g, kernel_inputs, &p, &[], &format!("__{name}_t")).filter(|f| f.launch == k.launch)
     };
-    let mut saved: Vec<NodeId> = stats.iter().chain(&masks).copied().collect();
-    let forward = match forward_with(&g, &saved) {
-        Some(f) => f,
-        None => {
-            masks.clear();
-            saved = stats.clone();
-            match forward_with(&g, &saved) {
-                Some(f) => f,
-                None => {
-                    stats.clear();
-                    saved.clear();
-                    forward_with(&g, &saved).ok_or_else(|| bug(k))?
-                }
-            }
-        }
-    };
+    let all: Vec<NodeId> = stats.iter().chain(&masks).copied().collect();
+    let (forward, saved) = [all, stats.clone(), vec![]]
+        .into_iter()
+        .find_map(|saved| Some((forward_with(&g, &saved)?, saved)))
+        .ok_or_else(|| bug(k))?;
+    masks.retain(|n| saved.contains(n));
     let mut kept = vec![];
     let mut using = vec![];
     for (i, &n) in saved.iter().enumerate() {
@@ -208,7 +185,7 @@ pub fn train(k: &Kernel) -> Result<Train, String> {
             per_element: masks.contains(&n),
         });
     }
-    let vjp_bytes = bytes_of(&super::vjp(k, false, "d")?, &domain);
+    let vjp_bytes = bytes_of(vjp, &domain);
     let backward = finish(k, g, inputs, roots_of(&roots), using, "b")?;
     let mask_bytes: u32 = kept.iter().filter(|s| s.per_element).count() as u32;
     let pair_bytes = bytes_of(&backward, &domain) + mask_bytes;
@@ -379,6 +356,10 @@ mod tests {
     use crate::testing::kernel;
     use quote::quote;
 
+    fn pair(k: &Kernel) -> Train {
+        train(k, &super::super::vjp(k, false, "d").unwrap()).unwrap()
+    }
+
     fn saved(t: &Train) -> Vec<String> {
         t.saved
             .iter()
@@ -396,7 +377,7 @@ mod tests {
                 x * rsqrt(mean(x * x, cols) + 1e-6) * w
             }
         });
-        let t = train(&k).unwrap();
+        let t = pair(&k);
         assert_eq!(saved(&t), ["`rsqrt(mean(x * x, cols) + 1e-6)` [rows] f32"]);
         assert_eq!((t.vjp_bytes, t.pair_bytes), (6, 6));
         let k = kernel(quote! {
@@ -406,7 +387,7 @@ mod tests {
                 d * rsqrt(mean(d * d, cols) + 1e-5) * g + b
             }
         });
-        let t = train(&k).unwrap();
+        let t = pair(&k);
         assert_eq!(
             saved(&t),
             [
@@ -426,7 +407,7 @@ mod tests {
                 relu(x1 + x2 + x3 + x4)
             }
         });
-        let t = train(&k).unwrap();
+        let t = pair(&k);
         assert_eq!(saved(&t), ["`x1 + x2 + x3 + x4 > 0.0` [n] bool"]);
         assert_eq!((t.vjp_bytes, t.pair_bytes), (24, 10));
         let k = kernel(quote! {
@@ -435,6 +416,6 @@ mod tests {
                 dropout(x * 2.0, 0.1, seed)
             }
         });
-        assert_eq!(saved(&train(&k).unwrap()), Vec::<String>::new());
+        assert_eq!(saved(&pair(&k)), Vec::<String>::new());
     }
 }
