@@ -1551,6 +1551,37 @@ fn short_rows_run_on_an_emulated_gpu() {
             );
         }
     }
+    // Tiles of wide tensors (40 bytes an element), at every length of a vector of four a
+    // thread and a few others: each tile holds a block's step of rows.
+    for cols in [4usize, 8, 12, 16, 20, 24, 28, 32, 3, 17, 31] {
+        let rows = 2048 / cols + 5;
+        let d = [("rows", rows), ("cols", cols)];
+        let x = rng.floats::<f64>(rows * cols, -5.0, 5.0);
+        let y = rng.floats::<f64>(rows * cols, -5.0, 5.0);
+        let h: Vec<fuse_runtime::f16> = rng
+            .floats::<f32>(rows * cols, -5.0, 5.0)
+            .iter()
+            .map(|&v| fuse_runtime::f16::from_f32(v))
+            .collect();
+        let shape = [rows, cols];
+        let cpu = kernels::wide_rows_f64(
+            &dev,
+            &put(&dev, &x, &shape),
+            &put(&dev, &y, &shape),
+            &put(&dev, &h, &shape),
+        )
+        .unwrap();
+        emulate(
+            &format!("short wide_rows_f64 {rows}x{cols}"),
+            &kernels::wide_rows_f64::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y), hex(&h)],
+            vec![],
+            &d,
+            &cpu,
+            &["f64", "f16"],
+            &[Tol::close(1e-12, 1e-12), Tol::EXACT],
+        );
+    }
     // Other element sizes, at a length per width of threads a row.
     for cols in [2usize, 3, 4, 7, 12, 17, 32] {
         let rows = 4096 / cols + 11;

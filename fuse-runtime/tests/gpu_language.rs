@@ -1326,6 +1326,34 @@ fn short_rows_in_tiles() {
     }
 }
 
+/// Tiles of wide tensors (40 bytes an element) at every short length: a random program with
+/// these tensors hung the GPU at rows of 28, where its tile held no block's step of rows.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn short_rows_of_wide_tensors() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for cols in 1..=32usize {
+        for rows in [1, 37, (1 << 20) / cols + 3] {
+            let shape = [rows, cols];
+            let x = rng.floats::<f64>(rows * cols, -5.0, 5.0);
+            let y = rng.floats::<f64>(rows * cols, -5.0, 5.0);
+            let h: Vec<fuse_runtime::f16> = rng
+                .floats::<f32>(rows * cols, -5.0, 5.0)
+                .iter()
+                .map(|&v| fuse_runtime::f16::from_f32(v))
+                .collect();
+            let run = |d: &Device| {
+                let (x, y, h) = (put(d, &x, &shape), put(d, &y, &shape), put(d, &h, &shape));
+                kernels::wide_rows_f64(d, &x, &y, &h)
+            };
+            let tols = [Tol::close(1e-12, 1e-12), Tol::EXACT];
+            assert_gpu_matches_cpu(&gpu, &format!("wide_rows_f64, {rows} x {cols}"), run, &tols);
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn issue_layernorm_and_rmsnorm() {

@@ -208,7 +208,8 @@ impl Cuda<'_> {
         self.line("const int lane = threadIdx.x & (width - 1);");
         // Rows per tile: whole segments (at least 16 rows, so every tile starts 16-byte aligned
         // in every tensor whatever its element size), up to `tile` elements, and no more than
-        // it takes to give every block of the grid a tile.
+        // it takes to give every block of the grid a tile. A tile holds at least a block's
+        // step of the entry's longest rows (`plan::rows::MIN_TILE`), so `fz_most` is never 0.
         self.line(format!(
             "const int fz_most = ({tile} / (int)len) / per_block * per_block;"
         ));
@@ -501,7 +502,7 @@ mod tests {
             quote! { fn f(x: [f32; b, t, c]) -> [f32; b, c] { sum(x, t) } },
             quote! { fn f(x: [f32; n]) -> f32 { sum(x) } },
             quote! { fn f(x: [f32; n]) -> [f32; n] { x * 2.0 } },
-            // 72 bytes an element: a tile of 32 KB would hold fewer than 16 rows of 32.
+            // 72 bytes an element: a tile of 40 KB would hold less than a block's step.
             quote! {
                 fn f(a: [f64; r, c], b: [f64; r, c], d: [f64; r, c], e: [f64; r, c], g: [f64; r, c])
                     -> ([f64; r, c], [f64; r, c], [f64; r, c], [f64; r, c])
@@ -520,6 +521,40 @@ mod tests {
             let text = source(tokens);
             assert_eq!(tile_vectors(&text), None, "{text}");
             assert!(!text.contains("fz_short_rows"));
+        }
+    }
+
+    /// Every tile holds a block's step over the rows of each instantiation: the threads a row
+    /// (`width`) times the rows a block (`256 / width`) times their length, or the kernel's tile
+    /// loop takes no rows and never ends (`fz_most` is 0). Three `f64` tensors and an `f16` one
+    /// had a tile of 768 elements, and rows of 28 (eight threads a row, 32 rows) hung the GPU.
+    #[test]
+    fn every_tile_holds_a_blocks_step_of_its_longest_rows() {
+        for tokens in [
+            quote! {
+                fn p23(x0: [f64; d0], x1: [f64; d0], x2: [f16; d0]) -> ([f64; d0], [f16; d0]) {
+                    let v1 = sum(x0, d0);
+                    ((gelu_tanh(ln(v1)) + x1), x2)
+                }
+            },
+            quote! {
+                fn f(a: [f32; r, c], b: [f32; r, c], d: [f32; r, c], e: [f32; r, c], g: [f32; r, c]) -> [f32; r, c] {
+                    let m = sum(a + b + d + e + g, c);
+                    a - m
+                }
+            },
+            quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { x / sum(x, c) } },
+        ] {
+            let k = kernel(tokens.clone());
+            let program = crate::plan::program(&k);
+            let Some((_, tile)) = crate::plan::rows::tiling(&k, &program.plan) else {
+                panic!("a tiled entry: {tokens}");
+            };
+            // Rows of four, one vector a thread: 256 rows a step; of 32, eight threads a row.
+            assert!(tile >= 256 * 4 && tile >= 32 * 32, "{tile}");
+            let text = source(tokens);
+            let most = format!("const int fz_most = ({tile} / (int)len) / per_block * per_block;");
+            assert!(text.contains(&most), "{text}");
         }
     }
 }

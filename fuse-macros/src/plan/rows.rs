@@ -360,8 +360,17 @@ pub(crate) const TILE_BYTES: u32 = 32 * 1024;
 /// (With 32 KB of inputs, ptxas hoisted all eight loads a thread, at some 30 registers.)
 pub(crate) const IN_FLIGHT: u32 = 4;
 
-/// The fewest elements a tile may hold: 16 rows of the longest short row.
-pub(crate) const MIN_TILE: u32 = 16 * SHORT;
+/// The fewest elements a tile may hold: one step of a block over rows whose length is a
+/// multiple of four, where each of its threads takes a vector of four (`fz_short_rows`' `fours`
+/// instantiations step over 256 rows of four, or 32 rows of 32). A tile that holds no whole
+/// step takes no rows (`fz_most` is 0) and its loop over the rows never ends: with a tile of
+/// 768 (three `f64` tensors), a random program's rows of 28 hung the GPU.
+pub(crate) const MIN_TILE: u32 = 4 * BLOCK;
+
+/// The most shared memory a tile may take to hold [`MIN_TILE`] elements, where
+/// [`TILE_BYTES`] and [`IN_FLIGHT`] would make it smaller: within the 48 KB of static shared
+/// memory a block may have, with room for the kernel's other buffers.
+pub(crate) const MAX_TILE_BYTES: u32 = 40 * 1024;
 
 /// Elements per tile are a multiple of this, so that each tensor's part of the tile is a whole
 /// number of 16-byte vectors per thread step for any element size.
@@ -391,8 +400,9 @@ impl Tiled {
     }
 }
 
-/// Where `k` reduces contiguous rows and their tiles fit in [`TILE_BYTES`]: the tensors its
-/// tile carries, and the elements of each one's part.
+/// Where `k` reduces contiguous rows and a tile of at least [`MIN_TILE`] elements fits in
+/// [`TILE_BYTES`] (or, raised to [`MIN_TILE`], in [`MAX_TILE_BYTES`]): the tensors its tile
+/// carries, and the elements of each one's part.
 pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
     let Launch::Rows { domain, axis } = &k.launch else {
         return None;
@@ -405,6 +415,10 @@ pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
     let input: u32 = tiled.iter().filter(|t| t.input()).map(|t| t.size).sum();
     let loads = IN_FLIGHT * 16 * BLOCK;
     let tile = (TILE_BYTES / bytes.max(1)).min(loads / input.max(1)) / TILE_STEP * TILE_STEP;
+    let tile = match tile < MIN_TILE && MIN_TILE * bytes <= MAX_TILE_BYTES {
+        true => MIN_TILE,
+        false => tile,
+    };
     (bytes > 0 && tile >= MIN_TILE).then_some((tiled, tile))
 }
 
