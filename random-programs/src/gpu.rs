@@ -6,7 +6,11 @@
 //! - `FUSE_RANDOM_SECONDS=S`: start no program after `S` seconds (240 by default); the programs
 //!   under way finish their instances, and the summary says how many ran;
 //! - `FUSE_RANDOM_PATHS=N`: the entries a row program's instances take ([`Paths::PER_PROGRAM`]
-//!   by default; a large number takes every entry of every program, as random shapes would).
+//!   by default; a large number takes every entry of every program, as random shapes would);
+//! - `FUSE_RANDOM_STALL=S`: when no instance has finished for `S` seconds (120 by default),
+//!   name the instances under way and end the process with a failure: a kernel that never
+//!   returns holds every later call to the device (a short-row tile that held no rows hung the
+//!   GPU so, and the run printed the same progress line until the call's time ran out).
 
 use crate::oracle::Desc;
 use crate::paths::{warm, Paths};
@@ -30,6 +34,8 @@ pub struct Settings {
     pub threads: usize,
     /// How often a line of progress goes to stderr.
     pub every: Duration,
+    /// How long without a finished instance counts as a hang.
+    pub stall: Duration,
 }
 
 impl Settings {
@@ -48,6 +54,7 @@ impl Settings {
             per_program: num("FUSE_RANDOM_PATHS", Paths::PER_PROGRAM as f64) as usize,
             threads: std::thread::available_parallelism().map_or(4, |n| n.get()),
             every: Duration::from_secs(10),
+            stall: Duration::from_secs_f64(num("FUSE_RANDOM_STALL", 120.0)),
         }
     }
 }
@@ -84,6 +91,10 @@ struct Shared {
     stopped: AtomicBool,
     done: AtomicBool,
     paths: Mutex<BTreeMap<&'static str, usize>>,
+    /// The instances under way, one a worker: program, instance and dim sizes.
+    running: Mutex<BTreeMap<usize, String>>,
+    /// Instances finished, against which the progress line measures a stall.
+    finished: AtomicUsize,
 }
 
 /// Runs `programs` on `gpu`, a device of compute capability `arch` (major * 10 + minor).
@@ -92,10 +103,10 @@ pub fn run(gpu: &Device, arch: u32, programs: &[&'static Program], s: &Settings)
     let shared = Shared::default();
     let mut failures: Vec<String> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..s.threads)
-            .map(|_| {
+            .map(|w| {
                 let dev = gpu.new_stream().expect("a stream of the GPU");
                 let shared = &shared;
-                scope.spawn(move || worker(&dev, arch, programs, s, shared, started))
+                scope.spawn(move || worker(w, &dev, arch, programs, s, shared, started))
             })
             .collect();
         scope.spawn(|| progress(programs.len(), s, &shared, started));
@@ -119,8 +130,9 @@ pub fn run(gpu: &Device, arch: u32, programs: &[&'static Program], s: &Settings)
     }
 }
 
-/// One thread: takes the next program until none is left or the budget is spent.
+/// One thread (worker `w`): takes the next program until none is left or the budget is spent.
 fn worker(
+    w: usize,
     dev: &Device,
     arch: u32,
     programs: &[&'static Program],
@@ -138,7 +150,7 @@ fn worker(
             break;
         };
         shared.programs.fetch_add(1, Ordering::Relaxed);
-        if let Err(e) = run_program(p, dev, arch, s, shared) {
+        if let Err(e) = run_program(w, p, dev, arch, s, shared) {
             shared.failures.fetch_add(1, Ordering::Relaxed);
             failures.push(e);
         }
@@ -146,8 +158,9 @@ fn worker(
     failures
 }
 
-/// Every instance of `p`, up to the first failure.
+/// Every instance of `p`, up to the first failure, on worker `w`.
 fn run_program(
+    w: usize,
     p: &'static Program,
     dev: &Device,
     arch: u32,
@@ -184,7 +197,24 @@ fn run_program(
             .entry(path)
             .or_default() += 1;
         shared.instances.fetch_add(1, Ordering::Relaxed);
-        check_gpu(p, &desc, dev, k, &inst).map_err(|e| {
+        let symbols: Vec<&str> = entries.iter().map(|e| e.symbol).collect();
+        let under_way = format!(
+            "{} instance {k} (dims {:?}, entries {symbols:?}; FUSE_RANDOM_ONLY={} replays it)",
+            p.name, inst.sizes, p.name
+        );
+        shared
+            .running
+            .lock()
+            .expect("no thread panicked")
+            .insert(w, under_way);
+        let checked = check_gpu(p, &desc, dev, k, &inst);
+        shared
+            .running
+            .lock()
+            .expect("no thread panicked")
+            .remove(&w);
+        shared.finished.fetch_add(1, Ordering::Relaxed);
+        checked.map_err(|e| {
             let symbols: Vec<&str> = entries.iter().map(|e| e.symbol).collect();
             let per_program = s.per_program;
             format!("{e}entry points: {symbols:?} (FUSE_RANDOM_PATHS={per_program})")
@@ -209,11 +239,30 @@ pub fn say(line: &str) {
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
 
-/// A line on stderr ([`say`]) every `s.every` until the workers are done.
+/// A line on stderr ([`say`]) every `s.every` until the workers are done; after `s.stall`
+/// without a finished instance, the instances under way, and the end of the process.
 fn progress(total: usize, s: &Settings, shared: &Shared, started: Instant) {
     let mut last = Instant::now();
+    let (mut finished, mut moved) = (0, Instant::now());
     while !shared.done.load(Ordering::Relaxed) {
         std::thread::sleep(Duration::from_millis(200));
+        let now = shared.finished.load(Ordering::Relaxed);
+        if now != finished {
+            (finished, moved) = (now, Instant::now());
+        }
+        if moved.elapsed() >= s.stall {
+            let running = shared.running.lock().expect("no thread panicked");
+            say(&format!(
+                "random_gpu: no instance finished in {:.0?} (FUSE_RANDOM_STALL): a kernel that \
+                 does not return, or a host step that takes that long; under way:",
+                s.stall
+            ));
+            for line in running.values() {
+                say(&format!("  {line}"));
+            }
+            // The workers wait on the device and cannot be joined.
+            std::process::exit(101);
+        }
         if last.elapsed() < s.every {
             continue;
         }
