@@ -62,11 +62,30 @@ pub(crate) fn device_count() -> Result<usize, Error> {
             searched: driver_candidates(),
         });
     }
+    let found = driver_version()?;
+    if !crate::libs::at_least(found, crate::libs::MIN_DRIVER) {
+        return Err(Error::DriverTooOld {
+            found,
+            needed: crate::libs::MIN_DRIVER,
+        });
+    }
     match CudaContext::device_count() {
         Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
         Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
         Err(e) => Err(driver_error("cuInit", e)),
     }
+}
+
+/// The CUDA version the driver supports, as (major, minor). Call it only once the driver is
+/// known to load ([`driver_present`]): cudarc panics where it does not.
+fn driver_version() -> Result<(u32, u32), Error> {
+    let mut version = 0;
+    // SAFETY: the driver library loads (checked by the caller), and every driver has
+    // `cuDriverGetVersion`, which needs no `cuInit` and writes one integer to a live local.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(|e| driver_error("cuDriverGetVersion", e))?;
+    Ok(crate::libs::cuda_version(version))
 }
 
 /// Keeps the memory that buffers free in the device's default memory pool, which cudarc's

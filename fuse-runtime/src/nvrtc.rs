@@ -124,7 +124,7 @@ pub fn compile(
     arch: u32,
     extra_options: &[&str],
 ) -> Result<Compiled, Error> {
-    ensure_available()?;
+    ensure_usable()?;
     let options = options(arch, extra_options);
     let c_options = options
         .iter()
@@ -205,6 +205,21 @@ fn ensure_available() -> Result<(), Error> {
         Err(Error::NoNvrtc {
             searched: candidates(),
         })
+    }
+}
+
+/// Fails unless NVRTC loads and is at least [`MIN_NVRTC`](crate::libs::MIN_NVRTC): cudarc
+/// panics on the first call of a function the library lacks.
+fn ensure_usable() -> Result<(), Error> {
+    let (major, minor) = version()?;
+    let number = |v: i32| u32::try_from(v).unwrap_or(0);
+    let found = (number(major), number(minor));
+    match crate::libs::at_least(found, crate::libs::MIN_NVRTC) {
+        true => Ok(()),
+        false => Err(Error::NvrtcTooOld {
+            found,
+            needed: crate::libs::MIN_NVRTC,
+        }),
     }
 }
 
