@@ -56,7 +56,10 @@ impl Device {
     /// Opening a device keeps the memory freed buffers give back in the device's default memory
     /// pool for later allocations, as PyTorch's caching allocator does, where the driver's
     /// default returns it to the system at each synchronization; a release threshold that
-    /// other code already set on that pool is left alone.
+    /// other code already set on that pool is left alone. An allocation or a kernel's first load
+    /// that finds the GPU full has the pool give back the memory it keeps unused, and tries once
+    /// more; one that still fails is an error ([`Error::OutOfMemory`] for an allocation), and
+    /// the device, its streams and its buffers stay usable.
     ///
     /// Fails with [`Error::NoDriver`] when the CUDA driver library cannot be loaded, with
     /// [`Error::DriverTooOld`] when it is older than CUDA 12.0's, and with [`Error::NoDevice`]
