@@ -232,7 +232,8 @@ fn processes_compiling_at_once_share_one_cache() {
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
-    (listed.sort(), names.sort());
+    listed.sort();
+    names.sort();
     assert_eq!(listed, names, "no temporary file is left behind");
     std::fs::remove_dir_all(&dir).unwrap();
 }
