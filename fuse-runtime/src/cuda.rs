@@ -62,13 +62,7 @@ pub(crate) fn device_count() -> Result<usize, Error> {
             searched: driver_candidates(),
         });
     }
-    let found = driver_version()?;
-    if !crate::libs::at_least(found, crate::libs::MIN_DRIVER) {
-        return Err(Error::DriverTooOld {
-            found,
-            needed: crate::libs::MIN_DRIVER,
-        });
-    }
+    crate::libs::check_driver(driver_version()?)?;
     match CudaContext::device_count() {
         Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
         Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),

@@ -213,14 +213,7 @@ fn ensure_available() -> Result<(), Error> {
 fn ensure_usable() -> Result<(), Error> {
     let (major, minor) = version()?;
     let number = |v: i32| u32::try_from(v).unwrap_or(0);
-    let found = (number(major), number(minor));
-    match crate::libs::at_least(found, crate::libs::MIN_NVRTC) {
-        true => Ok(()),
-        false => Err(Error::NvrtcTooOld {
-            found,
-            needed: crate::libs::MIN_NVRTC,
-        }),
-    }
+    crate::libs::check_nvrtc((number(major), number(minor)))
 }
 
 fn nvrtc_error(op: &'static str, e: NvrtcError) -> Error {
