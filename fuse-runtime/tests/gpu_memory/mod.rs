@@ -86,7 +86,27 @@ fn out_of_memory_mid_sequence_then_later_calls_work() {
     // The memory is all back: the largest call of the fill runs again.
     let big = outer(&dev, &rows[0], &c).unwrap();
     assert_eq!(big.shape(), [1 << 15, COLS]);
+    drop(big);
     dev.synchronize().unwrap();
+    give_back_pooled_memory(&dev);
+}
+
+/// Has the device's default memory pool, which keeps freed memory for later allocations, give
+/// it all back to the driver: the tests after this one then find the GPU as a new process would.
+fn give_back_pooled_memory(dev: &Device) {
+    use fuse_runtime::cudarc::driver::sys;
+    let ctx = dev.cuda_stream().unwrap().context();
+    ctx.bind_to_thread().unwrap();
+    let mut pool = std::ptr::null_mut();
+    // SAFETY: the driver writes the default pool of a valid device into `pool`; trimming it
+    // releases only memory no allocation holds. A device without memory pools has nothing to
+    // give back.
+    unsafe {
+        if sys::cuDeviceGetDefaultMemPool(&mut pool, ctx.cu_device()) == sys::CUresult::CUDA_SUCCESS
+        {
+            sys::cuMemPoolTrimTo(pool, 0).result().unwrap();
+        }
+    }
 }
 
 /// Calls `outer` with outputs of 4 GiB, then ever smaller ones down to 128 KiB, each size until
