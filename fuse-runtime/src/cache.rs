@@ -16,6 +16,13 @@
 //! The cache is an optimisation only: a missing, unreadable, corrupt or stale file means
 //! "compile again and overwrite", and a cache directory that cannot be written is ignored.
 //!
+//! Entries become GPU code, so on Unix a directory or entry that another user could have written
+//! is not trusted: a cache directory not owned by this user (or root), or writable by its group or
+//! by others, is neither read nor written, and an entry file like that is not read; the kernel is
+//! compiled instead. fuse creates its directories with mode `0o700`, so only a directory made or
+//! changed by hand meets this; `chmod go-w` on it (or another `FUSE_CACHE_DIR`) puts it back to
+//! use. The reasons are in the source, `cache/trust.rs`.
+//!
 //! The directory is, in order: the one given to [`set_cache_dir`]; the `FUSE_CACHE_DIR`
 //! environment variable (`off`, `0` or an empty value turn the cache off);
 //! `$XDG_CACHE_HOME/fuse`; `$HOME/.cache/fuse`.
@@ -30,6 +37,8 @@ use crate::error::Error;
 use crate::nvrtc;
 #[cfg(doc)]
 use crate::Device;
+
+mod trust;
 
 /// What [`set_cache_dir`] chose: `None` while it has not been called.
 static SETTING: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
@@ -282,21 +291,36 @@ fn take_block(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
     rest.split_at_checked(len)
 }
 
-/// Reads the entry of `key` from `dir`; any failure reads as "not cached".
+/// Reads the entry of `key` from `dir`; any failure, or a directory or entry file that someone
+/// else could have written, reads as "not cached".
 fn read_entry(dir: &Path, key: &Key) -> Option<Vec<u8>> {
-    let bytes = std::fs::read(dir.join(key.file_name())).ok()?;
+    if !trust::directory(dir) {
+        return None;
+    }
+    // The entry is checked through the open file, so that what is read is what was checked.
+    let mut file = std::fs::File::open(dir.join(key.file_name())).ok()?;
+    if !trust::trusted(&file.metadata().ok()?) {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes).ok()?;
     decode(key, &bytes)
 }
 
 /// Writes the entry of `key` to `dir` through a temporary file and a rename, so a reader sees
-/// either the old file or the whole new one. Failures are ignored: the cache is optional.
+/// either the old file or the whole new one. The temporary name is unique to this process and
+/// call, so that processes writing the same entry at once never write into one file. Nothing is
+/// written to a directory that someone else could write. Failures are ignored: the cache is
+/// optional.
 fn write_entry(dir: &Path, key: &Key, cubin: &[u8]) {
     static UNIQUE: AtomicU64 = AtomicU64::new(0);
+    if trust::create_dir(dir).is_err() || !trust::directory(dir) {
+        return;
+    }
     let name = key.file_name();
     let unique = UNIQUE.fetch_add(1, Ordering::Relaxed);
     let temp = dir.join(format!(".{name}.{}.{unique}.tmp", std::process::id()));
-    let written = std::fs::create_dir_all(dir)
-        .and_then(|()| std::fs::write(&temp, encode(key, cubin)))
+    let written = trust::write_new(&temp, &encode(key, cubin))
         .and_then(|()| std::fs::rename(&temp, dir.join(&name)));
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -384,7 +408,7 @@ mod tests {
     fn corrupt_file_falls_back_and_is_overwritten() {
         let dir = temp_dir("corrupt");
         let k = key("corrupt me");
-        std::fs::create_dir_all(&dir).unwrap();
+        trust::create_dir(&dir).unwrap();
         std::fs::write(dir.join(k.file_name()), b"FUSE-CUBIN\n garbage").unwrap();
         assert_eq!(read_entry(&dir, &k), None);
         write_entry(&dir, &k, &fake_cubin());

@@ -62,11 +62,24 @@ pub(crate) fn device_count() -> Result<usize, Error> {
             searched: driver_candidates(),
         });
     }
+    crate::libs::check_driver(driver_version()?)?;
     match CudaContext::device_count() {
         Ok(n) => Ok(usize::try_from(n).unwrap_or(0)),
         Err(DriverError(sys::CUresult::CUDA_ERROR_NO_DEVICE)) => Ok(0),
         Err(e) => Err(driver_error("cuInit", e)),
     }
+}
+
+/// The CUDA version the driver supports, as (major, minor). Call it only once the driver is
+/// known to load ([`driver_present`]): cudarc panics where it does not.
+fn driver_version() -> Result<(u32, u32), Error> {
+    let mut version = 0;
+    // SAFETY: the driver library loads (checked by the caller), and every driver has
+    // `cuDriverGetVersion`, which needs no `cuInit` and writes one integer to a live local.
+    unsafe { sys::cuDriverGetVersion(&mut version) }
+        .result()
+        .map_err(|e| driver_error("cuDriverGetVersion", e))?;
+    Ok(crate::libs::cuda_version(version))
 }
 
 /// Keeps the memory that buffers free in the device's default memory pool, which cudarc's
@@ -271,16 +284,46 @@ impl CudaDevice {
             .cubin(self.arch())
             .filter(|_| cache::embedded_cubins());
         if let Some(cubin) = embedded.filter(|cubin| cache::whole_elf(cubin)) {
-            let loaded = self
-                .ctx
-                .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.to_vec()));
             // A driver older than the NVRTC that built the CUBIN rejects it: then compile the
-            // source here, as a build without embedded CUBINs would.
-            if let Ok(module) = loaded {
-                return Ok((module, Origin::Embedded));
+            // source here, as a build without embedded CUBINs would. A device out of memory
+            // would reject any CUBIN, and may have no NVRTC to compile one.
+            match self.load_cubin(cubin.to_vec()) {
+                Ok(module) => return Ok((module, Origin::Embedded)),
+                Err(e) if out_of_memory(&e) => return Err(driver_error("cuModuleLoadData", e)),
+                Err(_) => {}
             }
         }
         self.compile_module(kernel)
+    }
+
+    /// Loads a CUBIN as a module. When the device has no memory left for it, the memory its
+    /// pool keeps for allocations is given back first (the pool may hold nearly all of it, see
+    /// [`keep_freed_memory`]), and it tries once more.
+    fn load_cubin(&self, cubin: Vec<u8>) -> Result<Arc<CudaModule>, DriverError> {
+        let load = |bytes| self.ctx.load_module(cudarc::nvrtc::Ptx::from_binary(bytes));
+        match load(cubin.clone()) {
+            Err(e) if out_of_memory(&e) && self.release_pool_memory() => load(cubin),
+            loaded => loaded,
+        }
+    }
+
+    /// Has the device's default memory pool give the memory it keeps for later allocations, and
+    /// does not use now, back to the driver: for an allocation or a module load that found the
+    /// device full. Memory whose free the host has not yet seen complete stays in the pool.
+    /// Whether there was a pool to trim.
+    pub(crate) fn release_pool_memory(&self) -> bool {
+        if !self.ctx.has_async_alloc() || self.bind().is_err() {
+            return false;
+        }
+        let mut pool = std::ptr::null_mut();
+        // SAFETY: the driver writes the default pool of a valid device into `pool`; trimming a
+        // pool releases only memory no allocation holds.
+        unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut pool, self.ctx.cu_device())
+                .result()
+                .and_then(|()| sys::cuMemPoolTrimTo(pool, 0).result())
+                .is_ok()
+        }
     }
 
     /// Loads the module of `kernel` from the disk cache when a usable CUBIN is there, else
@@ -289,23 +332,19 @@ impl CudaDevice {
         let program = format!("{}.cu", kernel.name);
         let cubin =
             cache::cubin(kernel.source, &program, self.arch()).map_err(|e| named(e, kernel))?;
-        let loaded = self
-            .ctx
-            .load_module(cudarc::nvrtc::Ptx::from_binary(cubin.bytes));
-        match (loaded, cubin.from_disk) {
+        match (self.load_cubin(cubin.bytes), cubin.from_disk) {
             (Ok(module), true) => Ok((module, Origin::Disk)),
             (Ok(module), false) => Ok((module, Origin::Nvrtc)),
-            (Err(_), true) => {
+            (Err(e), true) if !out_of_memory(&e) => {
                 // A cached CUBIN the driver rejects is as good as missing: compile it afresh.
                 let Cubin { bytes, .. } = cache::recompile(kernel.source, &program, self.arch())
                     .map_err(|e| named(e, kernel))?;
                 let module = self
-                    .ctx
-                    .load_module(cudarc::nvrtc::Ptx::from_binary(bytes))
+                    .load_cubin(bytes)
                     .map_err(|e| driver_error("cuModuleLoadData", e))?;
                 Ok((module, Origin::Nvrtc))
             }
-            (Err(e), false) => Err(driver_error("cuModuleLoadData", e)),
+            (Err(e), _) => Err(driver_error("cuModuleLoadData", e)),
         }
     }
 }
@@ -391,6 +430,11 @@ fn named(error: Error, kernel: &KernelInfo) -> Error {
         },
         other => other,
     }
+}
+
+/// Whether the driver ran out of device memory.
+fn out_of_memory(e: &DriverError) -> bool {
+    e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY
 }
 
 fn non_negative(value: i32) -> u32 {

@@ -56,10 +56,14 @@ impl Device {
     /// Opening a device keeps the memory freed buffers give back in the device's default memory
     /// pool for later allocations, as PyTorch's caching allocator does, where the driver's
     /// default returns it to the system at each synchronization; a release threshold that
-    /// other code already set on that pool is left alone.
+    /// other code already set on that pool is left alone. An allocation or a kernel's first load
+    /// that finds the GPU full has the pool give back the memory it keeps unused, and tries once
+    /// more; one that still fails is an error ([`Error::OutOfMemory`] for an allocation), and
+    /// the device, its streams and its buffers stay usable.
     ///
-    /// Fails with [`Error::NoDriver`] when the CUDA driver library cannot be loaded, and with
-    /// [`Error::NoDevice`] when there is no device `ordinal`.
+    /// Fails with [`Error::NoDriver`] when the CUDA driver library cannot be loaded, with
+    /// [`Error::DriverTooOld`] when it is older than CUDA 12.0's, and with [`Error::NoDevice`]
+    /// when there is no device `ordinal`; never panics.
     pub fn cuda(ordinal: usize) -> Result<Device, Error> {
         Ok(Device {
             kind: Kind::Cuda(open_queue(ordinal)?),
@@ -373,12 +377,37 @@ mod tests {
             Err(err) => {
                 let ok = matches!(
                     err,
-                    Error::NoDriver { .. } | Error::NoDevice { .. } | Error::Cuda { .. }
+                    Error::NoDriver { .. }
+                        | Error::DriverTooOld { .. }
+                        | Error::NoDevice { .. }
+                        | Error::Cuda { .. }
                 );
                 assert!(ok, "{err}");
                 assert!(Device::detect().is_cpu());
             }
         }
+    }
+
+    #[test]
+    fn no_driver_names_the_library_and_the_fix() {
+        if crate::cuda::driver_present() {
+            eprintln!("skipping: this machine has a CUDA driver library");
+            return;
+        }
+        let err = Device::cuda(0).unwrap_err();
+        let searched = crate::cuda::driver_candidates();
+        assert_eq!(
+            err,
+            Error::NoDriver {
+                searched: searched.clone()
+            }
+        );
+        let text = err.to_string();
+        assert!(text.starts_with("no CUDA driver: could not load the `cuda` library"));
+        assert!(text.contains(&searched[0]), "{text}");
+        assert!(text.contains("install the NVIDIA driver"), "{text}");
+        assert_eq!(Device::cuda_count(), 0);
+        assert!(Device::detect().is_cpu());
     }
 
     #[test]

@@ -86,6 +86,13 @@ pub enum Error {
         /// The library names that were tried.
         searched: Vec<String>,
     },
+    /// The CUDA driver is older than fuse needs.
+    DriverTooOld {
+        /// The CUDA version the driver supports, as (major, minor).
+        found: (u32, u32),
+        /// The oldest CUDA version whose driver fuse runs on.
+        needed: (u32, u32),
+    },
     /// There is no CUDA device with this ordinal.
     NoDevice {
         /// The requested ordinal.
@@ -97,6 +104,13 @@ pub enum Error {
     NoNvrtc {
         /// The library names that were tried.
         searched: Vec<String>,
+    },
+    /// The NVRTC library that was loaded is older than fuse needs.
+    NvrtcTooOld {
+        /// Its version, as (major, minor).
+        found: (u32, u32),
+        /// The oldest version fuse compiles with.
+        needed: (u32, u32),
     },
     /// NVRTC rejected a kernel's source.
     Compile {
@@ -228,8 +242,23 @@ impl fmt::Display for Error {
                  the NVIDIA driver, or use `Device::cpu()`",
                 searched.join(", ")
             ),
+            Error::DriverTooOld { found, needed } => write!(
+                f,
+                "the CUDA driver is too old: it supports CUDA {}.{}, and fuse needs CUDA {}.{} or \
+                 newer; install a newer NVIDIA driver (CUDA 12.0 came with R525), or use \
+                 `Device::cpu()`",
+                found.0, found.1, needed.0, needed.1
+            ),
             Error::NoDevice { ordinal, count } => write_no_device(f, *ordinal, *count),
             Error::NoNvrtc { searched } => write_no_nvrtc(f, searched),
+            Error::NvrtcTooOld { found, needed } => write!(
+                f,
+                "NVRTC is too old: the `nvrtc` library loaded is version {}.{}, and fuse needs \
+                 {}.{} or newer. Put a newer one's directory first on LD_LIBRARY_PATH, such as \
+                 that of the `nvidia-cuda-nvrtc` wheel (with a link `libnvrtc.so` to its \
+                 `libnvrtc.so.13`)",
+                found.0, found.1, needed.0, needed.1
+            ),
             Error::Compile { kernel, log, line } => write_compile(f, kernel, log, line),
             Error::OutOfMemory { bytes, device } => write!(
                 f,
@@ -393,6 +422,30 @@ mod tests {
         assert!(text.contains(" 9 |   out[i] = q;"), "{text}");
         assert!(text.contains("12 | }"), "{text}");
         assert!(text.contains("identifier \"q\" is undefined"), "{text}");
+    }
+
+    #[test]
+    fn too_old_names_both_versions_and_the_fix() {
+        let driver = Error::DriverTooOld {
+            found: (11, 8),
+            needed: (12, 0),
+        };
+        assert_eq!(
+            driver.to_string(),
+            "the CUDA driver is too old: it supports CUDA 11.8, and fuse needs CUDA 12.0 or \
+             newer; install a newer NVIDIA driver (CUDA 12.0 came with R525), or use \
+             `Device::cpu()`"
+        );
+        let nvrtc = Error::NvrtcTooOld {
+            found: (11, 2),
+            needed: (12, 0),
+        }
+        .to_string();
+        assert!(
+            nvrtc.starts_with("NVRTC is too old: the `nvrtc` library loaded is version 11.2, and fuse needs 12.0 or newer."),
+            "{nvrtc}"
+        );
+        assert!(nvrtc.contains("LD_LIBRARY_PATH"), "{nvrtc}");
     }
 
     #[test]

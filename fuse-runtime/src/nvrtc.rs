@@ -124,7 +124,7 @@ pub fn compile(
     arch: u32,
     extra_options: &[&str],
 ) -> Result<Compiled, Error> {
-    ensure_available()?;
+    ensure_usable()?;
     let options = options(arch, extra_options);
     let c_options = options
         .iter()
@@ -206,6 +206,14 @@ fn ensure_available() -> Result<(), Error> {
             searched: candidates(),
         })
     }
+}
+
+/// Fails unless NVRTC loads and is at least [`MIN_NVRTC`](crate::libs::MIN_NVRTC): cudarc
+/// panics on the first call of a function the library lacks.
+fn ensure_usable() -> Result<(), Error> {
+    let (major, minor) = version()?;
+    let number = |v: i32| u32::try_from(v).unwrap_or(0);
+    crate::libs::check_nvrtc((number(major), number(minor)))
 }
 
 fn nvrtc_error(op: &'static str, e: NvrtcError) -> Error {

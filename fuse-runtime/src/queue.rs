@@ -65,9 +65,7 @@ impl Queue {
         len: usize,
     ) -> Result<CudaSlice<R>, Error> {
         let len = len.max(1);
-        self.stream
-            .alloc_zeros::<R>(len)
-            .map_err(|e| self.alloc_error::<R>(len, e))
+        self.allocate(len, || self.stream.alloc_zeros::<R>(len))
     }
 
     /// Allocates `len` elements whose contents are unspecified (at least one element).
@@ -80,8 +78,36 @@ impl Queue {
         // it to the host as `R`, which is an element's `Repr` or a scratch integer: plain
         // numbers (and `u8` for `bool`) for which every bit pattern is a valid value. Kernels
         // write their outputs before anything reads them.
-        let slice = unsafe { self.stream.alloc::<R>(len) };
-        slice.map_err(|e| self.alloc_error::<R>(len, e))
+        self.allocate(len, || unsafe { self.stream.alloc::<R>(len) })
+    }
+
+    /// Runs `alloc` for `len` elements of `R`; when it finds the device out of memory, gives the
+    /// memory the pool keeps back to the driver and tries once more. An allocation that still
+    /// fails is [`Error::OutOfMemory`], and nothing is left half done: the stream and the
+    /// buffers already allocated stay usable.
+    fn allocate<R>(
+        &self,
+        len: usize,
+        alloc: impl Fn() -> Result<CudaSlice<R>, DriverError>,
+    ) -> Result<CudaSlice<R>, Error> {
+        let first = alloc();
+        let out_of_memory =
+            matches!(&first, Err(e) if e.0 == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY);
+        let result = match out_of_memory && self.release_memory() {
+            true => alloc(),
+            false => first,
+        };
+        result.map_err(|e| self.alloc_error::<R>(len, e))
+    }
+
+    /// After an allocation found no memory: waits for this stream's work, so that what it freed
+    /// counts as free, and has the device's pool give its unused memory back (see
+    /// [`CudaDevice::release_pool_memory`]). Whether that was done; never while the stream
+    /// captures a graph, which a wait would break.
+    fn release_memory(&self) -> bool {
+        !self.capturing().unwrap_or(true)
+            && self.synchronize().is_ok()
+            && self.cuda.release_pool_memory()
     }
 
     /// Copies `data` into a new allocation.

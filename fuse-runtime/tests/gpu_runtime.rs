@@ -3,16 +3,49 @@
 //!
 //! Run with `cargo test -p fuse-runtime --test gpu_runtime -- --ignored`. Without a GPU each
 //! test prints why and returns, unless `FUSE_REQUIRE_GPU=1`, which makes that a failure.
+//! Running out of device memory in the middle of a sequence of calls is `gpu_memory.rs`'s.
 
 mod gpu_kernels;
+mod gpu_memory;
+
+use std::ops::Deref;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard};
 
 use fuse_runtime::__private::{alloc, bind, launch, Arg, Geometry};
 use fuse_runtime::{Buffer, Device, Element, Error, KernelInfo};
 
 use gpu_kernels::{ROW_MAX, SAXPY, SAXPY_SIG, SUM, THRESHOLD};
 
+/// The GPU's memory, which every test of this binary shares and the out-of-memory test
+/// (`gpu_memory.rs`) takes whole: the harness runs tests on several threads at once, and one that
+/// fills the GPU would make the others fail.
+static MEMORY: RwLock<()> = RwLock::new(());
+
+/// CUDA device 0, with a share of its memory: no test fills it while this lives.
+struct Gpu {
+    dev: Device,
+    _memory: RwLockReadGuard<'static, ()>,
+}
+
+impl Deref for Gpu {
+    type Target = Device;
+
+    fn deref(&self) -> &Device {
+        &self.dev
+    }
+}
+
+/// CUDA device 0 (see [`device`]), shared with the other tests.
+fn gpu() -> Option<Gpu> {
+    let memory = MEMORY.read().unwrap_or_else(PoisonError::into_inner);
+    device().map(|dev| Gpu {
+        dev,
+        _memory: memory,
+    })
+}
+
 /// CUDA device 0, or `None` (with the reason printed) when there is none.
-fn gpu() -> Option<Device> {
+fn device() -> Option<Device> {
     match Device::cuda(0) {
         Ok(dev) => Some(dev),
         Err(e) if std::env::var("FUSE_REQUIRE_GPU").is_ok_and(|v| v == "1") => {
@@ -114,12 +147,12 @@ fn copy_from_and_reshape_share_storage() {
 fn device_identity() {
     let Some(dev) = gpu() else { return };
     let again = Device::cuda(0).unwrap();
-    assert_eq!(dev, again);
-    assert_ne!(dev, Device::cpu());
+    assert_eq!(*dev, again);
+    assert_ne!(*dev, Device::cpu());
     assert!(dev.is_cuda() && !dev.is_cpu());
     assert_eq!(dev.ordinal(), Some(0));
     let (major, _) = dev.compute_capability().unwrap();
-    assert!(major >= 7, "{dev}");
+    assert!(major >= 7, "{}", *dev);
     let name = dev.to_string();
     assert!(
         name.starts_with("CUDA device 0: ") && name.contains("(sm_"),
