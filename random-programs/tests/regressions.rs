@@ -2,6 +2,12 @@
 //! `fn` item, its description for the oracle and its glue), the seed and the instance that failed.
 //! Each runs on the CPU backend against the oracle; a new mismatch goes here with a line that
 //! says what it was. (So far each was the oracle's mistake, not the macro's: see each case.)
+//!
+//! What the GPU run found goes where the GPU runs it: p23 (seed of program 23 of the default
+//! batch; two `f64` tensors and an `f16` one, rows of 28) hung the GPU in a short-row tile that
+//! held no block's step of rows. Its kernel, reduced, is `wide_rows_f64` of the GPU tests
+//! (`fuse-runtime/tests/gpu_language.rs`, `short_rows_of_wide_tensors`, every short length),
+//! beside a unit test of the tiles (`fuse-macros/src/cuda/tile.rs`) and the emulated GPU.
 
 use fuse_runtime::{bf16, f16, fuse, Device, Error};
 use random_programs::harness::{Args, Out};
