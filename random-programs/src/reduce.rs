@@ -4,14 +4,34 @@ use crate::ops::{eps, finish, int_range, tiny, wrap};
 use crate::oracle::{count, rows, Desc, Node, V};
 use crate::ty::Ty;
 
-/// The relative error of a float sum, as a fraction of the sum of magnitudes (the accuracy
-/// section of `doc/language.md`: `1e-5 * sum |x|` for `f32`; `f16` and `bf16` sum in `f32`).
-fn sum_rel(ty: Ty) -> f64 {
+/// The relative error of a float sum of `n` terms, as a fraction of the sum of magnitudes (the
+/// accuracy section of `doc/language.md`: `1e-5 * sum |x|` for `f32`, and `f16` and `bf16` sum in
+/// `f32`; for `f64`, `1e-12`, or the bound of a sum term by term, `n * 2^-53`, where that is
+/// larger: the CPU adds an `f64` row in order, and a million equal terms of about -1000 drifted
+/// by 1.7e-11 of their magnitudes).
+fn sum_rel(ty: Ty, n: usize) -> f64 {
     if ty == Ty::F64 {
-        1e-12
+        1e-12f64.max(n as f64 * f64::EPSILON / 2.0)
     } else {
         1e-5
     }
+}
+
+/// The sum of `terms` as nearly exactly as `f64` holds it (Neumaier's compensated sum), so the
+/// bound is measured from the true sum: the oracle's own sum term by term drifts as the CPU's
+/// does, and would pass a CPU that is off by as much.
+fn exact_sum(terms: impl Iterator<Item = f64>) -> f64 {
+    let (mut s, mut c) = (0.0f64, 0.0f64);
+    for x in terms {
+        let t = s + x;
+        c += if s.abs() >= x.abs() {
+            (s - t) + x
+        } else {
+            (x - t) + s
+        };
+        s = t;
+    }
+    s + c
 }
 
 pub fn reduce(desc: &Desc, node: &Node, sizes: &[usize], vals: &[Vec<V>]) -> Vec<V> {
@@ -50,7 +70,7 @@ fn one(kind: &str, ty: Ty, from: Ty, row: &[V]) -> V {
     }
     match kind {
         "sum" | "mean" => {
-            let s: f64 = row.iter().map(|v| v.f).sum();
+            let s = exact_sum(row.iter().map(|v| v.f));
             let abs: f64 = row.iter().map(|v| v.f.abs()).sum();
             let err: f64 = row.iter().map(|v| v.err).sum();
             if !s.is_finite() || !abs.is_finite() {
@@ -58,7 +78,7 @@ fn one(kind: &str, ty: Ty, from: Ty, row: &[V]) -> V {
                 return if exact { V::float(s) } else { V::UNKNOWN };
             }
             let n = row.len() as f64;
-            let err = err + sum_rel(ty) * abs + tiny(ty);
+            let err = err + sum_rel(ty, row.len()) * abs + tiny(ty);
             if kind == "sum" {
                 // Partial sums of the compute type may overflow where the total does not.
                 finish(s, err, ty).and_range(abs, ty)
@@ -138,10 +158,10 @@ fn logsumexp(ty: Ty, row: &[V]) -> V {
     if m == f64::NEG_INFINITY {
         return V::float(m);
     }
-    let s: f64 = row.iter().map(|v| (v.f - m).exp()).sum();
+    let s = exact_sum(row.iter().map(|v| (v.f - m).exp()));
     let r = m + s.ln();
     let err = row.iter().map(|v| v.err).fold(0.0, f64::max);
-    let err = err + 2.0 * sum_rel(ty) + 4.0 * eps(ty) * (r.abs() + m.abs()) + tiny(ty);
+    let err = err + 2.0 * sum_rel(ty, row.len()) + 4.0 * eps(ty) * (r.abs() + m.abs()) + tiny(ty);
     finish(r, err, ty)
 }
 
