@@ -49,7 +49,21 @@ impl Checker<'_> {
                 self.cx.spanned(&index.tokens, format!("index out of bounds: this dim of `{name}` has size {size} but the index is {}", index.value));
                 return None;
             }
-            offset = offset * size + index.value;
+            // A fixed dim that was refused (a suffixed literal) stands in as `u64::MAX`: its error
+            // is out already. Other sizes whose product passes 64 bits hold no buffer.
+            let Some(next) = offset
+                .checked_mul(size)
+                .and_then(|o| o.checked_add(index.value))
+            else {
+                if size != u64::MAX {
+                    self.cx.spanned(
+                        &index.tokens,
+                        format!("`{name}` has more elements than a 64-bit index reaches"),
+                    );
+                }
+                return None;
+            };
+            offset = next;
         }
         let elem = self.params[p].elem;
         Some(self.push(Op::Element(p, offset), Ty::Elem(elem), vec![], t))
@@ -81,6 +95,23 @@ mod tests {
     use crate::ir::Op;
     use crate::testing::{assert_error, errors, kernel};
     use quote::quote;
+
+    /// A refused fixed dim (a suffixed literal) gives its own error and no other: indexing past
+    /// it once overflowed the offset's arithmetic (found by the fuzzer).
+    #[test]
+    fn a_refused_dim_gives_one_error_when_indexed() {
+        let e = errors(quote! {
+            fn f(x: [f32; n], m: [bf16; 2, 2i32]) -> [f32; n] { x - (m[1][2] as f32) }
+        });
+        assert_eq!(
+            e,
+            ["a fixed dim is a plain integer literal, such as `4`, with no suffix"]
+        );
+        let e = errors(quote! {
+            fn f(x: [f32; n], m: [bf16; 4294967296, 4294967297]) -> [f32; n] { x - (m[4294967295][4294967296] as f32) }
+        });
+        assert_eq!(e, ["`m` has more elements than a 64-bit index reaches"]);
+    }
 
     /// `w[i][j]` is the element at row-major offset `i * cols + j`, a scalar of `w`'s type, and
     /// both backends read it at that offset.
