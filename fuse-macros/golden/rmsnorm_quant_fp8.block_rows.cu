@@ -152,9 +152,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_bloc
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                     fz_st.v[j] = v10;
@@ -165,9 +165,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_bloc
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                     fz_st.v[j] = v10;
@@ -178,9 +178,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_bloc
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                     fz_st.v[j] = v10;
@@ -191,9 +191,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_bloc
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                     fz_st.v[j] = v10;

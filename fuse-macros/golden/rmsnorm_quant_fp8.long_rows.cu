@@ -345,9 +345,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -357,9 +357,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -369,9 +369,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -381,9 +381,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -393,9 +393,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -405,9 +405,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -417,9 +417,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -429,9 +429,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -449,9 +449,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -461,9 +461,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -473,9 +473,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -485,9 +485,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -503,9 +503,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                 const float v1 = fz_bf16_to_f32(p_w[o1]);
                 const float v3 = v0;
-                const float v8 = (v3 * v7);
+                const float v8 = __fmul_rn(v3, v7);
                 const float v9 = v1;
-                const float v10 = (v8 * v9);
+                const float v10 = __fmul_rn(v8, v9);
                 const float v11 = fabsf(v10);
                 acc12 = fmaxf(acc12, v11);
             }
@@ -555,9 +555,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -569,9 +569,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -583,9 +583,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -597,9 +597,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -611,9 +611,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -625,9 +625,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -639,9 +639,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -653,9 +653,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -677,9 +677,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -691,9 +691,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -705,9 +705,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -719,9 +719,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -741,9 +741,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                 const float v1 = fz_bf16_to_f32(p_w[o1]);
                 const float v3 = v0;
-                const float v8 = (v3 * v7);
+                const float v8 = __fmul_rn(v3, v7);
                 const float v9 = v1;
-                const float v10 = (v8 * v9);
+                const float v10 = __fmul_rn(v8, v9);
                 const float v17 = (v10 * v16);
                 const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                 const float v18 = fz_f8e4m3_to_f32(h18);

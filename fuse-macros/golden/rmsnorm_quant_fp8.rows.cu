@@ -101,9 +101,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
             const float v0 = fz_bf16_to_f32(p_x[o0]);
             const float v1 = fz_bf16_to_f32(p_w[o1]);
             const float v3 = v0;
-            const float v8 = (v3 * v7);
+            const float v8 = __fmul_rn(v3, v7);
             const float v9 = v1;
-            const float v10 = (v8 * v9);
+            const float v10 = __fmul_rn(v8, v9);
             const float v11 = fabsf(v10);
             acc12 = fmaxf(acc12, v11);
         }
@@ -137,9 +137,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
             const float v0 = fz_bf16_to_f32(p_x[o0]);
             const float v1 = fz_bf16_to_f32(p_w[o1]);
             const float v3 = v0;
-            const float v8 = (v3 * v7);
+            const float v8 = __fmul_rn(v3, v7);
             const float v9 = v1;
-            const float v10 = (v8 * v9);
+            const float v10 = __fmul_rn(v8, v9);
             const float v17 = (v10 * v16);
             const unsigned char h18 = fz_f32_to_f8e4m3(v17);
             const float v18 = fz_f8e4m3_to_f32(h18);

@@ -160,9 +160,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v11 = fabsf(v10);
                         acc12 = fmaxf(acc12, v11);
                     }
@@ -172,9 +172,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v11 = fabsf(v10);
                         acc12 = fmaxf(acc12, v11);
                     }
@@ -184,9 +184,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v11 = fabsf(v10);
                         acc12 = fmaxf(acc12, v11);
                     }
@@ -196,9 +196,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v11 = fabsf(v10);
                         acc12 = fmaxf(acc12, v11);
                     }
@@ -238,9 +238,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
@@ -252,9 +252,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
@@ -266,9 +266,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
@@ -280,9 +280,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
                         const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                         const float v3 = v0;
-                        const float v8 = (v3 * v7);
+                        const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
-                        const float v10 = (v8 * v9);
+                        const float v10 = __fmul_rn(v8, v9);
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
@@ -346,9 +346,9 @@ static __device__ __forceinline__ void fz_short_rows(
                     const float v0 = fz_bf16_to_f32(p_x[o0]);
                     const float v1 = fz_bf16_to_f32(p_w[o1]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     acc12 = fmaxf(acc12, v11);
                 }
@@ -359,9 +359,9 @@ static __device__ __forceinline__ void fz_short_rows(
                     const float v0 = fz_bf16_to_f32(p_x[o0]);
                     const float v1 = fz_bf16_to_f32(p_w[o1]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v11 = fabsf(v10);
                     if (fz_second) {
                         acc12 = fmaxf(acc12, v11);
@@ -397,9 +397,9 @@ static __device__ __forceinline__ void fz_short_rows(
                     const float v0 = fz_bf16_to_f32(p_x[o0]);
                     const float v1 = fz_bf16_to_f32(p_w[o1]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
@@ -412,9 +412,9 @@ static __device__ __forceinline__ void fz_short_rows(
                     const float v0 = fz_bf16_to_f32(p_x[o0]);
                     const float v1 = fz_bf16_to_f32(p_w[o1]);
                     const float v3 = v0;
-                    const float v8 = (v3 * v7);
+                    const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
-                    const float v10 = (v8 * v9);
+                    const float v10 = __fmul_rn(v8, v9);
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);

@@ -1326,6 +1326,64 @@ fn short_rows_in_tiles() {
     }
 }
 
+/// Products near 1e30 under a row's maximum: every pass rounds them alike, so the maximum's
+/// `exp(x * y - max)` is 1 and the results finite (a random program's `logsumexp` of such
+/// products was `-inf` on the GPU, where a pass contracted the product into the subtraction).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn products_near_the_overflow_under_a_maximum() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    // An inexact product a row: 1e30 times a factor just above 1.
+    let huge = |rng: &mut Rng, n: usize, every: usize| -> (Vec<f32>, Vec<f32>) {
+        let mut x = rng.floats::<f32>(n, -3.0, 3.0);
+        let y: Vec<f32> = rng.floats::<f32>(n, 1.0, 1.001);
+        for i in (0..n).step_by(every) {
+            x[i] = 1e30 * (1.0 + rng.floats::<f32>(1, 0.0, 0.5)[0]);
+        }
+        (x, y)
+    };
+    for &(a, r, c) in &[(3usize, 37usize, 65usize), (1, 1000, 33), (5, 7, 1031)] {
+        // One huge product in each column: the positions (i, k, j) with k == j % r.
+        let n = a * r * c;
+        let (mut x, y) = huge(&mut rng, n, n + 1);
+        for i in 0..a {
+            for j in 0..c {
+                x[(i * r + j % r) * c + j] = 1e30 * (1.0 + (j as f32) / (c as f32));
+            }
+        }
+        let shape = [a, r, c];
+        let run = |d: &Device| kernels::lse_products(d, &put(d, &x, &shape), &put(d, &y, &shape));
+        let out = run(&gpu).unwrap().to_vec().unwrap();
+        assert!(
+            out.iter().all(|v| v.is_finite()),
+            "{a} x {r} x {c}: {out:?}"
+        );
+        let tol = Tol::close(1e-6, 0.0);
+        assert_gpu_matches_cpu(&gpu, &format!("lse_products, {a} x {r} x {c}"), run, &[tol]);
+    }
+    for &(rows, cols) in &[(1000usize, 64usize), (37, 1000), (5, 40000), (3001, 7)] {
+        let (x, y) = huge(&mut rng, rows * cols, cols);
+        let shape = [rows, cols];
+        let run =
+            |d: &Device| kernels::softmax_products(d, &put(d, &x, &shape), &put(d, &y, &shape));
+        let out = run(&gpu).unwrap().to_vec().unwrap();
+        for row in out.chunks(cols) {
+            assert!(
+                row.iter().any(|&v| v == 1.0),
+                "{rows} x {cols}: a row without its 1"
+            );
+        }
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("softmax_products, {rows} x {cols}"),
+            run,
+            &[softmax_tol()],
+        );
+    }
+}
+
 /// Tiles of wide tensors (40 bytes an element) at every short length: a random program with
 /// these tensors hung the GPU at rows of 28, where its tile held no block's step of rows.
 #[test]

@@ -70,6 +70,12 @@ impl Cuda<'_> {
                 self.helpers.insert("fz_u01_bound");
                 format!("fz_u01_below(rq{a}[l >> 2].v[l & 3], fz_u01_bound(v{b}))")
             }
+            Op::Binary(BinOp::Mul, a, b) if self.exact_products.contains(&id) => {
+                match k.nodes[*a].elem().compute() {
+                    Elem::F64 => format!("__dmul_rn(v{a}, v{b})"),
+                    _ => format!("__fmul_rn(v{a}, v{b})"),
+                }
+            }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
                 if let Some(converted) = self.float_to_int(*a, e) {

@@ -3,10 +3,11 @@
 //! schedule question: which paths exist, their parameters, bounds and length rules are the
 //! program's. The text is written through an infallible `String` writer.
 
-use crate::ir::{DimId, Kernel, Launch, NodeId, Op};
+use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
+use crate::parse::BinOp;
 use crate::plan::{Divisor, Entry, Layout, Param, Path, Plan, Program, Syntax};
 use crate::ty::Elem;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use text::{helper, narrow_helpers};
 
 mod columns;
@@ -42,6 +43,74 @@ pub fn sources(k: &Kernel, program: &Program) -> Vec<String> {
         .collect()
 }
 
+/// The float products under a row's maximum or minimum whose value more than one pass over the
+/// row computes. Each pass must compute the same bits, or a shift by the row's maximum misses
+/// it: with `x * y` contracted into the subtraction of `exp(x * y - max)` in one pass and
+/// rounded in the pass that took the maximum, the difference is the product's rounding error,
+/// which for products near 1e30 is 1e22, and `exp` of it 0 or infinity (a random program's
+/// `logsumexp(prod(..) * x)` gave `-inf` for `1e30`). NVRTC contracts what it may; `__fmul_rn`
+/// it may not. Values are told apart by what they compute, not by node: `max(x * y, c)` and the
+/// `x * y` beside it are two nodes of one value. (Sums take the documented difference a
+/// contraction makes.)
+fn exact_products(k: &Kernel, plan: &Plan) -> BTreeSet<NodeId> {
+    // Each node's value: the first node that computes the same from the same values.
+    let mut value: Vec<NodeId> = Vec::with_capacity(k.nodes.len());
+    let mut seen: BTreeMap<String, NodeId> = BTreeMap::new();
+    for (id, node) in k.nodes.iter().enumerate() {
+        let operands: Vec<NodeId> = node.op.operands().iter().map(|&a| value[a]).collect();
+        let kind = format!("{:?}", node.op);
+        let kind = kind.split('(').next().unwrap_or_default();
+        let what = match &node.op {
+            Op::Binary(op, ..) => format!("{op:?}"),
+            Op::Unary(op, _) => format!("{op:?}"),
+            Op::Call(f, _) => format!("{f:?}"),
+            Op::Reduce(r, _, d) => format!("{r:?} {d:?}"),
+            Op::Random(r, _, stream) => format!("{r:?} {stream}"),
+            other if operands.is_empty() => format!("{other:?}"),
+            _ => String::new(),
+        };
+        let key = format!("{kind} {what} {operands:?} {:?} {:?}", node.ty, node.shape);
+        value.push(*seen.entry(key).or_insert(id));
+    }
+    let mut passes: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for pass in &plan.passes {
+        for v in pass
+            .elems
+            .iter()
+            .map(|&id| value[id])
+            .collect::<BTreeSet<_>>()
+        {
+            *passes.entry(v).or_default() += 1;
+        }
+    }
+    // The values each maximum or minimum of a row reads, down to the loads and earlier
+    // reductions.
+    let mut under = vec![false; k.nodes.len()];
+    let mut stack: Vec<NodeId> = k
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Reduce(Reduce::Max | Reduce::Min | Reduce::LogSumExp, a, _) => Some(a),
+            _ => None,
+        })
+        .collect();
+    while let Some(id) = stack.pop() {
+        if !std::mem::replace(&mut under[value[id]], true)
+            && !matches!(k.nodes[id].op, Op::Reduce(..))
+        {
+            stack.extend(k.nodes[id].op.operands());
+        }
+    }
+    (0..k.nodes.len())
+        .filter(|&id| {
+            passes.get(&value[id]).is_some_and(|&n| n > 1)
+                && under[value[id]]
+                && matches!(k.nodes[id].op, Op::Binary(BinOp::Mul, ..))
+                && k.nodes[id].elem().is_float()
+        })
+        .collect()
+}
+
 /// The CUDA C of one entry point.
 fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
     let plan = &program.plan;
@@ -59,6 +128,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         row_vectors_now: vec![],
         lanes: crate::plan::rows::lanes(k),
         uniform_divisors: BTreeSet::new(),
+        exact_products: exact_products(k, plan),
         in_shared: false,
         whole_rows: false,
         direct_rows: false,
@@ -260,6 +330,9 @@ struct Cuda<'a> {
     stash: Option<NodeId>,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
+    /// Float products rounded on their own (`__fmul_rn`), never contracted into a fused
+    /// multiply-add: see [`exact_products`].
+    exact_products: BTreeSet<NodeId>,
     /// The elements of a row's vector step (`rows::Cuda::vector_row_step`): four, or eight in
     /// the streamed passes of kernels of 2-byte tensors.
     step_lanes: u32,
@@ -966,5 +1039,33 @@ mod tests {
             "the last block resets the counter for the next launch"
         );
         assert!(text.contains("fmax(acc"), "{text}");
+    }
+
+    /// A product under a row's maximum that a later pass computes again is rounded on its own in
+    /// every pass, so `exp(x * y - max)` is `exp(0)` at the maximum; products only summed, and
+    /// kernels of one pass, keep their contractions.
+    #[test]
+    fn products_under_a_maximum_are_not_contracted() {
+        let text = source(quote! {
+            fn p53(x1: [bf16; a, c], x2: [bf16; a, r, c], x3: [bf16; a, r, c]) -> [bf16; a, c] {
+                let v = logsumexp(prod(((x1 * x2).tanh() * 0.0009765625) + 1.0, r) * x3, r);
+                sigmoid(v)
+            }
+        });
+        assert_eq!(text.matches("__fmul_rn(").count(), 2, "{text}");
+        let f64s = source(quote! {
+            fn f(x: [f64; r, c], y: [f64; r, c]) -> [f64; r, c] {
+                let e = (x * y - max(x * y, c)).exp();
+                e / sum(e, c)
+            }
+        });
+        assert!(f64s.contains("__dmul_rn("), "{f64s}");
+        for tokens in [
+            quote! { fn f(x: [f32; r, c], y: [f32; r, c]) -> [f32; r, c] { x * y - mean(x * y, c) } },
+            quote! { fn f(x: [f32; n], y: [f32; n]) -> (f32, [f32; n]) { (max(x * y), x * y + 1.0) } },
+        ] {
+            let text = source(tokens);
+            assert!(!text.contains("__fmul_rn("), "{text}");
+        }
     }
 }

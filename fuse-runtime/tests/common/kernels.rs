@@ -595,6 +595,18 @@ fuse! {
         (s * y + x, h * 2.0)
     }
 
+    /// `logsumexp` of products over a middle dim (the column path) and over rows, and a softmax
+    /// of products: every pass must round `x * y` alike, or near 1e30 `exp(x * y - max)` at the
+    /// maximum is `exp(±1e22)` (a random program found it, issue 23).
+    pub fn lse_products(x: [f32; a, r, c], y: [f32; a, r, c]) -> [f32; a, c] {
+        logsumexp(x * y, r)
+    }
+
+    pub fn softmax_products(x: [f32; rows, cols], y: [f32; rows, cols]) -> [f32; rows, cols] {
+        let e = (x * y - max(x * y, cols)).exp();
+        e / sum(e, cols)
+    }
+
     pub fn softmax_f64(x: [f64; rows, cols]) -> [f64; rows, cols] {
         let e = (x - max(x, cols)).exp();
         e / sum(e, cols)
