@@ -19,7 +19,8 @@ fn sum_rel(ty: Ty, n: usize) -> f64 {
 
 /// The sum of `terms` as nearly exactly as `f64` holds it (Neumaier's compensated sum), so the
 /// bound is measured from the true sum: the oracle's own sum term by term drifts as the CPU's
-/// does, and would pass a CPU that is off by as much.
+/// does, and would pass a CPU that is off by as much. A sum that is not finite term by term
+/// (an infinite or NaN term, or partial sums past `f64`) is that sum.
 fn exact_sum(terms: impl Iterator<Item = f64>) -> f64 {
     let (mut s, mut c) = (0.0f64, 0.0f64);
     for x in terms {
@@ -31,7 +32,11 @@ fn exact_sum(terms: impl Iterator<Item = f64>) -> f64 {
         };
         s = t;
     }
-    s + c
+    if s.is_finite() {
+        s + c
+    } else {
+        s
+    }
 }
 
 pub fn reduce(desc: &Desc, node: &Node, sizes: &[usize], vals: &[Vec<V>]) -> Vec<V> {
