@@ -528,8 +528,14 @@ fn program_items(
         });
 
         let w = entry.when;
-        let (min_len, max_len, multiple_of, min_arch, long_rows) =
-            (w.min_len, w.max_len, w.multiple_of, w.min_arch, w.long_rows);
+        let (min_len, max_len, multiple_of, min_arch, long_rows, inner_multiple_of) = (
+            w.min_len,
+            w.max_len,
+            w.multiple_of,
+            w.min_arch,
+            w.long_rows,
+            w.inner_multiple_of,
+        );
         let grid = match entry.grid {
             Grid::Map { vectors } => quote!(#p::Grid::Map { vectors: #vectors }),
             Grid::Rows { blocks_per_sm } => {
@@ -547,10 +553,12 @@ fn program_items(
                 slots,
                 split,
                 blocks_per_sm,
+                width,
             } => quote!(#p::Grid::Columns {
                 slots: #slots,
                 split: #split,
-                blocks_per_sm: #blocks_per_sm
+                blocks_per_sm: #blocks_per_sm,
+                width: #width
             }),
         };
         let path = entry.label();
@@ -558,7 +566,7 @@ fn program_items(
             #p::Entry {
                 kernel: &#info,
                 path: #path,
-                when: #p::When { min_len: #min_len, max_len: #max_len, multiple_of: #multiple_of, min_arch: #min_arch, long_rows: #long_rows },
+                when: #p::When { min_len: #min_len, max_len: #max_len, multiple_of: #multiple_of, min_arch: #min_arch, long_rows: #long_rows, inner_multiple_of: #inner_multiple_of },
                 grid: #grid,
             }
         });

@@ -68,6 +68,8 @@ pub enum Geometry {
         split: bool,
         /// The blocks per SM the grid aims at.
         blocks_per_sm: u32,
+        /// Adjacent columns a lane: a tile is `COLUMN_TILE * width` columns.
+        width: u32,
     },
 }
 
@@ -87,12 +89,13 @@ pub(crate) fn column_parts(geometry: Geometry, sm_count: u32) -> (u64, u64) {
         len,
         split,
         blocks_per_sm,
+        width,
         ..
     } = geometry
     else {
         return (0, 1);
     };
-    let tiles = groups.div_ceil(COLUMN_TILE);
+    let tiles = groups.div_ceil(COLUMN_TILE * u64::from(width.max(1)));
     if !split || tiles == 0 {
         return (tiles, 1);
     }
@@ -256,6 +259,7 @@ mod tests {
             slots: 1,
             split,
             blocks_per_sm: 8,
+            width: 1,
         };
         assert_eq!(grid(columns(0, 100, true), 132, 9), None);
         // 4096 columns: 128 tiles, 8 parts each fill 132 SMs x 8.
@@ -269,6 +273,17 @@ mod tests {
         assert_eq!(column_parts(columns(256, 1 << 20, false), 132), (8, 1));
         assert_eq!(column_parts(columns(33, 0, true), 132), (2, 1));
         assert_eq!(grid(columns(33, 1 << 20, false), 132, 9), Some(2));
+        // Two columns a lane: tiles of 64, as many parts again.
+        let pairs = |groups, len| Geometry::Columns {
+            groups,
+            len,
+            slots: 1,
+            split: true,
+            blocks_per_sm: 8,
+            width: 2,
+        };
+        assert_eq!(column_parts(pairs(4096, 65536), 132), (64, 16));
+        assert_eq!(column_parts(pairs(34, 1 << 20), 132), (1, 1056));
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct When {
     pub min_arch: u32,
     /// Only where the device has the shared memory for the rows; otherwise the next entry.
     pub long_rows: bool,
+    /// Only where the size of the groups' innermost dim (a column reduction's columns) is a
+    /// multiple of this.
+    pub inner_multiple_of: u64,
 }
 
 /// How an entry's grid is sized.
@@ -130,22 +133,30 @@ pub enum Grid {
     /// `slots` scratch slots a block.
     #[allow(missing_docs)]
     Full { slots: u32 },
-    /// A block a tile of columns, aiming at `blocks_per_sm` blocks an SM; with `split`, tiles
-    /// split along the reduced dim, `slots` scratch slots a column of each part.
+    /// A block a tile of columns, `width` adjacent ones a lane, aiming at `blocks_per_sm` blocks
+    /// an SM; with `split`, tiles split along the reduced dim, `slots` scratch slots a column of
+    /// each part.
     #[allow(missing_docs)]
     Columns {
         slots: u32,
         split: bool,
         blocks_per_sm: u32,
+        width: u32,
     },
 }
 
 impl When {
-    /// Whether rows (or domains) of `len` on a device of compute capability `arch` may take it.
+    /// Whether rows (or domains) of `len` on a device of compute capability `arch` may take it,
+    /// as far as the length says (see [`When::holds_inner`] for the groups' innermost dim).
     pub fn holds(&self, len: u64, arch: u32) -> bool {
         (self.min_len..=self.max_len).contains(&len)
             && len.is_multiple_of(self.multiple_of.max(1))
             && arch >= self.min_arch
+    }
+
+    /// Whether groups whose innermost dim has size `inner` may take it.
+    pub fn holds_inner(&self, inner: u64) -> bool {
+        inner.is_multiple_of(self.inner_multiple_of.max(1))
     }
 }
 
@@ -174,7 +185,22 @@ impl Program {
     /// in which case the next.
     pub fn candidates(&self, dims: &[usize], arch: u32) -> impl Iterator<Item = &'static Entry> {
         let (_, len) = self.work(dims);
-        self.entries.iter().filter(move |e| e.when.holds(len, arch))
+        let inner = self.inner(dims);
+        self.entries
+            .iter()
+            .filter(move |e| e.when.holds(len, arch) && e.when.holds_inner(inner))
+    }
+
+    /// The size of the groups' innermost dim (a column reduction's columns); 1 without groups.
+    fn inner(&self, dims: &[usize]) -> u64 {
+        match self.work {
+            Work::Rows { rows, .. } => match rows.last() {
+                Some(DimRef::Named(i)) => dims.get(*i).map_or(0, |&n| n as u64),
+                Some(DimRef::Fixed(n)) => *n as u64,
+                None => 1,
+            },
+            Work::Elements(_) => 1,
+        }
     }
 
     /// The entry a launch with these dims takes on a device of compute capability `arch`,
@@ -302,12 +328,14 @@ impl Program {
                 slots,
                 split,
                 blocks_per_sm,
+                width,
             } => Geometry::Columns {
                 groups,
                 len,
                 slots,
                 split,
                 blocks_per_sm,
+                width,
             },
             Grid::LongRows { cache_bytes } => Geometry::Rows {
                 groups,

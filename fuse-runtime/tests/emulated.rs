@@ -1465,6 +1465,71 @@ fn column_reductions_run_on_an_emulated_gpu() {
             &[Tol::close(1e-2, 1e-2), Tol::EXACT, Tol::EXACT],
         );
     }
+    // 16-bit columns, two a lane where they are even (`column_pairs`), split across blocks
+    // where the grid has more blocks than tiles, and one a lane where they are odd.
+    for (rows, cols) in [
+        (1000, 64),
+        (300, 34),
+        (37, 130),
+        (9, 2),
+        (500, 33),
+        (64, 127),
+    ] {
+        let n = rows * cols;
+        let x: Vec<fuse_runtime::bf16> = rng
+            .floats::<f32>(n, -3.0, 3.0)
+            .iter()
+            .map(|&v| fuse_runtime::bf16::from_f32(v))
+            .collect();
+        let s = rng.floats::<f32>(rows, 0.5, 1.5);
+        let cpu = kernels::pairs_bf16(&dev, &put(&dev, &x, &[rows, cols]), &put(&dev, &s, &[rows]))
+            .unwrap();
+        let program = &kernels::pairs_bf16::__fuse::PROGRAM;
+        let taken = program.pick(&[rows, cols], 90, false).unwrap().path;
+        assert_eq!(
+            taken,
+            if cols % 2 == 0 {
+                "column_pairs"
+            } else {
+                "columns"
+            }
+        );
+        emulate_on(
+            7,
+            &format!("pairs_bf16 {rows}x{cols}"),
+            program,
+            vec![hex(&x), hex(&s)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16", "f32", "bf16", "f32"],
+            &[
+                Tol::close(1e-2, 1e-2),
+                Tol::close(1e-5, 1e-5),
+                Tol::EXACT,
+                Tol::EXACT,
+            ],
+        );
+    }
+    for (b, t, c) in [(3, 50, 20), (2, 9, 40), (5, 300, 2), (3, 7, 21)] {
+        let x: Vec<fuse_runtime::f16> = rng
+            .floats::<f32>(b * t * c, -3.0, 3.0)
+            .iter()
+            .map(|&v| fuse_runtime::f16::from_f32(v))
+            .collect();
+        let cpu = kernels::pairs_f16_mid(&dev, &put(&dev, &x, &[b, t, c])).unwrap();
+        emulate_on(
+            5,
+            &format!("pairs_f16_mid {b}x{t}x{c}"),
+            &kernels::pairs_f16_mid::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &[("b", b), ("t", t), ("c", c)],
+            &cpu,
+            &["f16", "f32", "f16"],
+            &[Tol::close(2e-3, 1e-2), Tol::close(1e-5, 1e-5), Tol::EXACT],
+        );
+    }
     // A middle dim: columns are the (b, c) pairs, adjacent along c.
     for (b, t, c) in [(3, 50, 20), (2, 9, 40)] {
         let x = rng.floats::<f32>(b * t * c, -3.0, 3.0);

@@ -1326,6 +1326,59 @@ fn short_rows_in_tiles() {
     }
 }
 
+/// 16-bit column reductions at even and odd column counts: two adjacent columns a lane where
+/// they are even (`column_pairs`), tiles split across blocks where the columns are few, and one
+/// column a lane where they are odd.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sixteen_bit_columns_in_pairs() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let shapes = [
+        (65536usize, 64usize),
+        (4096, 4096),
+        (1 << 16, 34),
+        (257, 1 << 16),
+        (3, 2),
+        (1000, 33),
+        (777, 1031),
+        (1 << 20, 2),
+    ];
+    for &(rows, cols) in &shapes {
+        let x: Vec<fuse_runtime::bf16> = rng
+            .floats::<f32>(rows * cols, -3.0, 3.0)
+            .iter()
+            .map(|&v| fuse_runtime::bf16::from_f32(v))
+            .collect();
+        let s = rng.floats::<f32>(rows, 0.5, 1.5);
+        let run =
+            |d: &Device| kernels::pairs_bf16(d, &put(d, &x, &[rows, cols]), &put(d, &s, &[rows]));
+        let sum = Tol::close(1e-2, 1e-5 * rows as f64);
+        let tols = [sum, Tol::close(1e-5, 1e-5), Tol::EXACT, Tol::EXACT];
+        assert_gpu_matches_cpu(&gpu, &format!("pairs_bf16, {rows} x {cols}"), run, &tols);
+    }
+    for &(b, t, c) in &[
+        (3usize, 5000usize, 64usize),
+        (2, 9, 4096),
+        (5, 100_000, 2),
+        (3, 7, 21),
+    ] {
+        let x: Vec<fuse_runtime::f16> = rng
+            .floats::<f32>(b * t * c, -3.0, 3.0)
+            .iter()
+            .map(|&v| fuse_runtime::f16::from_f32(v))
+            .collect();
+        let run = |d: &Device| kernels::pairs_f16_mid(d, &put(d, &x, &[b, t, c]));
+        let tols = [
+            Tol::close(2e-3, 1e-5 * t as f64),
+            Tol::close(1e-5, 1e-5),
+            Tol::EXACT,
+        ];
+        assert_gpu_matches_cpu(&gpu, &format!("pairs_f16_mid, {b} x {t} x {c}"), run, &tols);
+    }
+}
+
 /// Products near 1e30 under a row's maximum: every pass rounds them alike, so the maximum's
 /// `exp(x * y - max)` is 1 and the results finite (a random program's `logsumexp` of such
 /// products was `-inf` on the GPU, where a pass contracted the product into the subtraction).

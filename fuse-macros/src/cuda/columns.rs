@@ -15,7 +15,7 @@
 use super::text::{combine, identity};
 use super::{Cuda, Scope, BLOCK};
 use crate::abi::COLUMN_TILE;
-use crate::ir::{DimId, NodeId, Reduce};
+use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::plan::Plan;
 
 impl Cuda<'_> {
@@ -38,15 +38,7 @@ impl Cuda<'_> {
             "const long long tiles = (groups + {}) / {COLUMN_TILE};",
             COLUMN_TILE - 1
         ));
-        if split {
-            self.line("__shared__ bool fz_last;");
-            // The host launches `tiles * splits` blocks, or fewer than `tiles` for one part.
-            self.line("const long long splits = gridDim.x >= tiles ? gridDim.x / tiles : 1;");
-            self.line("const long long per_split = (len + splits - 1) / splits;");
-        } else {
-            self.line("const long long splits = 1;");
-            self.line("const long long per_split = len;");
-        }
+        self.split_lines(split);
         self.open("for (long long fz_b = blockIdx.x; fz_b < tiles * splits; fz_b += gridDim.x)");
         self.line("const long long tile = fz_b / splits;");
         self.line("const long long part = fz_b - tile * splits;");
@@ -59,26 +51,7 @@ impl Cuda<'_> {
         let shapes = self.layout.shapes();
         self.line("const long long r0 = part * per_split;");
         self.line("const long long r1 = r0 + per_split < len ? r0 + per_split : len;");
-        // Rows' loads in flight: eight for a kernel of one tensor of at most 4-byte elements
-        // (a bias gradient), four for others, two where the accumulators take over 24 bytes:
-        // `reduce_mid` of the tests (five f64 reductions over two tensors) spilled at 128
-        // registers with four, its warps' combination unrolled beside them.
-        let light = self.k.tensor_params().count() == 1
-            && self.k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
-        let accumulators: u32 = plan
-            .passes
-            .iter()
-            .flat_map(|p| &p.reduces)
-            .map(|&r| {
-                let (op, e) = self.reduction(r);
-                e.bits() / 8 * crate::plan::rows::slot_count(op) as u32
-            })
-            .sum();
-        let unroll = match (light, accumulators) {
-            (true, _) => 8,
-            (false, 0..=24) => 4,
-            _ => 2,
-        };
+        let unroll = self.column_unroll(plan);
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
             let guard = if pass.writes.is_empty() {
@@ -104,6 +77,252 @@ impl Cuda<'_> {
             self.writes(&plan.group_writes, Scope::Row);
             self.close();
         }
+        self.close();
+    }
+
+    /// Rows' loads in flight: eight for a kernel of one tensor of at most 4-byte elements (a
+    /// bias gradient), four for others, two where the accumulators take over 24 bytes:
+    /// `reduce_mid` of the tests (five f64 reductions over two tensors) spilled at 128 registers
+    /// with four, its warps' combination unrolled beside them.
+    fn column_unroll(&self, plan: &Plan) -> u32 {
+        let light = self.k.tensor_params().count() == 1
+            && self.k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
+        let accumulators: u32 = plan
+            .passes
+            .iter()
+            .flat_map(|p| &p.reduces)
+            .map(|&r| {
+                let (op, e) = self.reduction(r);
+                e.bits() / 8 * crate::plan::rows::slot_count(op) as u32
+            })
+            .sum();
+        match (light, accumulators) {
+            (true, _) => 8,
+            (false, 0..=24) => 4,
+            _ => 2,
+        }
+    }
+
+    /// The column reduction of `Path::ColumnPairs`: as [`Cuda::columns_body`], with two
+    /// adjacent columns a lane, `g` and `g + 1`, so that a tile is `2 * COLUMN_TILE` columns
+    /// and a warp's load of a row one pair a lane (a 128-byte line of 16-bit elements). Each
+    /// column keeps its accumulators in `fz_acc<r>[j]`; the loop, the warps' combination, the
+    /// parts' and the writes take one column at a time through `acc<r>`, a reference to the
+    /// column's. One pass, no element writes, and nothing per column before the loop but what
+    /// reads no tensor ([`crate::plan::column_pairs`]), so the pair shares it.
+    pub(super) fn column_pairs_body(
+        &mut self,
+        domain: &[DimId],
+        axis: DimId,
+        plan: &Plan,
+        split: bool,
+    ) {
+        let rows = self.row_counts(domain, axis, plan);
+        let pass = &plan.passes[0];
+        let inner = *domain.last().expect("a column reduction has columns");
+        for &r in &pass.reduces {
+            let t = self.k.nodes[r].elem().c_name();
+            self.line(format!("__shared__ {t} red{r}[{BLOCK}];"));
+            if self.reduction(r).0 == Reduce::LogSumExp {
+                self.line(format!("__shared__ {t} rds{r}[{BLOCK}];"));
+            }
+        }
+        let (warps, width) = (BLOCK / 32, 2 * COLUMN_TILE);
+        self.line(format!(
+            "const int lane = threadIdx.x & {};",
+            COLUMN_TILE - 1
+        ));
+        self.line("const int slice = threadIdx.x >> 5;");
+        self.line(format!(
+            "const long long tiles = (groups + {}) / {width};",
+            width - 1
+        ));
+        self.split_lines(split);
+        self.open("for (long long fz_b = blockIdx.x; fz_b < tiles * splits; fz_b += gridDim.x)");
+        self.line("const long long tile = fz_b / splits;");
+        self.line("const long long part = fz_b - tile * splits;");
+        self.line(format!("const long long gl = tile * {width} + lane * 2;"));
+        // The innermost dim is even, so a pair is live or not as a whole; a lane past the last
+        // pair computes on the last one (valid memory) and writes nothing.
+        self.line("const bool live = gl < groups;");
+        self.line("const long long g = live ? gl : groups - 2;");
+        self.row_start(&rows, axis, plan);
+        let shapes = self.layout.shapes();
+        self.line("const long long r0 = part * per_split;");
+        self.line("const long long r1 = r0 + per_split < len ? r0 + per_split : len;");
+        for &r in &pass.reduces {
+            let (op, e) = self.reduction(r);
+            let (t, id) = (e.c_name(), identity(op, e));
+            self.line(format!("{t} fz_acc{r}[2] = {{{id}, {id}}};"));
+            if op == Reduce::LogSumExp {
+                self.helpers.insert("fz_lse");
+                self.line(format!("{t} fz_acs{r}[2] = {{0, 0}};"));
+            }
+        }
+        let mut vectors: Vec<usize> = vec![];
+        for &id in &pass.elems {
+            if let Op::Load(p) = self.k.nodes[id].op {
+                let along =
+                    self.k.params[p].shape.as_deref().and_then(|s| s.last()) == Some(&inner);
+                if along && !vectors.contains(&p) {
+                    vectors.push(p);
+                }
+            }
+        }
+        self.helpers.insert("fz_vec");
+        self.line(format!("#pragma unroll {}", self.column_unroll(plan)));
+        self.open(format!(
+            "for (long long r = r0 + slice; r < r1; r += {warps})"
+        ));
+        for s in self.used_shapes(&pass.elems, &[]) {
+            let offset = self.layout.row_offset(s, &shapes[s], axis);
+            self.line(format!("const long long o{s} = {offset};"));
+        }
+        for &p in &vectors {
+            let (t, name) = self.param_text(p);
+            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+            self.line(format!(
+                "const fz_vec<{t}, 2> lv_{name} = *reinterpret_cast<const fz_vec<{t}, 2>*>(p_{name} + o{s});"
+            ));
+        }
+        for j in 0..2 {
+            self.open("");
+            self.line(format!("const int j = {j};"));
+            self.column_of_pair(&pass.reduces, j);
+            self.row_vectors_now = vectors.clone();
+            self.values(&pass.elems, Scope::Element);
+            self.row_vectors_now.clear();
+            self.accumulate(&pass.reduces);
+            self.close();
+        }
+        self.close();
+        self.line("const long long fz_g = g;");
+        for s in 0..shapes.len() {
+            self.line(format!("const long long fz_b{s} = b{s};"));
+        }
+        for j in 0..2 {
+            self.open("");
+            self.column_of_pair(&pass.reduces, j);
+            self.combine_slices(&pass.reduces);
+            self.close();
+        }
+        if split {
+            self.combine_pair_parts(&pass.reduces);
+        }
+        for j in 0..2 {
+            self.open("");
+            self.column_of_pair(&pass.reduces, j);
+            self.line(format!("const long long g = fz_g + {j};"));
+            for (s, shape) in shapes.iter().enumerate() {
+                let step = if shape.last() == Some(&inner) { j } else { 0 };
+                self.line(format!("const long long b{s} = fz_b{s} + {step};"));
+            }
+            self.finish_reductions(&pass.reduces, "len");
+            self.values(&pass.after, Scope::Row);
+            if !plan.group_writes.is_empty() {
+                self.open("if (live && slice == 0)");
+                self.writes(&plan.group_writes, Scope::Row);
+                self.close();
+            }
+            self.close();
+        }
+        self.close();
+    }
+
+    /// In a scope of column `j` of a lane's pair: `acc<r>` (and `acs<r>`) name that column's
+    /// accumulators.
+    fn column_of_pair(&mut self, reduces: &[NodeId], j: usize) {
+        for &r in reduces {
+            let (op, e) = self.reduction(r);
+            let t = e.c_name();
+            self.line(format!("{t}& acc{r} = fz_acc{r}[{j}];"));
+            if op == Reduce::LogSumExp {
+                self.line(format!("{t}& acs{r} = fz_acs{r}[{j}];"));
+            }
+        }
+    }
+
+    /// The split of each tile's reduced dim across blocks: `splits` parts of `per_split`
+    /// elements, read back from the grid (or one part).
+    fn split_lines(&mut self, split: bool) {
+        if split {
+            self.line("__shared__ bool fz_last;");
+            // The host launches `tiles * splits` blocks, or fewer than `tiles` for one part.
+            self.line("const long long splits = gridDim.x >= tiles ? gridDim.x / tiles : 1;");
+            self.line("const long long per_split = (len + splits - 1) / splits;");
+        } else {
+            self.line("const long long splits = 1;");
+            self.line("const long long per_split = len;");
+        }
+    }
+
+    /// [`Cuda::combine_parts`] for a lane's pair of columns: both columns' partials stored, one
+    /// election of the tile's last block, and there each column's parts combined in order.
+    fn combine_pair_parts(&mut self, reduces: &[NodeId]) {
+        self.open("if (splits > 1)");
+        let slots = self.slots(reduces);
+        let region = |slot: usize| format!("fz_scratch + {slot} * splits * groups");
+        self.open("if (slice == 0 && live)");
+        for j in 0..2 {
+            for (&r, &slot) in reduces.iter().zip(&slots) {
+                let t = self.k.nodes[r].elem().compute().c_name();
+                self.line(format!(
+                    "(({t}*)({}))[part * groups + g + {j}] = fz_acc{r}[{j}];",
+                    region(slot)
+                ));
+                if self.reduction(r).0 == Reduce::LogSumExp {
+                    self.line(format!(
+                        "(({t}*)({}))[part * groups + g + {j}] = fz_acs{r}[{j}];",
+                        region(slot + 1)
+                    ));
+                }
+            }
+        }
+        self.close();
+        self.line("__threadfence();");
+        self.line("__syncthreads();");
+        self.open("if (threadIdx.x == 0)");
+        self.line("fz_last = atomicAdd(fz_counter + tile, 1u) == (unsigned int)(splits - 1);");
+        self.close();
+        self.line("__syncthreads();");
+        self.line("if (!fz_last) continue;");
+        self.line("__threadfence();");
+        for j in 0..2 {
+            self.open("");
+            self.column_of_pair(reduces, j);
+            for (&r, &slot) in reduces.iter().zip(&slots) {
+                let (op, e) = self.reduction(r);
+                let t = e.c_name();
+                self.line(format!("acc{r} = {};", identity(op, e)));
+                if op == Reduce::LogSumExp {
+                    self.line(format!("acs{r} = 0;"));
+                }
+                let partial = |slot: usize| {
+                    format!("((volatile {t}*)({}))[s * groups + g + {j}]", region(slot))
+                };
+                self.open(format!(
+                    "for (long long s = slice; s < splits; s += {})",
+                    BLOCK / 32
+                ));
+                if op == Reduce::LogSumExp {
+                    self.line(format!(
+                        "fz_lse_merge(acc{r}, acs{r}, {}, {});",
+                        partial(slot),
+                        partial(slot + 1)
+                    ));
+                } else {
+                    self.line(format!("const {t} other = {};", partial(slot)));
+                    self.line(format!(
+                        "acc{r} = {};",
+                        combine(op, e, &format!("acc{r}"), "other")
+                    ));
+                }
+                self.close();
+            }
+            self.combine_slices(reduces);
+            self.close();
+        }
+        self.line("if (threadIdx.x == 0) fz_counter[tile] = 0u;");
         self.close();
     }
 

@@ -154,9 +154,12 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
     let kernel = match (&k.launch, entry.path) {
         (Launch::Rows { .. }, Path::ShortRows) => w.short_rows_kernel(plan, entry),
         (Launch::Rows { .. }, Path::LongRows) => w.long_rows_kernel(plan, entry),
-        (Launch::Rows { domain, axis }, Path::Columns) => {
+        (Launch::Rows { domain, axis }, Path::Columns | Path::ColumnPairs) => {
             let split = matches!(entry.grid, crate::plan::Grid::Columns { split: true, .. });
-            w.columns_body(domain, *axis, plan, split);
+            match entry.path {
+                Path::ColumnPairs => w.column_pairs_body(domain, *axis, plan, split),
+                _ => w.columns_body(domain, *axis, plan, split),
+            }
             let body = std::mem::take(&mut w.out);
             w.global(entry, &body)
         }
@@ -228,6 +231,7 @@ fn path_comment(entry: &Entry) -> String {
             crate::plan::Grid::Columns { split: true, .. } => "every launch: a block a tile of 32 adjacent rows, its warps splitting the reduced dim; tiles split along it across blocks where the grid needs more, the tile's last block finishing their partials in a fixed order.".into(),
             _ => "every launch: a block a tile of 32 adjacent rows, its warps splitting the reduced dim.".into(),
         },
+        Path::ColumnPairs => "an even innermost column dim: as `columns`, two adjacent columns a lane, loaded as one pair (a tile of 64).".into(),
     }
 }
 

@@ -4,12 +4,13 @@
 //! as the runtime's `Program`, and the runtime fills the arguments and picks the entry from it.
 
 use crate::abi::{BLOCK, CACHE, ROUNDS};
-use crate::ir::{plain_name, DimId, Kernel, Launch, Op};
+use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
     cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count, tiling,
     wide_cache, SHORT,
 };
 use crate::plan::{tuning, Plan};
+use crate::ty::Elem;
 
 /// The schedule of a kernel: what `plan` computes where, and how it launches.
 pub struct Program {
@@ -92,6 +93,10 @@ pub enum Path {
     /// rows (columns, in the bias gradient's terms), each thread one of them, the block's
     /// warps splitting the reduced dim, so that every warp's load is 32 neighbours.
     Columns,
+    /// As `Columns`, two adjacent columns a lane, loaded as one pair, so that a warp's load of
+    /// 16-bit elements covers a whole 128-byte line (NOTES.md item 87): where the innermost
+    /// column dim is even ([`column_pairs`]).
+    ColumnPairs,
 }
 
 impl Path {
@@ -105,6 +110,7 @@ impl Path {
             Path::RowBlockExact => "_exact_rows",
             Path::ShortRows => "_short_rows",
             Path::LongRows => "_long_rows",
+            Path::ColumnPairs => "_column_pairs",
         }
     }
 
@@ -121,6 +127,7 @@ impl Path {
             Path::ShortRows => "short_rows",
             Path::LongRows => "long_rows",
             Path::Columns => "columns",
+            Path::ColumnPairs => "column_pairs",
         }
     }
 }
@@ -147,6 +154,8 @@ pub enum Grid {
         slots: u32,
         split: bool,
         blocks_per_sm: u32,
+        /// Adjacent columns a lane: a tile is `COLUMN_TILE * width` columns.
+        width: u32,
     },
 }
 
@@ -163,6 +172,9 @@ pub struct When {
     /// Only where the device has the shared memory for the rows (`LongRows`); the runtime
     /// decides, and falls through to the next entry when it has not.
     pub long_rows: bool,
+    /// Only where the innermost dim of the groups (a column reduction's columns) has a size
+    /// that is a multiple of this.
+    pub inner_multiple_of: u64,
 }
 
 impl When {
@@ -173,6 +185,7 @@ impl When {
         multiple_of: 1,
         min_arch: 0,
         long_rows: false,
+        inner_multiple_of: 1,
     };
 }
 
@@ -247,6 +260,48 @@ pub fn columns(k: &Kernel) -> bool {
     matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() != Some(axis))
 }
 
+/// Whether the column reduction `k` has an entry that takes two adjacent columns a lane
+/// (`Path::ColumnPairs`, for an even innermost column dim): one column a lane of 16-bit
+/// elements loads half a 128-byte line a warp, and ran at 74-79% of copy speed where two
+/// reach 93-100% (NOTES.md item 87). Where every tensor along the columns has elements of at
+/// most two bytes, in one pass that writes no elements, whose per-column values before the
+/// loop read no tensor (the pair shares them) and which needs no column's own position
+/// (`index`, a random draw): the bias and weight gradients' column sums.
+pub fn column_pairs(k: &Kernel, plan: &Plan) -> bool {
+    let Launch::Rows { domain, .. } = &k.launch else {
+        return false;
+    };
+    let Some(inner) = domain.last() else {
+        return false;
+    };
+    let along: Vec<Elem> = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.last() == Some(inner))
+        .map(|(_, p, _)| p.elem)
+        .collect();
+    let reads = |id: NodeId| {
+        let mut stack = vec![id];
+        while let Some(n) = stack.pop() {
+            match k.nodes[n].op {
+                Op::Load(_) | Op::Index(_) | Op::Random(..) => return true,
+                ref op => stack.extend(op.operands()),
+            }
+        }
+        false
+    };
+    columns(k)
+        && !along.is_empty()
+        && along.iter().all(|e| e.bits() <= 16)
+        && k.outputs.iter().all(|o| o.shape.last() == Some(inner))
+        && plan.passes.len() == 1
+        && plan.passes.iter().all(|p| p.writes.is_empty())
+        && !plan.prologue.iter().any(|&id| reads(id))
+        && !k
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, Op::Index(_) | Op::Random(..)))
+}
+
 /// The scratch slots of each reduction of `k`: two for `logsumexp`'s pair, else one.
 fn reduction_slots(k: &Kernel) -> u32 {
     k.nodes
@@ -282,13 +337,24 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
         Launch::Rows { .. } if columns(k) => {
             // One reducing pass and no element writes: the tile's parts reduce independently.
             let split = plan.passes.len() == 1 && plan.passes[0].writes.is_empty();
-            let grid = Grid::Columns {
+            let grid = |width| Grid::Columns {
                 slots: reduction_slots(k),
                 split,
                 blocks_per_sm: tuning::COLUMN_BLOCKS_PER_SM,
+                width,
             };
             let bound = Some(tuning::COLUMN_MIN_BLOCKS);
-            vec![entry(Path::Columns, bound, grid, When::ALWAYS)]
+            let mut entries = vec![];
+            if column_pairs(k, plan) {
+                let when = When {
+                    inner_multiple_of: 2,
+                    ..When::ALWAYS
+                };
+                let bound = Some(tuning::COLUMN_PAIR_MIN_BLOCKS);
+                entries.push(entry(Path::ColumnPairs, bound, grid(2), when));
+            }
+            entries.push(entry(Path::Columns, bound, grid(1), When::ALWAYS));
+            entries
         }
         Launch::Rows { domain, .. } => {
             let bound = Some(tuning::min_blocks(k, plan));
@@ -301,7 +367,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 max_len,
                 multiple_of,
                 min_arch,
-                long_rows: false,
+                ..When::ALWAYS
             };
             let mut entries = vec![];
             if tiling(k, plan).is_some() {
@@ -470,6 +536,27 @@ mod tests {
         );
         let column = paths(quote! { fn f(x: [f32; r, c]) -> [f32; c] { sum(x, r) } });
         assert_eq!(column, [Columns]);
+        // 16-bit columns: two a lane where the columns are even, one otherwise.
+        for tokens in [
+            quote! { fn f(x: [bf16; r, c]) -> [bf16; c] { sum(x, r) } },
+            quote! { fn f(x: [f16; b, t, c], s: [f32; t]) -> ([f32; b, c], [f16; b, c]) { (sum((x as f32) * s, t), max(x, t)) } },
+            quote! { fn f(x: [u8; r, c]) -> [u32; c] { sum(x as u32, r) } },
+        ] {
+            assert_eq!(paths(tokens), [ColumnPairs, Columns]);
+        }
+        // Not where a column needs its own value before the loop (`w`), its position, a
+        // second pass (`logsumexp`'s shift, a maximum used again), or where a tensor along the
+        // columns is wider than two bytes.
+        for tokens in [
+            quote! { fn f(x: [bf16; r, c], w: [bf16; c]) -> [f32; c] { sum((x as f32) * (w as f32).exp(), r) } },
+            quote! { fn f(x: [bf16; r, c]) -> [u32; c] { argmax(x, r) } },
+            quote! { fn f(x: [bf16; r, c]) -> [f32; c] { sum((x as f32) * (index(c) as f32), r) } },
+            quote! { fn f(x: [bf16; r, c]) -> [f32; c] { let m = max(x, r); sum(((x - m) as f32).exp(), r) } },
+            quote! { fn f(x: [bf16; r, c]) -> [f32; c] { logsumexp(x as f32, r) } },
+            quote! { fn f(x: [bf16; r, c], y: [f32; r, c]) -> [f32; c] { sum((x as f32) * y, r) } },
+        ] {
+            assert_eq!(paths(tokens), [Columns]);
+        }
         assert_eq!(
             paths(quote! { fn f(x: [f32; n]) -> f32 { sum(x) } }),
             [Full]

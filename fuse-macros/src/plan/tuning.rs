@@ -184,6 +184,12 @@ pub(crate) const COLUMN_BLOCKS_PER_SM: u32 = 8;
 /// flight; a column sum takes about 30 registers either way.
 pub(crate) const COLUMN_MIN_BLOCKS: u32 = MIN_BLOCKS;
 
+/// The `__launch_bounds__` minimum of blocks per SM of a column reduction that takes two
+/// columns a lane (`Path::ColumnPairs`): four (64 registers). At [`COLUMN_MIN_BLOCKS`] a 16-bit
+/// column sum took 72 registers, three blocks an SM, where the standalone kernel of NOTES.md
+/// item 87 ran at 94-99% of copy speed with four.
+pub(crate) const COLUMN_PAIR_MIN_BLOCKS: u32 = 4;
+
 /// The longest row of the wide cached entry (`Path::RowsCachedWide`): 2048 elements, 64
 /// threads of 32. Longer rows go on to the row-a-block entries, as 4-byte rows do.
 pub(crate) const WIDE_CACHED_ROW: u64 = 2048;

@@ -595,6 +595,18 @@ fuse! {
         (s * y + x, h * 2.0)
     }
 
+    /// Column reductions of 16-bit tensors, which take two adjacent columns a lane where the
+    /// columns are even (`column_pairs`): sums, a mean, a maximum and a minimum beside a tensor
+    /// without the columns (`s`), over the leading dim and over a middle one.
+    pub fn pairs_bf16(x: [bf16; rows, cols], s: [f32; rows]) -> ([bf16; cols], [f32; cols], [bf16; cols], [f32; cols]) {
+        let y = (x as f32) * s;
+        (sum(x, rows), mean(y, rows), max(x, rows), min(y, rows))
+    }
+
+    pub fn pairs_f16_mid(x: [f16; b, t, c]) -> ([f16; b, c], [f32; b, c], [f16; b, c]) {
+        (sum(x, t), mean(x as f32, t), min(x, t))
+    }
+
     /// `logsumexp` of products over a middle dim (the column path) and over rows, and a softmax
     /// of products: every pass must round `x * y` alike, or near 1e30 `exp(x * y - max)` at the
     /// maximum is `exp(±1e22)` (a random program found it, issue 23).
