@@ -158,10 +158,7 @@ impl Program {
     /// The groups (rows; 1 for elementwise kernels and full reductions) and the length (of a
     /// row, or of the domain) of a launch with these dims.
     pub fn work(&self, dims: &[usize]) -> (u64, u64) {
-        let size = |d: &DimRef| match *d {
-            DimRef::Named(i) => dims.get(i).map_or(0, |&n| n as u64),
-            DimRef::Fixed(n) => n as u64,
-        };
+        let size = |d: &DimRef| d.size(dims) as u64;
         let product = |ds: &[DimRef]| ds.iter().map(size).fold(1u64, u64::saturating_mul);
         match self.work {
             Work::Elements(domain) => (1, product(domain)),
@@ -251,12 +248,9 @@ impl Program {
                     *dims.get(i).ok_or_else(|| internal(format!("no dim {i}")))? as u64
                 }
                 Param::Reciprocal { dims: of, by } => {
-                    let size = of.iter().fold(1u64, |a, d| {
-                        a.saturating_mul(match *d {
-                            DimRef::Named(i) => dims.get(i).map_or(0, |&n| n as u64),
-                            DimRef::Fixed(n) => n as u64,
-                        })
-                    });
+                    let size = of
+                        .iter()
+                        .fold(1u64, |a, d| a.saturating_mul(d.size(dims) as u64));
                     reciprocal(size / u64::from(by.max(1)))
                 }
                 Param::RoundKey { seed, round } => {

@@ -198,10 +198,7 @@ impl Emulation {
             None => program.pick(&sizes, 90, false),
         }
         .expect("an entry takes every shape");
-        let size_of = |d: &DimRef| match *d {
-            DimRef::Named(i) => sizes[i] as u64,
-            DimRef::Fixed(n) => n as u64,
-        };
+        let size_of = |d: &DimRef| d.size(&sizes) as u64;
         let n_inputs = sig.tensors.iter().filter(|t| !t.output).count();
         let slots: Vec<String> = program
             .params

@@ -379,7 +379,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // never tiles of short rows nor a cluster's long rows.
                 let parts = match k.dims[parts] {
                     crate::ir::Dim::Fixed(n) => n as u32,
-                    crate::ir::Dim::Named(_) => unreachable!("the partials' dim is fixed"),
+                    _ => unreachable!("the partials' dim is fixed"),
                 };
                 // Their blocks stay for the whole launch, as many an SM as the entry's register
                 // bound guarantees room for: a grid of a block a row, as light rows have, would
