@@ -630,6 +630,10 @@ mod tests {
                 "bias_gelu_dropout",
                 quote! { pub fn bias_gelu_dropout(x: [f32; rows, cols], bias: [f32; cols], seed: u64) -> [f32; rows, cols] { dropout(gelu(x + bias), 0.1, seed) } },
             ),
+            (
+                "silu_and_mul",
+                quote! { pub fn silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] { silu(x[.., ..d]) * x[.., d..] } },
+            ),
         ];
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");
         let bless = std::env::var_os("FUSE_BLESS").is_some();

@@ -210,12 +210,13 @@ impl Layout<'_> {
     ) -> String {
         let mut terms = vec![];
         if !view.offset.is_empty() {
-            terms.push(format!("({})", self.linear(&view.offset)));
+            terms.push(self.linear(&view.offset));
         }
         for (&d, stride) in shape.iter().zip(&view.strides) {
-            match self.linear(stride).as_str() {
-                "1" => terms.push(coord(d)),
-                s => terms.push(format!("{} * ({s})", coord(d))),
+            match self.linear(stride) {
+                s if s == "1" => terms.push(coord(d)),
+                s if s.contains(" + ") => terms.push(format!("{} * ({s})", coord(d))),
+                s => terms.push(format!("{} * {s}", coord(d))),
             }
         }
         match terms.is_empty() {
