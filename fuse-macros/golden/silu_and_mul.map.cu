@@ -14,6 +14,27 @@ static __device__ __forceinline__ unsigned short fz_f32_to_bf16(float f) {
     return (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 #endif
 }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k)); return k; }
+template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) {
+    if constexpr (sizeof(V) != 16) return *p;
+    else {
+        union { V v; unsigned int w[4]; } u;
+        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p), "l"(fz_keep_policy()));
+        return u.v;
+    }
+}
+template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) {
+    if constexpr (sizeof(V) != 16) *p = v;
+    else {
+        const union { V v; unsigned int w[4]; } u = {v};
+        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" :: "l"(p), "r"(u.w[0]), "r"(u.w[1]), "r"(u.w[2]), "r"(u.w[3]), "l"(fz_keep_policy()) : "memory");
+    }
+}
+#else
+template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
+template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
+#endif
 struct fz_divisor { unsigned long long d, m; };
 static __device__ __forceinline__ fz_divisor fz_divisor_of(unsigned long long d) { return {d, d ? 0xffffffffffffffffull / d : 0ull}; }
 static __device__ __forceinline__ unsigned long long fz_quot(unsigned long long t, fz_divisor v) {
@@ -27,18 +48,75 @@ static __device__ __forceinline__ fz_qr fz_divmod(unsigned long long t, fz_divis
     const unsigned int q = __umulhi(t32, (unsigned int)(v.m >> 32)), r = t32 - q * d32;
     return r >= d32 ? fz_qr{q + 1u, r - d32} : fz_qr{q, r};
 }
+template <typename I> struct fz_run { I q, r; };
+template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_of(unsigned long long t, fz_divisor v, bool small) { const fz_qr x = fz_divmod(t, v, small); return {(I)x.q, (I)x.r}; }
+template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_next(fz_run<I> at, fz_run<I> step, I rest) {
+    return at.r >= rest ? fz_run<I>{at.q + step.q + 1, at.r - rest} : fz_run<I>{at.q + step.q, at.r + step.r};
+}
 static __device__ __forceinline__ float fz_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ double fz_silu(double x) { return x / (1.0 + exp(-x)); }
+template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
     const long long d_t,
     const long long d_d,
-    const unsigned long long fz_recip_0
+    const unsigned long long fz_recip_0,
+    const unsigned long long fz_recip_1
 ) {
     const long long n = d_t * d_d;
-    const fz_divisor dv1 = {(unsigned long long)d_d, fz_recip_0};
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long i0 = 0;
+    if (d_d % 4 == 0 && (2 * d_d) % 4 == 0) {
+        const long long nv = n / 4;
+        const long long js = (long long)gridDim.x * blockDim.x;
+        const bool small = nv + js <= 0xffffffffll;
+        const fz_divisor vw = {(unsigned long long)(d_d) / 4, fz_recip_0};
+        fz_run<unsigned long long> jqw = fz_run_of<unsigned long long>((long long)blockIdx.x * blockDim.x + threadIdx.x, vw, small);
+        const fz_run<unsigned long long> jdw = fz_run_of<unsigned long long>(js, vw, small);
+        const unsigned long long jew = (unsigned long long)vw.d - jdw.r;
+        #pragma unroll 1
+        for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += js, jqw = fz_run_next(jqw, jdw, jew)) {
+            const fz_vec<unsigned short, 4> l_w1 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 4) + jqw.r));
+            const fz_vec<unsigned short, 4> l_w3 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 4) + jqw.r + d_d / 4));
+            fz_vec<unsigned short, 4> s0;
+            {
+                const int l = 0;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = fz_f32_to_bf16(v4);
+            }
+            {
+                const int l = 1;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = fz_f32_to_bf16(v4);
+            }
+            {
+                const int l = 2;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = fz_f32_to_bf16(v4);
+            }
+            {
+                const int l = 3;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = fz_f32_to_bf16(v4);
+            }
+            reinterpret_cast<fz_vec<unsigned short, 4>*>(out0)[j] = s0;
+        }
+        i0 = nv * 4;
+    }
+    const fz_divisor dv1 = {(unsigned long long)d_d, fz_recip_1};
+    for (long long i = i0 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         long long t = i;
         const long long q1 = (long long)fz_quot((unsigned long long)t, dv1);
         const long long c1 = t - q1 * d_d;

@@ -347,11 +347,6 @@ impl Kernel {
         self.nodes.iter().any(|n| matches!(n.op, Op::Random(..)))
     }
 
-    /// Whether the kernel reads a tensor through a slice (`x[.., ..d]`).
-    pub fn has_views(&self) -> bool {
-        self.nodes.iter().any(|n| matches!(n.op, Op::View(..)))
-    }
-
     pub fn shape_text(&self, shape: &[DimId]) -> String {
         self.body().shape_text(shape)
     }

@@ -43,6 +43,9 @@ impl Cuda<'_> {
                 let raw = format!("p_{}[{offset}]", crate::ir::plain_name(&param.name));
                 self.loaded(param.elem, raw)
             }
+            Op::View(p, _) if scope == Scope::Lane => {
+                self.loaded(k.params[*p].elem, format!("l_w{id}.v[l]"))
+            }
             Op::View(p, view) => {
                 let param = &k.params[*p];
                 let axis = match &k.launch {

@@ -66,6 +66,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         hoisted_positions: false,
         partials_in_registers: false,
         lane_randoms: vec![],
+        slices: vec![],
         row_randoms: false,
         defers_division: false,
         fast_division: false,
@@ -234,6 +235,9 @@ struct Cuda<'a> {
     /// The random values whose four lanes of a row's vector step share one Philox block,
     /// `rq<id>`, drawn before the lanes (see `rows::Cuda::vector_row_step`).
     lane_randoms: Vec<NodeId>,
+    /// In an elementwise vector loop, the slices it loads as vectors (`l_w<id>`), with their
+    /// layouts.
+    slices: Vec<(NodeId, crate::plan::rows::Pitch)>,
     /// Whether the vector steps being written are a row loop's (in registers or streamed),
     /// whose vectors start at a multiple of their lanes along the row: they draw `lane_randoms`.
     row_randoms: bool,
