@@ -278,7 +278,10 @@ impl<'a> Checker<'a> {
                 );
             }
             let elem = self.elem(&p.ty);
+            let before = self.cx.len();
             let shape = p.ty.dims.as_ref().map(|dims| self.declare_dims(dims, true));
+            // A tensor whose dims have an error is poisoned, so its uses are not errors too.
+            let elem = elem.filter(|_| self.cx.len() == before);
             let id = self.params.len();
             self.params.push(ParamInfo {
                 name: p.name.clone(),

@@ -56,6 +56,22 @@ impl Checker<'_> {
     /// A parameter's dim written as an expression of dims: parts (`2 * h + p`) or interleaved
     /// groups (`d * 2`). Its dims are declared as the signature's other dims are.
     pub(super) fn composite(&mut self, e: &syn::Expr, binds: bool) -> Option<Composite> {
+        let before = self.cx.len();
+        let composite = self.composite_within(e, binds);
+        if composite.is_none() && binds && self.cx.len() > before {
+            // Its names are still the signature's dims: an output over them is no error too.
+            for name in idents(e) {
+                let dim = Dim::Named(crate::ir::plain_name(&name));
+                if !self.dims.contains(&dim) {
+                    self.dims.push(dim);
+                    self.named_dims += 1;
+                }
+            }
+        }
+        composite
+    }
+
+    fn composite_within(&mut self, e: &syn::Expr, binds: bool) -> Option<Composite> {
         if !binds {
             self.cx.spanned(e, "an output's dim is a name or an integer literal; an output made of parts (`2 * d`) is not in the language yet: return each part as an output of its own");
             return None;
@@ -162,7 +178,7 @@ impl Checker<'_> {
             Some((_, Some(&Op::Load(p)))) => Some(p),
             Some((crate::check::POISONED, _)) => None,
             _ => {
-                self.cx.spanned(&base.tokens, format!("only a tensor parameter can be sliced, as in `x[.., ..d]` with `x: [f32; t, 2 * d]`, and `{}` is not one", base.tokens));
+                self.cx.spanned(&base.tokens, "only a tensor parameter can be sliced, as in `x[.., ..d]` with `x: [f32; t, 2 * d]`; slice the parameter, then compute with the part");
                 None
             }
         }
@@ -178,7 +194,8 @@ impl Checker<'_> {
             .expect("a loaded parameter is a tensor");
         if items.len() != storage.len() {
             let dims = if storage.len() == 1 { "dim" } else { "dims" };
-            self.cx.spanned(t, format!("`{name}` has {} {dims}, `{}`, but the slice has {} items: write one for each dim, `..` for a whole one", storage.len(), self.shape_text(&storage), items.len()));
+            let its = if items.len() == 1 { "item" } else { "items" };
+            self.cx.spanned(t, format!("`{name}` has {} {dims}, `{}`, but the slice has {} {its}: write one for each dim, `..` for a whole one", storage.len(), self.shape_text(&storage), items.len()));
             return None;
         }
         let mut view = View {
@@ -435,6 +452,14 @@ fn literal(e: &syn::Expr) -> Option<u64> {
             ..
         }) if matches!(i.suffix(), "" | "usize") => i.base10_parse::<u64>().ok(),
         _ => None,
+    }
+}
+
+/// Every name in a dim's expression.
+fn idents(e: &syn::Expr) -> Vec<syn::Ident> {
+    match unparen(e) {
+        syn::Expr::Binary(b) => [idents(&b.left), idents(&b.right)].concat(),
+        other => ident(other).cloned().into_iter().collect(),
     }
 }
 
