@@ -242,8 +242,18 @@ pub fn s3(runner: &mut Runner, pool: &mut Pool) {
 const V1_D: usize = 14336;
 const V1_T: usize = 8192;
 
-/// V1: `silu_and_mul` in bf16 on `x: [t, 2 * d]`, its halves read through slices.
+/// V1: `silu_and_mul` in bf16 on `x: [t, 2 * d]`, its halves read through slices; then the same
+/// with `#[fast_math]`.
 pub fn v1(runner: &mut Runner, pool: &mut Pool) {
+    silu_and_mul(runner, pool, "", |dev, x, _, y| {
+        v1_silu_and_mul::into(dev, x, y)
+    });
+    silu_and_mul(runner, pool, "fast_math ", |dev, x, _, y| {
+        v1_silu_and_mul_fast::into(dev, x, y)
+    });
+}
+
+fn silu_and_mul(runner: &mut Runner, pool: &mut Pool, variant: &str, launch: Launch<bf16>) {
     let s = runner.sizes;
     let t = (s.sweep_total / (2 * V1_D)).clamp(1, V1_T);
     let shapes = |t| Shapes {
@@ -253,13 +263,13 @@ pub fn v1(runner: &mut Runner, pool: &mut Pool) {
     };
     let case = Case {
         id: "V1",
-        label: format!("silu_and_mul bf16 {t}x(2*{V1_D})"),
+        label: format!("silu_and_mul {variant}bf16 {t}x(2*{V1_D})"),
         what: "y = silu(x[:, :d]) * x[:, d:], computed in f32",
         formula: "6 t d".into(),
         full: shapes(t),
         check: shapes(few(t, s.check_n / (2 * V1_D))),
         tolerance: Tolerance::Ulps,
-        launch: |dev, x, _, y| v1_silu_and_mul::into(dev, x, y),
+        launch,
     };
     run(runner, pool, &case);
 }

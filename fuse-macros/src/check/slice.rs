@@ -508,4 +508,142 @@ mod tests {
         assert!(v[0].1.offset.is_empty());
         assert_eq!(v[1].1.offset, vec![(1, vec![d])]);
     }
+
+    #[test]
+    fn a_sum_of_parts_reads_each_part_at_its_start_with_the_head_as_stride() {
+        let k = kernel(quote! {
+            fn rotary(x: [f32; t, h, 2 * half + p], c: [f32; t, half]) -> [f32; t, h, half] {
+                let pass = x[.., .., 2 * half..];
+                x[.., .., half..2 * half] * c
+            }
+        });
+        let (t, h, half, p) = (0, 1, 2, 3);
+        let head = 4;
+        assert_eq!(
+            k.dims[head],
+            Dim::Composite(Composite::Parts(vec![(2, half), (1, p)]))
+        );
+        assert_eq!(k.dims[head].text(&k.dims), "2 * half + p");
+        assert_eq!(k.params[0].shape, Some(vec![t, h, head]));
+        let v = views(&k);
+        assert_eq!(v[0].0, &vec![t, h, p]);
+        assert_eq!(v[0].1.offset, vec![(2, vec![half])]);
+        assert_eq!(v[1].0, &vec![t, h, half]);
+        assert_eq!(v[1].1.offset, vec![(1, vec![half])]);
+        assert_eq!(
+            v[1].1.strides,
+            vec![
+                vec![(1, vec![h, head])],
+                vec![(1, vec![head])],
+                vec![(1, vec![])]
+            ]
+        );
+        // It lines up with vectors: its last dim is contiguous, its rows a head apart.
+        let slice = k.nodes.iter().rposition(|n| matches!(n.op, Op::View(..)));
+        let pitch = crate::plan::rows::pitched(&k, slice.unwrap(), &[t, h, half]);
+        assert!(pitch.is_some_and(|p| p.pitch == Some(vec![(1, vec![head])])));
+    }
+
+    #[test]
+    fn a_strided_pick_steps_by_its_group() {
+        let k = kernel(quote! {
+            fn odds(x: [f32; t, d * 2]) -> [f32; t, d] { x[.., (1..).step_by(2)] }
+        });
+        let (t, d) = (0, 1);
+        assert_eq!(k.dims[2], Dim::Composite(Composite::Interleaved(d, 2)));
+        let v = views(&k);
+        assert_eq!(v[0].1.strides, vec![vec![(1, vec![2])], vec![(2, vec![])]]);
+        assert_eq!(v[0].1.offset, vec![(1, vec![])]);
+        // Its elements are two apart: no vectors, the scalar loop.
+        assert!(crate::plan::rows::pitched(&k, k.outputs[0].node, &[t, d]).is_none());
+    }
+
+    #[test]
+    fn slices_work_in_every_launch() {
+        let launch = |tokens| kernel(tokens).launch;
+        let (t, d) = (0, 1);
+        assert_eq!(
+            launch(quote! { fn f(x: [f32; t, 2 * d]) -> [f32; t] { sum(x[.., ..d], d) } }),
+            Launch::Rows {
+                domain: vec![t, d],
+                axis: d
+            }
+        );
+        assert_eq!(
+            launch(quote! { fn f(x: [f32; t, 2 * d]) -> [f32; d] { sum(x[.., d..], t) } }),
+            Launch::Rows {
+                domain: vec![t, d],
+                axis: t
+            }
+        );
+        assert_eq!(
+            launch(quote! { fn f(x: [f32; t, 2 * d]) -> f32 { sum(x[.., d..]) } }),
+            Launch::Full { domain: vec![t, d] }
+        );
+    }
+
+    #[test]
+    fn a_slice_is_bracketed_only_where_it_indexes() {
+        // An array literal keeps its own error; a slice beside other mistakes hides none of them.
+        assert_error(
+            quote! { fn f(x: [f32; n]) -> [f32; n] { x * [1.0, 2.0] } },
+            "array literals are not part of the language",
+        );
+        let e = crate::testing::errors(quote! {
+            fn f(x: [f32; t, 2 * d]) -> [f32; t, d] {
+                let a = x[.., ..k];
+                let b = exq(x[.., d..]);
+                let c = 1.5i32;
+                x[.., ..d]
+            }
+        });
+        assert_eq!(e.len(), 3, "{e:#?}");
+        assert!(e
+            .iter()
+            .any(|e| e.starts_with("a slice's bounds are written with the signature's dims")));
+    }
+
+    #[test]
+    fn malformed_slices_are_spanned_errors() {
+        for (tokens, prefix) in [
+            (
+                quote! { fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., d..d] } },
+                "this range is not one part",
+            ),
+            (
+                quote! { fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., 2 * d..] } },
+                "this range is not one part",
+            ),
+            (
+                quote! { fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., .., ..] } },
+                "`x` has 2 dims",
+            ),
+            (
+                quote! { fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., (0..).step_by(2)] } },
+                "`x`'s dim `2 * d` is read with `..d`",
+            ),
+            (
+                quote! { fn f(x: [f32; t, d * 2]) -> [f32; t, d] { x[.., (0..).step_by(3)] } },
+                "`x`'s dim `d * 2` has groups of 2",
+            ),
+            (
+                quote! { fn f(x: [f32; t, d * 2]) -> [f32; t, d] { x[.., (0..).step_by(2, 3)] } },
+                "a strided pick is",
+            ),
+            (
+                quote! { fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { let y = x; y[.., ..d] } },
+                "`x` has the dim `2 * d`",
+            ),
+            (
+                quote! { fn f(x: [f32; d, 2 * d]) -> f32 { sum(x[.., ..d]) } },
+                "this slice of `x` has the dim `d` twice",
+            ),
+            (
+                quote! { fn f(s: f32, x: [f32; t, 2 * d]) -> [f32; t, d] { s[.., ..d] } },
+                "only a tensor parameter can be sliced",
+            ),
+        ] {
+            assert_error(tokens, prefix);
+        }
+    }
 }
