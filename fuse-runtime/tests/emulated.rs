@@ -2083,7 +2083,6 @@ fn slices_run_on_an_emulated_gpu() {
         let xf = rng.floats::<f32>(t * 2 * d, -4.0, 4.0);
         let bf = put(&dev, &xf, &[t, 2 * d]);
         let cpu = s::upper_column_sums(&dev, &bf).unwrap();
-        let sums = Tol::close(1e-5, 1e-4);
         emulate(
             &what("upper_column_sums"),
             &s::upper_column_sums::__fuse::PROGRAM,
@@ -2092,7 +2091,7 @@ fn slices_run_on_an_emulated_gpu() {
             &dims,
             &cpu,
             &["f32"],
-            &[sums.clone()],
+            &[Tol::close(1e-5, 1e-4)],
         );
         let cpu = s::lower_total(&dev, &bf).unwrap();
         emulate(
