@@ -593,7 +593,7 @@ impl<'a> Checker<'a> {
 }
 
 impl DimDecl {
-    fn tokens(&self) -> TokenStream {
+    pub(super) fn tokens(&self) -> TokenStream {
         match self {
             DimDecl::Named(n) => quote::ToTokens::to_token_stream(n),
             DimDecl::Fixed(l) => quote::ToTokens::to_token_stream(l),

@@ -22,33 +22,44 @@ struct Form {
 impl Form {
     fn add(mut self, other: &Form, sign: i128) -> Form {
         for (&d, &c) in &other.dims {
-            *self.dims.entry(d).or_default() += sign * c;
+            let e = self.dims.entry(d).or_default();
+            *e = e.saturating_add(sign.saturating_mul(c));
         }
         self.dims.retain(|_, c| *c != 0);
-        self.constant += sign * other.constant;
+        self.constant = self
+            .constant
+            .saturating_add(sign.saturating_mul(other.constant));
         self
     }
 
     fn scale(mut self, k: i128) -> Form {
-        self.dims.values_mut().for_each(|c| *c *= k);
+        self.dims
+            .values_mut()
+            .for_each(|c| *c = c.saturating_mul(k));
         self.dims.retain(|_, c| *c != 0);
-        self.constant *= k;
+        self.constant = self.constant.saturating_mul(k);
         self
     }
 
-    /// The form times the product of the sizes of `stride`, as index arithmetic.
+    /// The form times the product of the sizes of `stride`, as index arithmetic. Only the
+    /// start of a part is made one, a sum of sizes, so no coefficient is negative.
     fn times(&self, stride: &[DimId]) -> Linear {
+        let coefficient = |c: i128| u64::try_from(c.max(0)).unwrap_or(u64::MAX);
         let mut terms: Linear = self
             .dims
             .iter()
-            .map(|(&d, &c)| (c as u64, [&[d][..], stride].concat()))
+            .map(|(&d, &c)| (coefficient(c), [&[d][..], stride].concat()))
             .collect();
         if self.constant != 0 {
-            terms.push((self.constant as u64, stride.to_vec()));
+            terms.push((coefficient(self.constant), stride.to_vec()));
         }
         terms
     }
 }
+
+/// The most parts a dim may have, and the largest group of `d * k`: far more than any kernel
+/// needs (halves, pairs), few enough that every part can be listed in a message.
+const MAX_PARTS: u64 = 64;
 
 const COMPOSITE_FORMS: &str = "a dim is a name, an integer literal, or one made of other dims: `2 * d` (two parts of `d`, one after the other), `h + p` (a part `h`, then a part `p`), `2 * h + p`, or `d * 2` (`d` pairs of adjacent elements, picked with `step_by`)";
 
@@ -81,11 +92,8 @@ impl Checker<'_> {
             if let (syn::BinOp::Mul(_), Some(name), Some(k)) =
                 (&b.op, ident(&b.left), literal(&b.right))
             {
-                if k < 2 {
-                    self.cx.spanned(
-                        &b.right,
-                        "a dim `d * k` has groups of `k` elements, at least two: write `d` for one",
-                    );
+                if !(2..=MAX_PARTS).contains(&k) {
+                    self.cx.spanned(&b.right, format!("a dim `d * k` has groups of `k` elements, from 2 to {MAX_PARTS}: write `d` for groups of one"));
                     return None;
                 }
                 let d =
@@ -96,6 +104,15 @@ impl Checker<'_> {
         let mut parts = vec![];
         for term in sum_terms(e) {
             parts.push(self.part(term)?);
+        }
+        let count = parts.iter().fold(0u64, |n, &(k, _)| n.saturating_add(k));
+        if count > MAX_PARTS {
+            let message = format!(
+                "`{}` has {count} parts, more than the {MAX_PARTS} a dim may have",
+                quote::quote!(#e)
+            );
+            self.cx.spanned(e, message);
+            return None;
         }
         Some(Composite::Parts(parts))
     }
@@ -110,8 +127,15 @@ impl Checker<'_> {
             _ => (Some(1), ident(term)),
         };
         if let (Some(count), Some(name)) = (count, dim) {
+            if count == 0 {
+                self.cx.spanned(
+                    term,
+                    "a dim made of parts has at least one of each: drop this term",
+                );
+                return None;
+            }
             let d = self.intern(Dim::Named(crate::ir::plain_name(name)), &tokens(name), true)?;
-            return (count > 0).then_some((count, d));
+            return Some((count, d));
         }
         if let Some(size) = literal(term) {
             let d = self.intern(Dim::Fixed(size), &tokens(term), true)?;
@@ -148,13 +172,13 @@ impl Checker<'_> {
                     .map(|(_, d)| d)
                     .filter(|d| matches!(self.dims[*d], Dim::Named(_)) && !bound.contains(d))
                     .collect();
-                if let [_, second, ..] = free.as_slice() {
+                if free.len() > 1 {
                     let names: Vec<String> = free
                         .iter()
                         .map(|&d| format!("`{}`", self.dims[d]))
                         .collect();
-                    let message = format!("the call cannot tell the sizes of {} from the size of `{}` alone: give `{}` (or all but one of them) a tensor parameter with that dim, as in `cos: [f32; t, {}]`", names.join(" and "), self.dims[d].text(&self.dims), self.dims[*second], self.dims[*second]);
-                    self.cx.spanned(decl.to_token_stream_of(), message);
+                    let message = format!("the call cannot tell the sizes of {} from the size of `{}` alone: give all but one of them a tensor parameter with that dim, as `cos: [f32; t, half]` gives `half` of `x: [f32; t, 2 * half + p]`", names.join(" and "), self.dims[d].text(&self.dims));
+                    self.cx.spanned(decl.tokens(), message);
                 }
                 bound.extend(free);
             }
@@ -266,7 +290,7 @@ impl Checker<'_> {
     }
 
     /// A slice of parameter `p` that reads its first part, for messages: `x[.., ..d]`.
-    pub(super) fn slice_example(&self, _name: &str, p: usize) -> String {
+    pub(super) fn slice_example(&self, p: usize) -> String {
         let shape = self.params[p].shape.as_deref().unwrap_or_default();
         let items: Vec<String> = shape.iter().map(|&d| self.example(d)).collect();
         items.join(", ")
@@ -414,16 +438,6 @@ impl Checker<'_> {
             .iter()
             .find(|n| matches!(n.op, Op::View(..)))
             .map(|n| n.tokens.clone())
-    }
-}
-
-impl crate::parse::DimDecl {
-    fn to_token_stream_of(&self) -> TokenStream {
-        match self {
-            crate::parse::DimDecl::Named(n) => n.to_token_stream(),
-            crate::parse::DimDecl::Fixed(l) => l.to_token_stream(),
-            crate::parse::DimDecl::Composite(e) => e.to_token_stream(),
-        }
     }
 }
 

@@ -70,7 +70,7 @@ impl Checker<'_> {
                     .find(|&&d| matches!(self.dims[d], Dim::Composite(_)))
                 {
                     let dim = self.dims[d].text(&self.dims);
-                    self.cx.spanned(name, format!("`{text}` has the dim `{dim}`, made of parts, and is read one part at a time through a slice, as in `{text}[{}]`", self.slice_example(&text, *p)));
+                    self.cx.spanned(name, format!("`{text}` has the dim `{dim}`, made of parts, and is read one part at a time through a slice, as in `{text}[{}]`", self.slice_example(*p)));
                     return None;
                 }
             }
