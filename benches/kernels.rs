@@ -261,6 +261,16 @@ fuse! {
     pub fn s3_q_times_c_f32(q: [f32; t, h, d], c: [f32; t, d]) -> [f32; t, h, d] {
         q * c
     }
+    /// V1: vLLM's `silu_and_mul` on the concatenated gate and up projections, `x: [t, 2 * d]`:
+    /// the first half of each row is the gate, the second the up projection.
+    pub fn v1_silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
+        silu(x[.., ..d]) * x[.., d..]
+    }
+    /// V1 with CUDA's fast `expf` and division, as S3's 16-bit softplus needed for the ceiling.
+    #[fast_math]
+    pub fn v1_silu_and_mul_fast(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
+        silu(x[.., ..d]) * x[.., d..]
+    }
     /// S3: a per-token f32 vector broadcast over the heads of bf16 `q`, multiplied in f32.
     pub fn s3_q_times_c_bf16(q: [bf16; t, h, d], c: [f32; t, d]) -> [bf16; t, h, d] {
         ((q as f32) * c) as bf16

@@ -1,6 +1,7 @@
 //! The workloads over several element types: S2 (reductions in every direction), S3 (16-bit
-//! elementwise kernels and a broadcast over heads) and W11 (the sum over the leading dim), with
-//! the shapes, types and byte counts of `shared/bench/peers.py`. Fused only, like S1's sweep: one
+//! elementwise kernels and a broadcast over heads), W11 (the sum over the leading dim) and V1
+//! (vLLM's `silu_and_mul` in bf16, WORKLOADS.md's shape), with the shapes, types and byte counts
+//! of `shared/bench/peers.py`. Fused only, like S1's sweep: one
 //! `fuse!` fn per kernel and type, since the language has no generics.
 //!
 //! Each row is checked on a small problem of its shape family against the same kernel on the CPU
@@ -235,6 +236,42 @@ pub fn s3(runner: &mut Runner, pool: &mut Pool) {
             s3_q_times_c_f16::into(dev, q, &c[0], y)
         });
     }
+}
+
+/// V1's `d`, and its `t` at 2^28 elements of `x` or more (WORKLOADS.md: 8192 tokens).
+const V1_D: usize = 14336;
+const V1_T: usize = 8192;
+
+/// V1: `silu_and_mul` in bf16 on `x: [t, 2 * d]`, its halves read through slices; then the same
+/// with `#[fast_math]`.
+pub fn v1(runner: &mut Runner, pool: &mut Pool) {
+    silu_and_mul(runner, pool, "", |dev, x, _, y| {
+        v1_silu_and_mul::into(dev, x, y)
+    });
+    silu_and_mul(runner, pool, "fast_math ", |dev, x, _, y| {
+        v1_silu_and_mul_fast::into(dev, x, y)
+    });
+}
+
+fn silu_and_mul(runner: &mut Runner, pool: &mut Pool, variant: &str, launch: Launch<bf16>) {
+    let s = runner.sizes;
+    let t = (s.sweep_total / (2 * V1_D)).clamp(1, V1_T);
+    let shapes = |t| Shapes {
+        x: vec![t, 2 * V1_D],
+        side: Vec::new(),
+        out: vec![t, V1_D],
+    };
+    let case = Case {
+        id: "V1",
+        label: format!("silu_and_mul {variant}bf16 {t}x(2*{V1_D})"),
+        what: "y = silu(x[:, :d]) * x[:, d:], computed in f32",
+        formula: "6 t d".into(),
+        full: shapes(t),
+        check: shapes(few(t, s.check_n / (2 * V1_D))),
+        tolerance: Tolerance::Ulps,
+        launch,
+    };
+    run(runner, pool, &case);
 }
 
 /// W11: the f32 sum over the leading dim at `rows x cols` and `cols x rows` (S2's kernel).

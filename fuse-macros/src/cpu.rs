@@ -266,6 +266,23 @@ impl Cpu<'_> {
                 let raw = format!("p_{}[{offset}]", crate::ir::plain_name(&param.name));
                 loaded(param.elem, raw)
             }
+            Op::View(p, view) => {
+                let param = &k.params[*p];
+                let axis = match &k.launch {
+                    Launch::Rows { axis, .. } => Some(*axis),
+                    _ => None,
+                };
+                let at = self
+                    .layout
+                    .view_index(view, &node.shape, |d| match Some(d) == axis {
+                        true => "r".to_string(),
+                        false => self.layout.coord(d),
+                    });
+                loaded(
+                    param.elem,
+                    format!("p_{}[{at}]", crate::ir::plain_name(&param.name)),
+                )
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "(r as u32)".to_string(),
                 _ => format!("({} as u32)", self.layout.coord(*d)),

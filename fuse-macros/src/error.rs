@@ -201,6 +201,20 @@ pub fn cubin_nvrtc_call(function: &str, kernel: Option<&str>, detail: &str) -> S
     format!("NVRTC failed in `{function}`{kernel}: {detail}; {CUBIN_FIX}")
 }
 
+/// A slice item that is not `..`, a range or `(j..).step_by(k)`.
+pub const SLICE_ITEM: &str = "a slice item is `..` (the whole dim), a range of dims such as `..d` or `d..2 * d`, or `(j..).step_by(k)`; write one for each dim of the tensor, as in `x[.., ..d]`";
+
+/// `a..=b` in a slice.
+pub const SLICE_CLOSED_RANGE: &str =
+    "a slice takes a range with an exclusive end, as in `d..2 * d`, not `..=`";
+
+/// A `step_by` that is not `(j..).step_by(k)` with literals.
+pub const SLICE_STEP: &str = "a strided pick is `(j..).step_by(k)` with integer literals `j < k`, as in `x[.., (1..).step_by(2)]` for the odd elements of a dim `d * 2`";
+
+/// A slice of an indexed tensor, or an index of a slice.
+pub const SLICE_OF_INDEX: &str =
+    "a slice takes a tensor parameter and is not indexed again: write every dim's item in one `[..]`, as in `x[.., ..d]`";
+
 #[cfg(test)]
 mod tests {
     use super::*;

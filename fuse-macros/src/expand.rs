@@ -401,19 +401,8 @@ fn launch_text(k: &Kernel) -> String {
 fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
     let rt = rt();
     let dims: Vec<&str> = k.named_dims().map(|(_, n)| n).collect();
-    let dim_refs = |shape: &[usize]| -> Vec<TokenStream> {
-        shape
-            .iter()
-            .map(|&d| match (&k.dims[d], k.named_index(d)) {
-                (_, Some(i)) => quote!(#rt::__private::DimRef::Named(#i)),
-                (Dim::Fixed(v), None) => {
-                    let v = *v as usize;
-                    quote!(#rt::__private::DimRef::Fixed(#v))
-                }
-                _ => unreachable!("a named dim has an index"),
-            })
-            .collect()
-    };
+    let dim_refs =
+        |shape: &[usize]| -> Vec<TokenStream> { shape.iter().map(|&d| dim_ref(k, d)).collect() };
     let inputs = k
         .tensor_params()
         .map(|(_, p, s)| (plain_name(&p.name), s.clone(), false));
@@ -437,7 +426,8 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
     }
 }
 
-/// A dim as the runtime's `DimRef`: an index into the named dims, or a fixed size.
+/// A dim as the runtime's `DimRef`: an index into the named dims, a fixed size, or a sum of
+/// them.
 fn dim_ref(k: &Kernel, d: usize) -> TokenStream {
     let rt = rt();
     match (&k.dims[d], k.named_index(d)) {
@@ -445,6 +435,15 @@ fn dim_ref(k: &Kernel, d: usize) -> TokenStream {
         (Dim::Fixed(v), None) => {
             let v = *v as usize;
             quote!(#rt::__private::DimRef::Fixed(#v))
+        }
+        // `2 * h + p`, `d * 2`: the sum of its terms' sizes, which the call checks or binds.
+        (Dim::Composite(c), None) => {
+            let terms = c.terms().into_iter().map(|(count, d)| {
+                let count = count as usize;
+                let d = dim_ref(k, d);
+                quote!((#count, #d))
+            });
+            quote!(#rt::__private::DimRef::Sum(&[#(#terms),*]))
         }
         (Dim::Named(_), None) => unreachable!("a named dim has an index"),
     }

@@ -21,11 +21,59 @@ pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {
     short.iter().all(|d| it.any(|x| x == d))
 }
 
-/// A dim of the kernel: a name bound at launch, or a size fixed in the source.
+/// A dim of the kernel: a name bound at launch, or a size fixed in the source, or a dim of a
+/// parameter written as an expression of other dims (`2 * d`, `h + p`, `d * 2`), which only
+/// slices read.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Dim {
     Named(String),
     Fixed(u64),
+    Composite(Composite),
+}
+
+/// A parameter's dim made of other dims, row-major: what its slices pick from.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Composite {
+    /// `2 * h + p`: parts one after the other, `count` copies of dim `DimId` each, in order.
+    Parts(Vec<(u64, DimId)>),
+    /// `d * 2`: `d` groups of `k` adjacent elements; a slice picks one element of each group.
+    Interleaved(DimId, u64),
+}
+
+impl Composite {
+    /// The dims it is made of, with how many copies of each it holds.
+    pub fn terms(&self) -> Vec<(u64, DimId)> {
+        match self {
+            Composite::Parts(parts) => parts.clone(),
+            Composite::Interleaved(d, k) => vec![(*k, *d)],
+        }
+    }
+}
+
+/// A dim's text as the user writes it, given the names of the kernel's dims.
+fn dim_text(dims: &[Dim], d: DimId) -> String {
+    dims.get(d).map_or("?".into(), |x| x.text(dims))
+}
+
+impl Dim {
+    /// The dim as written in a signature (`rows`, `4`, `2 * d + p`).
+    pub fn text(&self, dims: &[Dim]) -> String {
+        match self {
+            Dim::Named(n) => n.clone(),
+            Dim::Fixed(v) => v.to_string(),
+            Dim::Composite(Composite::Interleaved(d, k)) => format!("{} * {k}", dim_text(dims, *d)),
+            Dim::Composite(Composite::Parts(parts)) => {
+                let terms: Vec<String> = parts
+                    .iter()
+                    .map(|&(count, d)| match count {
+                        1 => dim_text(dims, d),
+                        _ => format!("{count} * {}", dim_text(dims, d)),
+                    })
+                    .collect();
+                terms.join(" + ")
+            }
+        }
+    }
 }
 
 impl std::fmt::Display for Dim {
@@ -33,8 +81,23 @@ impl std::fmt::Display for Dim {
         match self {
             Dim::Named(n) => f.write_str(n),
             Dim::Fixed(v) => write!(f, "{v}"),
+            // Without the kernel's dims the parts have no names; `Dim::text` has them.
+            Dim::Composite(_) => f.write_str("(a composite dim)"),
         }
     }
+}
+
+/// A sum of products of dim sizes, `2 * d_h * d_p + d_p`: a slice's offset or stride, in
+/// elements. Each term is a coefficient and the dims whose sizes it multiplies.
+pub type Linear = Vec<(u64, Vec<DimId>)>;
+
+/// A slice of a tensor parameter (`x[.., ..d]`): the element at the current coordinates of the
+/// node's shape is `p[offset + sum of coordinate * stride]`, with one stride for each dim of the
+/// shape. No arithmetic on the value: a slice only moves the load.
+#[derive(Clone, Debug, PartialEq)]
+pub struct View {
+    pub offset: Linear,
+    pub strides: Vec<Linear>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -76,6 +139,9 @@ pub enum Op {
     Element(usize, u64),
     /// The current element's position along a dim, as `u32`.
     Index(DimId),
+    /// The element of tensor parameter `i` that a slice of it (`x[.., ..d]`) puts at the
+    /// current coordinates of the node's shape.
+    View(usize, Box<View>),
     Int(i128),
     Float(String),
     Bool(bool),
@@ -109,6 +175,7 @@ impl Op {
             Op::Load(_)
             | Op::Scalar(_)
             | Op::Element(..)
+            | Op::View(..)
             | Op::Index(_)
             | Op::Len(_)
             | Op::Int(_)
@@ -221,7 +288,10 @@ pub struct Body<'a> {
 
 impl Body<'_> {
     pub fn shape_text(&self, shape: &[DimId]) -> String {
-        let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
+        let dims: Vec<String> = shape
+            .iter()
+            .map(|&d| self.dims[d].text(self.dims))
+            .collect();
         format!("[{}]", dims.join(", "))
     }
 }
@@ -253,14 +323,14 @@ impl Kernel {
                     .filter(|d| matches!(d, Dim::Named(_)))
                     .count(),
             ),
-            Dim::Fixed(_) => None,
+            Dim::Fixed(_) | Dim::Composite(_) => None,
         }
     }
 
     pub fn named_dims(&self) -> impl Iterator<Item = (DimId, &str)> {
         self.dims.iter().enumerate().filter_map(|(i, d)| match d {
             Dim::Named(n) => Some((i, n.as_str())),
-            Dim::Fixed(_) => None,
+            Dim::Fixed(_) | Dim::Composite(_) => None,
         })
     }
 

@@ -64,6 +64,9 @@ impl ElemName {
 pub enum DimDecl {
     Named(Ident),
     Fixed(LitInt),
+    /// A dim written as an expression of dims, `2 * d`, `h + p` or `d * 2`: [`crate::check`]
+    /// reads it (see "Slices" in `doc/language.md`).
+    Composite(Box<syn::Expr>),
 }
 
 /// The declared outputs: one type, or a tuple of them.
@@ -171,9 +174,15 @@ impl Parse for KernelDef {
         let output_fork = input.fork();
         let output = parse_output(input)?;
         let output_tokens = tokens_between(&output_fork, input);
-        let body;
-        let brace = syn::braced!(body in input);
-        let body = body.call(syn::Block::parse_within)?;
+        let body: proc_macro2::Group = input.parse()?;
+        if body.delimiter() != proc_macro2::Delimiter::Brace {
+            return Err(syn::Error::new(
+                body.span(),
+                "expected `{` and the kernel's body",
+            ));
+        }
+        let brace_span = body.delim_span();
+        let body = syn::parse::Parser::parse2(syn::Block::parse_within, slices(body.stream()))?;
         Ok(KernelDef {
             attrs,
             fast_math,
@@ -184,9 +193,47 @@ impl Parse for KernelDef {
             output,
             output_tokens,
             body,
-            body_span: brace.span.join(),
+            body_span: brace_span.join(),
         })
     }
+}
+
+/// Wraps the items of each multi-dim slice, `x[.., ..d]`, in parentheses, `x[(.., ..d)]`, so that
+/// syn parses it (as an index by a tuple) and [`lower_index`] sees every item with its tokens. A
+/// bracket is a slice where it follows a name or a closing bracket or parenthesis (an index) and
+/// holds a comma outside any group; an array literal (not in the language) follows neither.
+fn slices(tokens: TokenStream) -> TokenStream {
+    use proc_macro2::{Delimiter, Group, TokenTree};
+    let mut out: Vec<TokenTree> = vec![];
+    for tt in tokens {
+        let tt = match tt {
+            TokenTree::Group(g) => {
+                let indexes = matches!(
+                    out.last(),
+                    Some(TokenTree::Ident(_)) | Some(TokenTree::Group(_))
+                );
+                let commas = g
+                    .stream()
+                    .into_iter()
+                    .any(|t| matches!(&t, TokenTree::Punct(p) if p.as_char() == ','));
+                let inner = slices(g.stream());
+                let inner = match g.delimiter() == Delimiter::Bracket && indexes && commas {
+                    true => {
+                        let mut tuple = Group::new(Delimiter::Parenthesis, inner);
+                        tuple.set_span(g.span());
+                        TokenStream::from(TokenTree::Group(tuple))
+                    }
+                    false => inner,
+                };
+                let mut group = Group::new(g.delimiter(), inner);
+                group.set_span(g.span());
+                TokenTree::Group(group)
+            }
+            other => other,
+        };
+        out.push(tt);
+    }
+    out.into_iter().collect()
 }
 
 fn tokens_between(start: ParseStream, end: ParseStream) -> TokenStream {
@@ -254,6 +301,14 @@ impl Parse for TypeDecl {
 
 impl Parse for DimDecl {
     fn parse(input: ParseStream) -> syn::Result<Self> {
+        let alone = |input: ParseStream| {
+            let fork = input.fork();
+            let _: proc_macro2::TokenTree = fork.parse()?;
+            Ok::<bool, syn::Error>(fork.is_empty() || fork.peek(Token![,]))
+        };
+        if (input.peek(LitInt) || input.peek(Ident)) && !alone(input)? {
+            return Ok(DimDecl::Composite(Box::new(input.parse()?)));
+        }
         if input.peek(LitInt) {
             return Ok(DimDecl::Fixed(input.parse()?));
         }
@@ -288,6 +343,8 @@ pub enum ExprKind {
     Var(Ident),
     /// `w[i]`, `w[i][j]`: an element of a tensor, the indices outermost first.
     Index(Box<Expr>, Vec<Index>),
+    /// `x[.., ..d]`: a slice of a tensor, one item for each of its dims.
+    Slice(Box<Expr>, Vec<SliceItem>),
     Unary(UnOp, Box<Expr>),
     Binary(BinOp, Box<Expr>, Box<Expr>, TokenStream),
     Cast(Box<Expr>, ElemName),
@@ -295,6 +352,23 @@ pub enum ExprKind {
     Call(Ident, Vec<Expr>),
     Method(Box<Expr>, Ident, Vec<Expr>),
     Tuple(Vec<Expr>),
+}
+
+/// One item of a slice, `x[.., ..d]`, and its tokens (where errors about it point).
+pub struct SliceItem {
+    pub kind: SliceKind,
+    pub tokens: TokenStream,
+}
+
+pub enum SliceKind {
+    /// `..`: the whole dim.
+    Full,
+    /// `a..b`, `..b`, `a..`: a part of a dim made of parts, its bounds expressions of dims
+    /// (`d`, `2 * d`, `h + p`), checked against the parts.
+    Range(Option<Box<syn::Expr>>, Option<Box<syn::Expr>>),
+    /// `(j..).step_by(k)` (or `(..).step_by(k)` for `j` = 0): element `j` of every group of
+    /// `k` in a dim `d * k`.
+    Step(u64, u64),
 }
 
 /// An index, an integer literal, and its tokens (where errors about it point).
@@ -563,8 +637,25 @@ fn lower_path(p: &syn::ExprPath, cx: &mut Errors) -> Option<ExprKind> {
     }
 }
 
-/// `w[i]` and `w[i][j]`: the indexed expression and the indices, each an integer literal.
+/// `w[i]` and `w[i][j]`: the indexed expression and the indices, each an integer literal; or a
+/// slice, `x[.., ..d]`, whose items `slices` wrapped in a tuple.
 fn lower_index(e: &syn::ExprIndex, cx: &mut Lowering) -> Option<ExprKind> {
+    if let Some(items) = slice_items(&e.index) {
+        if let syn::Expr::Index(inner) = &*e.expr {
+            cx.spanned(inner, error::SLICE_OF_INDEX);
+            return None;
+        }
+        let items: Vec<Option<SliceItem>> = items.into_iter().map(|i| slice_item(i, cx)).collect();
+        let base = lower_expr(&e.expr, cx);
+        let items = items.into_iter().collect::<Option<Vec<SliceItem>>>()?;
+        return Some(ExprKind::Slice(Box::new(base?), items));
+    }
+    if let syn::Expr::Index(inner) = &*e.expr {
+        if slice_items(&inner.index).is_some() {
+            cx.spanned(e, error::SLICE_OF_INDEX);
+            return None;
+        }
+    }
     let mut indices = vec![&*e.index];
     let mut base = &*e.expr;
     while let syn::Expr::Index(i) = base {
@@ -576,6 +667,74 @@ fn lower_index(e: &syn::ExprIndex, cx: &mut Lowering) -> Option<ExprKind> {
     let base = lower_expr(base, cx);
     let indices = indices.into_iter().collect::<Option<Vec<Index>>>()?;
     Some(ExprKind::Index(Box::new(base?), indices))
+}
+
+/// The items of `x[..]` if it is a slice: a tuple of them, one range, or one `step_by`.
+fn slice_items(index: &syn::Expr) -> Option<Vec<&syn::Expr>> {
+    match index {
+        syn::Expr::Tuple(t) => Some(t.elems.iter().collect()),
+        syn::Expr::Range(_) => Some(vec![index]),
+        syn::Expr::MethodCall(m) if m.method == "step_by" => Some(vec![index]),
+        _ => None,
+    }
+}
+
+/// One item of a slice: `..`, a range of dims, or `(j..).step_by(k)`.
+fn slice_item(e: &syn::Expr, cx: &mut Errors) -> Option<SliceItem> {
+    let kind = match e {
+        syn::Expr::Range(r) if matches!(r.limits, syn::RangeLimits::Closed(_)) => {
+            cx.spanned(e, error::SLICE_CLOSED_RANGE);
+            return None;
+        }
+        syn::Expr::Range(r) if r.start.is_none() && r.end.is_none() => SliceKind::Full,
+        syn::Expr::Range(r) => SliceKind::Range(r.start.clone(), r.end.clone()),
+        syn::Expr::MethodCall(m) if m.method == "step_by" => step_by(m, cx)?,
+        _ => {
+            cx.spanned(e, error::SLICE_ITEM);
+            return None;
+        }
+    };
+    Some(SliceItem {
+        kind,
+        tokens: tokens(e),
+    })
+}
+
+/// `(j..).step_by(k)`: both literals, `j` optional.
+fn step_by(m: &syn::ExprMethodCall, cx: &mut Errors) -> Option<SliceKind> {
+    let literal = |e: &syn::Expr| match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Int(i),
+            ..
+        }) if matches!(i.suffix(), "" | "usize") => i.base10_parse::<u64>().ok(),
+        _ => None,
+    };
+    let mut receiver = &*m.receiver;
+    while let syn::Expr::Paren(p) = receiver {
+        receiver = &p.expr;
+    }
+    let start = match receiver {
+        syn::Expr::Range(r)
+            if r.end.is_none() && !matches!(r.limits, syn::RangeLimits::Closed(_)) =>
+        {
+            match &r.start {
+                None => Some(0),
+                Some(s) => literal(s),
+            }
+        }
+        _ => None,
+    };
+    let step = match (m.args.len(), m.args.first()) {
+        (1, Some(a)) => literal(a),
+        _ => None,
+    };
+    match (start, step) {
+        (Some(start), Some(step)) => Some(SliceKind::Step(start, step)),
+        _ => {
+            cx.spanned(m, error::SLICE_STEP);
+            None
+        }
+    }
 }
 
 /// An index: a plain integer literal (or one of type `usize`, as Rust's).

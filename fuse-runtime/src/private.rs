@@ -19,6 +19,22 @@ pub enum DimRef {
     Named(usize),
     /// A literal size.
     Fixed(usize),
+    /// A dim made of parts, `2 * h + p` (or `d * 2`, the same size): the sum of each count
+    /// times its dim's size. It binds the one named dim in it that no other axis binds.
+    Sum(&'static [(usize, DimRef)]),
+}
+
+impl DimRef {
+    /// The size of the dim when the named dims have the sizes `dims` (0 where one is missing).
+    pub fn size(&self, dims: &[usize]) -> usize {
+        match *self {
+            DimRef::Named(i) => dims.get(i).copied().unwrap_or(0),
+            DimRef::Fixed(n) => n,
+            DimRef::Sum(terms) => terms.iter().fold(0usize, |a, (count, d)| {
+                a.saturating_add(count.saturating_mul(d.size(dims)))
+            }),
+        }
+    }
 }
 
 /// One tensor parameter (input or output) of a kernel.
@@ -62,10 +78,16 @@ pub fn bind(sig: &Signature, dev: &Device, tensors: &[&dyn AnyBuffer]) -> Result
     let mut bound = Inline::<Option<(usize, &'static str)>, SIZES>::new(None, sig.dims.len());
     let bound = bound.as_mut_slice();
     // Inputs first, then outputs, so that a size always comes from an input when one has it.
+    // Dims made of parts (`2 * d`) after the plain ones, since they may bind a dim from them.
     for want_output in [false, true] {
         for (param, &tensor) in sig.tensors.iter().zip(tensors) {
             if param.output == want_output {
                 check_tensor(sig, param, tensor, dev, bound)?;
+            }
+        }
+        for (param, &tensor) in sig.tensors.iter().zip(tensors) {
+            if param.output == want_output {
+                check_sums(sig, param, tensor, bound)?;
             }
         }
     }
@@ -142,6 +164,74 @@ fn check_tensor(
     Ok(())
 }
 
+/// Checks the axes of one tensor that are made of parts (`2 * h + p`): with one of their named
+/// dims not yet bound, binds it to what the axis's size leaves for it, which must divide evenly.
+fn check_sums(
+    sig: &Signature,
+    param: &TensorSig,
+    tensor: &dyn AnyBuffer,
+    bound: &mut [Option<(usize, &'static str)>],
+) -> Result<(), Error> {
+    for (axis, (&dim, &found)) in param.dims.iter().zip(tensor.shape()).enumerate() {
+        let DimRef::Sum(terms) = dim else { continue };
+        let text = sum_text(sig, terms);
+        let mut known = 0usize;
+        let mut free = None;
+        for &(count, d) in terms {
+            match d {
+                DimRef::Named(i) if bound.get(i).is_some_and(|b| b.is_none()) => {
+                    free = Some((count, i))
+                }
+                DimRef::Named(i) => {
+                    let size = bound.get(i).copied().flatten().map_or(0, |(n, _)| n);
+                    known = known.saturating_add(count.saturating_mul(size));
+                }
+                DimRef::Fixed(n) => known = known.saturating_add(count.saturating_mul(n)),
+                DimRef::Sum(_) => {}
+            }
+        }
+        let mismatch = |expected| Error::Shape {
+            kernel: sig.kernel.to_string(),
+            param: param.name.to_string(),
+            dim: format!("axis {axis} (`{text}`)"),
+            expected,
+            found,
+            bound_by: None,
+        };
+        match free {
+            None if known == found => {}
+            None => return Err(mismatch(known)),
+            Some((count, i)) => {
+                let rest = found.checked_sub(known).ok_or_else(|| mismatch(known))?;
+                if rest % count.max(1) != 0 {
+                    return Err(mismatch(found - rest % count.max(1)));
+                }
+                bound[i] = Some((rest / count.max(1), param.name));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A dim made of parts as the signature writes it, `2 * h + p`.
+fn sum_text(sig: &Signature, terms: &[(usize, DimRef)]) -> String {
+    let names: Vec<String> = terms
+        .iter()
+        .map(|&(count, d)| {
+            let name = match d {
+                DimRef::Named(i) => sig.dims.get(i).copied().unwrap_or("?").to_string(),
+                DimRef::Fixed(n) => n.to_string(),
+                DimRef::Sum(_) => "?".into(),
+            };
+            match count {
+                1 => name,
+                _ => format!("{count} * {name}"),
+            }
+        })
+        .collect();
+    names.join(" + ")
+}
+
 fn check_axis(
     sig: &Signature,
     param: &TensorSig,
@@ -164,7 +254,7 @@ fn check_axis(
             size,
             None,
         )),
-        DimRef::Fixed(_) => Ok(()),
+        DimRef::Fixed(_) | DimRef::Sum(_) => Ok(()),
         DimRef::Named(index) => {
             let (Some(slot), Some(&name)) = (bound.get_mut(index), sig.dims.get(index)) else {
                 return Err(Error::Internal {
@@ -191,10 +281,7 @@ pub fn shape_of(sig: &Signature, index: usize, dims: &[usize]) -> Sizes {
     };
     let mut shape = Inline::new(0, tensor.dims.len());
     for (size, dim) in shape.as_mut_slice().iter_mut().zip(tensor.dims) {
-        *size = match *dim {
-            DimRef::Named(i) => dims.get(i).copied().unwrap_or(0),
-            DimRef::Fixed(n) => n,
-        };
+        *size = dim.size(dims);
     }
     Sizes(shape)
 }

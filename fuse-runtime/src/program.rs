@@ -169,10 +169,7 @@ impl Program {
     /// The groups (rows; 1 for elementwise kernels and full reductions) and the length (of a
     /// row, or of the domain) of a launch with these dims.
     pub fn work(&self, dims: &[usize]) -> (u64, u64) {
-        let size = |d: &DimRef| match *d {
-            DimRef::Named(i) => dims.get(i).map_or(0, |&n| n as u64),
-            DimRef::Fixed(n) => n as u64,
-        };
+        let size = |d: &DimRef| d.size(dims) as u64;
         let product = |ds: &[DimRef]| ds.iter().map(size).fold(1u64, u64::saturating_mul);
         match self.work {
             Work::Elements(domain) => (1, product(domain)),
@@ -194,11 +191,7 @@ impl Program {
     /// The size of the groups' innermost dim (a column reduction's columns); 1 without groups.
     fn inner(&self, dims: &[usize]) -> u64 {
         match self.work {
-            Work::Rows { rows, .. } => match rows.last() {
-                Some(DimRef::Named(i)) => dims.get(*i).map_or(0, |&n| n as u64),
-                Some(DimRef::Fixed(n)) => *n as u64,
-                None => 1,
-            },
+            Work::Rows { rows, .. } => rows.last().map_or(1, |d| d.size(dims) as u64),
             Work::Elements(_) => 1,
         }
     }
@@ -277,12 +270,9 @@ impl Program {
                     *dims.get(i).ok_or_else(|| internal(format!("no dim {i}")))? as u64
                 }
                 Param::Reciprocal { dims: of, by } => {
-                    let size = of.iter().fold(1u64, |a, d| {
-                        a.saturating_mul(match *d {
-                            DimRef::Named(i) => dims.get(i).map_or(0, |&n| n as u64),
-                            DimRef::Fixed(n) => n as u64,
-                        })
-                    });
+                    let size = of
+                        .iter()
+                        .fold(1u64, |a, d| a.saturating_mul(d.size(dims) as u64));
                     reciprocal(size / u64::from(by.max(1)))
                 }
                 Param::RoundKey { seed, round } => {

@@ -3710,3 +3710,343 @@ mod fp8s {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Slices along a named dim (issue 22, item 1).
+
+/// `(t, d)` of the slice tests: odd sizes, a single token, one element a half, empty dims.
+const SLICE_SHAPES: [(usize, usize); 7] =
+    [(37, 33), (1, 4097), (5, 1), (3, 8), (1, 1), (0, 5), (4, 0)];
+
+/// Rows `t` of `parts` parts of `d` each, laid out as `f(row, part, i)` says where element `i`
+/// of part `part` lies in the row; returns each part as a `[t, d]` matrix.
+fn parts_of(
+    x: &[f32],
+    t: usize,
+    d: usize,
+    parts: usize,
+    at: impl Fn(usize, usize) -> usize,
+) -> Vec<Vec<f32>> {
+    (0..parts)
+        .map(|part| {
+            (0..t * d)
+                .map(|k| x[(k / d) * parts * d + at(part, k % d)])
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn halves_keep_every_bit() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in SLICE_SHAPES {
+        let mut x = rng.floats_special::<f32>(t * 2 * d, -10.0, 10.0);
+        // Both halves of some rows hold -0.0 and NaNs with payloads and signs.
+        for (i, v) in x.iter_mut().enumerate().filter(|(i, _)| i % 7 == 3) {
+            *v = [
+                -0.0,
+                f32::from_bits(0x7fc0_1234),
+                f32::from_bits(0xffc0_0001),
+            ][i % 3];
+        }
+        let (lo, hi) = kernels::slices::halves(&dev, &put(&dev, &x, &[t, 2 * d])).unwrap();
+        let want = parts_of(&x, t, d, 2, |part, i| part * d + i);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(lo.shape(), &[t, d]);
+        assert_exact(
+            &format!("lower half, {t} x {d}"),
+            &bits(&host(&lo)),
+            &bits(&want[0]),
+        );
+        assert_exact(
+            &format!("upper half, {t} x {d}"),
+            &bits(&host(&hi)),
+            &bits(&want[1]),
+        );
+    }
+}
+
+#[test]
+fn silu_and_gelu_and_mul_read_the_halves() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in SLICE_SHAPES {
+        let x = rng.floats::<f32>(t * 2 * d, -6.0, 6.0);
+        let b = put(&dev, &x, &[t, 2 * d]);
+        let [g, u] = &parts_of(&x, t, d, 2, |part, i| part * d + i)[..] else {
+            unreachable!()
+        };
+        let (g, u) = (f64s(g), f64s(u));
+        let silu = map2(&g, &u, |g, u| g / (1.0 + (-g).exp()) * u);
+        let got = kernels::slices::silu_and_mul(&dev, &b).unwrap();
+        assert_close(
+            &format!("silu_and_mul {t} x {d}"),
+            &host(&got),
+            &silu,
+            &f32::math_tol(),
+        );
+        let gelu = map2(&g, &u, |g, u| {
+            0.5 * g * (1.0 + libm::erf(g / 2f64.sqrt())) * u
+        });
+        let got = kernels::slices::gelu_and_mul(&dev, &b).unwrap();
+        assert_close(
+            &format!("gelu_and_mul {t} x {d}"),
+            &host(&got),
+            &gelu,
+            &f32::math_tol(),
+        );
+    }
+}
+
+#[test]
+fn silu_and_mul_in_bf16_rounds_once() {
+    use fuse_runtime::bf16;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in SLICE_SHAPES {
+        let x = rng.floats::<bf16>(t * 2 * d, -6.0, 6.0);
+        let got = kernels::slices::silu_and_mul_bf16(&dev, &put(&dev, &x, &[t, 2 * d])).unwrap();
+        let want: Vec<f64> = (0..t * d)
+            .map(|k| {
+                let (row, i) = (k / d, k % d);
+                let (g, u) = (x[row * 2 * d + i].to_f32(), x[row * 2 * d + d + i].to_f32());
+                f64::from(bf16::from_f32(g / (1.0 + (-g).exp()) * u).to_f32())
+            })
+            .collect();
+        // The f32 chain within a few of its ulps, then one bf16 rounding: one bf16 ulp.
+        assert_close(
+            &format!("silu_and_mul bf16 {t} x {d}"),
+            &host(&got),
+            &want,
+            &Tol::close(2f64.powi(-7), 1e-30),
+        );
+    }
+}
+
+#[test]
+fn interleaved_picks_are_the_even_and_odd_elements() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in SLICE_SHAPES {
+        let mut x = rng.floats_special::<f32>(t * 2 * d, -10.0, 10.0);
+        if let Some(v) = x.get_mut(1) {
+            *v = -0.0;
+        }
+        let b = put(&dev, &x, &[t, d * 2]);
+        let (even, odd) = kernels::slices::evens_odds(&dev, &b).unwrap();
+        let want = parts_of(&x, t, d, 2, |part, i| 2 * i + part);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert_exact(
+            &format!("evens, {t} x {d}"),
+            &bits(&host(&even)),
+            &bits(&want[0]),
+        );
+        assert_exact(
+            &format!("odds, {t} x {d}"),
+            &bits(&host(&odd)),
+            &bits(&want[1]),
+        );
+        let (alpha, limit) = (1.702f32, 7.0f32);
+        let got = kernels::slices::swigluoai_and_mul(&dev, &b, alpha, limit).unwrap();
+        let want: Vec<f64> = (0..t * d)
+            .map(|k| {
+                let (g, u) = (f64::from(want[0][k]), f64::from(want[1][k]));
+                // `min` ignores a NaN operand, `clamp` keeps it, as in the language.
+                let g = g.min(limit.into());
+                let u = clamp(u, -f64::from(limit), limit.into());
+                g / (1.0 + (-g * f64::from(alpha)).exp()) * (u + 1.0)
+            })
+            .collect();
+        assert_close(
+            &format!("swigluoai_and_mul {t} x {d}"),
+            &host(&got),
+            &want,
+            &f32::math_tol(),
+        );
+    }
+}
+
+/// `(t, h, half, p)`: the rotary part of each head `2 * half`, the rest `p`.
+const ROTARY_SHAPES: [(usize, usize, usize, usize); 5] = [
+    (7, 3, 16, 5),
+    (1, 2, 1, 0),
+    (5, 1, 33, 64),
+    (3, 4, 8, 1),
+    (0, 2, 4, 4),
+];
+
+#[test]
+fn neox_rotary_turns_the_first_rot_dim_of_each_head() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, h, half, p) in ROTARY_SHAPES {
+        let head = 2 * half + p;
+        let x = rng.floats::<f32>(t * h * head, -3.0, 3.0);
+        let cos = rng.floats::<f32>(t * half, -1.0, 1.0);
+        let sin = rng.floats::<f32>(t * half, -1.0, 1.0);
+        let (bx, bc, bs) = (
+            put(&dev, &x, &[t, h, head]),
+            put(&dev, &cos, &[t, half]),
+            put(&dev, &sin, &[t, half]),
+        );
+        let (o1, o2) = kernels::slices::rotary_neox(&dev, &bx, &bc, &bs).unwrap();
+        let pass = kernels::slices::rotary_pass(&dev, &bx, &bc).unwrap();
+        assert_eq!(pass.shape(), &[t, h, p]);
+        let (mut w1, mut w2, mut wp) = (vec![], vec![], vec![]);
+        for (th, row) in x.chunks(head.max(1)).take(t * h).enumerate() {
+            let (c, s) = (&cos[th / h * half..][..half], &sin[th / h * half..][..half]);
+            for i in 0..half {
+                let (a, b) = (f64::from(row[i]), f64::from(row[half + i]));
+                w1.push(a * f64::from(c[i]) - b * f64::from(s[i]));
+                w2.push(b * f64::from(c[i]) + a * f64::from(s[i]));
+            }
+            wp.extend_from_slice(&row[2 * half..]);
+        }
+        let what = format!("rotary {t} x {h} x ({half} * 2 + {p})");
+        let tol = Tol::close(1e-6, 1e-6);
+        assert_close(&format!("{what}, first half"), &host(&o1), &w1, &tol);
+        assert_close(&format!("{what}, second half"), &host(&o2), &w2, &tol);
+        assert_exact(&format!("{what}, passed through"), &host(&pass), &wp);
+    }
+}
+
+#[test]
+fn gptj_rotary_turns_interleaved_pairs() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, h, d, _) in ROTARY_SHAPES {
+        let x = rng.floats::<f32>(t * h * 2 * d, -3.0, 3.0);
+        let cos = rng.floats::<f32>(t * d, -1.0, 1.0);
+        let sin = rng.floats::<f32>(t * d, -1.0, 1.0);
+        let (bx, bc, bs) = (
+            put(&dev, &x, &[t, h, d * 2]),
+            put(&dev, &cos, &[t, d]),
+            put(&dev, &sin, &[t, d]),
+        );
+        let (o1, o2) = kernels::slices::rotary_gptj(&dev, &bx, &bc, &bs).unwrap();
+        let (mut w1, mut w2) = (vec![], vec![]);
+        for k in 0..t * h * d {
+            let (th, i) = (k / d, k % d);
+            let (a, b) = (
+                f64::from(x[th * 2 * d + 2 * i]),
+                f64::from(x[th * 2 * d + 2 * i + 1]),
+            );
+            let (c, s) = (
+                f64::from(cos[th / h * d + i]),
+                f64::from(sin[th / h * d + i]),
+            );
+            w1.push(a * c - b * s);
+            w2.push(b * c + a * s);
+        }
+        let tol = Tol::close(1e-6, 1e-6);
+        assert_close(
+            &format!("gptj {t} x {h} x {d}, first"),
+            &host(&o1),
+            &w1,
+            &tol,
+        );
+        assert_close(
+            &format!("gptj {t} x {h} x {d}, second"),
+            &host(&o2),
+            &w2,
+            &tol,
+        );
+    }
+}
+
+#[test]
+fn slices_in_reductions_over_rows_columns_and_everything() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in SLICE_SHAPES {
+        let x = rng.floats::<f32>(t * 2 * d, -4.0, 4.0);
+        let b = put(&dev, &x, &[t, 2 * d]);
+        let [lo, hi] = &parts_of(&x, t, d, 2, |part, i| part * d + i)[..] else {
+            unreachable!()
+        };
+        let cols = kernels::slices::upper_column_sums(&dev, &b).unwrap();
+        let want: Vec<f64> = (0..d)
+            .map(|i| (0..t).map(|r| f64::from(hi[r * d + i])).sum())
+            .collect();
+        let abs: Vec<f64> = (0..d)
+            .map(|i| (0..t).map(|r| f64::from(hi[r * d + i].abs())).sum())
+            .collect();
+        assert_close(
+            &format!("column sums {t} x {d}"),
+            &host(&cols),
+            &want,
+            &sum_tol::<f32>(&abs),
+        );
+        let (total, twice) = kernels::slices::lower_total(&dev, &b).unwrap();
+        let abs: f64 = lo.iter().map(|v| f64::from(v.abs())).sum();
+        let want: f64 = lo.iter().map(|&v| f64::from(v)).sum();
+        assert_close(
+            &format!("total {t} x {d}"),
+            &host(&total),
+            &[want],
+            &sum_tol::<f32>(&[abs]),
+        );
+        assert_close(
+            &format!("twice {t} x {d}"),
+            &host(&twice),
+            &map1(&f64s(lo), |v| 2.0 * v),
+            &Tol::EXACT,
+        );
+    }
+}
+
+#[test]
+fn silu_and_mul_quantizes_each_token() {
+    use fuse_runtime::{bf16, F8E4M3};
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in SLICE_SHAPES {
+        let x = rng.floats::<bf16>(t * 2 * d, -6.0, 6.0);
+        let (q, s) = kernels::slices::silu_and_mul_fp8(&dev, &put(&dev, &x, &[t, 2 * d])).unwrap();
+        let (q, s) = (host(&q), host(&s));
+        for row in 0..t {
+            let y: Vec<f32> = (0..d)
+                .map(|i| {
+                    let (g, u) = (x[row * 2 * d + i].to_f32(), x[row * 2 * d + d + i].to_f32());
+                    g / (1.0 + (-g).exp()) * u
+                })
+                .collect();
+            let want_s = y.iter().fold(f32::NEG_INFINITY, |m, v| m.max(v.abs())) / 448.0;
+            assert_close(
+                &format!("scale of row {row}, {t} x {d}"),
+                &s[row..=row],
+                &[want_s.into()],
+                &Tol::close(1e-6, 0.0),
+            );
+            for i in 0..d {
+                let want = F8E4M3::from_f32(y[i] / s[row]);
+                let got = q[row * d + i];
+                // One code apart at most, where the f32 chain lands near a rounding midpoint.
+                let apart =
+                    (i32::from(got.to_bits() & 0x7f) - i32::from(want.to_bits() & 0x7f)).abs();
+                assert!(
+                    got.to_bits() == want.to_bits() || apart <= 1,
+                    "row {row} element {i}: got {got:?}, want {want:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_dim_made_of_parts_is_checked_and_bound_at_the_call() {
+    let dev = Device::cpu();
+    let odd = put(&dev, &[1.0f32; 6], &[2, 3]);
+    let e = kernels::slices::silu_and_mul(&dev, &odd).unwrap_err();
+    assert!(
+        matches!(&e, Error::Shape { dim, found: 3, expected: 2, .. } if dim.contains("2 * d")),
+        "{e}"
+    );
+    let x = put(&dev, &[1.0f32; 2 * 3 * 10], &[2, 3, 10]);
+    let short = put(&dev, &[1.0f32; 2 * 6], &[2, 6]);
+    let e = kernels::slices::rotary_pass(&dev, &x, &short).unwrap_err();
+    assert!(
+        matches!(&e, Error::Shape { dim, found: 10, expected: 12, .. } if dim.contains("2 * half + p")),
+        "{e}"
+    );
+    let fits = put(&dev, &[1.0f32; 2 * 4], &[2, 4]);
+    assert_eq!(
+        kernels::slices::rotary_pass(&dev, &x, &fits)
+            .unwrap()
+            .shape(),
+        &[2, 3, 2]
+    );
+}

@@ -198,10 +198,7 @@ impl Emulation {
             None => program.pick(&sizes, 90, false),
         }
         .expect("an entry takes every shape");
-        let size_of = |d: &DimRef| match *d {
-            DimRef::Named(i) => sizes[i] as u64,
-            DimRef::Fixed(n) => n as u64,
-        };
+        let size_of = |d: &DimRef| d.size(&sizes) as u64;
         let n_inputs = sig.tensors.iter().filter(|t| !t.output).count();
         let slots: Vec<String> = program
             .params
@@ -2075,6 +2072,168 @@ fn constants_rounding_and_indexing_run_on_an_emulated_gpu() {
             &cpu,
             &["f32", "f32"],
             &[tol.clone(), tol],
+        );
+    }
+}
+
+/// Slices (`x[.., ..d]`, `x[.., (1..).step_by(2)]`, the rotary part of each head) in every kind
+/// of launch: elementwise (scalar loops: a slice takes its element's coordinates), over rows
+/// (short, cached in registers and streamed, by the row length), over columns, and over
+/// everything; on aligned and misaligned buffers.
+#[test]
+fn slices_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    use fuse_runtime::bf16;
+    use kernels::slices as s;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let misaligned = Emulation {
+        misalign: true,
+        ..Emulation::default()
+    };
+    for (t, d) in [(5, 33), (3, 8), (2, 64), (1, 1), (3, 300), (1, 4100)] {
+        let dims = [("t", t), ("d", d)];
+        let x = rng.floats_special::<f32>(t * 2 * d, -6.0, 6.0);
+        let b = put(&dev, &x, &[t, 2 * d]);
+        let what = |k: &str| format!("{k} {t}x{d}");
+        for how in [&Emulation::default(), &misaligned] {
+            let cpu = s::halves(&dev, &b).unwrap();
+            let (p, types) = (&s::halves::__fuse::PROGRAM, ["f32", "f32"]);
+            how.run(
+                &what("halves"),
+                p,
+                vec![hex(&x)],
+                vec![],
+                &dims,
+                &cpu,
+                &types,
+                &[Tol::EXACT, Tol::EXACT],
+            );
+        }
+        let cpu = s::silu_and_mul(&dev, &b).unwrap();
+        let tol = [Tol::close(1e-6, 1e-6)];
+        emulate(
+            &what("silu_and_mul"),
+            &s::silu_and_mul::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &tol,
+        );
+        let cpu = s::evens_odds(&dev, &put(&dev, &x, &[t, d * 2])).unwrap();
+        emulate(
+            &what("evens_odds"),
+            &s::evens_odds::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::EXACT, Tol::EXACT],
+        );
+        let (alpha, limit) = (1.702f32, 7.0f32);
+        let cpu = s::swigluoai_and_mul(&dev, &put(&dev, &x, &[t, d * 2]), alpha, limit).unwrap();
+        let scalars = vec![u64::from(alpha.to_bits()), u64::from(limit.to_bits())];
+        emulate(
+            &what("swigluoai"),
+            &s::swigluoai_and_mul::__fuse::PROGRAM,
+            vec![hex(&x)],
+            scalars,
+            &dims,
+            &cpu,
+            &["f32"],
+            &tol,
+        );
+        let xb: Vec<bf16> = rng.floats::<bf16>(t * 2 * d, -6.0, 6.0);
+        let bb = put(&dev, &xb, &[t, 2 * d]);
+        for how in [&Emulation::default(), &misaligned] {
+            let cpu = s::silu_and_mul_bf16(&dev, &bb).unwrap();
+            let p = &s::silu_and_mul_bf16::__fuse::PROGRAM;
+            how.run(
+                &what("silu_and_mul_bf16"),
+                p,
+                vec![hex(&xb)],
+                vec![],
+                &dims,
+                &cpu,
+                &["bf16"],
+                &[Tol::close(1e-2, 1e-6)],
+            );
+        }
+        // Rows: the row length `d` picks the path.
+        let cpu = s::silu_and_mul_fp8(&dev, &bb).unwrap();
+        let p = &s::silu_and_mul_fp8::__fuse::PROGRAM;
+        emulate(
+            &what("silu_and_mul_fp8"),
+            p,
+            vec![hex(&xb)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f8e4m3", "f32"],
+            &[Tol::close(0.13, 1e-6), Tol::close(1e-6, 0.0)],
+        );
+        let xf = rng.floats::<f32>(t * 2 * d, -4.0, 4.0);
+        let bf = put(&dev, &xf, &[t, 2 * d]);
+        let cpu = s::upper_column_sums(&dev, &bf).unwrap();
+        emulate(
+            &what("upper_column_sums"),
+            &s::upper_column_sums::__fuse::PROGRAM,
+            vec![hex(&xf)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-4)],
+        );
+        let cpu = s::lower_total(&dev, &bf).unwrap();
+        emulate(
+            &what("lower_total"),
+            &s::lower_total::__fuse::PROGRAM,
+            vec![hex(&xf)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-3), Tol::EXACT],
+        );
+    }
+    for (t, h, half, p) in [(3, 2, 16, 5), (2, 3, 4, 0), (1, 2, 33, 64)] {
+        let head = 2 * half + p;
+        let x = rng.floats::<f32>(t * h * head, -3.0, 3.0);
+        let c = rng.floats::<f32>(t * half, -1.0, 1.0);
+        let sn = rng.floats::<f32>(t * half, -1.0, 1.0);
+        let dims = [("t", t), ("h", h), ("half", half), ("p", p)];
+        let (bx, bc, bs) = (
+            put(&dev, &x, &[t, h, head]),
+            put(&dev, &c, &[t, half]),
+            put(&dev, &sn, &[t, half]),
+        );
+        let cpu = s::rotary_neox(&dev, &bx, &bc, &bs).unwrap();
+        let tol = Tol::close(1e-6, 1e-6);
+        emulate(
+            &format!("rotary_neox {t}x{h}x{head}"),
+            &s::rotary_neox::__fuse::PROGRAM,
+            vec![hex(&x), hex(&c), hex(&sn)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[tol.clone(), tol.clone()],
+        );
+        let cpu = s::rotary_pass(&dev, &bx, &bc).unwrap();
+        emulate(
+            &format!("rotary_pass {t}x{h}x{head}"),
+            &s::rotary_pass::__fuse::PROGRAM,
+            vec![hex(&x), hex(&c)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::EXACT],
         );
     }
 }

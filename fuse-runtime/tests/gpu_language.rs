@@ -2715,3 +2715,162 @@ mod fp8s {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Slices along a named dim (issue 22, item 1).
+
+/// `(t, d)`: `d` a multiple of 8 (the vector loops: 16-byte vectors of 4 or 8 lanes), of 4 only,
+/// odd (the scalar loop), one; many tokens (grid-stride loops), and V1's row at few tokens.
+const SLICE_SHAPES: [(usize, usize); 8] = [
+    (4099, 128),
+    (517, 36),
+    (37, 33),
+    (1, 1),
+    (3, 4097),
+    (100_003, 3),
+    (64, 14336),
+    (2, 8),
+];
+
+/// The halves, interleaved picks and their kernels, GPU against CPU: the bare slices and the
+/// picks bit for bit, silu/gelu chains within the math tolerance.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn slices_match_the_cpu() {
+    use fuse_runtime::bf16;
+    use kernels::slices as s;
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for (t, d) in SLICE_SHAPES {
+        let what = |k: &str| format!("{k} {t} x {d}");
+        let x = rng.floats_special::<f32>(t * 2 * d, -6.0, 6.0);
+        let xb: Vec<bf16> = rng.floats::<bf16>(t * 2 * d, -6.0, 6.0);
+        let exact = [Tol::EXACT, Tol::EXACT];
+        let math = [f32::math_tol()];
+        let bf = [Tol::close(2f64.powi(-7), 1e-30)];
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("halves"),
+            |dv| s::halves(dv, &put(dv, &x, &[t, 2 * d])),
+            &exact,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("evens_odds"),
+            |dv| s::evens_odds(dv, &put(dv, &x, &[t, d * 2])),
+            &exact,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("silu_and_mul"),
+            |dv| s::silu_and_mul(dv, &put(dv, &x, &[t, 2 * d])),
+            &math,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("gelu_and_mul"),
+            |dv| s::gelu_and_mul(dv, &put(dv, &x, &[t, 2 * d])),
+            &math,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("swigluoai"),
+            |dv| s::swigluoai_and_mul(dv, &put(dv, &x, &[t, d * 2]), 1.702, 7.0),
+            &math,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("silu_and_mul bf16"),
+            |dv| s::silu_and_mul_bf16(dv, &put(dv, &xb, &[t, 2 * d])),
+            &bf,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("gelu_tanh_and_mul bf16"),
+            |dv| s::gelu_tanh_and_mul_bf16(dv, &put(dv, &xb, &[t, 2 * d])),
+            &bf,
+        );
+        // Rows over `d`: the scale within a few roundings, the codes one apart at most.
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("silu_and_mul_fp8"),
+            |dv| s::silu_and_mul_fp8(dv, &put(dv, &xb, &[t, 2 * d])),
+            &[Tol::close(0.13, 2e-3), Tol::close(1e-5, 0.0)],
+        );
+        let xf = rng.floats::<f32>(t * 2 * d, -4.0, 4.0);
+        let sums = Tol::close(1e-5, 1e-5 * 4.0 * t as f64);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("upper_column_sums"),
+            |dv| s::upper_column_sums(dv, &put(dv, &xf, &[t, 2 * d])),
+            &[sums],
+        );
+        let total = Tol::close(1e-5, 1e-5 * 4.0 * (t * d) as f64);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what("lower_total"),
+            |dv| s::lower_total(dv, &put(dv, &xf, &[t, 2 * d])),
+            &[total, Tol::EXACT],
+        );
+    }
+}
+
+/// NEOX rotary on the first `2 * half` of each head (aligned heads take vectors, `p = 5` does
+/// not) and GPT-J's interleaved pairs, GPU against CPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn rotary_slices_match_the_cpu() {
+    use kernels::slices as s;
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for (t, h, half, p) in [
+        (4099, 32, 32, 64),
+        (517, 8, 64, 0),
+        (37, 3, 16, 5),
+        (1, 1, 1, 1),
+        (3, 5, 33, 2),
+    ] {
+        let head = 2 * half + p;
+        let x = rng.floats::<f32>(t * h * head, -3.0, 3.0);
+        let c = rng.floats::<f32>(t * half, -1.0, 1.0);
+        let sn = rng.floats::<f32>(t * half, -1.0, 1.0);
+        let what = format!("rotary {t} x {h} x ({half} * 2 + {p})");
+        let tol = [Tol::close(1e-6, 1e-6), Tol::close(1e-6, 1e-6)];
+        assert_gpu_matches_cpu(
+            &gpu,
+            &what,
+            |dv| {
+                s::rotary_neox(
+                    dv,
+                    &put(dv, &x, &[t, h, head]),
+                    &put(dv, &c, &[t, half]),
+                    &put(dv, &sn, &[t, half]),
+                )
+            },
+            &tol,
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("{what}, passed"),
+            |dv| s::rotary_pass(dv, &put(dv, &x, &[t, h, head]), &put(dv, &c, &[t, half])),
+            &[Tol::EXACT],
+        );
+        let x = rng.floats::<f32>(t * h * 2 * half, -3.0, 3.0);
+        let gptj = format!("gptj {t} x {h} x {half} * 2");
+        assert_gpu_matches_cpu(
+            &gpu,
+            &gptj,
+            |dv| {
+                s::rotary_gptj(
+                    dv,
+                    &put(dv, &x, &[t, h, half * 2]),
+                    &put(dv, &c, &[t, half]),
+                    &put(dv, &sn, &[t, half]),
+                )
+            },
+            &tol,
+        );
+    }
+}

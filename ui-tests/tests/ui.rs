@@ -8,8 +8,8 @@
 fn ui() {
     let t = trybuild::TestCases::new();
     for stage in [
-        "parse", "limits", "names", "types", "shapes", "index", "outputs", "fusion", "random",
-        "grad",
+        "parse", "limits", "names", "types", "shapes", "index", "slice", "outputs", "fusion",
+        "random", "grad",
     ] {
         t.compile_fail(format!("tests/ui/{stage}/*.rs"));
     }

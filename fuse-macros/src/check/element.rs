@@ -40,7 +40,8 @@ impl Checker<'_> {
         for (&d, index) in shape.iter().zip(indices) {
             let size = match self.dims[d] {
                 Dim::Fixed(size) => size,
-                Dim::Named(ref dim) => {
+                Dim::Named(_) | Dim::Composite(_) => {
+                    let dim = self.dims[d].text(&self.dims);
                     self.cx.spanned(&index.tokens, format!("`{name}` is indexed along `{dim}`, a dim whose size is known only at launch; only dims of fixed size can be indexed, as in `w[0]` with `w: [f32; 3]`"));
                     return None;
                 }

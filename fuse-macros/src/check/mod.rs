@@ -2,6 +2,7 @@
 //! checked kernel and treat a broken invariant as a bug.
 
 mod element;
+mod slice;
 mod special;
 pub(crate) mod typing;
 
@@ -101,13 +102,19 @@ impl<'a> Checker<'a> {
     }
 
     pub fn shape_text(&self, shape: &[DimId]) -> String {
-        let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
+        let dims: Vec<String> = shape
+            .iter()
+            .map(|&d| self.dims[d].text(&self.dims))
+            .collect();
         format!("[{}]", dims.join(", "))
     }
 
     fn kernel(mut self, def: &KernelDef) -> Option<Kernel> {
         let errors_before = self.cx.len();
         self.signature(def);
+        if self.cx.len() == errors_before {
+            self.composites_bind(def);
+        }
         let before_outputs = self.cx.len();
         // An output type with an error is not matched against the body: that would only repeat it.
         let outputs = self
@@ -177,6 +184,11 @@ impl<'a> Checker<'a> {
         outputs: &[OutputInfo],
     ) -> Option<(Option<Vec<usize>>, Option<Vec<usize>>)> {
         let errors_before = self.cx.len();
+        if let (Some(attr), Some(at)) = (def.derive.first(), self.first_view()) {
+            let mode = if attr.reverse { "vjp" } else { "jvp" };
+            self.cx.spanned(at, format!("`#[{mode}]` does not yet differentiate a kernel that slices a tensor, as here; pass each part as a tensor parameter of its own"));
+            return None;
+        }
         if let (Some(attr), Some(at)) = (def.derive.first(), self.first_element()) {
             let mode = if attr.reverse { "vjp" } else { "jvp" };
             self.cx.spanned(at, format!("`#[{mode}]` does not yet differentiate a kernel that indexes a tensor, as here; pass the element as a scalar parameter, as in `w0: f32`"));
@@ -266,7 +278,10 @@ impl<'a> Checker<'a> {
                 );
             }
             let elem = self.elem(&p.ty);
+            let before = self.cx.len();
             let shape = p.ty.dims.as_ref().map(|dims| self.declare_dims(dims, true));
+            // A tensor whose dims have an error is poisoned, so its uses are not errors too.
+            let elem = elem.filter(|_| self.cx.len() == before);
             let id = self.params.len();
             self.params.push(ParamInfo {
                 name: p.name.clone(),
@@ -308,49 +323,63 @@ impl<'a> Checker<'a> {
         for d in dims {
             let dim = match d {
                 DimDecl::Named(n) => Dim::Named(plain_name(n)),
-                DimDecl::Fixed(lit) => match lit.base10_parse::<u64>() {
-                    Ok(v) if lit.suffix().is_empty() || lit.suffix() == "usize" => Dim::Fixed(v),
-                    Ok(_) => {
-                        self.cx.spanned(
-                            lit,
-                            "a fixed dim is a plain integer literal, such as `4`, with no suffix",
-                        );
-                        Dim::Fixed(u64::MAX)
-                    }
-                    Err(_) => {
-                        self.cx.spanned(
-                            lit,
-                            format!("the fixed dim `{lit}` is too large: sizes are `u64`"),
-                        );
-                        Dim::Fixed(u64::MAX)
-                    }
+                DimDecl::Fixed(lit) => self.fixed_dim(lit),
+                DimDecl::Composite(e) => match self.composite(e, binds) {
+                    Some(c) => Dim::Composite(c),
+                    None => continue,
                 },
             };
-            let id = match self.dims.iter().position(|x| *x == dim) {
-                Some(id) => id,
-                None if binds || matches!(dim, Dim::Fixed(_)) => {
-                    if matches!(dim, Dim::Named(_)) {
-                        if self.named_dims == MAX_DIMS {
-                            self.cx
-                                .spanned(d.tokens(), error::signature_size("named dims", MAX_DIMS));
-                        }
-                        self.named_dims += 1;
-                    }
-                    self.dims.push(dim.clone());
-                    self.dims.len() - 1
-                }
-                None => {
-                    self.cx.spanned(d.tokens(), format!("the output dim `{dim}` is not bound by any input; every named dim of an output must appear in an input's type"));
-                    continue;
-                }
+            let Some(id) = self.intern(dim.clone(), &d.tokens(), binds) else {
+                continue;
             };
             if shape.contains(&id) {
+                let dim = dim.text(&self.dims);
                 self.cx.spanned(d.tokens(), format!("the dim `{dim}` appears twice in one tensor type; each axis of a tensor needs its own dim name"));
                 continue;
             }
             shape.push(id);
         }
         shape
+    }
+
+    fn fixed_dim(&mut self, lit: &syn::LitInt) -> Dim {
+        match lit.base10_parse::<u64>() {
+            Ok(v) if lit.suffix().is_empty() || lit.suffix() == "usize" => Dim::Fixed(v),
+            Ok(_) => {
+                self.cx.spanned(
+                    lit,
+                    "a fixed dim is a plain integer literal, such as `4`, with no suffix",
+                );
+                Dim::Fixed(u64::MAX)
+            }
+            Err(_) => {
+                self.cx.spanned(
+                    lit,
+                    format!("the fixed dim `{lit}` is too large: sizes are `u64`"),
+                );
+                Dim::Fixed(u64::MAX)
+            }
+        }
+    }
+
+    /// The id of `dim`, declared where it is new: inputs (`binds`) declare named dims.
+    fn intern(&mut self, dim: Dim, tokens: &TokenStream, binds: bool) -> Option<DimId> {
+        if let Some(id) = self.dims.iter().position(|x| *x == dim) {
+            return Some(id);
+        }
+        if !binds && matches!(dim, Dim::Named(_)) {
+            self.cx.spanned(tokens, format!("the output dim `{dim}` is not bound by any input; every named dim of an output must appear in an input's type"));
+            return None;
+        }
+        if matches!(dim, Dim::Named(_)) {
+            if self.named_dims == MAX_DIMS {
+                self.cx
+                    .spanned(tokens, error::signature_size("named dims", MAX_DIMS));
+            }
+            self.named_dims += 1;
+        }
+        self.dims.push(dim);
+        Some(self.dims.len() - 1)
     }
 
     fn output_types(&mut self, def: &KernelDef) -> Option<Vec<(Elem, Vec<DimId>)>> {
@@ -555,16 +584,20 @@ impl<'a> Checker<'a> {
         if shape.is_empty() {
             return elem.to_string();
         }
-        let dims: Vec<String> = shape.iter().map(|&d| self.dims[d].to_string()).collect();
+        let dims: Vec<String> = shape
+            .iter()
+            .map(|&d| self.dims[d].text(&self.dims))
+            .collect();
         format!("[{elem}; {}]", dims.join(", "))
     }
 }
 
 impl DimDecl {
-    fn tokens(&self) -> TokenStream {
+    pub(super) fn tokens(&self) -> TokenStream {
         match self {
             DimDecl::Named(n) => quote::ToTokens::to_token_stream(n),
             DimDecl::Fixed(l) => quote::ToTokens::to_token_stream(l),
+            DimDecl::Composite(e) => quote::ToTokens::to_token_stream(e),
         }
     }
 }

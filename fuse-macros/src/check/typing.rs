@@ -2,7 +2,7 @@
 
 use crate::error::{closest, did_you_mean};
 use crate::func::{self, Sig};
-use crate::ir::{is_subsequence, DimId, Op, Random, Reduce};
+use crate::ir::{is_subsequence, Dim, DimId, Op, Random, Reduce};
 use crate::parse::{BinOp, Expr, ExprKind, UnOp};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -35,6 +35,7 @@ impl Checker<'_> {
             }
             ExprKind::Var(name) => self.var(name),
             ExprKind::Index(base, indices) => self.element(base, indices, t),
+            ExprKind::Slice(base, items) => self.slice(base, items, t),
             ExprKind::Unary(op, a) => self.unary(*op, a, t),
             ExprKind::Binary(op, a, b, op_tokens) => self.binary(*op, a, b, op_tokens, t),
             ExprKind::Cast(a, ty) => self.cast(a, ty, t),
@@ -62,6 +63,17 @@ impl Checker<'_> {
     fn var(&mut self, name: &syn::Ident) -> Option<usize> {
         let text = crate::ir::plain_name(name);
         if let Some(&(_, id)) = self.scope.iter().rev().find(|(n, _)| *n == text) {
+            if let Some(Op::Load(p)) = self.nodes.get(id).map(|n| &n.op) {
+                let shape = self.params[*p].shape.as_deref().unwrap_or_default();
+                if let Some(&d) = shape
+                    .iter()
+                    .find(|&&d| matches!(self.dims[d], Dim::Composite(_)))
+                {
+                    let dim = self.dims[d].text(&self.dims);
+                    self.cx.spanned(name, format!("`{text}` has the dim `{dim}`, made of parts, and is read one part at a time through a slice, as in `{text}[{}]`", self.slice_example(*p)));
+                    return None;
+                }
+            }
             return (id != crate::check::POISONED).then_some(id);
         }
         if self.is_named_dim(&text) {

@@ -2,8 +2,8 @@
 //! then a scalar loop with coordinates for the rest.
 
 use super::{Cuda, Scope, SYNTAX};
-use crate::ir::{DimId, Launch, Op};
-use crate::plan::rows::Run;
+use crate::ir::{DimId, Launch, NodeId, Op};
+use crate::plan::rows::{Pitch, Run};
 use crate::plan::{Pass, Plan};
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -35,16 +35,23 @@ impl Cuda<'_> {
         let mut tail_rolled = false;
         if let Some(runs) = layout.vectors() {
             // Broadcast tensors line up with the vectors when their runs are whole vectors.
-            let aligned: Vec<String> = runs
+            let mut aligned: Vec<String> = runs
                 .iter()
                 .filter_map(|(_, r)| r.repeat(domain))
                 .map(|dims| format!("({}) % {} == 0", self.layout.product(dims), self.lanes))
+                .collect();
+            aligned.extend(self.slices_aligned(domain, &layout.views));
+            self.slices = layout
+                .views
+                .iter()
+                .filter_map(|(id, p)| Some((*id, p.clone()?)))
                 .collect();
             self.line("long long i0 = 0;");
             if !aligned.is_empty() {
                 self.open(format!("if ({})", aligned.join(" && ")));
             }
             self.vector_loop(pass, start, step, domain, runs);
+            self.slices.clear();
             self.line(format!("i0 = nv * {};", self.lanes));
             if !aligned.is_empty() {
                 self.close();
@@ -100,7 +107,8 @@ impl Cuda<'_> {
         self.helpers.insert("fz_vec");
         let lanes = self.lanes;
         self.line(format!("const long long nv = n / {lanes};"));
-        let broadcast = runs.iter().any(|(_, run)| run.repeat(domain).is_some());
+        let rows = self.slices.iter().any(|(_, p)| p.pitch.is_some());
+        let broadcast = runs.iter().any(|(_, run)| run.repeat(domain).is_some()) || rows;
         // A loop that draws random numbers comes twice: with 32-bit indices where they fit, and
         // with 64-bit ones for the largest tensors (see `draws_random`).
         let narrow = self.draws_random(pass);
@@ -119,6 +127,10 @@ impl Cuda<'_> {
                 let divisor = self.divisor(dims, 1);
                 self.line(format!("const fz_divisor vm{s} = {divisor};"));
             }
+        }
+        if rows {
+            let divisor = self.divisor(&domain[domain.len() - 1..], lanes);
+            self.line(format!("const fz_divisor vw = {divisor};"));
         }
         let step = if broadcast || narrow { "js" } else { step };
         if narrow {
@@ -183,6 +195,18 @@ impl Cuda<'_> {
                 ));
                 let _ = write!(advance, ", jq{s} = fz_run_next(jq{s}, jd{s}, je{s})");
             }
+        }
+        // Slices over rows: the vector's row and its place in the row, carried as a broadcast's.
+        if self.slices.iter().any(|(_, p)| p.pitch.is_some()) {
+            self.helpers.insert("fz_run");
+            self.line(format!(
+                "fz_run<{unsigned}> jqw = fz_run_of<{unsigned}>({start}, vw, small);"
+            ));
+            self.line(format!(
+                "const fz_run<{unsigned}> jdw = fz_run_of<{unsigned}>({step}, vw, small);"
+            ));
+            self.line(format!("const {unsigned} jew = ({unsigned})vw.d - jdw.r;"));
+            let _ = write!(advance, ", jqw = fz_run_next(jqw, jdw, jew)");
         }
         // An elementwise grid gives each thread one vector, so the loop runs once: unrolled,
         // ptxas computed its trip count with a 64-bit division in every thread. (Rolled, loops
@@ -256,6 +280,7 @@ impl Cuda<'_> {
                 }
             }
         }
+        self.slice_vectors(&load);
         for &o in &pass.writes {
             self.line(format!(
                 "fz_vec<{}, {lanes}> s{o};",
@@ -291,5 +316,83 @@ impl Cuda<'_> {
             ));
         }
         self.close();
+    }
+}
+
+impl Cuda<'_> {
+    /// The conditions under which the slices of a pass line up with the vectors: rows of whole
+    /// vectors, each starting at a multiple of the lanes.
+    fn slices_aligned(&self, domain: &[DimId], views: &[(NodeId, Option<Pitch>)]) -> Vec<String> {
+        let lanes = self.lanes;
+        let mut aligned = vec![];
+        for (_, pitch) in views {
+            let Some(p) = pitch else { continue };
+            if let Some(pitch) = &p.pitch {
+                let last = self.layout.size(domain[domain.len() - 1]);
+                aligned.push(format!("{} % {lanes} == 0", wrapped(&last)));
+                aligned.push(format!(
+                    "{} % {lanes} == 0",
+                    wrapped(&self.layout.linear(pitch))
+                ));
+            }
+            if !p.offset.is_empty() {
+                let offset = wrapped(&self.layout.linear(&p.offset));
+                aligned.push(format!("{offset} % {lanes} == 0"));
+            }
+        }
+        let mut unique = vec![];
+        for a in aligned {
+            if !unique.contains(&a) {
+                unique.push(a);
+            }
+        }
+        unique
+    }
+
+    /// Each slice's vector, `l_w<id>`: at its row's start (`jqw.q` rows of `pitch`), plus the
+    /// vector's place in the row, plus its offset, all in vectors.
+    fn slice_vectors(&mut self, load: &dyn Fn(String) -> String) {
+        let lanes = self.lanes;
+        for (id, p) in self.slices.clone() {
+            let Op::View(param, _) = self.k.nodes[id].op else {
+                unreachable!("a slice is a view")
+            };
+            let (t, name) = self.param_text(param);
+            let mut at = match &p.pitch {
+                Some(pitch) => format!(
+                    "(long long)jqw.q * ({} / {lanes}) + jqw.r",
+                    wrapped(&self.layout.linear(pitch))
+                ),
+                None => "j".to_string(),
+            };
+            if !p.offset.is_empty() {
+                let offset = wrapped(&self.layout.linear(&p.offset));
+                at = format!("{at} + {offset} / {lanes}");
+            }
+            let vectors = format!("reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})");
+            self.line(format!(
+                "const fz_vec<{t}, {lanes}> l_w{id} = {};",
+                load(format!("{vectors} + ({at})"))
+            ));
+        }
+    }
+}
+
+/// `text` in parentheses, unless it is a name or already in a pair of its own.
+fn wrapped(text: &str) -> String {
+    let whole = text.starts_with('(')
+        && text.ends_with(')')
+        && text[1..text.len() - 1]
+            .chars()
+            .try_fold(0i32, |depth, c| match c {
+                '(' => Some(depth + 1),
+                ')' if depth == 0 => None,
+                ')' => Some(depth - 1),
+                _ => Some(depth),
+            })
+            .is_some();
+    match whole || !text.contains(' ') {
+        true => text.to_string(),
+        false => format!("({text})"),
     }
 }

@@ -43,6 +43,24 @@ impl Cuda<'_> {
                 let raw = format!("p_{}[{offset}]", crate::ir::plain_name(&param.name));
                 self.loaded(param.elem, raw)
             }
+            Op::View(p, _) if scope == Scope::Lane => {
+                self.loaded(k.params[*p].elem, format!("l_w{id}.v[l]"))
+            }
+            Op::View(p, view) => {
+                let param = &k.params[*p];
+                let axis = match &k.launch {
+                    Launch::Rows { axis, .. } => Some(*axis),
+                    _ => None,
+                };
+                let at = self
+                    .layout
+                    .view_index(view, &node.shape, |d| match Some(d) == axis {
+                        true => "(long long)r".to_string(),
+                        false => self.layout.coord(d),
+                    });
+                let raw = format!("p_{}[{at}]", crate::ir::plain_name(&param.name));
+                self.loaded(param.elem, raw)
+            }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "((unsigned int)r)".to_string(),
                 _ => format!("((unsigned int){})", self.layout.coord(*d)),

@@ -136,6 +136,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         hoisted_positions: false,
         partials_in_registers: false,
         lane_randoms: vec![],
+        slices: vec![],
         row_randoms: false,
         defers_division: false,
         fast_division: false,
@@ -308,6 +309,9 @@ struct Cuda<'a> {
     /// The random values whose four lanes of a row's vector step share one Philox block,
     /// `rq<id>`, drawn before the lanes (see `rows::Cuda::vector_row_step`).
     lane_randoms: Vec<NodeId>,
+    /// In an elementwise vector loop, the slices it loads as vectors (`l_w<id>`), with their
+    /// layouts.
+    slices: Vec<(NodeId, crate::plan::rows::Pitch)>,
     /// Whether the vector steps being written are a row loop's (in registers or streamed),
     /// whose vectors start at a multiple of their lanes along the row: they draw `lane_randoms`.
     row_randoms: bool,
@@ -706,6 +710,10 @@ mod tests {
             (
                 "bias_gelu_dropout",
                 quote! { pub fn bias_gelu_dropout(x: [f32; rows, cols], bias: [f32; cols], seed: u64) -> [f32; rows, cols] { dropout(gelu(x + bias), 0.1, seed) } },
+            ),
+            (
+                "silu_and_mul",
+                quote! { pub fn silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] { silu(x[.., ..d]) * x[.., d..] } },
             ),
         ];
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");

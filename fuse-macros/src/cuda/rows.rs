@@ -257,11 +257,13 @@ impl Cuda<'_> {
     }
 
     /// Whether some value of the passes needs its element's position along `axis` (`r`):
-    /// `index` of the axis, or a random draw (drawn at its position).
+    /// `index` of the axis, a slice along it (read at its position), or a random draw (drawn at
+    /// its position).
     fn uses_positions(&self, axis: DimId) -> bool {
         self.plan.passes.iter().flat_map(|p| &p.elems).any(|&n| {
             matches!(self.k.nodes[n].op, Op::Index(d) if d == axis)
                 || matches!(self.k.nodes[n].op, Op::Random(..))
+                || matches!(self.k.nodes[n].op, Op::View(..) if self.k.nodes[n].shape.contains(&axis))
         })
     }
 

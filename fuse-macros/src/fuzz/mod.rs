@@ -391,6 +391,22 @@ fn raw_identifiers_are_the_names_they_spell() {
 
 /// Found by the fuzzer (seed 1, case 143257): an untyped integer literal returned as an output it
 /// does not fit left the literal untyped, and the output check panicked asking its element type.
+/// Found by the CI run once slice kernels were among the seeds: a part count of 2^32 was
+/// expanded into a list of that many parts.
+#[test]
+fn dims_of_many_parts_and_huge_slice_bounds_are_errors() {
+    assert_outcomes(&[
+        ("fn f(x: [f32; t, 4294967296 * d]) -> [f32; t, d] { x[.., ..d] }", Outcome::Errors),
+        ("fn f(x: [f32; t, d * 4294967296]) -> [f32; t, d] { x[.., (0..).step_by(2)] }", Outcome::Errors),
+        ("fn f(x: [f32; t, 0 * d + p]) -> [f32; t, p] { x[.., ..] }", Outcome::Errors),
+        (
+            "fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., 18446744073709551615 * 18446744073709551615 * 18446744073709551615 * d..] }",
+            Outcome::Errors,
+        ),
+        ("fn f(x: [f32; t, 64 * d]) -> [f32; t, d] { x[.., 63 * d..] }", Outcome::Code),
+    ]);
+}
+
 #[test]
 fn a_literal_that_does_not_fit_its_output_is_one_error() {
     for text in [

@@ -111,11 +111,11 @@ pub fn is_element(k: &Kernel, id: NodeId) -> bool {
 }
 
 /// Whether a value needs the coordinates of its element, which the loops over a whole domain
-/// otherwise skip: `index(dim)`, and a random value over a shape other than the domain's (one
+/// otherwise skip: `index(dim)`, a slice (whose index is computed from them), and a random value over a shape other than the domain's (one
 /// over the domain's shape is drawn at the loop's linear index).
 pub fn needs_coordinates(k: &Kernel, id: NodeId, domain: &[DimId]) -> bool {
     match k.nodes[id].op {
-        Op::Index(_) => true,
+        Op::Index(_) | Op::View(..) => true,
         Op::Random(..) => k.nodes[id].shape != domain,
         _ => false,
     }
@@ -176,6 +176,52 @@ impl Layout<'_> {
         match &self.k.dims[d] {
             Dim::Named(n) => format!("d_{n}"),
             Dim::Fixed(v) => v.to_string(),
+            Dim::Composite(c) => {
+                let terms: Vec<(u64, Vec<DimId>)> =
+                    c.terms().into_iter().map(|(k, d)| (k, vec![d])).collect();
+                format!("({})", self.linear(&terms))
+            }
+        }
+    }
+
+    /// A sum of products of dim sizes (a slice's offset or stride), `0` for none.
+    pub fn linear(&self, terms: &crate::ir::Linear) -> String {
+        if terms.is_empty() {
+            return "0".into();
+        }
+        let texts: Vec<String> = terms
+            .iter()
+            .map(|(k, dims)| match (k, dims.is_empty()) {
+                (_, true) => k.to_string(),
+                (1, false) => self.product(dims),
+                _ => format!("{k} * {}", self.product(dims)),
+            })
+            .collect();
+        texts.join(" + ")
+    }
+
+    /// The index of the element a slice (`Op::View`) reads at the current coordinates of its
+    /// node's `shape`: `coord` gives each dim's coordinate (`r` along a row kernel's axis).
+    pub fn view_index(
+        &self,
+        view: &crate::ir::View,
+        shape: &[DimId],
+        coord: impl Fn(DimId) -> String,
+    ) -> String {
+        let mut terms = vec![];
+        if !view.offset.is_empty() {
+            terms.push(self.linear(&view.offset));
+        }
+        for (&d, stride) in shape.iter().zip(&view.strides) {
+            match self.linear(stride) {
+                s if s == "1" => terms.push(coord(d)),
+                s if s.contains(" + ") => terms.push(format!("{} * ({s})", coord(d))),
+                s => terms.push(format!("{} * {s}", coord(d))),
+            }
+        }
+        match terms.is_empty() {
+            true => "0".into(),
+            false => terms.join(" + "),
         }
     }
 

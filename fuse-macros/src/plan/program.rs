@@ -266,7 +266,7 @@ pub fn columns(k: &Kernel) -> bool {
 /// reach 93-100% (NOTES.md item 87). Where every tensor along the columns has elements of at
 /// most two bytes, in one pass that writes no elements, whose per-column values before the
 /// loop read no tensor (the pair shares them) and which needs no column's own position
-/// (`index`, a random draw): the bias and weight gradients' column sums.
+/// (`index`, a random draw, a slice's coordinates): the bias and weight gradients' column sums.
 pub fn column_pairs(k: &Kernel, plan: &Plan) -> bool {
     let Launch::Rows { domain, .. } = &k.launch else {
         return false;
@@ -283,7 +283,7 @@ pub fn column_pairs(k: &Kernel, plan: &Plan) -> bool {
         let mut stack = vec![id];
         while let Some(n) = stack.pop() {
             match k.nodes[n].op {
-                Op::Load(_) | Op::Index(_) | Op::Random(..) => return true,
+                Op::Load(_) | Op::View(..) | Op::Index(_) | Op::Random(..) => return true,
                 ref op => stack.extend(op.operands()),
             }
         }
@@ -299,7 +299,7 @@ pub fn column_pairs(k: &Kernel, plan: &Plan) -> bool {
         && !k
             .nodes
             .iter()
-            .any(|n| matches!(n.op, Op::Index(_) | Op::Random(..)))
+            .any(|n| matches!(n.op, Op::Index(_) | Op::Random(..) | Op::View(..)))
 }
 
 /// The scratch slots of each reduction of `k`: two for `logsumexp`'s pair, else one.
@@ -445,7 +445,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // never tiles of short rows nor a cluster's long rows.
                 let parts = match k.dims[parts] {
                     crate::ir::Dim::Fixed(n) => n as u32,
-                    crate::ir::Dim::Named(_) => unreachable!("the partials' dim is fixed"),
+                    _ => unreachable!("the partials' dim is fixed"),
                 };
                 // Their blocks stay for the whole launch, as many an SM as the entry's register
                 // bound guarantees room for: a grid of a block a row, as light rows have, would
@@ -553,6 +553,7 @@ mod tests {
             quote! { fn f(x: [bf16; r, c]) -> [f32; c] { sum((x as f32) * (index(c) as f32), r) } },
             quote! { fn f(x: [bf16; r, c]) -> [f32; c] { let m = max(x, r); sum(((x - m) as f32).exp(), r) } },
             quote! { fn f(x: [bf16; r, c]) -> [f32; c] { logsumexp(x as f32, r) } },
+            quote! { fn f(x: [bf16; r, 2 * c]) -> [f32; c] { sum(x[.., ..c] as f32, r) } },
             quote! { fn f(x: [bf16; r, c], y: [f32; r, c]) -> [f32; c] { sum((x as f32) * y, r) } },
         ] {
             assert_eq!(paths(tokens), [Columns]);

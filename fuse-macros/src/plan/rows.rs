@@ -583,21 +583,68 @@ pub(crate) struct PassLayout {
     pub(crate) runs: Option<Vec<(usize, Run)>>,
     pub(crate) positions: bool,
     pub(crate) broadcast: bool,
+    /// The slices the pass reads (`Op::View`), each with its rows' layout where its vectors
+    /// can be loaded whole (see [`pitched`]).
+    pub(crate) views: Vec<(NodeId, Option<Pitch>)>,
+}
+
+/// How a slice over the whole domain lies in memory when its vectors can be loaded whole: the
+/// domain's last dim contiguous, and each row of it `pitch` elements after the previous one
+/// (`None` for a domain of one dim, a single row), the first at `offset`. The halves of
+/// `[t, 2 * d]` have pitch `2 * d` and offsets 0 and `d`; a pick of `d * 2` has none.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Pitch {
+    pub(crate) pitch: Option<crate::ir::Linear>,
+    pub(crate) offset: crate::ir::Linear,
+}
+
+/// The layout of slice `id` if its vectors can be loaded whole: it spans the domain, its last
+/// dim is contiguous, and each leading dim's stride is the next one's size times its stride, so
+/// that its rows of the last dim lie `pitch` apart.
+pub(crate) fn pitched(k: &Kernel, id: NodeId, domain: &[DimId]) -> Option<Pitch> {
+    let Op::View(_, view) = &k.nodes[id].op else {
+        return None;
+    };
+    let shape = &k.nodes[id].shape;
+    if shape.as_slice() != domain || domain.is_empty() {
+        return None;
+    }
+    let n = shape.len();
+    if view.strides[n - 1] != vec![(1, vec![])] {
+        return None;
+    }
+    let pitch = (n >= 2).then(|| view.strides[n - 2].clone());
+    if let Some(p) = &pitch {
+        let [(1, pitch_dims)] = p.as_slice() else {
+            return None;
+        };
+        for i in 0..n.saturating_sub(2) {
+            let dims = [&shape[i + 1..n - 1], &pitch_dims[..]].concat();
+            if view.strides[i] != vec![(1, dims)] {
+                return None;
+            }
+        }
+    }
+    Some(Pitch {
+        pitch,
+        offset: view.offset.clone(),
+    })
 }
 
 impl PassLayout {
-    /// Whether the pass has a vector loop: every tensor lines up with the vectors, and no value
-    /// needs coordinates (which only the scalar loop computes).
+    /// Whether the pass has a vector loop: every tensor and slice lines up with the vectors, and
+    /// no value needs coordinates (which only the scalar loop computes).
     pub(crate) fn vectors(&self) -> Option<&[(usize, Run)]> {
+        let slices = self.views.iter().all(|(_, p)| p.is_some());
         match &self.runs {
-            Some(runs) if !self.used.is_empty() && !self.positions => Some(runs),
+            Some(runs) if !self.used.is_empty() && !self.positions && slices => Some(runs),
             _ => None,
         }
     }
 
     /// Whether the pass's scalar loop splits its index into coordinates.
     pub(crate) fn coordinates(&self) -> bool {
-        self.positions || self.broadcast
+        self.positions || self.broadcast || !self.views.is_empty()
     }
 }
 
@@ -613,10 +660,16 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
     for &o in &pass.writes {
         used.insert(layout.shape_index(&k.outputs[o].shape));
     }
-    let positions = pass
+    // A slice takes coordinates in the scalar loop, and its own vectors in the vector loop.
+    let positions = pass.elems.iter().any(|&id| {
+        crate::plan::needs_coordinates(k, id, domain) && !matches!(k.nodes[id].op, Op::View(..))
+    });
+    let views = pass
         .elems
         .iter()
-        .any(|&id| crate::plan::needs_coordinates(k, id, domain));
+        .filter(|&&id| matches!(k.nodes[id].op, Op::View(..)))
+        .map(|&id| (id, pitched(k, id, domain)))
+        .collect();
     let runs = used
         .iter()
         .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
@@ -627,6 +680,7 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
         runs,
         positions,
         broadcast,
+        views,
     }
 }
 
@@ -648,6 +702,15 @@ pub(crate) fn needs_divisors(
         if let Some(dims) = r.skipped(domain) {
             runs.push((dims.to_vec(), 1));
         }
+    }
+    // Slices over rows: a vector's row and place in it, by the vectors a row.
+    if layout.vectors().is_some()
+        && layout
+            .views
+            .iter()
+            .any(|(_, p)| p.as_ref().is_some_and(|p| p.pitch.is_some()))
+    {
+        runs.push((domain[domain.len() - 1..].to_vec(), lanes));
     }
     (runs, layout.coordinates())
 }

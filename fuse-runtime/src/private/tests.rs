@@ -376,3 +376,55 @@ fn an_output_sharing_memory_with_a_tensor_is_an_error() {
     let y = dev.zeros::<f32>(&[2, 3]).unwrap();
     bind(&LAYERNORM, &dev, &[&x, &gamma, &gamma, &y]).unwrap();
 }
+
+/// `rotary(x: [t, 2 * half + p], cos: [t, half]) -> y: [t, p]`: `half` from `cos`, `p` what
+/// `x`'s second axis leaves.
+const PARTS: Signature = Signature {
+    kernel: "rotary",
+    dims: &["t", "half", "p"],
+    tensors: &[
+        TensorSig {
+            name: "x",
+            dims: &[Named(0), DimRef::Sum(&[(2, Named(1)), (1, Named(2))])],
+            output: false,
+        },
+        TensorSig {
+            name: "cos",
+            dims: &[Named(0), Named(1)],
+            output: false,
+        },
+        TensorSig {
+            name: "y",
+            dims: &[Named(0), Named(2)],
+            output: true,
+        },
+    ],
+};
+
+#[test]
+fn a_sum_of_parts_binds_its_one_unbound_dim_and_checks_its_size() {
+    let (x, cos) = (zeros(&[3, 37]), zeros(&[3, 16]));
+    let dims = bind(&PARTS, &cpu(), &[&x, &cos]).unwrap();
+    assert_eq!(dims, [3, 16, 5]);
+    assert_eq!(shape_of(&PARTS, 0, &dims), [3, 37]);
+    assert_eq!(DimRef::Sum(&[(2, Named(1)), (1, Named(2))]).size(&dims), 37);
+    // Shorter than its parts `2 * half`: no size of `p` fits.
+    let err = bind(&PARTS, &cpu(), &[&zeros(&[3, 31]), &cos]).unwrap_err();
+    assert!(
+        matches!(&err, Error::Shape { found: 31, expected: 32, dim, .. } if dim.contains("2 * half + p")),
+        "{err}"
+    );
+    // With the output, `p` is bound by `x` and checked against `y`.
+    let err = bind(&PARTS, &cpu(), &[&x, &cos, &zeros(&[3, 4])]).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Shape {
+                found: 4,
+                expected: 5,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}

@@ -813,3 +813,91 @@ fuse! {
         x * 3.0
     }
 }
+
+/// Slices along a named dim (issue 22, item 1): halves of `[t, 2 * d]`, interleaved pairs of
+/// `[t, d * 2]`, the rotary part of each head of `[t, h, 2 * half + p]`, and a slice in each
+/// kind of launch (rows, columns, everything).
+pub mod slices {
+    use fuse_runtime::fuse;
+
+    fuse! {
+        /// The halves as they are: a slice does no arithmetic, so `-0.0` and NaN keep their bits.
+        pub fn halves(x: [f32; t, 2 * d]) -> ([f32; t, d], [f32; t, d]) {
+            (x[.., ..d], x[.., d..])
+        }
+
+        /// vLLM's `silu_and_mul`: the gate is the first half of each row, the up projection
+        /// the second.
+        pub fn silu_and_mul(x: [f32; t, 2 * d]) -> [f32; t, d] {
+            silu(x[.., ..d]) * x[.., d..]
+        }
+
+        pub fn silu_and_mul_bf16(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
+            silu(x[.., ..d]) * x[.., d..]
+        }
+
+        pub fn gelu_and_mul(x: [f32; t, 2 * d]) -> [f32; t, d] {
+            gelu(x[.., ..d]) * x[.., d..]
+        }
+
+        pub fn gelu_tanh_and_mul_bf16(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
+            gelu_tanh(x[.., ..d]) * x[.., d..]
+        }
+
+        /// The even and odd elements of each row (`x[..., ::2]`, `x[..., 1::2]`), unchanged.
+        pub fn evens_odds(x: [f32; t, d * 2]) -> ([f32; t, d], [f32; t, d]) {
+            (x[.., (0..).step_by(2)], x[.., (1..).step_by(2)])
+        }
+
+        /// vLLM's `swigluoai_and_mul`: gate and up interleaved, each clamped, then
+        /// `gate * sigmoid(alpha * gate) * (up + 1)`.
+        pub fn swigluoai_and_mul(x: [f32; t, d * 2], alpha: f32, limit: f32) -> [f32; t, d] {
+            let gate = x[.., (0..).step_by(2)].min(limit);
+            let up = x[.., (1..).step_by(2)].clamp(-limit, limit);
+            gate * sigmoid(gate * alpha) * (up + 1.0)
+        }
+
+        /// NEOX rotary on the first `2 * half` elements of each head (`rot_dim < head_size`):
+        /// the two rotated halves, with cos and sin given per token.
+        pub fn rotary_neox(x: [f32; t, h, 2 * half + p], cos: [f32; t, half], sin: [f32; t, half])
+            -> ([f32; t, h, half], [f32; t, h, half])
+        {
+            let x1 = x[.., .., ..half];
+            let x2 = x[.., .., half..2 * half];
+            (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+        }
+
+        /// The part of each head that rotary leaves as it is.
+        pub fn rotary_pass(x: [f32; t, h, 2 * half + p], cos: [f32; t, half]) -> [f32; t, h, p] {
+            x[.., .., 2 * half..]
+        }
+
+        /// GPT-J rotary: the pairs `(x[2i], x[2i + 1])` of each head rotate together.
+        pub fn rotary_gptj(x: [f32; t, h, d * 2], cos: [f32; t, d], sin: [f32; t, d])
+            -> ([f32; t, h, d], [f32; t, h, d])
+        {
+            let a = x[.., .., (0..).step_by(2)];
+            let b = x[.., .., (1..).step_by(2)];
+            (a * cos - b * sin, b * cos + a * sin)
+        }
+
+        /// `silu_and_mul`, then a dynamic per-token fp8 quantization: a reduction over `d`
+        /// of a value read through slices (a launch over rows).
+        pub fn silu_and_mul_fp8(x: [bf16; t, 2 * d]) -> ([f8e4m3; t, d], [f32; t]) {
+            let y = silu(x[.., ..d] as f32) * (x[.., d..] as f32);
+            let s = max(y.abs(), d) / 448.0;
+            ((y / s) as f8e4m3, s)
+        }
+
+        /// A sum over the leading dim of a slice (a launch over columns).
+        pub fn upper_column_sums(x: [f32; t, 2 * d]) -> [f32; d] {
+            sum(x[.., d..], t)
+        }
+
+        /// A sum of every element of a slice, beside the slice itself.
+        pub fn lower_total(x: [f32; t, 2 * d]) -> (f32, [f32; t, d]) {
+            let lo = x[.., ..d];
+            (sum(lo), lo * 2.0)
+        }
+    }
+}
