@@ -67,7 +67,7 @@ impl Cuda<'_> {
             self.close();
             self.combine_slices(&pass.reduces);
             if split {
-                self.combine_parts(&pass.reduces);
+                self.combine_parts(&pass.reduces, 1);
             }
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);
@@ -207,7 +207,7 @@ impl Cuda<'_> {
             self.close();
         }
         if split {
-            self.combine_pair_parts(&pass.reduces);
+            self.combine_parts(&pass.reduces, 2);
         }
         for j in 0..2 {
             self.open("");
@@ -256,76 +256,6 @@ impl Cuda<'_> {
         }
     }
 
-    /// [`Cuda::combine_parts`] for a lane's pair of columns: both columns' partials stored, one
-    /// election of the tile's last block, and there each column's parts combined in order.
-    fn combine_pair_parts(&mut self, reduces: &[NodeId]) {
-        self.open("if (splits > 1)");
-        let slots = self.slots(reduces);
-        let region = |slot: usize| format!("fz_scratch + {slot} * splits * groups");
-        self.open("if (slice == 0 && live)");
-        for j in 0..2 {
-            for (&r, &slot) in reduces.iter().zip(&slots) {
-                let t = self.k.nodes[r].elem().compute().c_name();
-                self.line(format!(
-                    "(({t}*)({}))[part * groups + g + {j}] = fz_acc{r}[{j}];",
-                    region(slot)
-                ));
-                if self.reduction(r).0 == Reduce::LogSumExp {
-                    self.line(format!(
-                        "(({t}*)({}))[part * groups + g + {j}] = fz_acs{r}[{j}];",
-                        region(slot + 1)
-                    ));
-                }
-            }
-        }
-        self.close();
-        self.line("__threadfence();");
-        self.line("__syncthreads();");
-        self.open("if (threadIdx.x == 0)");
-        self.line("fz_last = atomicAdd(fz_counter + tile, 1u) == (unsigned int)(splits - 1);");
-        self.close();
-        self.line("__syncthreads();");
-        self.line("if (!fz_last) continue;");
-        self.line("__threadfence();");
-        for j in 0..2 {
-            self.open("");
-            self.column_of_pair(reduces, j);
-            for (&r, &slot) in reduces.iter().zip(&slots) {
-                let (op, e) = self.reduction(r);
-                let t = e.c_name();
-                self.line(format!("acc{r} = {};", identity(op, e)));
-                if op == Reduce::LogSumExp {
-                    self.line(format!("acs{r} = 0;"));
-                }
-                let partial = |slot: usize| {
-                    format!("((volatile {t}*)({}))[s * groups + g + {j}]", region(slot))
-                };
-                self.open(format!(
-                    "for (long long s = slice; s < splits; s += {})",
-                    BLOCK / 32
-                ));
-                if op == Reduce::LogSumExp {
-                    self.line(format!(
-                        "fz_lse_merge(acc{r}, acs{r}, {}, {});",
-                        partial(slot),
-                        partial(slot + 1)
-                    ));
-                } else {
-                    self.line(format!("const {t} other = {};", partial(slot)));
-                    self.line(format!(
-                        "acc{r} = {};",
-                        combine(op, e, &format!("acc{r}"), "other")
-                    ));
-                }
-                self.close();
-            }
-            self.combine_slices(reduces);
-            self.close();
-        }
-        self.line("if (threadIdx.x == 0) fz_counter[tile] = 0u;");
-        self.close();
-    }
-
     /// Combines each column's accumulators across the block's warps, warp 0's first: every
     /// thread ends with its column's value.
     fn combine_slices(&mut self, reduces: &[NodeId]) {
@@ -365,25 +295,39 @@ impl Cuda<'_> {
         }
     }
 
-    /// With the reduced dim split across blocks: stores this part's partials, and in the tile's
-    /// last block combines every part's, each warp every eighth part in order, then the warps
-    /// in order. Other blocks go on to their next tile.
-    fn combine_parts(&mut self, reduces: &[NodeId]) {
+    /// With the reduced dim split across blocks: stores this part's partials of the lane's
+    /// `columns` columns (one, `acc<r>`, or a pair's two, `fz_acc<r>[j]`), and in the tile's last
+    /// block combines every part's, each warp every eighth part in order, then the warps in
+    /// order, a column at a time. Other blocks go on to their next tile.
+    fn combine_parts(&mut self, reduces: &[NodeId], columns: usize) {
         self.open("if (splits > 1)");
         let slots = self.slots(reduces);
         let region = |slot: usize| format!("fz_scratch + {slot} * splits * groups");
+        let column = |j: usize| match columns {
+            1 => "g".to_string(),
+            _ => format!("g + {j}"),
+        };
+        let held = |name: &str, r: NodeId, j: usize| match columns {
+            1 => format!("{name}{r}"),
+            _ => format!("fz_{name}{r}[{j}]"),
+        };
         self.open("if (slice == 0 && live)");
-        for (&r, &slot) in reduces.iter().zip(&slots) {
-            let t = self.k.nodes[r].elem().compute().c_name();
-            self.line(format!(
-                "(({t}*)({}))[part * groups + g] = acc{r};",
-                region(slot)
-            ));
-            if self.reduction(r).0 == Reduce::LogSumExp {
+        for j in 0..columns {
+            for (&r, &slot) in reduces.iter().zip(&slots) {
+                let t = self.k.nodes[r].elem().compute().c_name();
+                let at = format!("[part * groups + {}]", column(j));
                 self.line(format!(
-                    "(({t}*)({}))[part * groups + g] = acs{r};",
-                    region(slot + 1)
+                    "(({t}*)({})){at} = {};",
+                    region(slot),
+                    held("acc", r, j)
                 ));
+                if self.reduction(r).0 == Reduce::LogSumExp {
+                    self.line(format!(
+                        "(({t}*)({})){at} = {};",
+                        region(slot + 1),
+                        held("acs", r, j)
+                    ));
+                }
             }
         }
         self.close();
@@ -395,35 +339,45 @@ impl Cuda<'_> {
         self.line("__syncthreads();");
         self.line("if (!fz_last) continue;");
         self.line("__threadfence();");
-        for (&r, &slot) in reduces.iter().zip(&slots) {
-            let (op, e) = self.reduction(r);
-            let t = e.c_name();
-            self.line(format!("acc{r} = {};", identity(op, e)));
-            if op == Reduce::LogSumExp {
-                self.line(format!("acs{r} = 0;"));
+        for j in 0..columns {
+            if columns > 1 {
+                self.open("");
+                self.column_of_pair(reduces, j);
             }
-            let partial =
-                |slot: usize| format!("((volatile {t}*)({}))[s * groups + g]", region(slot));
-            self.open(format!(
-                "for (long long s = slice; s < splits; s += {})",
-                BLOCK / 32
-            ));
-            if op == Reduce::LogSumExp {
-                self.line(format!(
-                    "fz_lse_merge(acc{r}, acs{r}, {}, {});",
-                    partial(slot),
-                    partial(slot + 1)
+            for (&r, &slot) in reduces.iter().zip(&slots) {
+                let (op, e) = self.reduction(r);
+                let t = e.c_name();
+                self.line(format!("acc{r} = {};", identity(op, e)));
+                if op == Reduce::LogSumExp {
+                    self.line(format!("acs{r} = 0;"));
+                }
+                let g = column(j);
+                let partial =
+                    |slot: usize| format!("((volatile {t}*)({}))[s * groups + {g}]", region(slot));
+                self.open(format!(
+                    "for (long long s = slice; s < splits; s += {})",
+                    BLOCK / 32
                 ));
-            } else {
-                self.line(format!("const {t} other = {};", partial(slot)));
-                self.line(format!(
-                    "acc{r} = {};",
-                    combine(op, e, &format!("acc{r}"), "other")
-                ));
+                if op == Reduce::LogSumExp {
+                    self.line(format!(
+                        "fz_lse_merge(acc{r}, acs{r}, {}, {});",
+                        partial(slot),
+                        partial(slot + 1)
+                    ));
+                } else {
+                    self.line(format!("const {t} other = {};", partial(slot)));
+                    self.line(format!(
+                        "acc{r} = {};",
+                        combine(op, e, &format!("acc{r}"), "other")
+                    ));
+                }
+                self.close();
             }
-            self.close();
+            self.combine_slices(reduces);
+            if columns > 1 {
+                self.close();
+            }
         }
-        self.combine_slices(reduces);
         self.line("if (threadIdx.x == 0) fz_counter[tile] = 0u;");
         self.close();
     }
