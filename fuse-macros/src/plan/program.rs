@@ -350,7 +350,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     inner_multiple_of: 2,
                     ..When::ALWAYS
                 };
-                let bound = Some(tuning::COLUMN_PAIR_MIN_BLOCKS);
+                let bound = Some(tuning::column_pair_min_blocks(reduction_slots(k)));
                 entries.push(entry(Path::ColumnPairs, bound, grid(2), when));
             }
             entries.push(entry(Path::Columns, bound, grid(1), When::ALWAYS));

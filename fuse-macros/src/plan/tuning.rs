@@ -185,10 +185,23 @@ pub(crate) const COLUMN_BLOCKS_PER_SM: u32 = 8;
 pub(crate) const COLUMN_MIN_BLOCKS: u32 = MIN_BLOCKS;
 
 /// The `__launch_bounds__` minimum of blocks per SM of a column reduction that takes two
-/// columns a lane (`Path::ColumnPairs`): four (64 registers). At [`COLUMN_MIN_BLOCKS`] a 16-bit
-/// column sum took 72 registers, three blocks an SM, where the standalone kernel of NOTES.md
-/// item 87 ran at 94-99% of copy speed with four.
-pub(crate) const COLUMN_PAIR_MIN_BLOCKS: u32 = 4;
+/// columns a lane (`Path::ColumnPairs`) with `slots` reduction slots: four (64 registers) for up
+/// to [`PAIR_LIGHT_SLOTS`], else [`COLUMN_MIN_BLOCKS`]. At [`COLUMN_MIN_BLOCKS`] a 16-bit column
+/// sum took 72 registers, three blocks an SM, where the standalone kernel of NOTES.md item 87 ran
+/// at 94-99% of copy speed with four; at four, the tests' kernels of four and five reductions
+/// (`reduce_cols`, `reduce_mid`, `pairs_bf16`) spilled 8-56 bytes on sm_90, two columns' partials
+/// of each in registers.
+pub(crate) fn column_pair_min_blocks(slots: u32) -> u32 {
+    if slots <= PAIR_LIGHT_SLOTS {
+        4
+    } else {
+        COLUMN_MIN_BLOCKS
+    }
+}
+
+/// The most reduction slots a pair kernel holds at 64 registers: three (`pairs_f16_mid`'s sum,
+/// mean and min fit on sm_80 and sm_90).
+pub(crate) const PAIR_LIGHT_SLOTS: u32 = 3;
 
 /// The longest row of the wide cached entry (`Path::RowsCachedWide`): 2048 elements, 64
 /// threads of 32. Longer rows go on to the row-a-block entries, as 4-byte rows do.
