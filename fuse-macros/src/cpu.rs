@@ -272,16 +272,30 @@ impl Cpu<'_> {
                     Launch::Rows { axis, .. } => Some(*axis),
                     _ => None,
                 };
-                let at = self
-                    .layout
-                    .view_index(view, &node.shape, |d| match Some(d) == axis {
+                let gathered = view
+                    .gather
+                    .as_ref()
+                    .map(|g| format!("(v{} as usize)", g.index));
+                let at = self.layout.view_index(
+                    view,
+                    &node.shape,
+                    |d| match Some(d) == axis {
                         true => "r".to_string(),
                         false => self.layout.coord(d),
-                    });
-                loaded(
-                    param.elem,
-                    format!("p_{}[{at}]", crate::ir::plain_name(&param.name)),
-                )
+                    },
+                    gathered.as_deref(),
+                );
+                let mut raw = format!("p_{}[{at}]", crate::ir::plain_name(&param.name));
+                // An index outside the gathered dim reads nothing and gives zero: a negative
+                // one is a large `u64`, as it is a large `unsigned long long` on the GPU.
+                if let Some(g) = &view.gather {
+                    raw = format!(
+                        "(if (v{} as u64) < (({}) as u64) {{ {raw} }} else {{ ::core::default::Default::default() }})",
+                        g.index,
+                        self.layout.linear(&g.len)
+                    );
+                }
+                loaded(param.elem, raw)
             }
             Op::Index(d) => match &k.launch {
                 Launch::Rows { axis, .. } if d == axis => "(r as u32)".to_string(),

@@ -149,9 +149,9 @@ pub fn unknown_constant(elem: crate::ty::Elem, name: &str) -> String {
 }
 
 /// An index that is not an integer literal.
-pub const INDEX_NOT_LITERAL: &str = "an index is an integer literal, as in `w[0]`: a kernel \
-     picks fixed elements of a tensor with a dim of fixed size (`w: [f32; 3]`); for a position \
-     that varies, combine tensors by dim name or compare with `index(dim)`";
+pub const INDEX_NOT_LITERAL: &str = "the indices of `w[i][j]` are integer literals, as in \
+     `w[0][1]`, picking fixed elements of a tensor with dims of fixed size (`w: [f32; 3, 4]`); \
+     to pick by an integer value, gather along one dim with a slice, as in `w[i, ..]`";
 
 /// The way out of every build-time CUBIN error.
 const CUBIN_FIX: &str = "unset `FUSE_CUBIN_ARCHS` to compile kernels at run time";
@@ -200,9 +200,6 @@ pub fn cubin_nvrtc_call(function: &str, kernel: Option<&str>, detail: &str) -> S
     let kernel = kernel.map_or(String::new(), |k| format!(" for kernel `{k}`"));
     format!("NVRTC failed in `{function}`{kernel}: {detail}; {CUBIN_FIX}")
 }
-
-/// A slice item that is not `..`, a range or `(j..).step_by(k)`.
-pub const SLICE_ITEM: &str = "a slice item is `..` (the whole dim), a range of dims such as `..d` or `d..2 * d`, or `(j..).step_by(k)`; write one for each dim of the tensor, as in `x[.., ..d]`";
 
 /// `a..=b` in a slice.
 pub const SLICE_CLOSED_RANGE: &str =

@@ -94,10 +94,27 @@ pub type Linear = Vec<(u64, Vec<DimId>)>;
 /// A slice of a tensor parameter (`x[.., ..d]`): the element at the current coordinates of the
 /// node's shape is `p[offset + sum of coordinate * stride]`, with one stride for each dim of the
 /// shape. No arithmetic on the value: a slice only moves the load.
+///
+/// A gather (`emb[tokens, ..]`) is a slice one of whose dims is picked by the value of an
+/// integer node: that dim's coordinate is the node's value, and the node's dims are dims of the
+/// slice's shape whose own strides are empty (they move the load only through the index).
 #[derive(Clone, Debug, PartialEq)]
 pub struct View {
     pub offset: Linear,
     pub strides: Vec<Linear>,
+    pub gather: Option<Gather>,
+}
+
+/// The dim of a slice picked by an index value: `p[.. + index * stride + ..]` where
+/// `0 <= index < len`, and zero (of the parameter's type) without a load where it is not.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Gather {
+    /// The integer node whose value is the coordinate along the gathered dim.
+    pub index: NodeId,
+    /// The gathered dim's stride in the parameter, in elements.
+    pub stride: Linear,
+    /// The gathered dim's size.
+    pub len: Linear,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -175,7 +192,6 @@ impl Op {
             Op::Load(_)
             | Op::Scalar(_)
             | Op::Element(..)
-            | Op::View(..)
             | Op::Index(_)
             | Op::Len(_)
             | Op::Int(_)
@@ -184,6 +200,7 @@ impl Op {
             Op::Unary(_, a) | Op::Cast(a) | Op::Reduce(_, a, _) | Op::Random(_, a, _) => {
                 vec![*a]
             }
+            Op::View(_, view) => view.gather.iter().map(|g| g.index).collect(),
             Op::Binary(_, a, b) => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Call(_, args) => args.clone(),

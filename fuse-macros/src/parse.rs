@@ -369,6 +369,9 @@ pub enum SliceKind {
     /// `(j..).step_by(k)` (or `(..).step_by(k)` for `j` = 0): element `j` of every group of
     /// `k` in a dim `d * k`.
     Step(u64, u64),
+    /// Any other expression: an integer value whose elements pick the dim's elements, a gather
+    /// (`emb[tokens, ..]`, `logits[.., labels]`).
+    Gather(Box<Expr>),
 }
 
 /// An index, an integer literal, and its tokens (where errors about it point).
@@ -656,6 +659,12 @@ fn lower_index(e: &syn::ExprIndex, cx: &mut Lowering) -> Option<ExprKind> {
             return None;
         }
     }
+    // `x[idx]` with an index that is not a literal: a gather along `x`'s one dim.
+    if !matches!(&*e.expr, syn::Expr::Index(_)) && literal_index(&e.index).is_none() {
+        let item = gather_item(&e.index, cx);
+        let base = lower_expr(&e.expr, cx);
+        return Some(ExprKind::Slice(Box::new(base?), vec![item?]));
+    }
     let mut indices = vec![&*e.index];
     let mut base = &*e.expr;
     while let syn::Expr::Index(i) = base {
@@ -679,8 +688,17 @@ fn slice_items(index: &syn::Expr) -> Option<Vec<&syn::Expr>> {
     }
 }
 
-/// One item of a slice: `..`, a range of dims, or `(j..).step_by(k)`.
-fn slice_item(e: &syn::Expr, cx: &mut Errors) -> Option<SliceItem> {
+/// An index of a gather: any expression, checked as an integer value.
+fn gather_item(e: &syn::Expr, cx: &mut Lowering) -> Option<SliceItem> {
+    let index = lower_expr(e, cx)?;
+    Some(SliceItem {
+        kind: SliceKind::Gather(Box::new(index)),
+        tokens: tokens(e),
+    })
+}
+
+/// One item of a slice: `..`, a range of dims, `(j..).step_by(k)`, or an index (a gather).
+fn slice_item(e: &syn::Expr, cx: &mut Lowering) -> Option<SliceItem> {
     let kind = match e {
         syn::Expr::Range(r) if matches!(r.limits, syn::RangeLimits::Closed(_)) => {
             cx.spanned(e, error::SLICE_CLOSED_RANGE);
@@ -689,10 +707,7 @@ fn slice_item(e: &syn::Expr, cx: &mut Errors) -> Option<SliceItem> {
         syn::Expr::Range(r) if r.start.is_none() && r.end.is_none() => SliceKind::Full,
         syn::Expr::Range(r) => SliceKind::Range(r.start.clone(), r.end.clone()),
         syn::Expr::MethodCall(m) if m.method == "step_by" => step_by(m, cx)?,
-        _ => {
-            cx.spanned(e, error::SLICE_ITEM);
-            return None;
-        }
+        _ => return gather_item(e, cx),
     };
     Some(SliceItem {
         kind,
@@ -737,15 +752,20 @@ fn step_by(m: &syn::ExprMethodCall, cx: &mut Errors) -> Option<SliceKind> {
     }
 }
 
-/// An index: a plain integer literal (or one of type `usize`, as Rust's).
-fn index(e: &syn::Expr, cx: &mut Errors) -> Option<Index> {
-    let value = match e {
+/// The value of a plain integer literal (or one of type `usize`, as Rust's) used as an index.
+fn literal_index(e: &syn::Expr) -> Option<u64> {
+    match e {
         syn::Expr::Lit(syn::ExprLit {
             lit: syn::Lit::Int(i),
             ..
         }) if matches!(i.suffix(), "" | "usize") => i.base10_parse::<u64>().ok(),
         _ => None,
-    };
+    }
+}
+
+/// An index: a plain integer literal (or one of type `usize`, as Rust's).
+fn index(e: &syn::Expr, cx: &mut Errors) -> Option<Index> {
+    let value = literal_index(e);
     if value.is_none() {
         cx.spanned(e, error::INDEX_NOT_LITERAL);
     }

@@ -4050,3 +4050,293 @@ fn a_dim_made_of_parts_is_checked_and_bound_at_the_call() {
         &[2, 3, 2]
     );
 }
+
+/// The element of a table at `i` of a dim of `len` (`at` the offset for a valid `i`), or zero.
+fn picked<T: Copy + Default>(table: &[T], i: i64, len: usize, at: impl Fn(usize) -> usize) -> T {
+    match usize::try_from(i) {
+        Ok(i) if i < len => table[at(i)],
+        _ => T::default(),
+    }
+}
+
+#[test]
+fn embeddings_gather_rows_by_token() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (vocab, e, b, s) in [
+        (50, 33, 3, 7),
+        (1, 1, 1, 1),
+        (7, 300, 2, 5),
+        (13, 4, 0, 3),
+        (1000, 8, 1, 129),
+    ] {
+        let emb = rng.floats_special::<f32>(vocab * e, -3.0, 3.0);
+        let tokens: Vec<u32> = rng
+            .indices(b * s, vocab)
+            .iter()
+            .map(|&i| i as u32)
+            .collect();
+        let got = kernels::gathers::embedding(
+            &dev,
+            &put(&dev, &emb, &[vocab, e]),
+            &put(&dev, &tokens, &[b, s]),
+        )
+        .unwrap();
+        assert_eq!(got.shape(), &[b, s, e]);
+        let want: Vec<u32> = tokens
+            .iter()
+            .flat_map(|&tok| (0..e).map(move |j| (tok, j)))
+            .map(|(tok, j)| picked(&emb, i64::from(tok), vocab, |i| i * e + j).to_bits())
+            .collect();
+        let bits: Vec<u32> = host(&got).iter().map(|v| v.to_bits()).collect();
+        assert_exact(&format!("embedding {vocab}x{e} by {b}x{s}"), &bits, &want);
+
+        let emb16: Vec<fuse_runtime::bf16> = rng.floats(vocab * e, -3.0, 3.0);
+        let tokens = rng.indices(b * s, vocab);
+        let got = kernels::gathers::embedding_bf16(
+            &dev,
+            &put(&dev, &emb16, &[vocab, e]),
+            &put(&dev, &tokens, &[b * s]),
+        )
+        .unwrap();
+        let want: Vec<u16> = tokens
+            .iter()
+            .flat_map(|&tok| (0..e).map(move |j| (tok, j)))
+            .map(|(tok, j)| picked(&emb16, tok, vocab, |i| i * e + j).to_bits())
+            .collect();
+        let bits: Vec<u16> = host(&got).iter().map(|v| v.to_bits()).collect();
+        assert_exact(
+            &format!("bf16 embedding {vocab}x{e} by {}", b * s),
+            &bits,
+            &want,
+        );
+    }
+}
+
+#[test]
+fn a_labels_logit_is_gathered_along_the_row() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, v) in [(9, 33), (1, 1), (4, 5000), (300, 7), (0, 3)] {
+        let x = rng.floats::<f32>(n * v, -8.0, 8.0);
+        let mut labels = rng.indices(n, v);
+        for l in labels.iter_mut().step_by(5) {
+            *l = -100;
+        }
+        let (picked_got, loss) =
+            kernels::gathers::label_loss(&dev, &put(&dev, &x, &[n, v]), &put(&dev, &labels, &[n]))
+                .unwrap();
+        let mut want_pick = vec![];
+        let mut want_loss = vec![];
+        for (row, &l) in x.chunks(v).take(n).zip(&labels) {
+            let p = picked(row, l, v, |i| i);
+            want_pick.push(p.to_bits());
+            let m = row
+                .iter()
+                .fold(f64::NEG_INFINITY, |m, &a| m.max(f64::from(a)));
+            let lse = m + row
+                .iter()
+                .map(|&a| (f64::from(a) - m).exp())
+                .sum::<f64>()
+                .ln();
+            want_loss.push(if l == -100 { 0.0 } else { lse - f64::from(p) });
+        }
+        let bits: Vec<u32> = host(&picked_got).iter().map(|v| v.to_bits()).collect();
+        assert_exact(&format!("labels' logits {n}x{v}"), &bits, &want_pick);
+        assert_close(
+            &format!("loss {n}x{v}"),
+            &host(&loss),
+            &want_loss,
+            &Tol::close(1e-5, 1e-5),
+        );
+    }
+}
+
+#[test]
+fn rotary_reads_cos_and_sin_from_the_cache_row_of_each_position() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, h, half, p, max_pos) in [
+        (7, 3, 16, 5, 40),
+        (1, 2, 1, 0, 1),
+        (5, 1, 33, 64, 9),
+        (0, 2, 4, 4, 3),
+    ] {
+        let head = 2 * half + p;
+        let q = rng.floats::<f32>(t * h * head, -3.0, 3.0);
+        let cache = rng.floats::<f32>(max_pos * 2 * half, -1.0, 1.0);
+        let pos = rng.indices(t, max_pos);
+        let (o1, o2) = kernels::gathers::rotary_cached(
+            &dev,
+            &put(&dev, &pos, &[t]),
+            &put(&dev, &cache, &[max_pos, 2 * half]),
+            &put(&dev, &q, &[t, h, head]),
+        )
+        .unwrap();
+        let (mut w1, mut w2) = (vec![], vec![]);
+        for (th, row) in q.chunks(head).take(t * h).enumerate() {
+            let at = pos[th / h];
+            for i in 0..half {
+                let c = f64::from(picked(&cache, at, max_pos, |r| r * 2 * half + i));
+                let s = f64::from(picked(&cache, at, max_pos, |r| r * 2 * half + half + i));
+                let (a, b) = (f64::from(row[i]), f64::from(row[half + i]));
+                w1.push(a * c - b * s);
+                w2.push(b * c + a * s);
+            }
+        }
+        let what = format!("rotary from a cache, {t}x{h}x{head}, {max_pos} positions");
+        assert_close(&what, &host(&o1), &w1, &Tol::close(1e-6, 1e-6));
+        assert_close(&what, &host(&o2), &w2, &Tol::close(1e-6, 1e-6));
+    }
+}
+
+#[test]
+fn gathers_work_along_a_middle_dim_and_in_reductions() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (a, m, c) in [(3, 5, 7), (1, 1, 1), (2, 40, 300)] {
+        let x = rng.floats_special::<f64>(a * m * c, -5.0, 5.0);
+        let idx: Vec<i32> = rng
+            .indices(a * c, m)
+            .iter()
+            .map(|&i| i as i32 - 1)
+            .collect();
+        let got =
+            kernels::gathers::middle(&dev, &put(&dev, &x, &[a, m, c]), &put(&dev, &idx, &[a, c]))
+                .unwrap();
+        let want: Vec<u64> = (0..a * c)
+            .map(|ac| {
+                picked(&x, i64::from(idx[ac]) + 1, m, |i| {
+                    (ac / c * m + i) * c + ac % c
+                })
+                .to_bits()
+            })
+            .collect();
+        let bits: Vec<u64> = host(&got).iter().map(|v| v.to_bits()).collect();
+        assert_exact(&format!("middle gather {a}x{m}x{c}"), &bits, &want);
+    }
+    for (k, c, r) in [(20, 33, 100), (1, 1, 1), (255, 8, 3000), (3, 500, 2)] {
+        let table: Vec<fuse_runtime::f16> = rng.floats(k * c, -2.0, 2.0);
+        let idx: Vec<u8> = rng.indices(r, k).iter().map(|&i| i as u8).collect();
+        let (bt, bi) = (put(&dev, &table, &[k, c]), put(&dev, &idx, &[r]));
+        let rows: Vec<Vec<f64>> = idx
+            .iter()
+            .map(|&i| {
+                (0..c)
+                    .map(|j| picked(&table, i64::from(i), k, |r| r * c + j).to_f64())
+                    .collect()
+            })
+            .collect();
+        let cols: Vec<f64> = (0..c)
+            .map(|j| rows.iter().map(|row| row[j]).sum())
+            .collect();
+        let abs: Vec<f64> = (0..c)
+            .map(|j| rows.iter().map(|row| row[j].abs()).sum())
+            .collect();
+        let got = kernels::gathers::gathered_columns(&dev, &bt, &bi).unwrap();
+        assert_close(
+            &format!("gathered columns {k}x{c} by {r}"),
+            &host(&got),
+            &cols,
+            &sum_tol::<f32>(&abs),
+        );
+        let total = kernels::gathers::gathered_total(&dev, &bt, &bi).unwrap();
+        let all: f64 = cols.iter().sum();
+        let abs_all: f64 = abs.iter().sum();
+        assert_close(
+            &format!("gathered total {k}x{c} by {r}"),
+            &host(&total),
+            &[all],
+            &sum_tol::<f32>(&[abs_all]),
+        );
+    }
+}
+
+#[test]
+fn a_softmax_runs_over_gathered_rows() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, c, r) in [(10, 33, 17), (1, 1, 1), (4, 5000, 3), (50, 8, 200)] {
+        let x = rng.floats::<f32>(n * c, -6.0, 6.0);
+        let idx: Vec<u32> = rng.indices(r, n).iter().map(|&i| i as u32).collect();
+        let got = kernels::gathers::softmax_of_rows(
+            &dev,
+            &put(&dev, &x, &[n, c]),
+            &put(&dev, &idx, &[r]),
+        )
+        .unwrap();
+        let mut want = vec![];
+        for &i in &idx {
+            let row: Vec<f64> = (0..c)
+                .map(|j| f64::from(picked(&x, i64::from(i), n, |r| r * c + j)))
+                .collect();
+            let m = row.iter().fold(f64::NEG_INFINITY, |m, &a| m.max(a));
+            let e: Vec<f64> = row.iter().map(|&a| (a - m).exp()).collect();
+            let s: f64 = e.iter().sum();
+            want.extend(e.iter().map(|v| v / s));
+        }
+        assert_close(
+            &format!("softmax of gathered rows {n}x{c} by {r}"),
+            &host(&got),
+            &want,
+            &Tol::close(1e-5, 1e-7),
+        );
+    }
+}
+
+#[test]
+fn one_dim_tables_of_every_kind_are_looked_up_by_computed_indices() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (m, n) in [(10, 100), (1, 3), (300, 1000)] {
+        let codes: Vec<i16> = rng.ints(m);
+        let flags = rng.bools(m);
+        let w: Vec<fuse_runtime::F8E4M3> = rng
+            .floats::<f32>(m, -400.0, 400.0)
+            .iter()
+            .map(|&v| fuse_runtime::F8E4M3::from_f32(v))
+            .collect();
+        // Quarter steps from below the table to past it, and NaN (which casts to 0).
+        let mut x = rng.floats::<f32>(n, -1.0, m as f64 / 4.0 + 1.0);
+        x[0] = f32::NAN;
+        let (c, f, v) = kernels::gathers::lookups(
+            &dev,
+            &put(&dev, &codes, &[m]),
+            &put(&dev, &flags, &[m]),
+            &put(&dev, &w, &[m]),
+            &put(&dev, &x, &[n]),
+        )
+        .unwrap();
+        let at: Vec<i64> = x.iter().map(|&v| i64::from((v * 4.0) as i32)).collect();
+        let what = format!("lookups in {m} by {n}");
+        let want_c: Vec<i16> = at.iter().map(|&i| picked(&codes, i, m, |i| i)).collect();
+        assert_exact(&what, &host(&c), &want_c);
+        let want_f: Vec<bool> = at.iter().map(|&i| picked(&flags, i, m, |i| i)).collect();
+        assert_exact(&what, &host(&f), &want_f);
+        let want_v: Vec<u32> = at
+            .iter()
+            .map(|&i| picked(&w, i, m, |i| i).to_f32().to_bits())
+            .collect();
+        let bits: Vec<u32> = host(&v).iter().map(|v| v.to_bits()).collect();
+        assert_exact(&what, &bits, &want_v);
+    }
+}
+
+#[test]
+fn constant_picks_along_named_dims_read_zero_past_the_end() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (r, c) in [(5, 7), (3, 1), (1, 4), (0, 2)] {
+        let x = rng.floats_special::<f64>(r * c, -3.0, 3.0);
+        let (first, fourth) = kernels::gathers::picks(&dev, &put(&dev, &x, &[r, c])).unwrap();
+        let want = |j: i64| -> Vec<u64> {
+            (0..r)
+                .map(|i| picked(&x, j, c, |j| i * c + j).to_bits())
+                .collect()
+        };
+        let bits = |v: Vec<f64>| v.iter().map(|v| v.to_bits()).collect::<Vec<u64>>();
+        assert_exact(
+            &format!("x[.., 0] of {r}x{c}"),
+            &bits(host(&first)),
+            &want(0),
+        );
+        assert_exact(
+            &format!("x[.., 3] of {r}x{c}"),
+            &bits(host(&fourth)),
+            &want(3),
+        );
+    }
+}

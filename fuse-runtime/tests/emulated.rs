@@ -2237,3 +2237,205 @@ fn slices_run_on_an_emulated_gpu() {
         );
     }
 }
+
+/// Gathers (`emb[tokens, ..]`, `x[.., labels]`, a cache row by position) in maps, rows,
+/// columns and full reductions, with indices out of range, which read zero on both backends.
+#[test]
+fn gathers_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    use kernels::gathers as g;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (vocab, e, t) in [(50, 33, 21), (1, 1, 1), (7, 300, 5)] {
+        let emb = rng.floats_special::<f32>(vocab * e, -3.0, 3.0);
+        let tokens: Vec<u32> = rng.indices(t, vocab).iter().map(|&i| i as u32).collect();
+        let cpu = g::embedding(
+            &dev,
+            &put(&dev, &emb, &[vocab, e]),
+            &put(&dev, &tokens, &[1, t]),
+        )
+        .unwrap();
+        emulate(
+            &format!("embedding {vocab}x{e} by {t}"),
+            &g::embedding::__fuse::PROGRAM,
+            vec![hex(&emb), hex(&tokens)],
+            vec![],
+            &[("vocab", vocab), ("e", e), ("b", 1), ("s", t)],
+            &cpu,
+            &["f32"],
+            &[Tol::EXACT],
+        );
+        let emb16: Vec<fuse_runtime::bf16> = rng.floats(vocab * e, -3.0, 3.0);
+        let tokens = rng.indices(t, vocab);
+        let cpu = g::embedding_bf16(
+            &dev,
+            &put(&dev, &emb16, &[vocab, e]),
+            &put(&dev, &tokens, &[t]),
+        )
+        .unwrap();
+        emulate(
+            &format!("bf16 embedding {vocab}x{e} by {t}"),
+            &g::embedding_bf16::__fuse::PROGRAM,
+            vec![hex(&emb16), hex(&tokens)],
+            vec![],
+            &[("vocab", vocab), ("e", e), ("t", t)],
+            &cpu,
+            &["bf16"],
+            &[Tol::EXACT],
+        );
+    }
+    // Row lengths of every row path: short, cached, a block a row, streamed.
+    for (n, v) in [(9, 3), (7, 33), (3, 4096), (2, 5000), (5, 1)] {
+        let x = rng.floats::<f32>(n * v, -8.0, 8.0);
+        let mut labels = rng.indices(n, v);
+        labels[0] = -100;
+        let cpu = g::label_loss(&dev, &put(&dev, &x, &[n, v]), &put(&dev, &labels, &[n])).unwrap();
+        emulate(
+            &format!("label_loss {n}x{v}"),
+            &g::label_loss::__fuse::PROGRAM,
+            vec![hex(&x), hex(&labels)],
+            vec![],
+            &[("n", n), ("v", v)],
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::EXACT, Tol::close(1e-5, 1e-5)],
+        );
+    }
+    for (t, h, half, p, max_pos) in [(7, 3, 16, 5, 40), (1, 2, 1, 0, 1), (5, 1, 33, 64, 9)] {
+        let head = 2 * half + p;
+        let q = rng.floats::<f32>(t * h * head, -3.0, 3.0);
+        let cache = rng.floats::<f32>(max_pos * 2 * half, -1.0, 1.0);
+        let pos = rng.indices(t, max_pos);
+        let cpu = g::rotary_cached(
+            &dev,
+            &put(&dev, &pos, &[t]),
+            &put(&dev, &cache, &[max_pos, 2 * half]),
+            &put(&dev, &q, &[t, h, head]),
+        )
+        .unwrap();
+        let tol = Tol::close(1e-6, 1e-6);
+        emulate(
+            &format!("rotary_cached {t}x{h}x{head}"),
+            &g::rotary_cached::__fuse::PROGRAM,
+            vec![hex(&pos), hex(&cache), hex(&q)],
+            vec![],
+            &[
+                ("t", t),
+                ("max_pos", max_pos),
+                ("half", half),
+                ("h", h),
+                ("p", p),
+            ],
+            &cpu,
+            &["f32", "f32"],
+            &[tol.clone(), tol],
+        );
+    }
+    for (a, m, c) in [(3, 5, 7), (2, 40, 300)] {
+        let x = rng.floats_special::<f64>(a * m * c, -5.0, 5.0);
+        let idx: Vec<i32> = rng
+            .indices(a * c, m)
+            .iter()
+            .map(|&i| i as i32 - 1)
+            .collect();
+        let cpu = g::middle(&dev, &put(&dev, &x, &[a, m, c]), &put(&dev, &idx, &[a, c])).unwrap();
+        emulate(
+            &format!("middle {a}x{m}x{c}"),
+            &g::middle::__fuse::PROGRAM,
+            vec![hex(&x), hex(&idx)],
+            vec![],
+            &[("a", a), ("m", m), ("c", c)],
+            &cpu,
+            &["f64"],
+            &[Tol::EXACT],
+        );
+    }
+    for (k, c, r) in [(20, 33, 100), (255, 8, 3000), (3, 500, 2)] {
+        let table: Vec<fuse_runtime::f16> = rng.floats(k * c, -2.0, 2.0);
+        let idx: Vec<u8> = rng.indices(r, k).iter().map(|&i| i as u8).collect();
+        let (bt, bi) = (put(&dev, &table, &[k, c]), put(&dev, &idx, &[r]));
+        let dims = [("k", k), ("c", c), ("r", r)];
+        let cpu = g::gathered_columns(&dev, &bt, &bi).unwrap();
+        emulate(
+            &format!("gathered_columns {k}x{c} by {r}"),
+            &g::gathered_columns::__fuse::PROGRAM,
+            vec![hex(&table), hex(&idx)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-4)],
+        );
+        let cpu = g::gathered_total(&dev, &bt, &bi).unwrap();
+        emulate(
+            &format!("gathered_total {k}x{c} by {r}"),
+            &g::gathered_total::__fuse::PROGRAM,
+            vec![hex(&table), hex(&idx)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-3)],
+        );
+    }
+    for (n, c, r) in [(10, 33, 17), (4, 5000, 3), (50, 8, 200), (3, 1, 2)] {
+        let x = rng.floats::<f32>(n * c, -6.0, 6.0);
+        let idx: Vec<u32> = rng.indices(r, n).iter().map(|&i| i as u32).collect();
+        let cpu =
+            g::softmax_of_rows(&dev, &put(&dev, &x, &[n, c]), &put(&dev, &idx, &[r])).unwrap();
+        emulate(
+            &format!("softmax_of_rows {n}x{c} by {r}"),
+            &g::softmax_of_rows::__fuse::PROGRAM,
+            vec![hex(&x), hex(&idx)],
+            vec![],
+            &[("n", n), ("c", c), ("r", r)],
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+    }
+    for (m, n) in [(10, 100), (300, 1000)] {
+        let codes: Vec<i16> = rng.ints(m);
+        let flags = rng.bools(m);
+        let w: Vec<fuse_runtime::F8E4M3> = rng
+            .floats::<f32>(m, -400.0, 400.0)
+            .iter()
+            .map(|&v| fuse_runtime::F8E4M3::from_f32(v))
+            .collect();
+        let mut x = rng.floats::<f32>(n, -1.0, m as f64 / 4.0 + 1.0);
+        x[0] = f32::NAN;
+        let cpu = g::lookups(
+            &dev,
+            &put(&dev, &codes, &[m]),
+            &put(&dev, &flags, &[m]),
+            &put(&dev, &w, &[m]),
+            &put(&dev, &x, &[n]),
+        )
+        .unwrap();
+        emulate(
+            &format!("lookups {m} by {n}"),
+            &g::lookups::__fuse::PROGRAM,
+            vec![hex(&codes), hex(&flags), hex(&w), hex(&x)],
+            vec![],
+            &[("m", m), ("n", n)],
+            &cpu,
+            &["i16", "bool", "f32"],
+            &[Tol::EXACT, Tol::EXACT, Tol::EXACT],
+        );
+    }
+    for (r, c) in [(5, 7), (3, 1)] {
+        let x = rng.floats_special::<f64>(r * c, -3.0, 3.0);
+        let cpu = g::picks(&dev, &put(&dev, &x, &[r, c])).unwrap();
+        emulate(
+            &format!("picks {r}x{c}"),
+            &g::picks::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &[("r", r), ("c", c)],
+            &cpu,
+            &["f64", "f64"],
+            &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+}

@@ -2875,3 +2875,147 @@ fn rotary_slices_match_the_cpu() {
         );
     }
 }
+
+/// Gathers on the GPU against the CPU backend: embeddings of large vocabularies and long rows,
+/// labels' logits at every row path's length, a rotary cache by position, gathered rows in
+/// column and full reductions and under a softmax, tables of 1- and 2-byte elements; about one
+/// index in eight out of range (zero on both).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn gathers_by_index_tensors() {
+    use kernels::gathers as g;
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(vocab, e, t) in &[
+        (32000usize, 1024usize, 257usize),
+        (50, 33, 1000),
+        (7, 1, 100_003),
+    ] {
+        let emb: Vec<fuse_runtime::bf16> = rng.floats(vocab * e, -3.0, 3.0);
+        let tokens = rng.indices(t, vocab);
+        let run =
+            |d: &Device| g::embedding_bf16(d, &put(d, &emb, &[vocab, e]), &put(d, &tokens, &[t]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 embedding {vocab} x {e} by {t}"),
+            run,
+            &[Tol::EXACT],
+        );
+        let emb32 = rng.floats_special::<f32>(vocab * e, -3.0, 3.0);
+        let tokens: Vec<u32> = rng.indices(t, vocab).iter().map(|&i| i as u32).collect();
+        let run =
+            |d: &Device| g::embedding(d, &put(d, &emb32, &[vocab, e]), &put(d, &tokens, &[1, t]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("embedding {vocab} x {e} by {t}"),
+            run,
+            &[Tol::EXACT],
+        );
+    }
+    for &(n, v) in &[
+        (4096usize, 3usize),
+        (1000, 33),
+        (64, 4096),
+        (33, 32000),
+        (8, 128_256),
+        (100_000, 1),
+    ] {
+        let x = rng.floats::<f32>(n * v, -8.0, 8.0);
+        let mut labels = rng.indices(n, v);
+        labels[0] = -100;
+        let run = |d: &Device| g::label_loss(d, &put(d, &x, &[n, v]), &put(d, &labels, &[n]));
+        let tols = [Tol::EXACT, Tol::close(1e-5, 1e-5)];
+        assert_gpu_matches_cpu(&gpu, &format!("label_loss {n} x {v}"), run, &tols);
+    }
+    for &(t, h, half, p, max_pos) in &[
+        (4096usize, 32usize, 64usize, 0usize, 8192usize),
+        (77, 8, 32, 64, 100),
+        (3, 2, 1, 1, 2),
+    ] {
+        let head = 2 * half + p;
+        let q = rng.floats::<f32>(t * h * head, -3.0, 3.0);
+        let cache = rng.floats::<f32>(max_pos * 2 * half, -1.0, 1.0);
+        let pos = rng.indices(t, max_pos);
+        let run = |d: &Device| {
+            g::rotary_cached(
+                d,
+                &put(d, &pos, &[t]),
+                &put(d, &cache, &[max_pos, 2 * half]),
+                &put(d, &q, &[t, h, head]),
+            )
+        };
+        let tol = Tol::close(1e-6, 1e-6);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("rotary_cached {t} x {h} x {head}"),
+            run,
+            &[tol.clone(), tol],
+        );
+    }
+    for &(k, c, r) in &[
+        (255usize, 4096usize, 10_000usize),
+        (20, 33, 100_000),
+        (3, 1, 7),
+    ] {
+        let table: Vec<fuse_runtime::f16> = rng.floats(k * c, -2.0, 2.0);
+        let idx: Vec<u8> = rng.indices(r, k).iter().map(|&i| i as u8).collect();
+        let run =
+            |d: &Device| g::gathered_columns(d, &put(d, &table, &[k, c]), &put(d, &idx, &[r]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("gathered_columns {k} x {c} by {r}"),
+            run,
+            &[Tol::close(1e-5, 1e-5 * r as f64)],
+        );
+        let run = |d: &Device| g::gathered_total(d, &put(d, &table, &[k, c]), &put(d, &idx, &[r]));
+        let tol = Tol::close(1e-5, 1e-5 * (r * c) as f64);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("gathered_total {k} x {c} by {r}"),
+            run,
+            &[tol],
+        );
+    }
+    for &(n, c, r) in &[
+        (1000usize, 4096usize, 3000usize),
+        (10, 33, 17),
+        (4, 100_000, 5),
+    ] {
+        let x = rng.floats::<f32>(n * c, -6.0, 6.0);
+        let idx: Vec<u32> = rng.indices(r, n).iter().map(|&i| i as u32).collect();
+        let run = |d: &Device| g::softmax_of_rows(d, &put(d, &x, &[n, c]), &put(d, &idx, &[r]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("softmax_of_rows {n} x {c} by {r}"),
+            run,
+            &[Tol::close(1e-5, 1e-7)],
+        );
+    }
+    for &(m, n) in &[(300usize, 1_000_003usize), (1, 5)] {
+        let codes: Vec<i16> = rng.ints(m);
+        let flags = rng.bools(m);
+        let w: Vec<fuse_runtime::F8E4M3> = rng
+            .floats::<f32>(m, -400.0, 400.0)
+            .iter()
+            .map(|&v| fuse_runtime::F8E4M3::from_f32(v))
+            .collect();
+        let mut x = rng.floats::<f32>(n, -1.0, m as f64 / 4.0 + 1.0);
+        x[0] = f32::NAN;
+        let run = |d: &Device| {
+            g::lookups(
+                d,
+                &put(d, &codes, &[m]),
+                &put(d, &flags, &[m]),
+                &put(d, &w, &[m]),
+                &put(d, &x, &[n]),
+            )
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("lookups {m} by {n}"),
+            run,
+            &[Tol::EXACT, Tol::EXACT, Tol::EXACT],
+        );
+    }
+}

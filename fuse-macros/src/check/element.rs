@@ -5,7 +5,7 @@
 use crate::check::typing::operand;
 use crate::check::Checker;
 use crate::ir::{Dim, Op};
-use crate::parse::{Expr, Index};
+use crate::parse::{Expr, ExprKind, Index, SliceItem, SliceKind};
 use crate::ty::Ty;
 use proc_macro2::TokenStream;
 
@@ -36,13 +36,30 @@ impl Checker<'_> {
             self.rank_mismatch(&name, &shape, indices, t);
             return None;
         }
+        // `x[0]` along a named dim: a gather by the literal, zero where the dim is empty.
+        if let ([d], [index]) = (&shape[..], indices) {
+            if !matches!(self.dims[*d], Dim::Fixed(_)) {
+                let literal = Expr {
+                    kind: ExprKind::Int {
+                        value: i128::from(index.value),
+                        suffix: None,
+                    },
+                    tokens: index.tokens.clone(),
+                };
+                let item = SliceItem {
+                    kind: SliceKind::Gather(Box::new(literal)),
+                    tokens: index.tokens.clone(),
+                };
+                return self.slice(base, &[item], t);
+            }
+        }
         let mut offset = 0u64;
         for (&d, index) in shape.iter().zip(indices) {
             let size = match self.dims[d] {
                 Dim::Fixed(size) => size,
                 Dim::Named(_) | Dim::Composite(_) => {
                     let dim = self.dims[d].text(&self.dims);
-                    self.cx.spanned(&index.tokens, format!("`{name}` is indexed along `{dim}`, a dim whose size is known only at launch; only dims of fixed size can be indexed, as in `w[0]` with `w: [f32; 3]`"));
+                    self.cx.spanned(&index.tokens, format!("`{name}` is indexed along `{dim}`, a dim whose size is known only at launch; `w[i][j]` picks from dims of fixed size, as in `w[0][1]` with `w: [f32; 3, 4]`: along `{dim}`, pick with a slice of one index, as in `{name}[{}]`, which reads zero past the end", self.pick_example(&shape, d)));
                     return None;
                 }
             };
@@ -68,6 +85,15 @@ impl Checker<'_> {
         }
         let elem = self.params[p].elem;
         Some(self.push(Op::Element(p, offset), Ty::Elem(elem), vec![], t))
+    }
+
+    /// A slice of a tensor of `shape` that picks element 0 along `d`, for messages.
+    fn pick_example(&self, shape: &[usize], d: usize) -> String {
+        let items: Vec<&str> = shape
+            .iter()
+            .map(|&x| if x == d { "0" } else { ".." })
+            .collect();
+        items.join(", ")
     }
 
     /// Reports a tensor indexed by more or fewer indices than it has dims.
@@ -150,16 +176,16 @@ mod tests {
             "index out of bounds: this dim of `w` has size 3 but the index is 3",
         );
         assert_error(
-            quote! { fn f(x: [f32; n]) -> [f32; n] { x - x[0] } },
+            quote! { fn f(x: [f32; n, 3]) -> [f32; n] { x[.., 0] - x[0][1] } },
             "`x` is indexed along `n`, a dim whose size is known only at launch",
         );
         assert_error(
-            quote! { fn f(x: [f32; n], w: [f32; 3], i: u32) -> [f32; n] { x * w[i] } },
-            "an index is an integer literal, as in `w[0]`",
+            quote! { fn f(x: [f32; n], w: [f32; 3, 4], i: u32) -> [f32; n] { x * w[i][0] } },
+            "the indices of `w[i][j]` are integer literals, as in `w[0][1]`",
         );
         assert_error(
             quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * w[-1] } },
-            "an index is an integer literal",
+            "index out of bounds: indices start at 0, and this one is -1",
         );
         assert_error(
             quote! { fn f(x: [f32; n], w: [f32; 2, 3]) -> [f32; n] { x * w[1] } },
@@ -181,7 +207,7 @@ mod tests {
         kernel(quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let v = w; x * v[1] } });
         // Independent mistakes in one index expression are all reported.
         let e = errors(
-            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let a = w[1.5]; x * a + x[0] } },
+            quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let a = w[1.5]; x * a + x[0][0] } },
         );
         assert_eq!(e.len(), 2, "{e:?}");
     }

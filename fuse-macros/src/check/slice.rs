@@ -4,9 +4,9 @@
 //! value, so `-0.0` and NaN pass through it unchanged.
 
 use crate::check::Checker;
-use crate::ir::{Composite, Dim, DimId, Linear, Op, View};
+use crate::ir::{Composite, Dim, DimId, Gather, Linear, Op, View};
 use crate::parse::{Expr, ExprKind, KernelDef, SliceItem, SliceKind};
-use crate::ty::Ty;
+use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
 use quote::ToTokens;
 use std::collections::BTreeMap;
@@ -202,7 +202,7 @@ impl Checker<'_> {
             Some((_, Some(&Op::Load(p)))) => Some(p),
             Some((crate::check::POISONED, _)) => None,
             _ => {
-                self.cx.spanned(&base.tokens, "only a tensor parameter can be sliced, as in `x[.., ..d]` with `x: [f32; t, 2 * d]`; slice the parameter, then compute with the part");
+                self.cx.spanned(&base.tokens, "only a tensor parameter can be sliced or gathered from, as in `x[.., ..d]` with `x: [f32; t, 2 * d]` or `emb[tokens, ..]`; slice the parameter, then compute with the part");
                 None
             }
         }
@@ -225,10 +225,27 @@ impl Checker<'_> {
         let mut view = View {
             offset: vec![],
             strides: vec![],
+            gather: None,
         };
         let mut shape = vec![];
+        // The dims the gather's index brings, and where among the items they go.
+        let mut gathered: Option<(usize, Vec<DimId>)> = None;
         for (at, (&d, item)) in storage.iter().zip(items).enumerate() {
             let stride = &storage[at + 1..];
+            if let SliceKind::Gather(index) = &item.kind {
+                if gathered.is_some() {
+                    self.cx.spanned(&item.tokens, format!("this slice of `{name}` gathers along a second dim; a slice gathers along one dim, as in `{name}[idx, ..]`, and gathers along two at once are not in the language yet"));
+                    return None;
+                }
+                let id = self.gather_index(&name, d, index)?;
+                view.gather = Some(Gather {
+                    index: id,
+                    stride: vec![(1, stride.to_vec())],
+                    len: self.dim_len(d),
+                });
+                gathered = Some((shape.len(), self.nodes[id].shape.clone()));
+                continue;
+            }
             let (dim, inner, offset) = self.pick(&name, d, item)?;
             if shape.contains(&dim) {
                 self.cx.spanned(
@@ -244,8 +261,65 @@ impl Checker<'_> {
             view.strides.push(vec![(inner, stride.to_vec())]);
             view.offset.extend(offset.times(stride));
         }
+        // The index's dims that no other item has: the index moves the load along them, and
+        // they move it along nothing else.
+        if let Some((at, dims)) = gathered {
+            let new: Vec<DimId> = dims.into_iter().filter(|d| !shape.contains(d)).collect();
+            for (i, &d) in new.iter().enumerate() {
+                shape.insert(at + i, d);
+                view.strides.insert(at + i, vec![]);
+            }
+        }
         let elem = self.params[p].elem;
         Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), shape, t))
+    }
+
+    /// A gather's index: an integer value (an unsuffixed literal is an `i64`); a literal one
+    /// is checked against the dim where its size is fixed.
+    fn gather_index(&mut self, name: &str, d: DimId, index: &Expr) -> Option<usize> {
+        let id = self.expr(index)?;
+        let ty = self.nodes[id].ty;
+        if ty == Ty::IntLit {
+            self.coerce_or_report(id, Elem::I64).then_some(())?;
+        } else if !ty.is_int() {
+            let found = ty
+                .elem()
+                .map_or("a float".to_string(), |e| format!("`{e}`"));
+            self.cx.spanned(&index.tokens, format!("an index of `{name}` is an integer value, as `tokens: [u32; t]` in `{name}[tokens, ..]`, and this one is {found}; convert it with `as i64`"));
+            return None;
+        }
+        let literal = match &self.nodes[id].op {
+            Op::Int(v) => Some(*v),
+            Op::Unary(crate::parse::UnOp::Neg, a) => match self.nodes[*a].op {
+                Op::Int(v) => Some(-v),
+                _ => None,
+            },
+            _ => None,
+        };
+        if let Some(v) = literal {
+            let size = match self.dims[d] {
+                Dim::Fixed(size) => Some(size),
+                _ => None,
+            };
+            let message = match size {
+                _ if v < 0 => format!("index out of bounds: indices start at 0, and this one is {v}"),
+                Some(size) if v >= i128::from(size) => format!("index out of bounds: this dim of `{name}` has size {size} but the index is {v}"),
+                _ => String::new(),
+            };
+            if !message.is_empty() {
+                self.cx.spanned(&index.tokens, message);
+                return None;
+            }
+        }
+        Some(id)
+    }
+
+    /// The size of dim `d` as index arithmetic.
+    fn dim_len(&self, d: DimId) -> Linear {
+        match &self.dims[d] {
+            Dim::Composite(c) => c.terms().into_iter().map(|(k, d)| (k, vec![d])).collect(),
+            Dim::Named(_) | Dim::Fixed(_) => vec![(1, vec![d])],
+        }
     }
 
     /// What one item picks from dim `d`: the dim of the result, the distance between its
@@ -655,6 +729,155 @@ mod tests {
             (
                 quote! { fn f(s: f32, x: [f32; t, 2 * d]) -> [f32; t, d] { s[.., ..d] } },
                 "only a tensor parameter can be sliced",
+            ),
+        ] {
+            assert_error(tokens, prefix);
+        }
+    }
+}
+
+#[cfg(test)]
+mod gather_tests {
+    use crate::ir::{Launch, Op};
+    use crate::testing::{assert_error, kernel};
+    use quote::quote;
+
+    fn gathers(k: &crate::ir::Kernel) -> Vec<(&Vec<usize>, &crate::ir::View)> {
+        k.nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::View(_, v) if v.gather.is_some() => Some((&n.shape, &**v)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// `emb[tokens, ..]`: the tokens' dims take the gathered dim's place, and move the load
+    /// only through the index (empty strides); the index's row of the table is `e` apart.
+    #[test]
+    fn an_embedding_takes_the_tokens_dims_in_place_of_the_vocabulary() {
+        let k = kernel(quote! {
+            fn embed(emb: [bf16; vocab, e], tokens: [u32; b, s]) -> [bf16; b, s, e] { emb[tokens, ..] }
+        });
+        let (vocab, e, b, s) = (0, 1, 2, 3);
+        assert_eq!(
+            k.launch,
+            Launch::Map {
+                domain: vec![b, s, e]
+            }
+        );
+        let g = gathers(&k);
+        let (shape, view) = g[0];
+        assert_eq!(shape, &vec![b, s, e]);
+        assert_eq!(view.strides, vec![vec![], vec![], vec![(1, vec![])]]);
+        let gather = view.gather.as_ref().unwrap();
+        assert_eq!(gather.stride, vec![(1, vec![e])]);
+        assert_eq!(gather.len, vec![(1, vec![vocab])]);
+        assert!(matches!(k.nodes[gather.index].op, Op::Load(1)));
+        // Its element order is the gather's: no vector loads.
+        assert!(crate::plan::rows::pitched(&k, k.outputs[0].node, &[b, s, e]).is_none());
+    }
+
+    /// `x[.., labels]` with `labels: [n]`: the index's dim is the row's own, so the value is
+    /// one per row, read in a launch over rows beside the row's reductions.
+    #[test]
+    fn a_label_is_one_value_a_row() {
+        let k = kernel(quote! {
+            fn ce(x: [f32; n, v], labels: [i64; n]) -> [f32; n] { logsumexp(x, v) - x[.., labels] }
+        });
+        let (n, v) = (0, 1);
+        assert_eq!(
+            k.launch,
+            Launch::Rows {
+                domain: vec![n, v],
+                axis: v
+            }
+        );
+        let (shape, view) = gathers(&k)[0];
+        assert_eq!(shape, &vec![n]);
+        assert_eq!(view.strides, vec![vec![(1, vec![v])]]);
+        assert_eq!(view.gather.as_ref().unwrap().stride, vec![(1, vec![])]);
+        // The tile of short rows would hold `x`'s rows where the gather reads it: not taken.
+        let program = crate::plan::program(&k);
+        assert!(crate::plan::rows::tiling(&k, &program.plan).is_none());
+        let cuda = crate::cuda::sources(&k, &program).join("\n");
+        assert!(
+            cuda.contains("((unsigned long long)v1 < (unsigned long long)(d_v) ? p_x[c0 * d_v + (long long)v1] : (float)0)"),
+            "{cuda}"
+        );
+        let cpu = crate::cpu::body(&k, &program.plan).to_string();
+        assert!(cpu.contains("if (v1 as u64) < ((d_v) as u64)"), "{cpu}");
+    }
+
+    /// A cache row by position, split in halves: the gather and a part in one slice.
+    #[test]
+    fn a_gather_and_a_part_share_a_slice() {
+        let k = kernel(quote! {
+            fn rot(pos: [i64; t], cache: [f32; p, 2 * half], q: [f32; t, half]) -> [f32; t, half] {
+                q * cache[pos, ..half] + cache[pos, half..]
+            }
+        });
+        let (t, p, half) = (0, 1, 2);
+        let g = gathers(&k);
+        assert_eq!(g.len(), 2);
+        for (shape, view) in &g {
+            assert_eq!(*shape, &vec![t, half]);
+            assert_eq!(view.gather.as_ref().unwrap().len, vec![(1, vec![p])]);
+            assert_eq!(view.gather.as_ref().unwrap().stride, vec![(1, vec![3])]);
+        }
+        assert!(g[0].1.offset.is_empty());
+        assert_eq!(g[1].1.offset, vec![(1, vec![half])]);
+    }
+
+    /// An unsuffixed literal index is an `i64`, checked where the dim's size is fixed; `x[0]`
+    /// along a named dim is a gather too, and `w[i]` by a scalar.
+    #[test]
+    fn literal_and_scalar_indices_gather() {
+        let k = kernel(quote! {
+            fn f(x: [f32; r, c], w: [f32; 3], i: u32) -> [f32; r] { x[.., 2] * w[i] }
+        });
+        let g = gathers(&k);
+        assert_eq!(g.len(), 2);
+        let index = g[0].1.gather.as_ref().unwrap().index;
+        assert_eq!(k.nodes[index].elem(), crate::ty::Elem::I64);
+        let k = kernel(quote! { fn f(x: [f32; n]) -> f32 { x[0] } });
+        assert_eq!(gathers(&k)[0].0, &Vec::<usize>::new());
+    }
+
+    #[test]
+    fn malformed_gathers_are_spanned_errors() {
+        for (tokens, prefix) in [
+            (
+                quote! { fn f(x: [f32; r, c], i: [f32; r]) -> [f32; r] { x[.., i] } },
+                "an index of `x` is an integer value",
+            ),
+            (
+                quote! { fn f(x: [f32; r, c], i: [bool; r]) -> [f32; r] { x[.., i] } },
+                "an index of `x` is an integer value",
+            ),
+            (
+                quote! { fn f(x: [f32; r, c], i: [u32; n], j: [u32; n]) -> [f32; n] { x[i, j] } },
+                "this slice of `x` gathers along a second dim",
+            ),
+            (
+                quote! { fn f(x: [f32; r, 4]) -> [f32; r] { x[.., 4] } },
+                "index out of bounds: this dim of `x` has size 4 but the index is 4",
+            ),
+            (
+                quote! { fn f(x: [f32; r, c]) -> [f32; r] { x[.., -1] } },
+                "index out of bounds: indices start at 0, and this one is -1",
+            ),
+            (
+                quote! { fn f(x: [f32; r, c], t: [u32; n]) -> [f32; n, c] { x[t] } },
+                "`x` has 2 dims",
+            ),
+            (
+                quote! { fn f(x: [f32; r, c], t: [u32; n]) -> [f32; n, c] { (x * 2.0)[t, ..] } },
+                "only a tensor parameter can be sliced or gathered from",
+            ),
+            (
+                quote! { fn f(x: [f32; r, c], t: [u32; n]) -> [f32; n] { x[t, t] } },
+                "this slice of `x` gathers along a second dim",
             ),
         ] {
             assert_error(tokens, prefix);

@@ -202,21 +202,34 @@ impl Layout<'_> {
 
     /// The index of the element a slice (`Op::View`) reads at the current coordinates of its
     /// node's `shape`: `coord` gives each dim's coordinate (`r` along a row kernel's axis).
+    /// A gather's index value is `gathered`, as the backend's index type.
     pub fn view_index(
         &self,
         view: &crate::ir::View,
         shape: &[DimId],
         coord: impl Fn(DimId) -> String,
+        gathered: Option<&str>,
     ) -> String {
         let mut terms = vec![];
         if !view.offset.is_empty() {
             terms.push(self.linear(&view.offset));
         }
+        // The index's own dims (an empty stride) move the load only through it.
         for (&d, stride) in shape.iter().zip(&view.strides) {
+            if stride.is_empty() {
+                continue;
+            }
             match self.linear(stride) {
                 s if s == "1" => terms.push(coord(d)),
                 s if s.contains(" + ") => terms.push(format!("{} * ({s})", coord(d))),
                 s => terms.push(format!("{} * {s}", coord(d))),
+            }
+        }
+        if let (Some(g), Some(index)) = (&view.gather, gathered) {
+            match self.linear(&g.stride) {
+                s if s == "1" => terms.push(index.to_string()),
+                s if s.contains(" + ") => terms.push(format!("{index} * ({s})")),
+                s => terms.push(format!("{index} * {s}")),
             }
         }
         match terms.is_empty() {

@@ -411,6 +411,16 @@ pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
         return None;
     }
     let tiled = tiled_tensors(k, domain, plan);
+    // Inside the tile's passes a tiled tensor's name is its row in shared memory, where a
+    // gather of it (`x[.., labels]`), which may read any row, would not find its element.
+    let gathered = |p: usize| {
+        k.nodes
+            .iter()
+            .any(|n| matches!(&n.op, Op::View(q, v) if *q == p && v.gather.is_some()))
+    };
+    if tiled.iter().any(|t| t.param.is_some_and(gathered)) {
+        return None;
+    }
     let bytes: u32 = tiled.iter().map(|t| t.size).sum();
     let input: u32 = tiled.iter().filter(|t| t.input()).map(|t| t.size).sum();
     let loads = IN_FLIGHT * 16 * BLOCK;
@@ -605,6 +615,10 @@ pub(crate) fn pitched(k: &Kernel, id: NodeId, domain: &[DimId]) -> Option<Pitch>
     let Op::View(_, view) = &k.nodes[id].op else {
         return None;
     };
+    // A gather's rows lie where its index puts them: element by element.
+    if view.gather.is_some() {
+        return None;
+    }
     let shape = &k.nodes[id].shape;
     if shape.as_slice() != domain || domain.is_empty() {
         return None;

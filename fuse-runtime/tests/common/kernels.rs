@@ -901,3 +901,75 @@ pub mod slices {
         }
     }
 }
+
+/// Gathers by an index tensor (issue 22, item 2): an embedding row by token id, a label's
+/// logit, a rotary cache row by position, along a middle dim, in reductions, and indices out of
+/// range (which read zero).
+pub mod gathers {
+    use fuse_runtime::fuse;
+
+    fuse! {
+        /// An embedding lookup: row `tokens[b, s]` of the table for each token.
+        pub fn embedding(emb: [f32; vocab, e], tokens: [u32; b, s]) -> [f32; b, s, e] {
+            emb[tokens, ..]
+        }
+
+        pub fn embedding_bf16(emb: [bf16; vocab, e], tokens: [i64; t]) -> [bf16; t, e] {
+            emb[tokens, ..]
+        }
+
+        /// Each row's logit at its label, and the cross-entropy loss with the label -100
+        /// ignored (zero); a label out of range picks zero.
+        pub fn label_loss(x: [f32; n, v], labels: [i64; n]) -> ([f32; n], [f32; n]) {
+            let picked = x[.., labels];
+            (picked, if labels == -100 { 0.0 } else { logsumexp(x, v) - picked })
+        }
+
+        /// vLLM's `rotary_embedding` (NEOX): each token's cos and sin are the halves of the
+        /// cache's row at its position.
+        pub fn rotary_cached(pos: [i64; t], cache: [f32; max_pos, 2 * half], q: [f32; t, h, 2 * half + p])
+            -> ([f32; t, h, half], [f32; t, h, half])
+        {
+            let cos = cache[pos, ..half];
+            let sin = cache[pos, half..];
+            let x1 = q[.., .., ..half];
+            let x2 = q[.., .., half..2 * half];
+            (x1 * cos - x2 * sin, x2 * cos + x1 * sin)
+        }
+
+        /// Along a middle dim, by a computed index.
+        pub fn middle(x: [f64; a, m, c], idx: [i32; a, c]) -> [f64; a, c] {
+            x[.., idx + 1, ..]
+        }
+
+        /// Gathered rows summed over the tokens (a launch over columns), and over everything.
+        pub fn gathered_columns(table: [f16; k, c], idx: [u8; r]) -> [f32; c] {
+            sum(table[idx, ..] as f32, r)
+        }
+
+        pub fn gathered_total(table: [f16; k, c], idx: [u8; r]) -> f32 {
+            sum(table[idx, ..] as f32)
+        }
+
+        /// A softmax over each gathered row (element values of a launch over rows).
+        pub fn softmax_of_rows(x: [f32; n, c], idx: [u32; r]) -> [f32; r, c] {
+            let g = x[idx, ..];
+            let e = (g - max(g, c)).exp();
+            e / sum(e, c)
+        }
+
+        /// One-dim tables by a computed index, of every kind of element: a quantized code
+        /// book, flags, and fp8 values.
+        pub fn lookups(codes: [i16; m], flags: [bool; m], w: [f8e4m3; m], x: [f32; n])
+            -> ([i16; n], [bool; n], [f32; n])
+        {
+            let i = (x * 4.0) as i32;
+            (codes[i], flags[i], w[i] as f32)
+        }
+
+        /// Constant picks along named dims: each row's first and fourth element.
+        pub fn picks(x: [f64; r, c]) -> ([f64; r], [f64; r]) {
+            (x[.., 0], x[.., 3])
+        }
+    }
+}

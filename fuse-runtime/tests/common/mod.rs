@@ -162,6 +162,18 @@ impl Rng {
             .collect()
     }
 
+    /// `n` indices into a dim of `len` for a gather: mostly inside it, about one in eight
+    /// outside (negative, or `len` and past), where a gather reads zero.
+    pub fn indices(&mut self, n: usize, len: usize) -> Vec<i64> {
+        (0..n)
+            .map(|_| match self.below(8) {
+                0 => -1 - self.below(3) as i64,
+                1 => len as i64 + self.below(3) as i64,
+                _ => self.below(len.max(1) as u64) as i64,
+            })
+            .collect()
+    }
+
     /// `n` random bools, with both values once `n >= 2`.
     pub fn bools(&mut self, n: usize) -> Vec<bool> {
         let mut v: Vec<bool> = (0..n).map(|_| self.next_u64() & 1 == 1).collect();

@@ -1,8 +1,8 @@
 use fuse_runtime::fuse;
 
 fuse! {
-    fn f(x: [f32; n]) -> f32 {
-        x[0]
+    fn f(x: [f32; n, 3]) -> f32 {
+        x[0][1]
     }
 }
 

@@ -1,9 +1,0 @@
-use fuse_runtime::fuse;
-
-fuse! {
-    fn f(x: [f32; t, 2 * d]) -> [f32; t, d] {
-        x[.., 0]
-    }
-}
-
-fn main() {}
