@@ -63,10 +63,15 @@ impl Cpu<'_> {
     fn element_loop(&mut self, domain: &[DimId], pass: &Pass) {
         self.line("for i in 0..n {");
         let shapes = self.layout.shapes();
-        let positions = pass
-            .elems
+        let placed = pass
+            .writes
             .iter()
-            .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
+            .any(|&o| self.k.outputs[o].place.is_some());
+        let positions = placed
+            || pass
+                .elems
+                .iter()
+                .any(|&id| crate::plan::needs_coordinates(self.k, id, domain));
         if positions || shapes.iter().any(|s| s != domain) {
             for l in self.layout.split("i", domain, &SYNTAX) {
                 self.line(l);
@@ -219,9 +224,34 @@ impl Cpu<'_> {
                 self.line(format!("out{o}[r] += v{};", out.node));
                 continue;
             }
-            let at = self.at(&out.shape.clone(), scope);
             let v = stored(out.elem, &format!("v{}", out.node));
-            self.line(format!("out{o}[{at}] = {v};"));
+            let buffer = self.k.output_buffer(o);
+            if let Some(place) = &out.place {
+                // At the slice's index of the coordinates; nowhere where it gathers from
+                // outside its dim.
+                let gathered = place
+                    .view
+                    .gather
+                    .as_ref()
+                    .map(|g| format!("(v{} as usize)", g.index));
+                let at = self.layout.view_index(
+                    &place.view,
+                    &out.shape,
+                    |d| self.layout.coord(d),
+                    gathered.as_deref(),
+                );
+                match &place.view.gather {
+                    Some(g) => self.line(format!(
+                        "if (v{} as u64) < (({}) as u64) {{ out{buffer}[{at}] = {v}; }}",
+                        g.index,
+                        self.layout.linear(&g.len)
+                    )),
+                    None => self.line(format!("out{buffer}[{at}] = {v};")),
+                }
+                continue;
+            }
+            let at = self.at(&out.shape.clone(), scope);
+            self.line(format!("out{buffer}[{at}] = {v};"));
         }
     }
 

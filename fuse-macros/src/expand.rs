@@ -47,6 +47,9 @@ pub fn fuse(input: TokenStream) -> TokenStream {
 /// The Rust-facing signature of a kernel, which a stub shares with the real items.
 struct RustSig {
     inputs: Vec<(Ident, Elem, bool)>,
+    /// For each input, whether it is a `&mut` parameter, which the kernel writes.
+    written: Vec<bool>,
+    /// The returned outputs.
     outputs: Vec<Elem>,
     tuple: bool,
 }
@@ -81,8 +84,14 @@ impl RustSig {
             .iter()
             .map(|t| t.elem.resolve().unwrap_or(Elem::F32))
             .collect();
+        let written = def
+            .params
+            .iter()
+            .map(|p| p.written.is_some() && p.ty.dims.is_some())
+            .collect();
         RustSig {
             inputs,
+            written,
             outputs,
             tuple: def.output.tuple,
         }
@@ -96,7 +105,13 @@ impl RustSig {
             .collect();
         RustSig {
             inputs,
-            outputs: k.outputs.iter().map(|o| o.elem).collect(),
+            written: k.params.iter().map(|p| p.written).collect(),
+            outputs: k
+                .outputs
+                .iter()
+                .filter(|o| o.place.is_none())
+                .map(|o| o.elem)
+                .collect(),
             tuple: k.tuple,
         }
     }
@@ -105,12 +120,13 @@ impl RustSig {
         let rt = rt();
         self.inputs
             .iter()
-            .map(|(name, e, tensor)| {
+            .zip(&self.written)
+            .map(|((name, e, tensor), written)| {
                 let t = elem_tokens(*e);
-                if *tensor {
-                    quote!(#name: &impl #rt::Input<#t>,)
-                } else {
-                    quote!(#name: #t,)
+                match (*tensor, *written) {
+                    (true, true) => quote!(#name: &mut impl #rt::Output<#t>,),
+                    (true, false) => quote!(#name: &impl #rt::Input<#t>,),
+                    (false, _) => quote!(#name: #t,),
                 }
             })
             .collect()
@@ -156,7 +172,7 @@ impl RustSig {
                 quote!(#rt::Buffer<#t>)
             })
             .collect();
-        if self.tuple {
+        if self.tuple || types.is_empty() {
             quote!((#(#types),*))
         } else {
             quote!(#(#types)*)
@@ -243,7 +259,7 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
     let (inputs, ret) = (sig.input_params(), sig.return_type());
     let input_names = sig.input_names();
     let out_names = sig.output_names();
-    let n_inputs = k.params.iter().filter(|p| p.shape.is_some()).count();
+    let n_inputs = k.tensor_params().count();
     let tensor_inputs: Vec<&Ident> = k.tensor_params().map(|(_, p, _)| &p.name).collect();
     let alloc = out_names.iter().zip(&k.outputs).enumerate().map(|(j, (o, out))| {
         let t = elem_tokens(out.elem);
@@ -252,10 +268,27 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
             let mut #o = #rt::__private::alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::__fuse::SIGNATURE, #index, &#dims))?;
         }
     });
-    let result = if k.tuple {
+    let result = if k.tuple || out_names.is_empty() {
         quote!((#(#out_names),*))
     } else {
         quote!(#(#out_names)*)
+    };
+    // Outputs are allocated at the sizes the inputs bind; a kernel that only writes through
+    // `&mut` parameters allocates nothing.
+    let written: Vec<&Ident> = k
+        .params
+        .iter()
+        .filter(|p| p.written)
+        .map(|p| &p.name)
+        .collect();
+    let bind = match (out_names.is_empty(), written.is_empty()) {
+        (true, _) => TokenStream::new(),
+        (false, true) => quote! {
+            let #dims = #rt::__private::bind(&#name::__fuse::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*])?;
+        },
+        (false, false) => quote! {
+            let #dims = #rt::__private::bind_written(&#name::__fuse::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*], &[#(&*#written as &dyn #rt::__private::AnyBuffer),*])?;
+        },
     };
     let doc = fn_doc(k);
     let mod_doc = format!(
@@ -271,7 +304,7 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
         #[doc = #doc]
         #[allow(clippy::too_many_arguments)]
         #vis fn #name(#dev: &#rt::Device, #inputs) -> ::core::result::Result<#ret, #rt::Error> {
-            let #dims = #rt::__private::bind(&#name::__fuse::SIGNATURE, #dev, &[#(#tensor_inputs as &dyn #rt::__private::AnyBuffer),*])?;
+            #bind
             #(#alloc)*
             #name::into(#dev, #(#input_names,)* #(&mut #out_names),*)?;
             ::core::result::Result::Ok(#result)
@@ -411,10 +444,21 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
         .into_iter()
         .zip(&k.outputs)
         .map(|(n, o)| (plain_name(&n), o.stored_shape(), true));
-    let tensors = inputs.chain(outputs).map(|(name, shape, output)| {
-        let refs = dim_refs(&shape);
-        quote!(#rt::__private::TensorSig { name: #name, dims: &[#(#refs),*], output: #output })
+    // Then the `&mut` parameters, in the order of [`Kernel::output_buffer`].
+    let written = k.params.iter().filter(|p| p.written).map(|p| {
+        (
+            plain_name(&p.name),
+            p.shape.clone().unwrap_or_default(),
+            true,
+        )
     });
+    let tensors = inputs
+        .chain(outputs)
+        .chain(written)
+        .map(|(name, shape, output)| {
+            let refs = dim_refs(&shape);
+            quote!(#rt::__private::TensorSig { name: #name, dims: &[#(#refs),*], output: #output })
+        });
     let kernel = plain_name(&k.name);
     quote! {
         #[doc(hidden)]
@@ -475,7 +519,8 @@ fn program_items(
             quote!(#p::Param::Input { tensor: #tensor, bytes: #bytes })
         }
         Param::Output(j) => {
-            let (tensor, bytes) = (n_inputs + j, k.outputs[j].elem.bits() / 8);
+            let tensor = n_inputs + k.output_buffer(j);
+            let bytes = k.outputs[j].elem.bits() / 8;
             quote!(#p::Param::Output { tensor: #tensor, bytes: #bytes })
         }
         Param::Scalar(i) => {
@@ -605,6 +650,14 @@ fn module_items(
         .filter(|p| p.shape.is_none())
         .map(|p| &p.name)
         .collect();
+    // Every buffer written: the returned outputs, then the `&mut` parameters.
+    let written: Vec<&Ident> = k
+        .params
+        .iter()
+        .filter(|p| p.written)
+        .map(|p| &p.name)
+        .collect();
+    let out_names: Vec<&Ident> = out_names.iter().chain(written).collect();
     let dims = local("dims");
     let tensors = local("tensors");
     let general = sources.last().expect("every program has an entry");
@@ -655,7 +708,15 @@ fn module_items(
 
 fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream {
     let rt = rt();
-    let out_names = sig.output_names();
+    // Every buffer written (see [`Kernel::output_buffer`]): the returned outputs, then the
+    // `&mut` parameters.
+    let returned = sig.output_names();
+    let written = k.params.iter().filter(|p| p.written);
+    let out_names: Vec<Ident> = returned
+        .iter()
+        .cloned()
+        .chain(written.clone().map(|p| p.name.clone()))
+        .collect();
     let tensors: Vec<(&Ident, TokenStream)> = k
         .tensor_params()
         .map(|(_, p, _)| (&p.name, elem_tokens(p.elem)))
@@ -666,7 +727,14 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
         .filter(|p| p.shape.is_none())
         .map(|p| (&p.name, elem_tokens(p.elem)))
         .collect();
-    let outs: Vec<TokenStream> = k.outputs.iter().map(|o| elem_tokens(o.elem)).collect();
+    let outs: Vec<TokenStream> = k
+        .outputs
+        .iter()
+        .filter(|o| o.place.is_none())
+        .map(|o| o.elem)
+        .chain(written.map(|p| p.elem))
+        .map(elem_tokens)
+        .collect();
     let (t_names, t_types): (Vec<_>, Vec<_>) = tensors.iter().cloned().unzip();
     let (s_names, s_types): (Vec<_>, Vec<_>) = scalars.iter().cloned().unzip();
     // Host copies in `cpu`; the parameter names of `compute`, which the CPU backend's body uses.

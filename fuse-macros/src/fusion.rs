@@ -46,7 +46,9 @@ pub fn launch(k: &Body, cx: &mut Errors) -> Option<Launch> {
 pub fn live_nodes(k: &Body) -> Vec<bool> {
     let mut live = vec![false; k.nodes.len()];
     for o in k.outputs {
-        live[o.node] = true;
+        for root in o.roots() {
+            live[root] = true;
+        }
     }
     for i in (0..k.nodes.len()).rev() {
         if live[i] {

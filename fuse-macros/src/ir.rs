@@ -249,6 +249,9 @@ pub struct ParamInfo {
     pub elem: Elem,
     /// `None` for a scalar parameter.
     pub shape: Option<Vec<DimId>>,
+    /// A `&mut` tensor parameter, written through `p[items] = value;` (an output of the kernel
+    /// with an [`OutputInfo::place`]) and never read.
+    pub written: bool,
 }
 
 pub struct OutputInfo {
@@ -263,11 +266,37 @@ pub struct OutputInfo {
     /// `parts` and zeroes the rows no block takes; the CPU sums every row into the first. The
     /// sum over `parts` is then the column sum, left to a later launch.
     pub partial: Option<DimId>,
+    /// Only for a write through a `&mut` parameter (`cache[slot, ..] = k;`): the value over
+    /// the domain (`shape`, the slice's shape) is stored where the slice of the parameter puts
+    /// each element, and nowhere else.
+    pub place: Option<Place>,
+}
+
+/// Where a write through a `&mut` parameter stores each element of its domain.
+pub struct Place {
+    /// The `&mut` parameter: the buffer written, whose shape is the output's in memory.
+    pub param: usize,
+    pub shape: Vec<DimId>,
+    /// The element at the domain's coordinates goes to `param[view's index]`; where the view
+    /// gathers and the index is outside its dim, nowhere.
+    pub view: View,
 }
 
 impl OutputInfo {
-    /// The output's shape in memory: `shape`, or `[parts, len]` for partial sums.
+    /// The values the output needs: its value, and the index of a write that scatters.
+    pub fn roots(&self) -> Vec<NodeId> {
+        let index = self.place.as_ref().and_then(|p| p.view.gather.as_ref());
+        std::iter::once(self.node)
+            .chain(index.map(|g| g.index))
+            .collect()
+    }
+
+    /// The output's shape in memory: `shape`, `[parts, len]` for partial sums, or the `&mut`
+    /// parameter's shape for a write through one.
     pub fn stored_shape(&self) -> Vec<DimId> {
+        if let Some(place) = &self.place {
+            return place.shape.clone();
+        }
         match (self.partial, self.shape.last()) {
             (Some(parts), Some(&len)) => vec![parts, len],
             _ => self.shape.clone(),
@@ -351,11 +380,30 @@ impl Kernel {
         })
     }
 
+    /// The tensor parameters the kernel reads: all but the `&mut` ones, which are outputs.
     pub fn tensor_params(&self) -> impl Iterator<Item = (usize, &ParamInfo, &Vec<DimId>)> {
         self.params
             .iter()
             .enumerate()
+            .filter(|(_, p)| !p.written)
             .filter_map(|(i, p)| p.shape.as_ref().map(|s| (i, p, s)))
+    }
+
+    /// The buffer that output `j` is stored in, among the buffers the kernel writes: each
+    /// returned output its own, in order, then each `&mut` parameter, in the order of the
+    /// parameters, shared by every write through it.
+    pub fn output_buffer(&self, j: usize) -> usize {
+        let returned = self.outputs.iter().filter(|o| o.place.is_none()).count();
+        match &self.outputs[j].place {
+            None => j,
+            Some(place) => {
+                returned
+                    + self.params[..place.param]
+                        .iter()
+                        .filter(|p| p.written)
+                        .count()
+            }
+        }
     }
 
     /// Whether the kernel draws random numbers (`rand`, `randn`, `dropout`): Philox's state and

@@ -35,6 +35,9 @@ pub struct KernelDef {
 pub struct Param {
     pub name: Ident,
     pub ty: TypeDecl,
+    /// The tokens of `&mut` before a tensor type: a parameter the kernel writes through
+    /// `p[items] = value;`.
+    pub written: Option<TokenStream>,
 }
 
 /// A declared type: `T` (a scalar) or `[T; d1, .., dk]` (a tensor).
@@ -165,15 +168,22 @@ impl Parse for KernelDef {
         let content;
         syn::parenthesized!(content in input);
         let params = Punctuated::<Param, Token![,]>::parse_terminated(&content)?;
-        input.parse::<Token![->]>().map_err(|e| {
-            syn::Error::new(
-                e.span(),
-                "expected `->` and the output type: every kernel returns one or more tensors or scalars",
-            )
-        })?;
-        let output_fork = input.fork();
-        let output = parse_output(input)?;
-        let output_tokens = tokens_between(&output_fork, input);
+        // No `->`: a kernel that only writes through its `&mut` parameters (checked there).
+        let (output, output_tokens) = match input.peek(Token![->]) {
+            true => {
+                input.parse::<Token![->]>()?;
+                let output_fork = input.fork();
+                let output = parse_output(input)?;
+                (output, tokens_between(&output_fork, input))
+            }
+            false => (
+                Output {
+                    types: vec![],
+                    tuple: false,
+                },
+                TokenStream::new(),
+            ),
+        };
         let body: proc_macro2::Group = input.parse()?;
         if body.delimiter() != proc_macro2::Delimiter::Brace {
             return Err(syn::Error::new(
@@ -253,8 +263,22 @@ impl Parse for Param {
     fn parse(input: ParseStream) -> syn::Result<Self> {
         let name: Ident = input.parse()?;
         input.parse::<Token![:]>()?;
+        let written = match input.peek(Token![&]) {
+            true => {
+                let fork = input.fork();
+                input.parse::<Token![&]>()?;
+                input.parse::<Token![mut]>().map_err(|e| {
+                    syn::Error::new(
+                        e.span(),
+                        "a parameter that the kernel writes is `&mut [T; dims]`, as in `cache: &mut [f32; slots, d]`; the others are taken by value, as `[f32; n]` or `f32`",
+                    )
+                })?;
+                Some(tokens_between(&fork, input))
+            }
+            false => None,
+        };
         let ty = input.parse()?;
-        Ok(Param { name, ty })
+        Ok(Param { name, ty, written })
     }
 }
 
@@ -442,12 +466,21 @@ impl BinOp {
 /// A kernel body: `let` bindings in order, then the tail expression.
 pub struct Body {
     pub lets: Vec<(Ident, Expr)>,
+    /// `p[items] = value;` statements, each with the number of `let`s before it.
+    pub writes: Vec<(usize, Write)>,
     pub tail: Option<Expr>,
     /// Names whose `let` had an error, with the number of `let`s before each: later uses of them
     /// are not errors again.
     pub poisoned: Vec<(usize, Ident)>,
     /// Whether the body ends in an expression, even one that did not lower (its error is in `cx`).
     pub has_tail: bool,
+}
+
+/// `p[items] = value;`: a write through a `&mut` parameter.
+pub struct Write {
+    pub target: Expr,
+    pub value: Expr,
+    pub tokens: TokenStream,
 }
 
 /// Lowers a body's statements, reporting every construct the language does not have.
@@ -459,6 +492,7 @@ pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
     };
     let mut body = Body {
         lets: Vec::new(),
+        writes: Vec::new(),
         tail: None,
         has_tail: false,
         poisoned: Vec::new(),
@@ -471,6 +505,19 @@ pub fn lower_body(stmts: &[syn::Stmt], cx: &mut Errors) -> Body {
                 Err(Some(name)) => body.poisoned.push((body.lets.len(), name)),
                 Err(None) => {}
             },
+            syn::Stmt::Expr(syn::Expr::Assign(a), _) => {
+                let target = lower_expr(&a.left, cx);
+                let value = lower_expr(&a.right, cx);
+                if let (Some(target), Some(value)) = (target, value) {
+                    let tokens = tokens(a);
+                    let write = Write {
+                        target,
+                        value,
+                        tokens,
+                    };
+                    body.writes.push((body.lets.len(), write));
+                }
+            }
             syn::Stmt::Expr(e, None) if last => {
                 body.has_tail = true;
                 body.tail = lower_expr(e, cx);

@@ -64,6 +64,47 @@ pub struct Signature {
 /// later tensors must agree. Returns the size of each named dim, in [`Signature::dims`] order.
 /// `tensors` may also hold the inputs alone, to bind the dims before the outputs are allocated.
 pub fn bind(sig: &Signature, dev: &Device, tensors: &[&dyn AnyBuffer]) -> Result<Sizes, Error> {
+    let mut some = Inline::<Option<&dyn AnyBuffer>, SIZES>::new(None, tensors.len());
+    for (s, &t) in some.as_mut_slice().iter_mut().zip(tensors) {
+        *s = Some(t);
+    }
+    let sizes = bind_present(sig, dev, some.as_slice())?;
+    if tensors.len() == sig.tensors.len() {
+        check_overlaps(sig, tensors)?;
+    }
+    Ok(sizes)
+}
+
+/// [`bind`] before the returned outputs are allocated, of a kernel that also writes through
+/// `&mut` parameters: the inputs, then the `&mut` parameters (the last tensors of `sig`).
+pub fn bind_written(
+    sig: &Signature,
+    dev: &Device,
+    inputs: &[&dyn AnyBuffer],
+    written: &[&dyn AnyBuffer],
+) -> Result<Sizes, Error> {
+    let returned = sig
+        .tensors
+        .len()
+        .saturating_sub(inputs.len() + written.len());
+    let present = inputs
+        .iter()
+        .map(|&t| Some(t))
+        .chain((0..returned).map(|_| None))
+        .chain(written.iter().map(|&t| Some(t)));
+    let mut some = Inline::<Option<&dyn AnyBuffer>, SIZES>::new(None, sig.tensors.len());
+    for (s, t) in some.as_mut_slice().iter_mut().zip(present) {
+        *s = t;
+    }
+    bind_present(sig, dev, some.as_slice())
+}
+
+/// [`bind`] of the tensors that are present (`Some`), without the overlap check.
+fn bind_present(
+    sig: &Signature,
+    dev: &Device,
+    tensors: &[Option<&dyn AnyBuffer>],
+) -> Result<Sizes, Error> {
     let inputs = sig.tensors.iter().filter(|t| !t.output).count();
     if tensors.len() != sig.tensors.len() && tensors.len() != inputs {
         return Err(Error::Internal {
@@ -81,18 +122,15 @@ pub fn bind(sig: &Signature, dev: &Device, tensors: &[&dyn AnyBuffer]) -> Result
     // Dims made of parts (`2 * d`) after the plain ones, since they may bind a dim from them.
     for want_output in [false, true] {
         for (param, &tensor) in sig.tensors.iter().zip(tensors) {
-            if param.output == want_output {
+            if let (true, Some(tensor)) = (param.output == want_output, tensor) {
                 check_tensor(sig, param, tensor, dev, bound)?;
             }
         }
         for (param, &tensor) in sig.tensors.iter().zip(tensors) {
-            if param.output == want_output {
+            if let (true, Some(tensor)) = (param.output == want_output, tensor) {
                 check_sums(sig, param, tensor, bound)?;
             }
         }
-    }
-    if tensors.len() == sig.tensors.len() {
-        check_overlaps(sig, tensors)?;
     }
     let mut sizes = Inline::new(0, sig.dims.len());
     for ((size, bound), name) in sizes.as_mut_slice().iter_mut().zip(&*bound).zip(sig.dims) {

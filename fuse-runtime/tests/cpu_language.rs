@@ -4340,3 +4340,193 @@ fn constant_picks_along_named_dims_read_zero_past_the_end() {
         );
     }
 }
+
+#[test]
+fn rows_are_scattered_to_their_slots_and_the_rest_is_kept() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, h, d, slots) in [
+        (7, 3, 16, 40),
+        (1, 1, 1, 1),
+        (5, 2, 33, 5),
+        (0, 2, 4, 3),
+        (64, 8, 8, 256),
+    ] {
+        let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * d, -3.0, 3.0);
+        // Distinct slots (as vLLM's are), some negative (padding) or past the cache.
+        let mut order: Vec<i64> = (0..slots as i64).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let slot: Vec<i64> = (0..t)
+            .map(|i| match rng.below(8) {
+                0 => -1,
+                1 => slots as i64 + rng.below(3) as i64,
+                _ => order[i % slots],
+            })
+            .collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(slots * h * d, -9.0, 9.0);
+        let mut cache = put(&dev, &before, &[slots, h, d]);
+        kernels::writes::cache_rows(
+            &dev,
+            &put(&dev, &key, &[t, h, d]),
+            &put(&dev, &slot, &[t]),
+            &mut cache,
+        )
+        .unwrap();
+        let mut want = before.clone();
+        for (i, &s) in slot.iter().enumerate() {
+            if (0..slots as i64).contains(&s) {
+                let row = h * d;
+                want[s as usize * row..][..row].copy_from_slice(&key[i * row..][..row]);
+            }
+        }
+        let bits = |v: &[fuse_runtime::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        assert_exact(
+            &format!("cache_rows {t}x{h}x{d} into {slots}"),
+            &bits(&host(&cache)),
+            &bits(&want),
+        );
+    }
+}
+
+#[test]
+fn the_key_and_value_caches_are_written_in_one_call() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (t, h, d, slots) = (9, 2, 5, 13);
+    let key = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+    let value = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+    let slot: Vec<i64> = (0..t as i64).map(|i| (i * 5 + 3) % slots as i64).collect();
+    let (k0, v0) = (
+        rng.floats::<f32>(slots * h * d, -9.0, 9.0),
+        rng.floats::<f32>(slots * h * d, -9.0, 9.0),
+    );
+    let (mut kc, mut vc) = (
+        put(&dev, &k0, &[slots, h, d]),
+        put(&dev, &v0, &[slots, h, d]),
+    );
+    kernels::writes::kv_cache(
+        &dev,
+        &put(&dev, &key, &[t, h, d]),
+        &put(&dev, &value, &[t, h, d]),
+        &put(&dev, &slot, &[t]),
+        &mut kc,
+        &mut vc,
+    )
+    .unwrap();
+    let (mut wk, mut wv) = (k0.clone(), v0.clone());
+    for (i, &s) in slot.iter().enumerate() {
+        let row = h * d;
+        wk[s as usize * row..][..row].copy_from_slice(&key[i * row..][..row]);
+        wv[s as usize * row..][..row].copy_from_slice(&value[i * row..][..row]);
+    }
+    assert_exact("key cache", &host(&kc), &wk);
+    assert_exact("value cache", &host(&vc), &wv);
+    // One cache for both is an alias: an error, and nothing written.
+    let mut alias = kc.reshape(&[slots, h, d]).unwrap();
+    let e = kernels::writes::kv_cache(
+        &dev,
+        &put(&dev, &key, &[t, h, d]),
+        &put(&dev, &value, &[t, h, d]),
+        &put(&dev, &slot, &[t]),
+        &mut kc,
+        &mut alias,
+    );
+    assert!(matches!(e, Err(Error::Alias { .. })), "{e:?}");
+    assert_exact("key cache after the alias", &host(&kc), &wk);
+}
+
+#[test]
+fn halves_and_pairs_of_one_buffer_concatenate() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, d) in [(5, 33), (1, 1), (3, 8), (0, 4)] {
+        let a = rng.floats_special::<f32>(t * d, -3.0, 3.0);
+        let b = rng.floats::<f32>(t * d, -3.0, 3.0);
+        let mut out = put(&dev, &rng.floats::<f32>(t * 2 * d, -1.0, 1.0), &[t, 2 * d]);
+        kernels::writes::concat(
+            &dev,
+            &put(&dev, &a, &[t, d]),
+            &put(&dev, &b, &[t, d]),
+            &mut out,
+        )
+        .unwrap();
+        let want: Vec<u32> = (0..t)
+            .flat_map(|r| {
+                let (a, b) = (&a[r * d..][..d], &b[r * d..][..d]);
+                a.iter()
+                    .copied()
+                    .chain(b.iter().map(|v| v * 2.0))
+                    .collect::<Vec<f32>>()
+            })
+            .map(f32::to_bits)
+            .collect();
+        let got: Vec<u32> = host(&out).iter().map(|v| v.to_bits()).collect();
+        assert_exact(&format!("concat {t}x{d}"), &got, &want);
+
+        let a16: Vec<fuse_runtime::f16> = rng.floats(t * d, -3.0, 3.0);
+        let b16: Vec<fuse_runtime::f16> = rng.floats(t * d, -3.0, 3.0);
+        let mut out = put(
+            &dev,
+            &rng.floats::<fuse_runtime::f16>(t * d * 2, -1.0, 1.0),
+            &[t, d * 2],
+        );
+        kernels::writes::interleave(
+            &dev,
+            &put(&dev, &a16, &[t, d]),
+            &put(&dev, &b16, &[t, d]),
+            &mut out,
+        )
+        .unwrap();
+        let want: Vec<u16> = a16
+            .iter()
+            .zip(&b16)
+            .flat_map(|(a, b)| [a.to_bits(), b.to_bits()])
+            .collect();
+        let got: Vec<u16> = host(&out).iter().map(|v| v.to_bits()).collect();
+        assert_exact(&format!("interleave {t}x{d}"), &got, &want);
+    }
+}
+
+#[test]
+fn a_scatter_runs_beside_a_returned_output_and_fills_rows() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, c, m) in [(6, 7, 10), (1, 1, 1), (40, 33, 3)] {
+        let x = rng.floats::<f32>(n * c, -3.0, 3.0);
+        let bias = rng.floats::<f32>(c, -1.0, 1.0);
+        // Distinct rows, some out of range.
+        let idx: Vec<u32> = (0..n as u32)
+            .map(|i| if i % 4 == 3 { m as u32 + i } else { i })
+            .collect();
+        let before = rng.floats::<f32>(m * c, -9.0, 9.0);
+        let mut table = put(&dev, &before, &[m, c]);
+        let twice = kernels::writes::scatter_and_return(
+            &dev,
+            &put(&dev, &x, &[n, c]),
+            &put(&dev, &idx, &[n]),
+            &put(&dev, &bias, &[c]),
+            &mut table,
+        )
+        .unwrap();
+        let want_twice: Vec<f32> = x.iter().map(|v| v * 2.0).collect();
+        assert_exact(&format!("returned {n}x{c}"), &host(&twice), &want_twice);
+        let mut want = before.clone();
+        for (i, &r) in idx.iter().enumerate() {
+            if (r as usize) < m {
+                for j in 0..c {
+                    want[r as usize * c + j] = x[i * c + j] + bias[j];
+                }
+            }
+        }
+        assert_exact(&format!("scattered {n}x{c} into {m}"), &host(&table), &want);
+
+        let rows: Vec<i32> = rng.indices(3, m).iter().map(|&i| i as i32).collect();
+        let mut table = put(&dev, &before, &[m, c]);
+        kernels::writes::fill_rows(&dev, &put(&dev, &rows, &[3]), 0.5, &mut table).unwrap();
+        let mut want = before.clone();
+        for &r in &rows {
+            if (0..m as i32).contains(&r) {
+                want[r as usize * c..][..c].fill(0.5);
+            }
+        }
+        assert_exact(&format!("filled rows of {m}x{c}"), &host(&table), &want);
+    }
+}

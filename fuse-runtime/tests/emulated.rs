@@ -140,6 +140,9 @@ struct Emulation {
     misalign: bool,
     shared: Option<Shared>,
     wide: bool,
+    /// The contents of the `&mut` parameters before the call, in the order of the parameters,
+    /// in hex; the CPU's outputs to compare with then end with those buffers after its call.
+    written: Vec<String>,
 }
 
 /// [`emulate`], then again with the vector loops' 64-bit indices.
@@ -200,6 +203,7 @@ impl Emulation {
         .expect("an entry takes every shape");
         let size_of = |d: &DimRef| d.size(&sizes) as u64;
         let n_inputs = sig.tensors.iter().filter(|t| !t.output).count();
+        let returned = sig.tensors.len() - n_inputs - self.written.len();
         let slots: Vec<String> = program
             .params
             .iter()
@@ -208,6 +212,13 @@ impl Emulation {
                     format!(
                         "{{\"kind\": \"in\", \"elem\": {bytes}, \"data\": \"{}\"}}",
                         tensors[tensor]
+                    )
+                }
+                Param::Output { tensor, bytes } if tensor - n_inputs >= returned => {
+                    let id = tensor - n_inputs - returned;
+                    format!(
+                        "{{\"kind\": \"inout\", \"elem\": {bytes}, \"id\": {id}, \"data\": \"{}\"}}",
+                        self.written[id]
                     )
                 }
                 Param::Output { tensor, bytes } => format!(
@@ -2436,6 +2447,168 @@ fn gathers_run_on_an_emulated_gpu() {
             &cpu,
             &["f64", "f64"],
             &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+}
+
+/// Writes through `&mut` parameters: rows scattered to slots (some negative or past the end,
+/// writing nothing), two caches in one launch, halves and interleaved pairs of one buffer, a
+/// scatter beside a returned output, and every untouched element kept.
+#[test]
+fn writes_through_mut_parameters_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    use kernels::writes as w;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let with = |written: Vec<String>| Emulation {
+        written,
+        ..Emulation::default()
+    };
+    for (t, h, d, slots) in [(7, 3, 16, 40), (1, 1, 1, 1), (64, 8, 8, 256)] {
+        let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * d, -3.0, 3.0);
+        let slot: Vec<i64> = (0..t as i64)
+            .map(|i| match i % 5 {
+                4 => -1,
+                3 => slots as i64 + i,
+                _ => (i * 7 + 1) % slots as i64,
+            })
+            .collect();
+        let slot: Vec<i64> = {
+            // Distinct slots, as vLLM's are: a duplicate's winner is unspecified.
+            let mut seen = std::collections::HashSet::new();
+            slot.into_iter()
+                .map(|s| if seen.insert(s) { s } else { -1 })
+                .collect()
+        };
+        let before: Vec<fuse_runtime::bf16> = rng.floats(slots * h * d, -9.0, 9.0);
+        let mut cache = put(&dev, &before, &[slots, h, d]);
+        w::cache_rows(
+            &dev,
+            &put(&dev, &key, &[t, h, d]),
+            &put(&dev, &slot, &[t]),
+            &mut cache,
+        )
+        .unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("cache_rows {t}x{h}x{d} into {slots}"),
+            &w::cache_rows::__fuse::PROGRAM,
+            vec![hex(&key), hex(&slot)],
+            vec![],
+            &[("t", t), ("h", h), ("d", d), ("slots", slots)],
+            &cache,
+            &["bf16"],
+            &[Tol::EXACT],
+        );
+        let key = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let value = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let (k0, v0) = (
+            rng.floats::<f32>(slots * h * d, -9.0, 9.0),
+            rng.floats::<f32>(slots * h * d, -9.0, 9.0),
+        );
+        let (mut kc, mut vc) = (
+            put(&dev, &k0, &[slots, h, d]),
+            put(&dev, &v0, &[slots, h, d]),
+        );
+        let (bk, bv, bs) = (
+            put(&dev, &key, &[t, h, d]),
+            put(&dev, &value, &[t, h, d]),
+            put(&dev, &slot, &[t]),
+        );
+        w::kv_cache(&dev, &bk, &bv, &bs, &mut kc, &mut vc).unwrap();
+        with(vec![hex(&k0), hex(&v0)]).run(
+            &format!("kv_cache {t}x{h}x{d} into {slots}"),
+            &w::kv_cache::__fuse::PROGRAM,
+            vec![hex(&key), hex(&value), hex(&slot)],
+            vec![],
+            &[("t", t), ("h", h), ("d", d), ("slots", slots)],
+            &(kc, vc),
+            &["f32", "f32"],
+            &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+    for (t, d) in [(5, 33), (1, 1), (3, 300)] {
+        let a = rng.floats_special::<f32>(t * d, -3.0, 3.0);
+        let b = rng.floats::<f32>(t * d, -3.0, 3.0);
+        let before = rng.floats::<f32>(t * 2 * d, -1.0, 1.0);
+        let mut out = put(&dev, &before, &[t, 2 * d]);
+        w::concat(
+            &dev,
+            &put(&dev, &a, &[t, d]),
+            &put(&dev, &b, &[t, d]),
+            &mut out,
+        )
+        .unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("concat {t}x{d}"),
+            &w::concat::__fuse::PROGRAM,
+            vec![hex(&a), hex(&b)],
+            vec![],
+            &[("t", t), ("d", d)],
+            &out,
+            &["f32"],
+            &[Tol::EXACT],
+        );
+        let a16: Vec<fuse_runtime::f16> = rng.floats(t * d, -3.0, 3.0);
+        let b16: Vec<fuse_runtime::f16> = rng.floats(t * d, -3.0, 3.0);
+        let before: Vec<fuse_runtime::f16> = rng.floats(t * d * 2, -1.0, 1.0);
+        let mut out = put(&dev, &before, &[t, d * 2]);
+        w::interleave(
+            &dev,
+            &put(&dev, &a16, &[t, d]),
+            &put(&dev, &b16, &[t, d]),
+            &mut out,
+        )
+        .unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("interleave {t}x{d}"),
+            &w::interleave::__fuse::PROGRAM,
+            vec![hex(&a16), hex(&b16)],
+            vec![],
+            &[("t", t), ("d", d)],
+            &out,
+            &["f16"],
+            &[Tol::EXACT],
+        );
+    }
+    for (n, c, m) in [(6, 7, 10), (40, 33, 3)] {
+        let x = rng.floats::<f32>(n * c, -3.0, 3.0);
+        let bias = rng.floats::<f32>(c, -1.0, 1.0);
+        let idx: Vec<u32> = (0..n as u32)
+            .map(|i| if i % 4 == 3 { m as u32 + i } else { i })
+            .collect();
+        let before = rng.floats::<f32>(m * c, -9.0, 9.0);
+        let mut table = put(&dev, &before, &[m, c]);
+        let twice = w::scatter_and_return(
+            &dev,
+            &put(&dev, &x, &[n, c]),
+            &put(&dev, &idx, &[n]),
+            &put(&dev, &bias, &[c]),
+            &mut table,
+        )
+        .unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("scatter_and_return {n}x{c} into {m}"),
+            &w::scatter_and_return::__fuse::PROGRAM,
+            vec![hex(&x), hex(&idx), hex(&bias)],
+            vec![],
+            &[("n", n), ("c", c), ("m", m)],
+            &(twice, table),
+            &["f32", "f32"],
+            &[Tol::EXACT, Tol::EXACT],
+        );
+        let rows: Vec<i32> = vec![2, -1, m as i32];
+        let mut table = put(&dev, &before, &[m, c]);
+        w::fill_rows(&dev, &put(&dev, &rows, &[3]), 0.5, &mut table).unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("fill_rows {m}x{c}"),
+            &w::fill_rows::__fuse::PROGRAM,
+            vec![hex(&rows)],
+            vec![u64::from(0.5f32.to_bits())],
+            &[("r", 3), ("m", m), ("c", c)],
+            &table,
+            &["f32"],
+            &[Tol::EXACT],
         );
     }
 }

@@ -3019,3 +3019,119 @@ fn gathers_by_index_tensors() {
         );
     }
 }
+
+/// Writes through `&mut` on the GPU against the CPU backend: V4's KV-cache write (rows to
+/// distinct slots, some negative), both caches at once, a concatenation and an interleave of
+/// odd widths, and a scatter beside a returned output; untouched elements keep their values.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn writes_through_mut_parameters() {
+    use kernels::writes as w;
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(t, h, d) in &[(8192usize, 32usize, 128usize), (77, 8, 64), (5, 1, 3)] {
+        let slots = 4 * t;
+        let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * d, -3.0, 3.0);
+        // Distinct slots spread over the cache, every eighth token a padding one (-1).
+        let stride = (slots / t) as i64 + 1;
+        let slot: Vec<i64> = (0..t as i64)
+            .map(|i| {
+                if i % 8 == 7 {
+                    -1
+                } else {
+                    (i * stride) % slots as i64
+                }
+            })
+            .collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(slots * h * d, -9.0, 9.0);
+        let run = |dev: &Device| {
+            let mut cache = put(dev, &before, &[slots, h, d]);
+            w::cache_rows(
+                dev,
+                &put(dev, &key, &[t, h, d]),
+                &put(dev, &slot, &[t]),
+                &mut cache,
+            )
+            .map(|()| cache)
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("cache_rows {t} x {h} x {d}"),
+            run,
+            &[Tol::EXACT],
+        );
+        let key = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let value = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let run = |dev: &Device| {
+            let mut kc = put(dev, &vec![0.25f32; slots * h * d], &[slots, h, d]);
+            let mut vc = put(dev, &vec![-0.5f32; slots * h * d], &[slots, h, d]);
+            let (bk, bv) = (put(dev, &key, &[t, h, d]), put(dev, &value, &[t, h, d]));
+            w::kv_cache(dev, &bk, &bv, &put(dev, &slot, &[t]), &mut kc, &mut vc).map(|()| (kc, vc))
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("kv_cache {t} x {h} x {d}"),
+            run,
+            &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+    for &(t, d) in &[(2048usize, 14336usize), (1000, 33), (3, 1)] {
+        let a = rng.floats_special::<f32>(t * d, -3.0, 3.0);
+        let b = rng.floats::<f32>(t * d, -3.0, 3.0);
+        let before = rng.floats::<f32>(t * 2 * d, -1.0, 1.0);
+        let run = |dev: &Device| {
+            let mut out = put(dev, &before, &[t, 2 * d]);
+            w::concat(
+                dev,
+                &put(dev, &a, &[t, d]),
+                &put(dev, &b, &[t, d]),
+                &mut out,
+            )
+            .map(|()| out)
+        };
+        assert_gpu_matches_cpu(&gpu, &format!("concat {t} x {d}"), run, &[Tol::EXACT]);
+        let a16: Vec<fuse_runtime::f16> = rng.floats(t * d, -3.0, 3.0);
+        let b16: Vec<fuse_runtime::f16> = rng.floats(t * d, -3.0, 3.0);
+        let run = |dev: &Device| {
+            let mut out = put(dev, &vec![fuse_runtime::f16::ONE; t * d * 2], &[t, d * 2]);
+            w::interleave(
+                dev,
+                &put(dev, &a16, &[t, d]),
+                &put(dev, &b16, &[t, d]),
+                &mut out,
+            )
+            .map(|()| out)
+        };
+        assert_gpu_matches_cpu(&gpu, &format!("interleave {t} x {d}"), run, &[Tol::EXACT]);
+    }
+    for &(n, c, m) in &[(10_000usize, 256usize, 20_000usize), (6, 7, 12)] {
+        let x = rng.floats::<f32>(n * c, -3.0, 3.0);
+        let bias = rng.floats::<f32>(c, -1.0, 1.0);
+        let idx: Vec<u32> = (0..n as u32)
+            .map(|i| {
+                if i % 4 == 3 {
+                    m as u32 + i
+                } else {
+                    i * 2 % m as u32
+                }
+            })
+            .collect();
+        let before = rng.floats::<f32>(m * c, -9.0, 9.0);
+        let run = |dev: &Device| {
+            let mut table = put(dev, &before, &[m, c]);
+            let (bx, bi, bb) = (
+                put(dev, &x, &[n, c]),
+                put(dev, &idx, &[n]),
+                put(dev, &bias, &[c]),
+            );
+            w::scatter_and_return(dev, &bx, &bi, &bb, &mut table).map(|twice| (twice, table))
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("scatter_and_return {n} x {c} into {m}"),
+            run,
+            &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+}

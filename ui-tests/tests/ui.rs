@@ -9,7 +9,7 @@ fn ui() {
     let t = trybuild::TestCases::new();
     for stage in [
         "parse", "limits", "names", "types", "shapes", "index", "slice", "outputs", "fusion",
-        "random", "grad",
+        "random", "grad", "write",
     ] {
         t.compile_fail(format!("tests/ui/{stage}/*.rs"));
     }

@@ -5,6 +5,7 @@ mod element;
 mod slice;
 mod special;
 pub(crate) mod typing;
+mod write;
 
 use crate::error::{self, Errors};
 use crate::ir::plain_name;
@@ -116,13 +117,23 @@ impl<'a> Checker<'a> {
             self.composites_bind(def);
         }
         let before_outputs = self.cx.len();
+        // No `->`: a kernel that only writes through its `&mut` parameters.
+        let returns = !def.output.types.is_empty() || !def.output_tokens.is_empty();
         // An output type with an error is not matched against the body: that would only repeat it.
-        let outputs = self
-            .output_types(def)
-            .filter(|_| self.cx.len() == before_outputs);
+        let outputs = match returns {
+            true => self
+                .output_types(def)
+                .filter(|_| self.cx.len() == before_outputs),
+            false => Some(vec![]),
+        };
         let body = lower_body(&def.body, self.cx);
         let mut poisoned = body.poisoned.iter().peekable();
+        let mut writes = body.writes.iter().peekable();
+        let mut placed = vec![];
         for (i, (name, e)) in body.lets.iter().enumerate() {
+            while let Some((_, w)) = writes.next_if(|(at, _)| *at == i) {
+                placed.push(self.write(w));
+            }
             while let Some((_, p)) = poisoned.next_if(|(at, _)| *at == i) {
                 self.scope.push((plain_name(p), POISONED));
             }
@@ -133,22 +144,55 @@ impl<'a> Checker<'a> {
         for (_, p) in poisoned {
             self.scope.push((plain_name(p), POISONED));
         }
-        let tail = match &body.tail {
-            Some(t) => t,
-            None if body.has_tail => return None,
-            None => {
+        for (_, w) in writes {
+            placed.push(self.write(w));
+        }
+        let tail = match (&body.tail, returns) {
+            (Some(t), true) => Some(t),
+            (None, true) if body.has_tail => return None,
+            (None, true) => {
                 self.cx.at(
                     def.body_span,
                     "the kernel body must end with the expression it returns, with no `;` after it",
                 );
                 return None;
             }
+            (Some(t), false) => {
+                self.cx.spanned(&t.tokens, "the body ends in a value, but the signature declares no output: declare its type after the parameters, as in `-> [f32; n]`");
+                return None;
+            }
+            (None, false) if body.has_tail => return None,
+            (None, false) if body.writes.is_empty() => {
+                self.cx.at(def.body_span, "a kernel returns at least one output or writes through a `&mut` parameter: declare the output's type, as in `-> [f32; n]`, and end the body with its value");
+                return None;
+            }
+            (None, false) => None,
         };
         let Some(outputs) = outputs else {
-            self.tail_items(tail);
+            if let Some(tail) = tail {
+                self.tail_items(tail);
+            }
             return None;
         };
-        let outputs = self.outputs(outputs, tail)?;
+        let mut outputs = match tail {
+            Some(tail) => self.outputs(outputs, tail)?,
+            None => vec![],
+        };
+        // Written outputs after the returned ones, which the generated API returns in order.
+        outputs.extend(placed.into_iter().flatten());
+        // Names that some write statement targets, checked or not: an error there is enough.
+        let targeted: Vec<String> = body
+            .writes
+            .iter()
+            .filter_map(|(_, w)| match &w.target.kind {
+                ExprKind::Slice(base, _) | ExprKind::Index(base, _) => match &base.kind {
+                    ExprKind::Var(name) => Some(plain_name(name)),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        self.every_written_param_is_written(&outputs, &targeted);
         if self.cx.len() != errors_before {
             return None;
         }
@@ -158,6 +202,21 @@ impl<'a> Checker<'a> {
             outputs: &outputs,
         };
         let launch = crate::fusion::launch(&body, self.cx)?;
+        if let (Some(o), false) = (
+            outputs.iter().find(|o| o.place.is_some()),
+            matches!(launch, crate::ir::Launch::Map { .. }),
+        ) {
+            self.cx.spanned(&o.tokens, "a write through a `&mut` parameter is elementwise, and this kernel reduces: write the reduced values in a kernel of its own, which only writes");
+            return None;
+        }
+        if let (Some(attr), Some(o)) = (
+            def.derive.first(),
+            outputs.iter().find(|o| o.place.is_some()),
+        ) {
+            let mode = if attr.reverse { "vjp" } else { "jvp" };
+            self.cx.spanned(&o.tokens, format!("`#[{mode}]` does not yet differentiate a kernel that writes through a `&mut` parameter; return the values instead"));
+            return None;
+        }
         let (vjp, jvp) = self.derive_lists(def, &outputs)?;
         Some(Kernel {
             attrs: def.attrs.clone(),
@@ -173,6 +232,20 @@ impl<'a> Checker<'a> {
             nodes: self.nodes,
             launch,
         })
+    }
+
+    /// Reports a `&mut` parameter that no statement writes.
+    fn every_written_param_is_written(&mut self, outputs: &[OutputInfo], targeted: &[String]) {
+        for (i, p) in self.params.iter().enumerate() {
+            let written = outputs
+                .iter()
+                .any(|o| o.place.as_ref().is_some_and(|w| w.param == i))
+                || targeted.contains(&plain_name(&p.name));
+            if p.written && !written {
+                let name = plain_name(&p.name);
+                self.cx.spanned(&p.name, format!("`{name}` is `&mut` but nothing writes it: write it through a slice, as in `{name}[idx, ..] = value;`, or take it by value"));
+            }
+        }
     }
 
     /// The parameters of `#[vjp(..)]` and `#[jvp(..)]`: each a float parameter of the kernel,
@@ -282,11 +355,15 @@ impl<'a> Checker<'a> {
             let shape = p.ty.dims.as_ref().map(|dims| self.declare_dims(dims, true));
             // A tensor whose dims have an error is poisoned, so its uses are not errors too.
             let elem = elem.filter(|_| self.cx.len() == before);
+            if let (Some(t), None) = (&p.written, &shape) {
+                self.cx.spanned(t, format!("`{name}` is written through `&mut`, which takes a tensor type, as in `{name}: &mut [f32; n]`"));
+            }
             let id = self.params.len();
             self.params.push(ParamInfo {
                 name: p.name.clone(),
                 elem: elem.unwrap_or(Elem::F32),
                 shape: shape.clone(),
+                written: p.written.is_some() && shape.is_some(),
             });
             let op = if shape.is_some() {
                 Op::Load(id)
@@ -482,6 +559,7 @@ impl<'a> Checker<'a> {
                 node: id,
                 tokens: e.tokens.clone(),
                 partial: None,
+                place: None,
             });
         }
         Some(outputs)

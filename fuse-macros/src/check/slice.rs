@@ -211,6 +211,28 @@ impl Checker<'_> {
     /// `x[items]`: the part of tensor parameter `x` that the items pick, one item a dim.
     pub fn slice(&mut self, base: &Expr, items: &[SliceItem], t: &TokenStream) -> Option<usize> {
         let p = self.sliced_param(base)?;
+        if self.params[p].written {
+            self.written_read(p, &base.tokens);
+            return None;
+        }
+        let (view, shape) = self.view_of(p, items, t)?;
+        let elem = self.params[p].elem;
+        Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), shape, t))
+    }
+
+    /// Reports a read of a `&mut` parameter, which the kernel only writes.
+    pub(super) fn written_read(&mut self, p: usize, t: &TokenStream) {
+        let name = crate::ir::plain_name(&self.params[p].name);
+        self.cx.spanned(t, format!("`{name}` is a `&mut` parameter, which the kernel writes through a slice (`{name}[idx, ..] = value;`) and does not read; pass the values to read as a parameter of their own"));
+    }
+
+    /// The slice of tensor parameter `p` that `items` pick: where each element of its shape is.
+    pub(super) fn view_of(
+        &mut self,
+        p: usize,
+        items: &[SliceItem],
+        t: &TokenStream,
+    ) -> Option<(View, Vec<DimId>)> {
         let name = crate::ir::plain_name(&self.params[p].name);
         let storage = self.params[p]
             .shape
@@ -270,8 +292,7 @@ impl Checker<'_> {
                 view.strides.insert(at + i, vec![]);
             }
         }
-        let elem = self.params[p].elem;
-        Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), shape, t))
+        Some((view, shape))
     }
 
     /// A gather's index: an integer value (an unsuffixed literal is an `i64`); a literal one

@@ -63,6 +63,12 @@ impl Checker<'_> {
     fn var(&mut self, name: &syn::Ident) -> Option<usize> {
         let text = crate::ir::plain_name(name);
         if let Some(&(_, id)) = self.scope.iter().rev().find(|(n, _)| *n == text) {
+            if let Some(&Op::Load(p)) = self.nodes.get(id).map(|n| &n.op) {
+                if self.params[p].written {
+                    self.written_read(p, &quote::ToTokens::to_token_stream(name));
+                    return None;
+                }
+            }
             if let Some(Op::Load(p)) = self.nodes.get(id).map(|n| &n.op) {
                 let shape = self.params[*p].shape.as_deref().unwrap_or_default();
                 if let Some(&d) = shape

@@ -548,6 +548,30 @@ impl Cuda<'_> {
                 }
             };
             let v = self.output_bits(o);
+            if let Some(place) = &out.place {
+                // At the slice's index of the coordinates; nowhere where it gathers from
+                // outside its dim.
+                let gathered = place
+                    .view
+                    .gather
+                    .as_ref()
+                    .map(|g| format!("(long long)v{}", g.index));
+                let at = self.layout.view_index(
+                    &place.view,
+                    &out.shape,
+                    |d| self.layout.coord(d),
+                    gathered.as_deref(),
+                );
+                match &place.view.gather {
+                    Some(g) => self.line(format!(
+                        "if ((unsigned long long)v{} < (unsigned long long)({})) out{o}[{at}] = {v};",
+                        g.index,
+                        self.layout.linear(&g.len)
+                    )),
+                    None => self.line(format!("out{o}[{at}] = {v};")),
+                }
+                continue;
+            }
             if out.partial.is_some() {
                 // The block's partial sum at this element of the row (`OutputInfo::partial`):
                 // its first row stores, later ones add.

@@ -77,6 +77,7 @@ impl Graph {
                     name: p.name.clone(),
                     elem: p.elem,
                     shape: p.shape.clone(),
+                    written: false,
                 })
                 .collect(),
             nodes: k.nodes.iter().map(copy_node).collect(),
@@ -517,6 +518,7 @@ impl Graph {
             name: Ident::new(name, Span::call_site()),
             elem,
             shape,
+            written: false,
         });
         self.params.len() - 1
     }

@@ -395,6 +395,7 @@ fn build(
             partial: r
                 .partial
                 .then(|| g.parts.expect("partial sums have their dim")),
+            place: None,
         });
     }
     let params: Vec<ParamInfo> = (0..inputs)
@@ -403,6 +404,7 @@ fn build(
             name: g.params[p].name.clone(),
             elem: g.params[p].elem,
             shape: g.params[p].shape.clone(),
+            written: false,
         })
         .collect();
     // The partial sums' dim, added last, only where a launch uses it.

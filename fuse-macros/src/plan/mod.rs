@@ -76,7 +76,10 @@ pub fn plan(k: &Kernel) -> Plan {
             after: group_nodes(d),
         });
     }
-    let output_roots: Vec<NodeId> = elem_outputs.iter().map(|&o| k.outputs[o].node).collect();
+    let output_roots: Vec<NodeId> = elem_outputs
+        .iter()
+        .flat_map(|&o| k.outputs[o].roots())
+        .collect();
     match (&k.launch, passes.first_mut()) {
         // A full reduction's element outputs cannot depend on it: write them in its one pass.
         (Launch::Full { .. }, Some(pass)) => {

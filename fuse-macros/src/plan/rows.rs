@@ -596,6 +596,9 @@ pub(crate) struct PassLayout {
     /// The slices the pass reads (`Op::View`), each with its rows' layout where its vectors
     /// can be loaded whole (see [`pitched`]).
     pub(crate) views: Vec<(NodeId, Option<Pitch>)>,
+    /// Whether the pass writes through a `&mut` parameter, element by element at the places
+    /// its slice computes from the coordinates.
+    pub(crate) placed: bool,
 }
 
 /// How a slice over the whole domain lies in memory when its vectors can be loaded whole: the
@@ -651,14 +654,16 @@ impl PassLayout {
     pub(crate) fn vectors(&self) -> Option<&[(usize, Run)]> {
         let slices = self.views.iter().all(|(_, p)| p.is_some());
         match &self.runs {
-            Some(runs) if !self.used.is_empty() && !self.positions && slices => Some(runs),
+            Some(runs) if !self.used.is_empty() && !self.positions && slices && !self.placed => {
+                Some(runs)
+            }
             _ => None,
         }
     }
 
     /// Whether the pass's scalar loop splits its index into coordinates.
     pub(crate) fn coordinates(&self) -> bool {
-        self.positions || self.broadcast || !self.views.is_empty()
+        self.positions || self.broadcast || !self.views.is_empty() || self.placed
     }
 }
 
@@ -689,12 +694,14 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
         .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
         .collect();
     let broadcast = used.iter().any(|&s| shapes[s] != domain);
+    let placed = pass.writes.iter().any(|&o| k.outputs[o].place.is_some());
     PassLayout {
         used,
         runs,
         positions,
         broadcast,
         views,
+        placed,
     }
 }
 

@@ -973,3 +973,55 @@ pub mod gathers {
         }
     }
 }
+
+/// Writes through `&mut` parameters (issue 22, items 1 and 6): rows scattered to slots (vLLM's
+/// KV-cache write), halves and interleaved pairs of one buffer (concatenation), a write beside
+/// a returned output, and a fill.
+pub mod writes {
+    use fuse_runtime::fuse;
+
+    fuse! {
+        /// vLLM's `reshape_and_cache_flash`, one cache: each token's row goes to its slot; a
+        /// negative slot (a padding token) writes nothing, as in vLLM.
+        pub fn cache_rows(key: [bf16; t, h, d], slot: [i64; t], cache: &mut [bf16; slots, h, d]) {
+            cache[slot, .., ..] = key;
+        }
+
+        /// The key and the value cache in one launch.
+        pub fn kv_cache(
+            key: [f32; t, h, d],
+            value: [f32; t, h, d],
+            slot: [i64; t],
+            k_cache: &mut [f32; slots, h, d],
+            v_cache: &mut [f32; slots, h, d],
+        ) {
+            k_cache[slot, .., ..] = key;
+            v_cache[slot, .., ..] = value;
+        }
+
+        /// Concatenation along the last dim: two halves of one buffer.
+        pub fn concat(a: [f32; t, d], b: [f32; t, d], out: &mut [f32; t, 2 * d]) {
+            out[.., ..d] = a;
+            out[.., d..] = b * 2.0;
+        }
+
+        /// Two values interleaved, `a` at the even places and `b` at the odd.
+        pub fn interleave(a: [f16; t, d], b: [f16; t, d], out: &mut [f16; t, d * 2]) {
+            out[.., (0..).step_by(2)] = a;
+            out[.., (1..).step_by(2)] = b;
+        }
+
+        /// A scatter of rows plus a broadcast bias, beside a returned output.
+        pub fn scatter_and_return(x: [f32; n, c], idx: [u32; n], bias: [f32; c], table: &mut [f32; m, c])
+            -> [f32; n, c]
+        {
+            table[idx, ..] = x + bias;
+            x * 2.0
+        }
+
+        /// Rows of a table set to a value.
+        pub fn fill_rows(idx: [i32; r], v: f32, table: &mut [f32; m, c]) {
+            table[idx, ..] = v;
+        }
+    }
+}

@@ -26,6 +26,9 @@ if spec.get("wide"):
 name = spec["entry"]
 slots = spec["slots"]
 decl, load, post = [f"static unsigned long long slots[{max(len(slots), 1)}];"], [], []
+# Buffers written in place ("inout", a `&mut` parameter): read in, printed after the outputs in
+# the order of their "id"; the slots of several writes through one share its buffer.
+inout, inout_post = {}, {}
 # The dynamic shared memory comes first in the input, so one build serves every size.
 blob = struct.pack("<Q", spec.get("smem", 0))
 u64 = lambda v: struct.pack("<Q", v)
@@ -35,16 +38,22 @@ for i, slot in enumerate(slots):
         decl.append("static unsigned long long scratch[1<<16];"); load.append(f"slots[{i}] = (unsigned long long)scratch;"); continue
     if kind == "counter":
         decl.append("static unsigned int counter[1 << 12];"); load.append(f"slots[{i}] = (unsigned long long)counter;"); continue
-    if kind in ("in", "out"):
+    if kind == "inout" and slot["id"] in inout:
+        load.append(f"slots[{i}] = slots[{inout[slot['id']]}];"); continue
+    if kind in ("in", "out", "inout"):
         b = f"buf{i}"
         decl.append(f"static unsigned char* {b}_b; static unsigned long long {b}_n;")
         # With "misalign", each buffer starts one element past a 64-byte boundary.
         shift = slot["elem"] if spec.get("misalign") else 0
         load.append(f"{b}_n = rd(); {b}_b = (unsigned char*)aligned_alloc(64, ({b}_n + 128) / 64 * 64) + {shift}; ")
-        if kind == "in":
+        if kind in ("in", "inout"):
             data = bytes.fromhex(slot["data"])
             blob += u64(len(data)) + data
             load.append(f"fread({b}_b, 1, {b}_n, f);")
+            if kind == "inout":
+                inout[slot["id"]] = i
+                inout_post[slot["id"]] = f'fwrite({b}_b, 1, {b}_n, stdout);'
+
         else:
             blob += u64(slot["bytes"])
             load.append(f"memset({b}_b, 0xff, {b}_n);")
@@ -54,6 +63,7 @@ for i, slot in enumerate(slots):
     else:
         blob += u64(slot["value"])
         load.append(f"slots[{i}] = rd();")
+post += [inout_post[k] for k in sorted(inout_post)]
 grid, cluster = spec.get("grid", 3), spec.get("cluster", 1)
 instances = ", ".join(f"&{name}<{r}>" for r in range(cluster))
 main = "\n".join(decl) + f"""

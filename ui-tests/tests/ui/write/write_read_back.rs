@@ -1,0 +1,9 @@
+use fuse_runtime::fuse;
+
+fuse! {
+    fn f(x: [f32; n, c], cache: &mut [f32; m, c], i: [u32; n]) {
+        cache[i, ..] = cache[i, ..] + x;
+    }
+}
+
+fn main() {}
