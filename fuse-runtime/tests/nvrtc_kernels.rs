@@ -18,6 +18,10 @@ mod grad_kernels;
 mod bench_kernels;
 
 #[allow(dead_code)]
+#[path = "catalogue/kernels.rs"]
+mod catalogue_kernels;
+
+#[allow(dead_code)]
 #[path = "../../examples/quickstart.rs"]
 mod quickstart;
 

@@ -377,7 +377,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 for max_len in tuning::SHORT_SPLITS {
                     let mut short = entry(
                         Path::ShortRows,
-                        Some(tuning::short_min_blocks(k)),
+                        Some(tuning::short_min_blocks(k, plan)),
                         rows,
                         rows_of(min_len, max_len, 1, 0),
                     );

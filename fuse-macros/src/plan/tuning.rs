@@ -134,15 +134,25 @@ pub(crate) const SHORT_ROUTINES: usize = 2;
 /// registers); of the six that did not, four call fewer than two. The tests', benches' and
 /// examples' kernels have at most seven tensors, and their derived backward kernels of eight or
 /// more (`layernorm`'s, `error`'s) at most one routine.
-pub(crate) fn short_min_blocks(k: &Kernel) -> u32 {
+///
+/// Also one fewer for a kernel of [`SHORT_CHAINED_TENSORS`] tensors or more whose row takes two
+/// reducing passes or more (a reduction of a value that needs another's result), which keep
+/// each pass's values and the tile's addresses live together: vLLM's
+/// `rms_norm_dynamic_per_token_quant` with a residual (`doc/kernels.md`: six tensors, the norm's
+/// mean then the scale's maximum) took 63 registers on sm_90 and spilled 24 bytes on sm_80.
+pub(crate) fn short_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     let tensors = k.tensor_params().count() + k.outputs.len();
     let weight = |e: &Elem| if *e == Elem::F64 { 2 } else { 1 };
     let routines: usize = routines(k).iter().map(weight).sum();
-    match tensors >= SHORT_TENSORS && routines >= SHORT_ROUTINES {
+    let chained = plan.reducing_passes() >= 2 && tensors >= SHORT_CHAINED_TENSORS;
+    match (tensors >= SHORT_TENSORS && routines >= SHORT_ROUTINES) || chained {
         true => SHORT_BLOCKS - 1,
         false => SHORT_BLOCKS,
     }
 }
+
+/// See [`short_min_blocks`].
+pub(crate) const SHORT_CHAINED_TENSORS: usize = 6;
 
 /// The registers a thread of a row-in-registers entry (`cached_rows`, `block_rows`,
 /// `exact_rows`) needs, roughly: its share of the cached rows ([`CACHE`] elements of each cached
@@ -374,7 +384,10 @@ mod tests {
     /// `f64` one counts two): random program `p244`'s shape, against seven tensors.
     #[test]
     fn many_tensors_and_routines_take_a_short_row_block_fewer() {
-        let blocks = |tokens| super::short_min_blocks(&kernel(tokens));
+        let blocks = |tokens| {
+            let k = kernel(tokens);
+            super::short_min_blocks(&k, &crate::plan::plan(&k))
+        };
         let eight = blocks(quote! {
             fn f(a: [f32; r, c], b: [f32; r, c], x: [f64; r], y: [f64; r], z: [f64; r])
                 -> ([f64; r], [f64; r], [f32; r]) {
