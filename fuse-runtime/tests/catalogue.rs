@@ -82,6 +82,8 @@ cases! {
         topk_softmax,
         moe_sum,
         apply_repetition_penalties,
+        reshape_and_cache_flash,
+        concat_and_cache_mla,
     ],
     liger => liger_cases [
         rms_norm,

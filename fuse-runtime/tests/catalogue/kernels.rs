@@ -384,6 +384,36 @@ pub mod vllm {
             let p = penalties;
             if prompt || output { if logits > 0.0 { logits / p } else { logits * p } } else { logits }
         }
+
+        /// `csrc/cache_kernels.cu`, `reshape_and_cache_flash` (`kv_cache_dtype` "auto"): each
+        /// token's key and value rows to its slot of the caches, `[num_blocks, block_size, h, d]`
+        /// seen as `[slots, h, d]`; a negative slot (a padding token) is skipped.
+        pub fn reshape_and_cache_flash(
+            key: [bf16; t, h, d], value: [bf16; t, h, d], slot_mapping: [i64; t],
+            key_cache: &mut [bf16; slots, h, d], value_cache: &mut [bf16; slots, h, d],
+        ) {
+            key_cache[slot_mapping, .., ..] = key;
+            value_cache[slot_mapping, .., ..] = value;
+        }
+
+        /// `csrc/cache_kernels.cu`, `concat_and_cache_mla` ("auto"): each token's latent
+        /// `kv_c` and rotary part `k_pe`, concatenated into its slot's row of the cache
+        /// `[num_blocks, block_size, kv_lora_rank + pe_dim]` seen as `[slots, r + p]`. The
+        /// parts have different widths, so two launches (one `fn` is one domain): the latent
+        /// part here, the rotary part in `concat_and_cache_mla_pe`.
+        pub fn concat_and_cache_mla(
+            kv_c: [bf16; t, r], k_pe: [bf16; t, p], slot_mapping: [i64; t],
+            kv_cache: &mut [bf16; slots, r + p],
+        ) {
+            kv_cache[slot_mapping, ..r] = kv_c;
+        }
+
+        pub fn concat_and_cache_mla_pe(
+            kv_c: [bf16; t, r], k_pe: [bf16; t, p], slot_mapping: [i64; t],
+            kv_cache: &mut [bf16; slots, r + p],
+        ) {
+            kv_cache[slot_mapping, r..] = k_pe;
+        }
     }
 }
 

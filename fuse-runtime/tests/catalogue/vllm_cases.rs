@@ -1072,3 +1072,89 @@ pub fn apply_repetition_penalties(dev: &Device, rng: &mut Rng) -> Vec<Out> {
         out("apply_repetition_penalties signs", gs, ws, 0.0, 0.0),
     ]
 }
+
+/// `n` distinct slots of `slots`, every fifth token a padding one (`-1`).
+fn slot_mapping(rng: &mut Rng, n: usize, slots: usize) -> Vec<i64> {
+    let mut free: Vec<i64> = (0..slots as i64).collect();
+    (0..n)
+        .map(|i| {
+            if i % 5 == 4 || free.is_empty() {
+                return -1;
+            }
+            let at = rng.below(free.len() as u64) as usize;
+            free.swap_remove(at)
+        })
+        .collect()
+}
+
+/// The cache after vLLM's write: row `slot[i]` of `cache` (rows of `row` elements, `width`
+/// apart, starting at `offset`) is `src`'s row `i`; other rows as they were.
+fn cached(
+    cache: &[bf16],
+    src: &[bf16],
+    slot: &[i64],
+    row: usize,
+    width: usize,
+    offset: usize,
+) -> Vec<f64> {
+    let mut want = cache.to_vec();
+    for (i, &s) in slot.iter().enumerate().filter(|(_, s)| **s >= 0) {
+        let at = s as usize * width + offset;
+        want[at..at + row].copy_from_slice(&src[i * row..][..row]);
+    }
+    want.iter().map(|v| v.to_f64()).collect()
+}
+
+pub fn reshape_and_cache_flash(dev: &Device, rng: &mut Rng) -> Vec<Out> {
+    let mut outs = vec![];
+    for (t, h, d, blocks, block) in [(1, 1, 1, 1, 1), (7, 3, 16, 4, 4), (37, 8, 128, 3, 16)] {
+        let slots = blocks * block;
+        let key = to_bf16(&rng.f32s(t * h * d, -3.0, 3.0));
+        let value = to_bf16(&rng.f32s(t * h * d, -3.0, 3.0));
+        let slot = slot_mapping(rng, t, slots);
+        let k0 = to_bf16(&rng.f32s(slots * h * d, -9.0, 9.0));
+        let v0 = to_bf16(&rng.f32s(slots * h * d, -9.0, 9.0));
+        let (mut kc, mut vc) = (put(dev, &k0, &[slots, h, d]), put(dev, &v0, &[slots, h, d]));
+        k::reshape_and_cache_flash(
+            dev,
+            &put(dev, &key, &[t, h, d]),
+            &put(dev, &value, &[t, h, d]),
+            &put(dev, &slot, &[t]),
+            &mut kc,
+            &mut vc,
+        )
+        .unwrap();
+        let what = format!("reshape_and_cache_flash {t}x{h}x{d} into {blocks}x{block}");
+        let want = cached(&k0, &key, &slot, h * d, h * d, 0);
+        outs.push(out(format!("{what}: keys"), read(&kc), want, 0.0, 0.0));
+        let want = cached(&v0, &value, &slot, h * d, h * d, 0);
+        outs.push(out(format!("{what}: values"), read(&vc), want, 0.0, 0.0));
+    }
+    outs
+}
+
+pub fn concat_and_cache_mla(dev: &Device, rng: &mut Rng) -> Vec<Out> {
+    let mut outs = vec![];
+    for (t, r, p, slots) in [(1, 1, 1, 1), (9, 16, 8, 12), (33, 512, 64, 48)] {
+        let kv_c = to_bf16(&rng.f32s(t * r, -3.0, 3.0));
+        let k_pe = to_bf16(&rng.f32s(t * p, -3.0, 3.0));
+        let slot = slot_mapping(rng, t, slots);
+        let before = to_bf16(&rng.f32s(slots * (r + p), -9.0, 9.0));
+        let mut cache = put(dev, &before, &[slots, r + p]);
+        let (bc, bp, bs) = (
+            put(dev, &kv_c, &[t, r]),
+            put(dev, &k_pe, &[t, p]),
+            put(dev, &slot, &[t]),
+        );
+        k::concat_and_cache_mla(dev, &bc, &bp, &bs, &mut cache).unwrap();
+        k::concat_and_cache_mla_pe(dev, &bc, &bp, &bs, &mut cache).unwrap();
+        let with_c: Vec<bf16> = cached(&before, &kv_c, &slot, r, r + p, 0)
+            .iter()
+            .map(|&v| bf16::from_f64(v))
+            .collect();
+        let want = cached(&with_c, &k_pe, &slot, p, r + p, r);
+        let what = format!("concat_and_cache_mla {t}x({r}+{p}) into {slots}");
+        outs.push(out(what, read(&cache), want, 0.0, 0.0));
+    }
+    outs
+}
