@@ -266,6 +266,27 @@ fuse! {
     pub fn v1_silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
         silu(x[.., ..d]) * x[.., d..]
     }
+    /// V3: vLLM's NEOX `rotary_embedding` with the cos/sin cache gathered by position: each
+    /// head's halves rotate by the cache row of the token's position (cos, then sin), computed
+    /// in f32 and written as one `[t, h, 2 * half]` output, both halves through `&mut`.
+    pub fn v3_rotary(
+        pos: [i64; t],
+        cache: [f32; max_pos, 2 * half],
+        q: [bf16; t, h, 2 * half],
+        out: &mut [bf16; t, h, 2 * half],
+    ) {
+        let cos = cache[pos, ..half];
+        let sin = cache[pos, half..];
+        let x1 = q[.., .., ..half] as f32;
+        let x2 = q[.., .., half..] as f32;
+        out[.., .., ..half] = (x1 * cos - x2 * sin) as bf16;
+        out[.., .., half..] = (x2 * cos + x1 * sin) as bf16;
+    }
+    /// V4: vLLM's KV-cache write (`reshape_and_cache_flash`, one cache): each token's rows to
+    /// its slot; a negative slot writes nothing.
+    pub fn v4_cache_write(k: [bf16; t, h, d], slot: [i64; t], cache: &mut [bf16; slots, h, d]) {
+        cache[slot, .., ..] = k;
+    }
     /// V1 with CUDA's fast `expf` and division, as S3's 16-bit softplus needed for the ceiling.
     #[fast_math]
     pub fn v1_silu_and_mul_fast(x: [bf16; t, 2 * d]) -> [bf16; t, d] {

@@ -29,6 +29,7 @@ mod overhead;
 mod report;
 mod runner;
 mod typed;
+mod vllm;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -114,9 +115,9 @@ const CPU: Sizes = Sizes {
 };
 
 /// The rows, in the order they run; `copy` always runs, since `%copy` needs it.
-const IDS: [&str; 28] = [
+const IDS: [&str; 30] = [
     "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "S3", "V1",
-    "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G1T", "G2T", "G6T", "T1", "C1",
+    "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G1T", "G2T", "G6T", "T1", "C1",
 ];
 
 /// What the command line asked for.
@@ -167,7 +168,7 @@ impl Config {
 }
 
 const USAGE: &str = "usage: workloads [--bench] [--small] [--only ID,...] [--json PATH]\n\
-    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 S3 V1 G1-G8 G1T G2T G6T T1 C1 (the copy always runs)\n\
+    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 S3 V1 V3 V4 G1-G8 G1T G2T G6T T1 C1 (the copy always runs)\n\
     env: FUSE_REQUIRE_GPU=1 fails without a GPU; FUSE_BENCH_CPU=1 runs on the CPU backend;\n\
     FUSE_BENCH_SEED=N fixes the inputs; OUT=DIR writes DIR/fuse_bench.json";
 
@@ -247,6 +248,8 @@ fn run(mut runner: Runner, config: &Config) -> ExitCode {
             "S2" => typed::s2(&mut runner, &mut pool),
             "S3" => typed::s3(&mut runner, &mut pool),
             "V1" => typed::v1(&mut runner, &mut pool),
+            "V3" => vllm::v3(&mut runner),
+            "V4" => vllm::v4(&mut runner),
             g if g.starts_with('G') => grad::g(&mut runner, &mut pool, g),
             "T1" => overhead::launch_overhead(&mut runner),
             "C1" => firstcall::first_calls(&mut runner),
