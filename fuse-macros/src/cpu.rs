@@ -14,6 +14,8 @@ const SYNTAX: Syntax = Syntax {
     temp: "let mut ",
     end: ";",
     quot: |l, t, d| format!("{t} / {}", l.size(d)),
+    index: |v| format!("({v} as usize)"),
+    below: |v, size| format!("({v} as u64) < (({size}) as u64)"),
 };
 
 /// The body of the CPU function: statements over `d_<dim>` sizes, `p_<param>` slices and scalars,
@@ -227,25 +229,15 @@ impl Cpu<'_> {
             let v = stored(out.elem, &format!("v{}", out.node));
             let buffer = self.k.output_buffer(o);
             if let Some(place) = &out.place {
-                // At the slice's index of the coordinates; nowhere where it gathers from
-                // outside its dim.
-                let gathered = place
-                    .view
-                    .gather
-                    .as_ref()
-                    .map(|g| format!("(v{} as usize)", g.index));
-                let at = self.layout.view_index(
-                    &place.view,
-                    &out.shape,
-                    |d| self.layout.coord(d),
-                    gathered.as_deref(),
-                );
-                match &place.view.gather {
-                    Some(g) => self.line(format!(
-                        "if (v{} as u64) < (({}) as u64) {{ out{buffer}[{at}] = {v}; }}",
-                        g.index,
-                        self.layout.linear(&g.len)
-                    )),
+                // Nowhere where it scatters from outside the gathered dim.
+                let coord = |d| self.layout.coord(d);
+                let (at, inside) = self
+                    .layout
+                    .view_access(&place.view, &out.shape, coord, &SYNTAX);
+                match inside {
+                    Some(inside) => {
+                        self.line(format!("if {inside} {{ out{buffer}[{at}] = {v}; }}"))
+                    }
                     None => self.line(format!("out{buffer}[{at}] = {v};")),
                 }
                 continue;
@@ -302,27 +294,16 @@ impl Cpu<'_> {
                     Launch::Rows { axis, .. } => Some(*axis),
                     _ => None,
                 };
-                let gathered = view
-                    .gather
-                    .as_ref()
-                    .map(|g| format!("(v{} as usize)", g.index));
-                let at = self.layout.view_index(
-                    view,
-                    &node.shape,
-                    |d| match Some(d) == axis {
-                        true => "r".to_string(),
-                        false => self.layout.coord(d),
-                    },
-                    gathered.as_deref(),
-                );
+                let coord = |d| match Some(d) == axis {
+                    true => "r".to_string(),
+                    false => self.layout.coord(d),
+                };
+                let (at, inside) = self.layout.view_access(view, &node.shape, coord, &SYNTAX);
                 let mut raw = format!("p_{}[{at}]", crate::ir::plain_name(&param.name));
-                // An index outside the gathered dim reads nothing and gives zero: a negative
-                // one is a large `u64`, as it is a large `unsigned long long` on the GPU.
-                if let Some(g) = &view.gather {
+                // An index outside the gathered dim reads nothing and gives zero.
+                if let Some(inside) = inside {
                     raw = format!(
-                        "(if (v{} as u64) < (({}) as u64) {{ {raw} }} else {{ ::core::default::Default::default() }})",
-                        g.index,
-                        self.layout.linear(&g.len)
+                        "(if {inside} {{ {raw} }} else {{ ::core::default::Default::default() }})"
                     );
                 }
                 loaded(param.elem, raw)

@@ -275,12 +275,7 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
     };
     // Outputs are allocated at the sizes the inputs bind; a kernel that only writes through
     // `&mut` parameters allocates nothing.
-    let written: Vec<&Ident> = k
-        .params
-        .iter()
-        .filter(|p| p.written)
-        .map(|p| &p.name)
-        .collect();
+    let written: Vec<&Ident> = k.written_params().map(|p| &p.name).collect();
     let bind = match (out_names.is_empty(), written.is_empty()) {
         (true, _) => TokenStream::new(),
         (false, true) => quote! {
@@ -445,7 +440,7 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
         .zip(&k.outputs)
         .map(|(n, o)| (plain_name(&n), o.stored_shape(), true));
     // Then the `&mut` parameters, in the order of [`Kernel::output_buffer`].
-    let written = k.params.iter().filter(|p| p.written).map(|p| {
+    let written = k.written_params().map(|p| {
         (
             plain_name(&p.name),
             p.shape.clone().unwrap_or_default(),
@@ -651,12 +646,7 @@ fn module_items(
         .map(|p| &p.name)
         .collect();
     // Every buffer written: the returned outputs, then the `&mut` parameters.
-    let written: Vec<&Ident> = k
-        .params
-        .iter()
-        .filter(|p| p.written)
-        .map(|p| &p.name)
-        .collect();
+    let written: Vec<&Ident> = k.written_params().map(|p| &p.name).collect();
     let out_names: Vec<&Ident> = out_names.iter().chain(written).collect();
     let dims = local("dims");
     let tensors = local("tensors");
@@ -711,11 +701,11 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
     // Every buffer written (see [`Kernel::output_buffer`]): the returned outputs, then the
     // `&mut` parameters.
     let returned = sig.output_names();
-    let written = k.params.iter().filter(|p| p.written);
+    let written = k.written_params();
     let out_names: Vec<Ident> = returned
         .iter()
         .cloned()
-        .chain(written.clone().map(|p| p.name.clone()))
+        .chain(k.written_params().map(|p| p.name.clone()))
         .collect();
     let tensors: Vec<(&Ident, TokenStream)> = k
         .tensor_params()

@@ -389,6 +389,11 @@ impl Kernel {
             .filter_map(|(i, p)| p.shape.as_ref().map(|s| (i, p, s)))
     }
 
+    /// The `&mut` parameters, in order (see [`Kernel::output_buffer`]).
+    pub fn written_params(&self) -> impl Iterator<Item = &ParamInfo> {
+        self.params.iter().filter(|p| p.written)
+    }
+
     /// The buffer that output `j` is stored in, among the buffers the kernel writes: each
     /// returned output its own, in order, then each `&mut` parameter, in the order of the
     /// parameters, shared by every write through it.

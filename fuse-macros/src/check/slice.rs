@@ -185,19 +185,22 @@ impl Checker<'_> {
         }
     }
 
+    /// The value that a slice's (or a write's) base names, where it is a name in scope.
+    pub(super) fn named(&self, base: &Expr) -> Option<usize> {
+        let ExprKind::Var(name) = &base.kind else {
+            return None;
+        };
+        let text = crate::ir::plain_name(name);
+        self.scope
+            .iter()
+            .rev()
+            .find(|(n, _)| *n == text)
+            .map(|&(_, id)| id)
+    }
+
     /// The scope's value of a slice's base, which must name a tensor parameter.
     fn sliced_param(&mut self, base: &Expr) -> Option<usize> {
-        let found = match &base.kind {
-            ExprKind::Var(name) => {
-                let text = crate::ir::plain_name(name);
-                self.scope
-                    .iter()
-                    .rev()
-                    .find(|(n, _)| *n == text)
-                    .map(|&(_, id)| id)
-            }
-            _ => None,
-        };
+        let found = self.named(base);
         match found.map(|id| (id, self.nodes.get(id).map(|n| &n.op))) {
             Some((_, Some(&Op::Load(p)))) => Some(p),
             Some((crate::check::POISONED, _)) => None,

@@ -74,17 +74,7 @@ impl Checker<'_> {
 
     /// The `&mut` parameter that `base` names.
     fn written_param(&mut self, base: &crate::parse::Expr) -> Option<usize> {
-        let found = match &base.kind {
-            ExprKind::Var(name) => {
-                let text = crate::ir::plain_name(name);
-                self.scope
-                    .iter()
-                    .rev()
-                    .find(|(n, _)| *n == text)
-                    .map(|&(_, id)| id)
-            }
-            _ => None,
-        };
+        let found = self.named(base);
         match found.map(|id| (id, self.nodes.get(id).map(|n| &n.op))) {
             Some((_, Some(&Op::Load(p)))) if self.params[p].written => Some(p),
             Some((crate::check::POISONED, _)) => None,

@@ -52,28 +52,17 @@ impl Cuda<'_> {
                     Launch::Rows { axis, .. } => Some(*axis),
                     _ => None,
                 };
-                let gathered = view
-                    .gather
-                    .as_ref()
-                    .map(|g| format!("(long long)v{}", g.index));
-                let at = self.layout.view_index(
-                    view,
-                    &node.shape,
-                    |d| match Some(d) == axis {
-                        true => "(long long)r".to_string(),
-                        false => self.layout.coord(d),
-                    },
-                    gathered.as_deref(),
-                );
+                let coord = |d| match Some(d) == axis {
+                    true => "(long long)r".to_string(),
+                    false => self.layout.coord(d),
+                };
+                let (at, inside) =
+                    self.layout
+                        .view_access(view, &node.shape, coord, &super::SYNTAX);
                 let mut raw = format!("p_{}[{at}]", crate::ir::plain_name(&param.name));
                 // An index outside the gathered dim reads nothing and gives zero.
-                if let Some(g) = &view.gather {
-                    raw = format!(
-                        "((unsigned long long)v{} < (unsigned long long)({}) ? {raw} : ({})0)",
-                        g.index,
-                        self.layout.linear(&g.len),
-                        param.elem.c_storage()
-                    );
+                if let Some(inside) = inside {
+                    raw = format!("({inside} ? {raw} : ({})0)", param.elem.c_storage());
                 }
                 self.loaded(param.elem, raw)
             }

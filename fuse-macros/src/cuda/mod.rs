@@ -27,6 +27,8 @@ const SYNTAX: Syntax = Syntax {
     temp: "long long ",
     end: ";",
     quot: |_, t, d| format!("(long long)fz_quot((unsigned long long){t}, dv{d})"),
+    index: |v| format!("(long long){v}"),
+    below: |v, size| format!("(unsigned long long){v} < (unsigned long long)({size})"),
 };
 
 use crate::abi::CACHE;
@@ -549,25 +551,13 @@ impl Cuda<'_> {
             };
             let v = self.output_bits(o);
             if let Some(place) = &out.place {
-                // At the slice's index of the coordinates; nowhere where it gathers from
-                // outside its dim.
-                let gathered = place
-                    .view
-                    .gather
-                    .as_ref()
-                    .map(|g| format!("(long long)v{}", g.index));
-                let at = self.layout.view_index(
-                    &place.view,
-                    &out.shape,
-                    |d| self.layout.coord(d),
-                    gathered.as_deref(),
-                );
-                match &place.view.gather {
-                    Some(g) => self.line(format!(
-                        "if ((unsigned long long)v{} < (unsigned long long)({})) out{o}[{at}] = {v};",
-                        g.index,
-                        self.layout.linear(&g.len)
-                    )),
+                // Nowhere where it scatters from outside the gathered dim.
+                let coord = |d| self.layout.coord(d);
+                let (at, inside) = self
+                    .layout
+                    .view_access(&place.view, &out.shape, coord, &SYNTAX);
+                match inside {
+                    Some(inside) => self.line(format!("if ({inside}) out{o}[{at}] = {v};")),
                     None => self.line(format!("out{o}[{at}] = {v};")),
                 }
                 continue;

@@ -155,7 +155,8 @@ fn closure(k: &Kernel, roots: &[NodeId], is_elem: &impl Fn(NodeId) -> bool) -> V
     (0..k.nodes.len()).filter(|&i| need[i]).collect()
 }
 
-/// How a backend declares index variables and divides, for [`Layout::split`].
+/// How a backend declares index variables and divides, for [`Layout::split`], and writes a
+/// gather's index, for [`Layout::view_access`].
 pub struct Syntax {
     /// Declares a coordinate, as in `const long long ` or `let `.
     pub decl: &'static str,
@@ -165,6 +166,11 @@ pub struct Syntax {
     pub end: &'static str,
     /// The quotient of a variable by the size of a dim.
     pub quot: fn(&Layout, &str, DimId) -> String,
+    /// An integer value as an index (`(long long)v`, `(v as usize)`).
+    pub index: fn(&str) -> String,
+    /// Whether an integer value is inside a dim of a size: `0 <= v < size`, as one unsigned
+    /// comparison (a negative value is a large unsigned one).
+    pub below: fn(&str, &str) -> String,
 }
 
 /// Index arithmetic, written in the syntax that C and Rust share (`a * b + c`), over variables
@@ -201,6 +207,27 @@ impl Layout<'_> {
             })
             .collect();
         texts.join(" + ")
+    }
+
+    /// The element a slice (`Op::View`, or a write's `Place`) reaches at the current
+    /// coordinates of `shape` ([`Layout::view_index`]), and where it gathers, the test that
+    /// its index is inside the gathered dim: outside, a load gives zero and a store is skipped.
+    pub fn view_access(
+        &self,
+        view: &crate::ir::View,
+        shape: &[DimId],
+        coord: impl Fn(DimId) -> String,
+        syntax: &Syntax,
+    ) -> (String, Option<String>) {
+        let index = view.gather.as_ref().map(|g| format!("v{}", g.index));
+        let gathered = index.as_deref().map(syntax.index);
+        let at = self.view_index(view, shape, coord, gathered.as_deref());
+        let inside = view
+            .gather
+            .as_ref()
+            .zip(index)
+            .map(|(g, v)| (syntax.below)(&v, &self.linear(&g.len)));
+        (at, inside)
     }
 
     /// The index of the element a slice (`Op::View`) reads at the current coordinates of its
@@ -290,6 +317,7 @@ impl Layout<'_> {
             temp,
             end,
             quot,
+            ..
         } = syntax;
         let mut lines = vec![];
         match dims {
