@@ -46,6 +46,9 @@ struct Param {
     ty: Ty,
     /// The dims, as a mask over the domain's; `None` for a scalar.
     shape: Option<u8>,
+    /// For an index of a gather: the dim whose positions its values are (the harness draws
+    /// them mostly inside it, some outside).
+    index: Option<usize>,
 }
 
 struct Node {
@@ -76,6 +79,8 @@ struct Gen {
     need_full_operand: bool,
     /// Random calls so far: the next one's stream.
     random_sites: usize,
+    /// The choices added after the first batches, drawn apart from `rng` (see `leaf`).
+    side: Rng,
 }
 
 const FLOAT_LITERALS: [&str; 8] = ["0.5", "1.0", "2.0", "3.0", "0.25", "1.5", "4.0", "0.125"];
@@ -158,6 +163,7 @@ pub fn program(name: &str, seed: u64) -> Program {
         reductions: 0,
         need_full_operand: false,
         random_sites: 0,
+        side: Rng(seed ^ 0x9a7e_5eed_0000_0001),
     };
     // The first parameter names every dim in order, so that unions of shapes follow it.
     let first = g.pick_ty(false);
@@ -199,6 +205,7 @@ impl Gen {
             name: name.clone(),
             ty,
             shape,
+            index: None,
         });
         self.node(
             ty,
@@ -415,6 +422,11 @@ impl Gen {
         if red == Red::Full && max == 0 && self.rng.percent(60) {
             return self.full_reduction(ty, 2);
         }
+        // Drawn from a stream of its own, so that a program without a gather is the one the
+        // seed gave before gathers were generated (their kernels' spill checks stand).
+        if self.side.percent(12) {
+            return self.gather(ty, max);
+        }
         let shape = if max == 0 || self.rng.percent(15) {
             None
         } else {
@@ -428,6 +440,53 @@ impl Gen {
             let p = self.new_param(from, shape);
             self.convert(p, ty)
         }
+    }
+
+    /// A gather of type `ty` within `max`: a new tensor parameter over the dims `rest` and `k`
+    /// (a dim of the domain, any), read along `k` at an index whose dims are some of `rest`'s
+    /// (`x[.., i, ..]`); the result is over `rest`. The index is a new integer parameter whose
+    /// values the harness draws inside `k` mostly, now and then converted to another integer
+    /// type (which may wrap it out of range, where the gather reads zero).
+    fn gather(&mut self, ty: Ty, max: u8) -> usize {
+        let k = self.rng.below(self.ndims);
+        let rest = match max & !(1 << k) {
+            0 => 0,
+            m => self.subshape(m) & !(1 << k),
+        };
+        let table_shape = rest | 1 << k;
+        let index_shape = match rest {
+            0 => None,
+            r => Some(self.subshape(r)).filter(|_| self.rng.percent(85)),
+        };
+        let table = self.new_param(ty, Some(table_shape));
+        let index_ty = self.rng.pick(&INTS);
+        let index = self.new_param(index_ty, index_shape);
+        let p = self.params.len() - 1;
+        self.params[p].index = Some(k);
+        let index = match self.rng.percent(25) {
+            true => {
+                let to = self.rng.pick(&INTS);
+                self.convert(index, to)
+            }
+            false => index,
+        };
+        let items: Vec<String> = (0..self.ndims)
+            .filter(|d| table_shape & (1 << d) != 0)
+            .map(|d| match d == k {
+                true => self.t(index).to_string(),
+                false => "..".to_string(),
+            })
+            .collect();
+        let text = format!("{}[{}]", self.t(table), items.join(", "));
+        let tp = self.params.len() - 2;
+        self.node(
+            ty,
+            rest,
+            text,
+            format!("take {tp} {k} {index}"),
+            false,
+            false,
+        )
     }
 
     /// A leaf of type `ty` within `max` that has the dim `k`.
@@ -977,7 +1036,8 @@ impl Gen {
                     format!("tensor {}", ks.join(" "))
                 }
             };
-            writeln!(desc, "param {} {dims}", p.ty.name()).unwrap();
+            let index = p.index.map_or(String::new(), |k| format!(" index {k}"));
+            writeln!(desc, "param {} {dims}{index}", p.ty.name()).unwrap();
         }
         for l in &self.desc {
             writeln!(desc, "{l}").unwrap();

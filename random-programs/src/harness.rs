@@ -195,7 +195,7 @@ pub fn size_choices() -> impl Iterator<Item = usize> {
 pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args {
     let mut data = vec![];
     let mut shapes = vec![];
-    for &(ty, shape) in &desc.params {
+    for (&(ty, shape), &index) in desc.params.iter().zip(&desc.index_of) {
         let (n, dims) = match shape {
             None => (1, vec![]),
             Some(s) => (
@@ -206,10 +206,37 @@ pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args 
                     .collect(),
             ),
         };
-        data.push(values(ty, n, rng, special));
+        data.push(match index {
+            Some(k) => indices(ty, n, sizes[k], rng),
+            None => values(ty, n, rng, special),
+        });
         shapes.push(dims);
     }
     Args { data, shapes }
+}
+
+/// `n` indices of a gather along a dim of `len`: mostly inside it, about one in eight outside
+/// (below 0, which wraps in an unsigned type, or at `len` and past), as `ty`.
+fn indices(ty: Ty, n: usize, len: usize, rng: &mut Rng) -> Data {
+    let v: Vec<i128> = (0..n)
+        .map(|_| match rng.below(8) {
+            0 => -1 - rng.below(2) as i128,
+            1 => (len + rng.below(2)) as i128,
+            _ => rng.below(len.max(1)) as i128,
+        })
+        .map(|v| crate::ops::wrap(v, ty))
+        .collect();
+    match ty {
+        Ty::I8 => Data::I8(v.iter().map(|&x| x as i8).collect()),
+        Ty::U8 => Data::U8(v.iter().map(|&x| x as u8).collect()),
+        Ty::I16 => Data::I16(v.iter().map(|&x| x as i16).collect()),
+        Ty::U16 => Data::U16(v.iter().map(|&x| x as u16).collect()),
+        Ty::I32 => Data::I32(v.iter().map(|&x| x as i32).collect()),
+        Ty::U32 => Data::U32(v.iter().map(|&x| x as u32).collect()),
+        Ty::I64 => Data::I64(v.iter().map(|&x| x as i64).collect()),
+        Ty::U64 => Data::U64(v.iter().map(|&x| x as u64).collect()),
+        other => unreachable!("an index is an integer, not {}", other.name()),
+    }
 }
 
 fn float(rng: &mut Rng, special: bool) -> f64 {

@@ -45,6 +45,8 @@ impl V {
 pub struct Desc {
     pub ndims: usize,
     pub params: Vec<(Ty, Option<u8>)>,
+    /// For each parameter, the dim whose positions its values are, where it indexes a gather.
+    pub index_of: Vec<Option<usize>>,
     pub nodes: Vec<Node>,
     pub outs: Vec<(usize, u8)>,
 }
@@ -68,6 +70,7 @@ impl Desc {
         let mut d = Desc {
             ndims: 0,
             params: vec![],
+            index_of: vec![],
             nodes: vec![],
             outs: vec![],
         };
@@ -76,15 +79,18 @@ impl Desc {
             match w[0] {
                 "dims" => d.ndims = w[1].parse().unwrap(),
                 "param" => {
+                    // `param TY scalar` or `param TY tensor K..`, then `index K` for an index.
+                    let end = w.iter().position(|&x| x == "index").unwrap_or(w.len());
                     let shape = match w[2] {
                         "scalar" => None,
                         _ => Some(
-                            w[3..]
+                            w[3..end]
                                 .iter()
                                 .fold(0u8, |s, k| s | 1 << k.parse::<u8>().unwrap()),
                         ),
                     };
                     d.params.push((ty_of(w[1]), shape));
+                    d.index_of.push(w.get(end + 1).map(|k| k.parse().unwrap()));
                 }
                 "node" => {
                     assert_eq!(w[1].parse::<usize>().unwrap(), d.nodes.len(), "{line}");
@@ -187,6 +193,7 @@ fn eval(desc: &Desc, node: &Node, sizes: &[usize], inputs: &[Vec<V>], vals: &[Ve
             vec![v; n]
         }
         "index" => (0..n).map(|c| V::int(c as i128)).collect(),
+        "take" => take(desc, node, sizes, inputs, vals),
         "red" => crate::reduce::reduce(desc, node, sizes, vals),
         "dropout" => dropout(desc, node, sizes, vals),
         _ => {
@@ -209,6 +216,31 @@ fn eval(desc: &Desc, node: &Node, sizes: &[usize], inputs: &[Vec<V>], vals: &[Ve
             out
         }
     }
+}
+
+/// `x[.., i, ..]` (args: the parameter, the gathered dim `k`, the index node): for each
+/// element of the node's shape (the parameter's dims but `k`), the parameter's element at the
+/// same coordinates and position `i` along `k`, or zero where `i` is outside `k`.
+fn take(desc: &Desc, node: &Node, sizes: &[usize], inputs: &[Vec<V>], vals: &[Vec<V>]) -> Vec<V> {
+    let (p, k, index) = (arg(node, 0), arg(node, 1), arg(node, 2));
+    let table = desc.params[p].1.expect("a gather reads a tensor");
+    let base = gather(node.shape, table, sizes);
+    let at = gather(node.shape, desc.nodes[index].shape, sizes);
+    let stride = strides(table, sizes)[k];
+    let zero = match node.ty.is_float() {
+        true => V::float(0.0),
+        false => V::int(0),
+    };
+    (0..base.len())
+        .map(|e| {
+            let i = vals[index][at[e]];
+            match usize::try_from(i.i) {
+                _ if !i.known() => V::UNKNOWN,
+                Ok(i) if i < sizes[k] => inputs[p][base[e] + i * stride],
+                _ => zero,
+            }
+        })
+        .collect()
 }
 
 /// Offsets for a reduction: for each result element (a value of `shape`), the offset of the

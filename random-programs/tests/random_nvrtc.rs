@@ -9,11 +9,14 @@
 use fuse_runtime::nvrtc;
 
 /// Spills of the default batch that are known and being fixed: reported, not failed, so that CI
-/// still catches new ones. Empty: none spills since `fuse-macros/src/plan/tuning.rs` bounds the
-/// registers of the kernels that did (`map_min_blocks`, `short_min_blocks`,
-/// `register_min_blocks`; 34 entries of 11 programs before). A change to the generator renames
-/// programs; a spill it finds goes here, by `symbol sm_NN`, only until the bound is fixed.
-const KNOWN_SPILLS: &[&str] = &[];
+/// still catches new ones. `fuse-macros/src/plan/tuning.rs` bounds the registers of the kernels
+/// that did (`map_min_blocks`, `short_min_blocks`, `register_min_blocks`; 34 entries of 11
+/// programs before, and p144's after gathers joined the generator). A change to the generator
+/// renames programs; a spill it finds goes here, by `symbol sm_NN`, only until the bound is
+/// fixed. p170 (not in CI's sample): one row of `f64` reductions (`logsumexp`, `max`, two
+/// `prod`s) beside `log2`, `tanh` and `exp` of `f64` values; its streamed-rows entry spills
+/// 68 bytes on sm_90 at two blocks' 128 registers.
+const KNOWN_SPILLS: &[&str] = &["fuse_p170 sm_90"];
 
 #[test]
 fn random_kernels_compile_for_sm80_and_sm90_without_spills() {

@@ -145,9 +145,13 @@ pub(crate) fn short_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     let weight = |e: &Elem| if *e == Elem::F64 { 2 } else { 1 };
     let routines: usize = routines(k).iter().map(weight).sum();
     let chained = plan.reducing_passes() >= 2 && tensors >= SHORT_CHAINED_TENSORS;
-    match (tensors >= SHORT_TENSORS && routines >= SHORT_ROUTINES) || chained {
-        true => SHORT_BLOCKS - 1,
-        false => SHORT_BLOCKS,
+    let heavy = tensors >= SHORT_TENSORS && routines >= SHORT_ROUTINES;
+    match (heavy, chained) {
+        // Philox's state besides: random program `p144` (eleven tensors, an `f64` `tanh`, a
+        // `dropout`) spilled 16 to 48 bytes at three blocks, on sm_80 and sm_90.
+        (true, _) if k.draws_random() => SHORT_BLOCKS - 2,
+        (true, _) | (_, true) => SHORT_BLOCKS - 1,
+        _ => SHORT_BLOCKS,
     }
 }
 
@@ -157,14 +161,24 @@ pub(crate) const SHORT_CHAINED_TENSORS: usize = 6;
 /// The registers a thread of a row-in-registers entry (`cached_rows`, `block_rows`,
 /// `exact_rows`) needs, roughly: its share of the cached rows ([`CACHE`] elements of each cached
 /// tensor, a register each 4 bytes), 16 for each pass over the row (its accumulators, indices
-/// and loop), and 16 more.
+/// and loop), 16 more, and [`PHILOX_REGISTERS`] for a kernel that draws random numbers.
 fn cached_registers(k: &Kernel, plan: &Plan) -> u32 {
     let words: u32 = cached_params(k, plan)
         .iter()
         .map(|&p| k.params[p].elem.bits().div_ceil(32))
         .sum();
-    CACHE * words + 16 * plan.passes.len() as u32 + 16
+    let philox = if k.draws_random() {
+        PHILOX_REGISTERS
+    } else {
+        0
+    };
+    CACHE * words + 16 * plan.passes.len() as u32 + 16 + philox
 }
+
+/// The registers Philox's state and rounds take beside a cached row ([`cached_registers`]):
+/// random program `p144` (an `f64`, a `u16` and an `f16` tensor cached over two passes, 128
+/// without them, and a `dropout`) spilled 32 bytes on sm_80 at two blocks.
+const PHILOX_REGISTERS: u32 = 32;
 
 /// The `__launch_bounds__` minimum of blocks per SM of the row-in-registers entries:
 /// [`min_blocks`], except where that is [`MIN_BLOCKS`] (128 registers) and their registers
