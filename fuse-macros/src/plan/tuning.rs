@@ -34,8 +34,24 @@ pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 /// - two or more rows in registers: two (128), as they leave too little for the division's
 ///   slow-path call (`div_by_row_max` spilled at three).
 ///
-/// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`].
+/// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`]; one (255) for a
+/// kernel of [`WIDE_SLOTS`] `f64` reduction slots or more beside [`WIDE_ROUTINES`] `f64` math
+/// routines or more, whose accumulators stay live through the routines' slow paths: random
+/// program `p170` (`logsumexp`, `max` and `prod` of `f64` values beside `log2`, `tanh` and
+/// `exp`) spilled 68 bytes on sm_90 at two.
 pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
+    let wide_slots: usize = k
+        .nodes
+        .iter()
+        .filter_map(|n| match n.op {
+            Op::Reduce(op, ..) if n.elem() == Elem::F64 => Some(crate::plan::rows::slot_count(op)),
+            _ => None,
+        })
+        .sum();
+    let wide_routines = routines(k).iter().filter(|&&e| e == Elem::F64).count();
+    if wide_slots >= WIDE_SLOTS && wide_routines >= WIDE_ROUTINES {
+        return 1;
+    }
     let reduces = k
         .nodes
         .iter()
@@ -118,6 +134,10 @@ pub(crate) fn map_min_blocks(k: &Kernel) -> Option<u32> {
     let narrow = routines(k).iter().any(|&e| e != Elem::F64);
     (wide && narrow).then_some(1)
 }
+
+/// See [`min_blocks`].
+const WIDE_SLOTS: usize = 4;
+const WIDE_ROUTINES: usize = 3;
 
 /// The tensors (inputs and outputs) and the math routines (`f64` ones counting two) from which a
 /// short-row entry takes one block fewer ([`short_min_blocks`]).
