@@ -266,6 +266,15 @@ fuse! {
     pub fn v1_silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
         silu(x[.., ..d]) * x[.., d..]
     }
+    /// V2: RMSNorm, then vLLM's dynamic per-token fp8 (e4m3) quantization: each token's scale
+    /// is its largest magnitude over 448 (at least `1 / (448 * 512)`, vLLM's floor), and the
+    /// values divided by it, rounded to e4m3.
+    pub fn v2_rmsnorm_fp8(x: [bf16; t, h], w: [bf16; h]) -> ([f8e4m3; t, h], [f32; t]) {
+        let xf = x as f32;
+        let y = xf * rsqrt(mean(xf * xf, h) + 1e-6) * (w as f32);
+        let s = (max(y.abs(), h) / 448.0).max(1.0 / (448.0 * 512.0));
+        ((y / s) as f8e4m3, s)
+    }
     /// V3: vLLM's NEOX `rotary_embedding` with the cos/sin cache gathered by position: each
     /// head's halves rotate by the cache row of the token's position (cos, then sin), computed
     /// in f32 and written as one `[t, h, 2 * half]` output, both halves through `&mut`.

@@ -1,11 +1,12 @@
-//! V3 and V4 (`shared/WORKLOADS.md`): vLLM's NEOX rotary embedding with its cos/sin cache
-//! gathered by position, and its KV-cache write (rows scattered to slots), in bf16 at
-//! WORKLOADS.md's shapes (`t = 8192` tokens, 32 heads of 128, a cache of 8192 positions and of
-//! `4 t` slots). Each is checked on a few tokens against the same kernel on the CPU backend
-//! (bit for bit for the write, one bf16 ulp for the rotation, whose f32 products may fuse
-//! differently), then timed over the fewest bytes it must move.
+//! V2, V3 and V4 (`shared/WORKLOADS.md`): RMSNorm with vLLM's dynamic per-token fp8
+//! quantization, vLLM's NEOX rotary embedding with its cos/sin cache gathered by position, and
+//! its KV-cache write (rows scattered to slots), in bf16 at WORKLOADS.md's shapes (`t = 8192`
+//! tokens, `h = 4096`, 32 heads of 128, a cache of 8192 positions and of `4 t` slots). Each is
+//! checked on a few tokens against the same kernel on the CPU backend (bit for bit for the
+//! write, one step of the output type for the others, whose f32 math may round differently),
+//! then timed over the fewest bytes it must move.
 
-use fuse_runtime::{bf16, Buffer, Device, Error};
+use fuse_runtime::{bf16, Buffer, Device, Error, F8E4M3};
 
 use crate::kernels::*;
 use crate::measure;
@@ -55,6 +56,74 @@ fn differ(got: &[bf16], want: &[bf16], ulps: f32) -> Option<String> {
         !((g - w).abs() <= ulps * (bf16::EPSILON.to_f32() * w.abs() + 1e-38) || g == w)
     });
     bad.map(|i| format!("index {i}: got {}, CPU {}", got[i], want[i]))
+}
+
+/// V2's hidden size.
+const HIDDEN: usize = 4096;
+
+/// V2: `x: [t, 4096]` normed, then quantized to e4m3 by a scale a token.
+pub fn v2(runner: &mut Runner) {
+    let t = TOKENS.min(runner.sizes.sweep_total / HIDDEN).max(1);
+    let mut row = Row::new(
+        "V2",
+        &format!("rmsnorm + per-token fp8 quantize, bf16 {t}x{HIDDEN}"),
+    );
+    row.bytes = Some((3 * t * HIDDEN + 4 * t) as u64);
+    row.formula = "3 t h + 4 t".into();
+    row.definition =
+        "y = rmsnorm(x) * w; s = max_row(|y|) / 448; q = e4m3(y / s); outputs q, s".into();
+    let seed = runner.seeds.next();
+    let w = bf16s(HIDDEN, seed ^ 1);
+    let run = |dev: &Device, t: usize| -> Result<(Vec<F8E4M3>, Vec<f32>), Error> {
+        let x = put(dev, &bf16s(t * HIDDEN, seed), &[t, HIDDEN])?;
+        let (q, s) = v2_rmsnorm_fp8(dev, &x, &put(dev, &w, &[HIDDEN])?)?;
+        Ok((q.to_vec()?, s.to_vec()?))
+    };
+    let checked = run(&Device::cpu(), CHECK_TOKENS)
+        .and_then(|want| Ok((run(&runner.dev, CHECK_TOKENS)?, want)));
+    let close = |g: f32, w: f32, rel: f32| (g - w).abs() <= rel * w.abs() || g == w;
+    match checked {
+        Ok(((q, s), (want_q, want_s))) => {
+            // A value on a rounding boundary may round either way: one e4m3 step (1/8).
+            let bad_q = q
+                .iter()
+                .zip(&want_q)
+                .position(|(g, w)| !close(g.to_f32(), w.to_f32(), 0.125));
+            let bad_s = s
+                .iter()
+                .zip(&want_s)
+                .position(|(&g, &w)| !close(g, w, 1e-5));
+            if let Some(i) = bad_q {
+                (row.status, row.note) = (
+                    Status::Failed,
+                    format!("q index {i}: got {}, CPU {}", q[i], want_q[i]),
+                );
+            } else if let Some(i) = bad_s {
+                (row.status, row.note) = (
+                    Status::Failed,
+                    format!("s index {i}: got {}, CPU {}", s[i], want_s[i]),
+                );
+            } else {
+                let dev = runner.dev.clone();
+                let inputs = (|| {
+                    let x = put(&dev, &bf16s(t * HIDDEN, seed), &[t, HIDDEN])?;
+                    let w = put(&dev, &w, &[HIDDEN])?;
+                    let q = dev.zeros::<F8E4M3>(&[t, HIDDEN])?;
+                    let s = dev.zeros::<f32>(&[t])?;
+                    Ok::<_, Error>((x, w, q, s))
+                })();
+                let timing = inputs.and_then(|(x, w, mut q, mut s)| {
+                    runner.time_runs(|_| v2_rmsnorm_fp8::into(&dev, &x, &w, &mut q, &mut s))
+                });
+                match timing {
+                    Ok(timing) => row.timing = Some(timing),
+                    Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
+                }
+            }
+        }
+        Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
+    }
+    runner.push(row);
 }
 
 /// V3: the rotation of `q: [t, 32, 128]` by the cache rows of `pos`, into one output.

@@ -47,7 +47,7 @@ template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p)
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
-extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_wide_cached_rows(
+extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide_cached_rows(
     const unsigned short* __restrict__ p_x,
     const unsigned short* __restrict__ p_w,
     unsigned char* __restrict__ out0,

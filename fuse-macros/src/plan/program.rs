@@ -388,9 +388,10 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 debug_assert_eq!(min_len, u64::from(SHORT) + 1);
             }
             if wide_cache(k, plan) {
+                let blocks = bound.map(|b| tuning::wide_min_blocks(k, plan, b));
                 entries.push(entry(
                     Path::RowsCachedWide,
-                    bound,
+                    blocks,
                     rows,
                     rows_of(1, tuning::WIDE_CACHED_ROW, 8, 0),
                 ));

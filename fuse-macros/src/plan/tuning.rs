@@ -178,6 +178,27 @@ pub(crate) fn short_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 /// See [`short_min_blocks`].
 pub(crate) const SHORT_CHAINED_TENSORS: usize = 6;
 
+/// The `__launch_bounds__` minimum of blocks per SM of the wide cached entry
+/// (`Path::RowsCachedWide`, twice the elements a thread of the others caches): `blocks`, the
+/// other row entries', or one fewer (not below [`MIN_BLOCKS`]) for a kernel of three passes or
+/// more that also reads a tensor along the row it does not cache (a weight), whose elements
+/// each pass loads beside the cached ones: the benchmark's V2 (RMSNorm by a weight, then a
+/// per-token fp8 scale) spilled 24 bytes on sm_80 and sm_90 at three. Softmax (no weight) and
+/// RMSNorm (two passes) keep theirs.
+pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
+    let Launch::Rows { axis, .. } = &k.launch else {
+        return blocks;
+    };
+    let cached = cached_params(k, plan);
+    let weights = k
+        .tensor_params()
+        .any(|(i, _, s)| s.last() == Some(axis) && !cached.contains(&i));
+    match weights && plan.passes.len() >= 3 && blocks > MIN_BLOCKS {
+        true => blocks - 1,
+        false => blocks,
+    }
+}
+
 /// The registers a thread of a row-in-registers entry (`cached_rows`, `block_rows`,
 /// `exact_rows`) needs, roughly: its share of the cached rows ([`CACHE`] elements of each cached
 /// tensor, a register each 4 bytes), 16 for each pass over the row (its accumulators, indices
