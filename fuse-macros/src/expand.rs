@@ -384,18 +384,25 @@ fn fn_doc(k: &Kernel) -> String {
     let params: Vec<String> = k
         .params
         .iter()
-        .map(|p| match &p.shape {
-            Some(s) => format!("`{}: {}`", plain_name(&p.name), type_text(k, p.elem, s)),
-            None => format!("`{}: {}`", plain_name(&p.name), p.elem),
+        .map(|p| match (&p.shape, p.written) {
+            (Some(s), true) => format!(
+                "`{}: &mut {}`",
+                plain_name(&p.name),
+                type_text(k, p.elem, s)
+            ),
+            (Some(s), false) => format!("`{}: {}`", plain_name(&p.name), type_text(k, p.elem, s)),
+            (None, _) => format!("`{}: {}`", plain_name(&p.name), p.elem),
         })
         .collect();
+    // The returned outputs: a write through `&mut` stores into its parameter instead.
     let outputs: Vec<String> = k
         .outputs
         .iter()
+        .filter(|o| o.place.is_none())
         .map(|o| format!("`{}`", type_text(k, o.elem, &o.stored_shape())))
         .collect();
     format!(
-        "\n\nFused kernel, one launch ({}). Takes {}; returns {}, allocated on `dev`. \
+        "\n\nFused kernel, one launch ({}). Takes {}; returns {}. \
          Shapes are checked against the declared dims at the call. `{}::into` writes into \
          preallocated outputs; `{}::CUDA_SOURCE` is the generated CUDA C.",
         launch_text(k),
@@ -404,7 +411,10 @@ fn fn_doc(k: &Kernel) -> String {
         } else {
             params.join(", ")
         },
-        outputs.join(", "),
+        match outputs.is_empty() {
+            true => "nothing, writing its `&mut` parameters".to_string(),
+            false => format!("{}, allocated on `dev`", outputs.join(", ")),
+        },
         plain_name(&k.name),
         plain_name(&k.name),
     )

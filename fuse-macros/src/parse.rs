@@ -404,6 +404,23 @@ pub struct Index {
     pub tokens: TokenStream,
 }
 
+impl Index {
+    /// The slice item that gathers at this literal: `x[0]` along a dim of named size.
+    pub fn as_gather(&self) -> SliceItem {
+        let literal = Expr {
+            kind: ExprKind::Int {
+                value: i128::from(self.value),
+                suffix: None,
+            },
+            tokens: self.tokens.clone(),
+        };
+        SliceItem {
+            kind: SliceKind::Gather(Box::new(literal)),
+            tokens: self.tokens.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum UnOp {
     Neg,
@@ -764,13 +781,7 @@ fn slice_item(e: &syn::Expr, cx: &mut Lowering) -> Option<SliceItem> {
 
 /// `(j..).step_by(k)`: both literals, `j` optional.
 fn step_by(m: &syn::ExprMethodCall, cx: &mut Errors) -> Option<SliceKind> {
-    let literal = |e: &syn::Expr| match e {
-        syn::Expr::Lit(syn::ExprLit {
-            lit: syn::Lit::Int(i),
-            ..
-        }) if matches!(i.suffix(), "" | "usize") => i.base10_parse::<u64>().ok(),
-        _ => None,
-    };
+    let literal = literal_index;
     let mut receiver = &*m.receiver;
     while let syn::Expr::Paren(p) = receiver {
         receiver = &p.expr;

@@ -5,7 +5,7 @@
 use crate::check::typing::operand;
 use crate::check::Checker;
 use crate::ir::{Dim, Op};
-use crate::parse::{Expr, ExprKind, Index, SliceItem, SliceKind};
+use crate::parse::{Expr, Index};
 use crate::ty::Ty;
 use proc_macro2::TokenStream;
 
@@ -39,18 +39,7 @@ impl Checker<'_> {
         // `x[0]` along a named dim: a gather by the literal, zero where the dim is empty.
         if let ([d], [index]) = (&shape[..], indices) {
             if !matches!(self.dims[*d], Dim::Fixed(_)) {
-                let literal = Expr {
-                    kind: ExprKind::Int {
-                        value: i128::from(index.value),
-                        suffix: None,
-                    },
-                    tokens: index.tokens.clone(),
-                };
-                let item = SliceItem {
-                    kind: SliceKind::Gather(Box::new(literal)),
-                    tokens: index.tokens.clone(),
-                };
-                return self.slice(base, &[item], t);
+                return self.slice(base, &[index.as_gather()], t);
             }
         }
         let mut offset = 0u64;

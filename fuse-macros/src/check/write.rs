@@ -4,7 +4,7 @@
 
 use crate::check::Checker;
 use crate::ir::{is_subsequence, Op, OutputInfo, Place};
-use crate::parse::{Expr, ExprKind, SliceItem, SliceKind, Write};
+use crate::parse::{ExprKind, SliceItem, Write};
 use crate::ty::Ty;
 
 impl Checker<'_> {
@@ -16,17 +16,7 @@ impl Checker<'_> {
         let (base, items) = match &target.kind {
             ExprKind::Slice(base, items) => (base, &items[..]),
             ExprKind::Index(base, indices) if indices.len() == 1 => {
-                let index = &indices[0];
-                literal = vec![SliceItem {
-                    kind: SliceKind::Gather(Box::new(Expr {
-                        kind: ExprKind::Int {
-                            value: i128::from(index.value),
-                            suffix: None,
-                        },
-                        tokens: index.tokens.clone(),
-                    })),
-                    tokens: index.tokens.clone(),
-                }];
+                literal = vec![indices[0].as_gather()];
                 (base, &literal[..])
             }
             _ => {
