@@ -29,6 +29,13 @@ const TV: (usize, usize) = (4096, 128256);
 /// Rows of the check against the CPU: a partial block's worth, odd.
 const CHECK_ROWS: usize = 9;
 
+/// The cases whose gradient cancels: GELU's derivative `Phi(z) + z phi(z)` takes `1 + erf`,
+/// whose f32 roundings a few ulps apart on the two backends are not small beside the result
+/// where `z` is very negative (doc/language.md, `gelu`). Their gradients are also compared
+/// within `CANCEL_REL` of the gradient's largest magnitude.
+const CANCELS: &[&str] = &["G8"];
+const CANCEL_REL: f64 = 8.0 * f32::EPSILON as f64;
+
 /// A weight gradient's rounding beyond two ulps, as a fraction of its largest magnitude: the
 /// GPU and the CPU sum the rows in other orders.
 const SUM_REL: f64 = 1e-3;
@@ -377,7 +384,10 @@ fn disagreement(runner: &mut Runner, case: &Case, cols: usize) -> Option<(Status
     };
     for (k, ((got, want), &sum)) in got.iter().zip(&want).zip(case.sums).enumerate() {
         let largest = want.iter().fold(0.0f64, |m, &w| m.max(f64::from(w).abs()));
-        let extra = if sum { SUM_REL * largest } else { 0.0 };
+        let mut extra = if sum { SUM_REL * largest } else { 0.0 };
+        if CANCELS.contains(&case.id) {
+            extra += CANCEL_REL * largest;
+        }
         for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
             let tol =
                 2.0 * f64::from(f32::from(bf16::EPSILON)) * f64::from(w).abs() + extra + 1e-30;

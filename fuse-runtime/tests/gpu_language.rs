@@ -3033,16 +3033,10 @@ fn writes_through_mut_parameters() {
     for &(t, h, d) in &[(8192usize, 32usize, 128usize), (77, 8, 64), (5, 1, 3)] {
         let slots = 4 * t;
         let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * d, -3.0, 3.0);
-        // Distinct slots spread over the cache, every eighth token a padding one (-1).
-        let stride = (slots / t) as i64 + 1;
+        // Distinct slots spread over the cache (4i + i mod 3 < 4t), every eighth token a
+        // padding one (-1). Duplicates would leave either row, so the GPU could differ.
         let slot: Vec<i64> = (0..t as i64)
-            .map(|i| {
-                if i % 8 == 7 {
-                    -1
-                } else {
-                    (i * stride) % slots as i64
-                }
-            })
+            .map(|i| if i % 8 == 7 { -1 } else { 4 * i + i % 3 })
             .collect();
         let before: Vec<fuse_runtime::bf16> = rng.floats(slots * h * d, -9.0, 9.0);
         let run = |dev: &Device| {
