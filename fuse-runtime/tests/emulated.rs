@@ -2258,7 +2258,15 @@ fn gathers_run_on_an_emulated_gpu() {
     }
     use kernels::gathers as g;
     let (dev, mut rng) = (Device::cpu(), Rng::new());
-    for (vocab, e, t) in [(50, 33, 21), (1, 1, 1), (7, 300, 5)] {
+    // Rows of 64 and 304 take the vector loop (loads at each row's gathered start), the
+    // others the scalar one.
+    for (vocab, e, t) in [
+        (50, 33, 21),
+        (1, 1, 1),
+        (7, 300, 5),
+        (50, 64, 21),
+        (9, 304, 7),
+    ] {
         let emb = rng.floats_special::<f32>(vocab * e, -3.0, 3.0);
         let tokens: Vec<u32> = rng.indices(t, vocab).iter().map(|&i| i as u32).collect();
         let cpu = g::embedding(
@@ -2313,7 +2321,12 @@ fn gathers_run_on_an_emulated_gpu() {
             &[Tol::EXACT, Tol::close(1e-5, 1e-5)],
         );
     }
-    for (t, h, half, p, max_pos) in [(7, 3, 16, 5, 40), (1, 2, 1, 0, 1), (5, 1, 33, 64, 9)] {
+    for (t, h, half, p, max_pos) in [
+        (7, 3, 16, 5, 40),
+        (1, 2, 1, 0, 1),
+        (5, 1, 33, 64, 9),
+        (9, 3, 16, 0, 40),
+    ] {
         let head = 2 * half + p;
         let q = rng.floats::<f32>(t * h * head, -3.0, 3.0);
         let cache = rng.floats::<f32>(max_pos * 2 * half, -1.0, 1.0);

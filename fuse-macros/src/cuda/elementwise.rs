@@ -33,6 +33,7 @@ impl Cuda<'_> {
         let shapes = self.layout.shapes();
         let mut first = start.to_string();
         let mut tail_rolled = false;
+        let mut divided = false;
         if let Some(runs) = layout.vectors() {
             // Broadcast tensors line up with the vectors when their runs are whole vectors.
             let mut aligned: Vec<String> = runs
@@ -46,12 +47,34 @@ impl Cuda<'_> {
                 .iter()
                 .filter_map(|(id, p)| Some((*id, p.clone()?)))
                 .collect();
+            if layout.by_address() {
+                let views: Vec<NodeId> = layout
+                    .views
+                    .iter()
+                    .filter(|(_, p)| p.is_none())
+                    .map(|(id, _)| *id)
+                    .collect();
+                aligned.extend(self.addresses_aligned(pass, domain, &views));
+                let uniform = layout.addressed.clone().unwrap_or_default();
+                self.addressed = Some((views, uniform));
+                // The coordinates of each vector's first element, by the scalar loop's divisors.
+                self.divisors(domain);
+                divided = true;
+            }
+            let mut unique = vec![];
+            for a in aligned {
+                if !unique.contains(&a) {
+                    unique.push(a);
+                }
+            }
+            let aligned = unique;
             self.line("long long i0 = 0;");
             if !aligned.is_empty() {
                 self.open(format!("if ({})", aligned.join(" && ")));
             }
             self.vector_loop(pass, start, step, domain, runs);
             self.slices.clear();
+            self.addressed = None;
             self.line(format!("i0 = nv * {};", self.lanes));
             if !aligned.is_empty() {
                 self.close();
@@ -66,7 +89,7 @@ impl Cuda<'_> {
                 .any(|(_, p, _)| p.elem.is_int() && p.elem.bits() < 32);
         }
         let coordinates = layout.coordinates();
-        if coordinates {
+        if coordinates && !divided {
             self.divisors(domain);
         }
         if tail_rolled {
@@ -107,7 +130,7 @@ impl Cuda<'_> {
         self.helpers.insert("fz_vec");
         let lanes = self.lanes;
         self.line(format!("const long long nv = n / {lanes};"));
-        let rows = self.slices.iter().any(|(_, p)| p.pitch.is_some());
+        let rows = self.slices.iter().any(|(_, p)| p.pitch.is_some()) || self.addressed.is_some();
         let broadcast = runs.iter().any(|(_, run)| run.repeat(domain).is_some()) || rows;
         // A loop that draws random numbers comes twice: with 32-bit indices where they fit, and
         // with 64-bit ones for the largest tensors (see `draws_random`).
@@ -197,7 +220,7 @@ impl Cuda<'_> {
             }
         }
         // Slices over rows: the vector's row and its place in the row, carried as a broadcast's.
-        if self.slices.iter().any(|(_, p)| p.pitch.is_some()) {
+        if self.slices.iter().any(|(_, p)| p.pitch.is_some()) || self.addressed.is_some() {
             self.helpers.insert("fz_run");
             self.line(format!(
                 "fz_run<{unsigned}> jqw = fz_run_of<{unsigned}>({start}, vw, small);"
@@ -233,10 +256,12 @@ impl Cuda<'_> {
                 )),
             }
         }
+        let uniform = self.vector_coordinates(domain);
         let k = self.k;
         let loaded: BTreeSet<usize> = pass
             .elems
             .iter()
+            .filter(|id| !uniform.contains(id))
             .filter_map(|&id| {
                 if let Op::Load(p) = k.nodes[id].op {
                     Some(p)
@@ -281,6 +306,7 @@ impl Cuda<'_> {
             }
         }
         self.slice_vectors(&load);
+        self.addressed_vectors(&load);
         for &o in &pass.writes {
             self.line(format!(
                 "fz_vec<{}, {lanes}> s{o};",
@@ -301,7 +327,13 @@ impl Cuda<'_> {
         for lane in 0..lanes {
             self.open("");
             self.line(format!("const int l = {lane};"));
-            self.values(&pass.elems, Scope::Lane);
+            let lanes_values: Vec<NodeId> = pass
+                .elems
+                .iter()
+                .copied()
+                .filter(|id| !uniform.contains(id))
+                .collect();
+            self.values(&lanes_values, Scope::Lane);
             self.accumulate(&pass.reduces);
             for &o in &pass.writes {
                 let v = self.output_bits(o);
@@ -311,11 +343,60 @@ impl Cuda<'_> {
         }
         for &o in &pass.writes {
             let t = k.outputs[o].elem.c_storage();
-            self.line(format!(
-                "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = s{o};"
-            ));
+            let Some(place) = &k.outputs[o].place else {
+                self.line(format!(
+                    "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = s{o};"
+                ));
+                continue;
+            };
+            // At the place of the vector's first element; nowhere where it scatters from
+            // outside the gathered dim.
+            let coord = |d| self.layout.coord(d);
+            let (at, inside) =
+                self.layout
+                    .view_access(&place.view, &k.outputs[o].shape, coord, &SYNTAX);
+            let store =
+                format!("*reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o} + ({at})) = s{o};");
+            match inside {
+                Some(inside) => self.line(format!("if ({inside}) {store}")),
+                None => self.line(store),
+            }
         }
         self.close();
+    }
+
+    /// In a vector loop that loads and stores by address, the coordinates of the vector's first
+    /// element (its row's, split as the scalar loop splits `i`, and its place in the row) and
+    /// the values each vector computes once, before its lanes; returns those values.
+    fn vector_coordinates(&mut self, domain: &[DimId]) -> Vec<NodeId> {
+        let Some((_, uniform)) = self.addressed.clone() else {
+            return vec![];
+        };
+        let (rows, last) = domain.split_at(domain.len() - 1);
+        self.line(format!(
+            "const long long {} = (long long)jqw.r * {};",
+            self.layout.coord(last[0]),
+            self.lanes
+        ));
+        for l in self.layout.split("(long long)jqw.q", rows, &SYNTAX) {
+            self.line(l);
+        }
+        let k = self.k;
+        let shapes: BTreeSet<usize> = uniform
+            .iter()
+            .filter_map(|&id| match k.nodes[id].op {
+                Op::Load(p) => {
+                    Some(self.shape_index(k.params[p].shape.as_ref().expect("a tensor")))
+                }
+                _ => None,
+            })
+            .collect();
+        for s in shapes {
+            let offset = self.layout.offset(&self.layout.shapes()[s], None);
+            self.line(format!("const long long o{s} = {offset};"));
+        }
+        self.values(&uniform, Scope::Element);
+        uniform
     }
 }
 
@@ -347,6 +428,69 @@ impl Cuda<'_> {
             }
         }
         unique
+    }
+
+    /// The conditions under which the accesses a vector loop makes by address line up with the
+    /// vectors: the domain's rows whole vectors, and each access's offset and strides (a
+    /// gather's too) multiples of the lanes.
+    fn addresses_aligned(&self, pass: &Pass, domain: &[DimId], views: &[NodeId]) -> Vec<String> {
+        let k = self.k;
+        let lanes = self.lanes;
+        let last = self.layout.size(domain[domain.len() - 1]);
+        let mut aligned = vec![format!("{} % {lanes} == 0", wrapped(&last))];
+        let accesses = views
+            .iter()
+            .map(|&id| match &k.nodes[id].op {
+                Op::View(_, view) => &**view,
+                _ => unreachable!("a slice is a view"),
+            })
+            .chain(
+                pass.writes
+                    .iter()
+                    .filter_map(|&o| Some(&k.outputs[o].place.as_ref()?.view)),
+            );
+        for view in accesses {
+            let strides = view.strides[..view.strides.len() - 1]
+                .iter()
+                .chain(view.gather.as_ref().map(|g| &g.stride))
+                .chain(std::iter::once(&view.offset));
+            for linear in strides.filter(|l| !l.is_empty()) {
+                aligned.push(format!(
+                    "{} % {lanes} == 0",
+                    wrapped(&self.layout.linear(linear))
+                ));
+            }
+        }
+        aligned
+    }
+
+    /// Each slice loaded by address, `l_w<id>`: the vector at its first lane's element, or
+    /// zeros where its index is outside the gathered dim.
+    fn addressed_vectors(&mut self, load: &dyn Fn(String) -> String) {
+        let Some((views, _)) = self.addressed.clone() else {
+            return;
+        };
+        let lanes = self.lanes;
+        for id in views {
+            let Op::View(param, view) = &self.k.nodes[id].op else {
+                unreachable!("a slice is a view")
+            };
+            let (t, name) = self.param_text(*param);
+            let coord = |d| self.layout.coord(d);
+            let (at, inside) =
+                self.layout
+                    .view_access(view, &self.k.nodes[id].shape, coord, &SYNTAX);
+            let vector = load(format!(
+                "reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name} + ({at}))"
+            ));
+            match inside {
+                Some(inside) => {
+                    self.line(format!("fz_vec<{t}, {lanes}> l_w{id} = {{}};"));
+                    self.line(format!("if ({inside}) l_w{id} = {vector};"));
+                }
+                None => self.line(format!("const fz_vec<{t}, {lanes}> l_w{id} = {vector};")),
+            }
+        }
     }
 
     /// Each slice's vector, `l_w<id>`: at its row's start (`jqw.q` rows of `pitch`), plus the

@@ -139,6 +139,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         partials_in_registers: false,
         lane_randoms: vec![],
         slices: vec![],
+        addressed: None,
         row_randoms: false,
         defers_division: false,
         fast_division: false,
@@ -314,6 +315,10 @@ struct Cuda<'a> {
     /// In an elementwise vector loop, the slices it loads as vectors (`l_w<id>`), with their
     /// layouts.
     slices: Vec<(NodeId, crate::plan::rows::Pitch)>,
+    /// In an elementwise vector loop that loads and stores by address (`PassLayout::by_address`),
+    /// the slices it loads at the address of their first lane (`l_w<id>`, zero where a gather's
+    /// index is outside its dim), and the values computed once a vector before the lanes.
+    addressed: Option<(Vec<NodeId>, Vec<NodeId>)>,
     /// Whether the vector steps being written are a row loop's (in registers or streamed),
     /// whose vectors start at a multiple of their lanes along the row: they draw `lane_randoms`.
     row_randoms: bool,
@@ -728,6 +733,10 @@ mod tests {
             (
                 "silu_and_mul",
                 quote! { pub fn silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] { silu(x[.., ..d]) * x[.., d..] } },
+            ),
+            (
+                "cache_write",
+                quote! { pub fn cache_write(k: [bf16; t, h, d], slot: [i64; t], cache: &mut [bf16; slots, h, d]) { cache[slot, .., ..] = k; } },
             ),
         ];
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("golden");

@@ -142,7 +142,11 @@ fn depths(k: &Kernel) -> Vec<usize> {
 
 /// The element values that `roots` need, in dependency order; stops at per-row values and
 /// reductions, which are computed outside the loop.
-fn closure(k: &Kernel, roots: &[NodeId], is_elem: &impl Fn(NodeId) -> bool) -> Vec<NodeId> {
+pub(crate) fn closure(
+    k: &Kernel,
+    roots: &[NodeId],
+    is_elem: &impl Fn(NodeId) -> bool,
+) -> Vec<NodeId> {
     let mut need = vec![false; k.nodes.len()];
     let mut stack: Vec<NodeId> = roots.to_vec();
     while let Some(id) = stack.pop() {

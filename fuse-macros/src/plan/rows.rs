@@ -473,14 +473,44 @@ pub(crate) fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Ti
 /// two 16-byte vectors).
 pub(crate) const LANES: u32 = 4;
 
+/// Tensors read only as gathers' indices count for nothing: a vector loop reads them once a
+/// vector (see [`addressed`]), so V4's `i64` slots leave its `bf16` rows at 16-byte vectors.
 pub(crate) fn lanes(k: &Kernel) -> u32 {
-    let narrow = tensor_elems(k).all(|e| e.bits() <= 16);
-    let halves = tensor_elems(k).any(Elem::is_narrow_float);
+    let outputs = k.outputs.iter().map(|o| o.elem);
+    let elems: Vec<Elem> = k
+        .tensor_params()
+        .filter(|&(p, _, _)| !only_indices(k, p))
+        .map(|(_, p, _)| p.elem)
+        .chain(outputs)
+        .collect();
+    let narrow = elems.iter().all(|e| e.bits() <= 16);
+    let halves = elems.iter().any(|e| e.is_narrow_float());
     if narrow && !(halves && divides_floats(k)) {
         2 * LANES
     } else {
         LANES
     }
+}
+
+/// Whether every value read from tensor parameter `p` is the index of a gather (of a slice,
+/// or of a write through `&mut`) and nothing else.
+fn only_indices(k: &Kernel, p: usize) -> bool {
+    let load = |id: NodeId| matches!(k.nodes[id].op, Op::Load(q) if q == p);
+    let views = k.nodes.iter().filter_map(|n| match &n.op {
+        Op::View(_, view) => view.gather.as_ref(),
+        _ => None,
+    });
+    let places = k
+        .outputs
+        .iter()
+        .filter_map(|o| o.place.as_ref()?.view.gather.as_ref());
+    let read = views.chain(places).any(|g| load(g.index));
+    // A view's only operand is its gather's index.
+    let other_use = k.nodes.iter().any(|n| match &n.op {
+        Op::View(..) => false,
+        op => op.operands().into_iter().any(load),
+    });
+    read && !other_use && !k.outputs.iter().any(|o| load(o.node))
 }
 
 /// Whether a kernel divides floats or takes a float remainder (or calls a function that
@@ -495,12 +525,6 @@ pub(crate) fn divides_floats(k: &Kernel) -> bool {
         ),
         _ => false,
     })
-}
-
-/// The element types of every tensor a kernel reads or writes.
-pub(crate) fn tensor_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
-    let outputs = k.outputs.iter().map(|o| o.elem);
-    k.tensor_params().map(|(_, p, _)| p.elem).chain(outputs)
 }
 
 /// How a tensor lines up with the consecutive elements of one vector step (`lanes` of them) of
@@ -599,6 +623,11 @@ pub(crate) struct PassLayout {
     /// Whether the pass writes through a `&mut` parameter, element by element at the places
     /// its slice computes from the coordinates.
     pub(crate) placed: bool,
+    /// Where the pass gathers, writes through `&mut` or reads a slice that is not [`pitched`],
+    /// the values its vector loop computes once a vector, before its lanes, from the
+    /// coordinates of the vector's first element: each gather's index and what it needs
+    /// (see [`addressed`]); `None` where some such access cannot be loaded as vectors.
+    pub(crate) addressed: Option<Vec<NodeId>>,
 }
 
 /// How a slice over the whole domain lies in memory when its vectors can be loaded whole: the
@@ -648,17 +677,68 @@ pub(crate) fn pitched(k: &Kernel, id: NodeId, domain: &[DimId]) -> Option<Pitch>
     })
 }
 
+/// The values a pass's vector loop needs before its lanes where it gathers, writes through
+/// `&mut` or reads a slice that is not [`pitched`] (`views`, `places`): each gather's index, and
+/// the values it is computed from, in the pass's order. Such an access is loaded or stored a
+/// vector at a time when its rows of the domain's last dim are contiguous (its last dim is the
+/// domain's, of stride 1) and its index is the same along them (its values do not have the
+/// last dim, and draw nothing at random): the vector's address is then the scalar loop's at the
+/// vector's first element. `None` where one is not.
+pub(crate) fn addressed(
+    k: &Kernel,
+    pass: &Pass,
+    domain: &[DimId],
+    views: &[NodeId],
+    places: &[&crate::ir::View],
+) -> Option<Vec<NodeId>> {
+    let last = *domain.last()?;
+    if domain.len() < 2 {
+        return None;
+    }
+    let mut index = vec![];
+    let accesses = views
+        .iter()
+        .map(|&id| match &k.nodes[id].op {
+            Op::View(_, view) => (&**view, k.nodes[id].shape.as_slice()),
+            _ => unreachable!("a slice is a view"),
+        })
+        .chain(places.iter().map(|&v| (v, domain)));
+    for (view, shape) in accesses {
+        let rows = shape.last() == Some(&last) && view.strides.last() == Some(&vec![(1, vec![])]);
+        if !rows {
+            return None;
+        }
+        index.extend(view.gather.iter().map(|g| g.index));
+    }
+    let need = super::closure(k, &index, &|id| pass.elems.contains(&id));
+    let uniform = need
+        .iter()
+        .all(|&id| !k.nodes[id].shape.contains(&last) && !matches!(k.nodes[id].op, Op::Random(..)));
+    uniform.then_some(need)
+}
+
 impl PassLayout {
     /// Whether the pass has a vector loop: every tensor and slice lines up with the vectors, and
     /// no value needs coordinates (which only the scalar loop computes).
     pub(crate) fn vectors(&self) -> Option<&[(usize, Run)]> {
-        let slices = self.views.iter().all(|(_, p)| p.is_some());
+        let slices = self.views.iter().all(|(_, p)| p.is_some()) && !self.placed;
         match &self.runs {
-            Some(runs) if !self.used.is_empty() && !self.positions && slices && !self.placed => {
+            Some(runs)
+                if !self.used.is_empty()
+                    && !self.positions
+                    && (slices || self.addressed.is_some()) =>
+            {
                 Some(runs)
             }
             _ => None,
         }
+    }
+
+    /// Whether the vector loop computes the coordinates of each vector's first element, for
+    /// the accesses [`addressed`] loads and stores.
+    pub(crate) fn by_address(&self) -> bool {
+        let slices = self.views.iter().all(|(_, p)| p.is_some()) && !self.placed;
+        !slices && self.addressed.is_some()
     }
 
     /// Whether the pass's scalar loop splits its index into coordinates.
@@ -683,7 +763,7 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
     let positions = pass.elems.iter().any(|&id| {
         crate::plan::needs_coordinates(k, id, domain) && !matches!(k.nodes[id].op, Op::View(..))
     });
-    let views = pass
+    let views: Vec<(NodeId, Option<Pitch>)> = pass
         .elems
         .iter()
         .filter(|&&id| matches!(k.nodes[id].op, Op::View(..)))
@@ -694,7 +774,18 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
         .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
         .collect();
     let broadcast = used.iter().any(|&s| shapes[s] != domain);
-    let placed = pass.writes.iter().any(|&o| k.outputs[o].place.is_some());
+    let places: Vec<&crate::ir::View> = pass
+        .writes
+        .iter()
+        .filter_map(|&o| Some(&k.outputs[o].place.as_ref()?.view))
+        .collect();
+    let placed = !places.is_empty();
+    let unpitched: Vec<NodeId> = views
+        .iter()
+        .filter(|(_, p)| p.is_none())
+        .map(|(id, _)| *id)
+        .collect();
+    let addressed = addressed(k, pass, domain, &unpitched, &places);
     PassLayout {
         used,
         runs,
@@ -702,6 +793,7 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
         broadcast,
         views,
         placed,
+        addressed,
     }
 }
 
@@ -724,13 +816,13 @@ pub(crate) fn needs_divisors(
             runs.push((dims.to_vec(), 1));
         }
     }
-    // Slices over rows: a vector's row and place in it, by the vectors a row.
-    if layout.vectors().is_some()
-        && layout
-            .views
-            .iter()
-            .any(|(_, p)| p.as_ref().is_some_and(|p| p.pitch.is_some()))
-    {
+    // Slices over rows, and accesses by address: a vector's row and place in it, by the
+    // vectors a row (and the row's coordinates by the scalar loop's divisors).
+    let pitches = layout
+        .views
+        .iter()
+        .any(|(_, p)| p.as_ref().is_some_and(|p| p.pitch.is_some()));
+    if layout.vectors().is_some() && (pitches || layout.by_address()) {
         runs.push((domain[domain.len() - 1..].to_vec(), lanes));
     }
     (runs, layout.coordinates())
