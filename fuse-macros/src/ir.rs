@@ -95,14 +95,16 @@ pub type Linear = Vec<(u64, Vec<DimId>)>;
 /// node's shape is `p[offset + sum of coordinate * stride]`, with one stride for each dim of the
 /// shape. No arithmetic on the value: a slice only moves the load.
 ///
-/// A gather (`emb[tokens, ..]`) is a slice one of whose dims is picked by the value of an
-/// integer node: that dim's coordinate is the node's value, and the node's dims are dims of the
-/// slice's shape whose own strides are empty (they move the load only through the index).
+/// A gather (`emb[tokens, ..]`) is a slice some of whose dims are picked by the values of
+/// integer nodes: each such dim's coordinate is its node's value, and the nodes' dims are dims of
+/// the slice's shape whose own strides are empty (they move the load only through the indices).
+/// `cache[slot / bs, .., slot % bs, ..]` gathers along two dims, both by values over `slot`'s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct View {
     pub offset: Linear,
     pub strides: Vec<Linear>,
-    pub gather: Option<Gather>,
+    /// The gathered dims, in the parameter's order; empty for a slice.
+    pub gathers: Vec<Gather>,
 }
 
 /// The dim of a slice picked by an index value: `p[.. + index * stride + ..]` where
@@ -200,7 +202,7 @@ impl Op {
             Op::Unary(_, a) | Op::Cast(a) | Op::Reduce(_, a, _) | Op::Random(_, a, _) => {
                 vec![*a]
             }
-            Op::View(_, view) => view.gather.iter().map(|g| g.index).collect(),
+            Op::View(_, view) => view.gathers.iter().map(|g| g.index).collect(),
             Op::Binary(_, a, b) => vec![*a, *b],
             Op::Select(c, a, b) => vec![*c, *a, *b],
             Op::Call(_, args) => args.clone(),
@@ -278,16 +280,16 @@ pub struct Place {
     pub param: usize,
     pub shape: Vec<DimId>,
     /// The element at the domain's coordinates goes to `param[view's index]`; where the view
-    /// gathers and the index is outside its dim, nowhere.
+    /// gathers and an index is outside its dim, nowhere.
     pub view: View,
 }
 
 impl OutputInfo {
-    /// The values the output needs: its value, and the index of a write that scatters.
+    /// The values the output needs: its value, and the indices of a write that scatters.
     pub fn roots(&self) -> Vec<NodeId> {
-        let index = self.place.as_ref().and_then(|p| p.view.gather.as_ref());
+        let gathers = self.place.iter().flat_map(|p| &p.view.gathers);
         std::iter::once(self.node)
-            .chain(index.map(|g| g.index))
+            .chain(gathers.map(|g| g.index))
             .collect()
     }
 

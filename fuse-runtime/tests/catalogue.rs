@@ -83,6 +83,7 @@ cases! {
         moe_sum,
         apply_repetition_penalties,
         reshape_and_cache_flash,
+        reshape_and_cache,
         concat_and_cache_mla,
     ],
     liger => liger_cases [

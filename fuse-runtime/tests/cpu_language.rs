@@ -4394,6 +4394,81 @@ fn rows_are_scattered_to_their_slots_and_the_rest_is_kept() {
     }
 }
 
+/// Two indices in one write (`reshape_and_cache`'s key layout) and in one read: against the
+/// loops of vLLM's kernel and a lookup element by element.
+#[test]
+fn gathers_and_writes_along_two_dims() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (t, h, dx, x, nb, bs) in [(7, 3, 2, 8, 4, 4), (1, 1, 1, 1, 1, 1), (30, 2, 3, 5, 3, 7)] {
+        let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * dx * x, -3.0, 3.0);
+        // Distinct slots, some negative (their place in a block is negative) or past the end.
+        let mut order: Vec<i64> = (0..(nb * bs) as i64).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let slot: Vec<i64> = (0..t)
+            .map(|i| match rng.below(8) {
+                0 => -1 - rng.below(20) as i64,
+                1 => (nb * bs) as i64 + rng.below(3) as i64,
+                _ if i < order.len() => order[i],
+                _ => -1,
+            })
+            .collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(nb * h * dx * bs * x, -9.0, 9.0);
+        let mut cache = put(&dev, &before, &[nb, h, dx, bs, x]);
+        kernels::writes::paged_cache(
+            &dev,
+            &put(&dev, &key, &[t, h, dx, x]),
+            &put(&dev, &slot, &[t]),
+            bs as i64,
+            &mut cache,
+        )
+        .unwrap();
+        let mut want = before.clone();
+        for (ti, &s) in slot.iter().enumerate() {
+            let (block, at) = (s / bs as i64, s % bs as i64);
+            if !(0..nb as i64).contains(&block) || !(0..bs as i64).contains(&at) {
+                continue;
+            }
+            let (block, at) = (block as usize, at as usize);
+            for ((head, g), e) in (0..h)
+                .flat_map(|a| (0..dx).map(move |b| (a, b)))
+                .flat_map(|p| (0..x).map(move |e| (p, e)))
+            {
+                let src = ((ti * h + head) * dx + g) * x + e;
+                want[(((block * h + head) * dx + g) * bs + at) * x + e] = key[src];
+            }
+        }
+        let bits = |v: &[fuse_runtime::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        assert_exact(
+            &format!("paged_cache {t}x{h}x{dx}x{x} into {nb}x{bs}"),
+            &bits(&host(&cache)),
+            &bits(&want),
+        );
+    }
+    for (r, c, n) in [(9, 13, 40), (1, 1, 1), (64, 300, 7)] {
+        let table = rng.floats::<f32>(r * c, -3.0, 3.0);
+        let i: Vec<u32> = rng.indices(n, r).iter().map(|&v| v as u32).collect();
+        let j = rng.indices(n, c);
+        let got = kernels::gathers::pick(
+            &dev,
+            &put(&dev, &table, &[r, c]),
+            &put(&dev, &i, &[n]),
+            &put(&dev, &j, &[n]),
+        )
+        .unwrap();
+        let want: Vec<f32> = i
+            .iter()
+            .zip(&j)
+            .map(|(&a, &b)| match (a as usize, usize::try_from(b)) {
+                (a, Ok(b)) if a < r && b < c => table[a * c + b] * 2.0,
+                _ => 0.0,
+            })
+            .collect();
+        assert_exact(&format!("pick {r}x{c} by {n}"), &host(&got), &want);
+    }
+}
+
 #[test]
 fn the_key_and_value_caches_are_written_in_one_call() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());

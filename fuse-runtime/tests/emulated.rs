@@ -2304,6 +2304,27 @@ fn gathers_run_on_an_emulated_gpu() {
             &[Tol::EXACT],
         );
     }
+    for (r, c, n) in [(9, 13, 40), (64, 300, 7)] {
+        let table = rng.floats::<f32>(r * c, -3.0, 3.0);
+        let i: Vec<u32> = rng.indices(n, r).iter().map(|&v| v as u32).collect();
+        let j = rng.indices(n, c);
+        let (bt, bi, bj) = (
+            put(&dev, &table, &[r, c]),
+            put(&dev, &i, &[n]),
+            put(&dev, &j, &[n]),
+        );
+        let cpu = g::pick(&dev, &bt, &bi, &bj).unwrap();
+        emulate(
+            &format!("pick {r}x{c} by {n}"),
+            &g::pick::__fuse::PROGRAM,
+            vec![hex(&table), hex(&i), hex(&j)],
+            vec![],
+            &[("r", r), ("c", c), ("n", n)],
+            &cpu,
+            &["f32"],
+            &[Tol::EXACT],
+        );
+    }
     // Row lengths of every row path: short, cached, a block a row, streamed.
     for (n, v) in [(9, 3), (7, 33), (3, 4096), (2, 5000), (5, 1)] {
         let x = rng.floats::<f32>(n * v, -8.0, 8.0);
@@ -2538,6 +2559,39 @@ fn writes_through_mut_parameters_run_on_an_emulated_gpu() {
             &(kc, vc),
             &["f32", "f32"],
             &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+    // Two indices in one write: rows of 8 take the vector loop, rows of 5 the scalar one.
+    for (t, h, dx, x, nb, bs) in [(9, 3, 2, 8, 4, 4), (6, 2, 3, 5, 2, 3)] {
+        let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * dx * x, -3.0, 3.0);
+        let slots = (nb * bs) as i64;
+        let slot: Vec<i64> = (0..t as i64)
+            .map(|i| match i % 4 {
+                3 => -1 - i,
+                _ if i < slots => (i * 5 + 2) % slots,
+                _ => slots + i,
+            })
+            .collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(nb * h * dx * bs * x, -9.0, 9.0);
+        let mut cache = put(&dev, &before, &[nb, h, dx, bs, x]);
+        let bkey = put(&dev, &key, &[t, h, dx, x]);
+        w::paged_cache(&dev, &bkey, &put(&dev, &slot, &[t]), bs as i64, &mut cache).unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("paged_cache {t}x{h}x{dx}x{x} into {nb}x{bs}"),
+            &w::paged_cache::__fuse::PROGRAM,
+            vec![hex(&key), hex(&slot)],
+            vec![bs as u64],
+            &[
+                ("t", t),
+                ("h", h),
+                ("dx", dx),
+                ("x", x),
+                ("nb", nb),
+                ("bs", bs),
+            ],
+            &cache,
+            &["bf16"],
+            &[Tol::EXACT],
         );
     }
     for (t, d) in [(5, 33), (1, 1), (3, 300)] {

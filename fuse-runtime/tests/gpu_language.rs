@@ -2887,6 +2887,21 @@ fn gathers_by_index_tensors() {
     let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
         return;
     };
+    // Gathers along both dims: one element a pair of indices.
+    for &(r, c, n) in &[(1000usize, 4096usize, 1_000_003usize), (9, 13, 40)] {
+        let table = rng.floats::<f32>(r * c, -3.0, 3.0);
+        let i: Vec<u32> = rng.indices(n, r).iter().map(|&v| v as u32).collect();
+        let j = rng.indices(n, c);
+        let run = |d: &Device| {
+            g::pick(
+                d,
+                &put(d, &table, &[r, c]),
+                &put(d, &i, &[n]),
+                &put(d, &j, &[n]),
+            )
+        };
+        assert_gpu_matches_cpu(&gpu, &format!("pick {r} x {c} by {n}"), run, &[Tol::EXACT]);
+    }
     for &(vocab, e, t) in &[
         (32000usize, 1024usize, 257usize),
         (50, 33, 1000),
@@ -3126,6 +3141,36 @@ fn writes_through_mut_parameters() {
             &format!("scatter_and_return {n} x {c} into {m}"),
             run,
             &[Tol::EXACT, Tol::EXACT],
+        );
+    }
+    // Two indices in one write, vLLM's paged key cache: x = 8 (vectors), and x = 5 (elements).
+    for &(t, h, dx, x, nb, bs) in &[
+        (4096usize, 8usize, 16usize, 8usize, 300usize, 16usize),
+        (9, 3, 2, 5, 4, 4),
+    ] {
+        let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * dx * x, -3.0, 3.0);
+        let slots = (nb * bs) as i64;
+        // Distinct slots, every fourth a negative one.
+        let slot: Vec<i64> = (0..t as i64)
+            .map(|i| {
+                if i % 4 == 3 {
+                    -1 - i
+                } else {
+                    (i * 7 + 1) % slots.max(t as i64 + 1)
+                }
+            })
+            .collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(nb * h * dx * bs * x, -9.0, 9.0);
+        let run = |dev: &Device| {
+            let mut cache = put(dev, &before, &[nb, h, dx, bs, x]);
+            let (bk, bsl) = (put(dev, &key, &[t, h, dx, x]), put(dev, &slot, &[t]));
+            w::paged_cache(dev, &bk, &bsl, bs as i64, &mut cache).map(|()| cache)
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("paged_cache {t} x {h} x {dx} x {x} into {nb} x {bs}"),
+            run,
+            &[Tol::EXACT],
         );
     }
 }

@@ -250,25 +250,21 @@ impl Checker<'_> {
         let mut view = View {
             offset: vec![],
             strides: vec![],
-            gather: None,
+            gathers: vec![],
         };
         let mut shape = vec![];
-        // The dims the gather's index brings, and where among the items they go.
-        let mut gathered: Option<(usize, Vec<DimId>)> = None;
+        // The dims each gather's index brings, and where among the items they go.
+        let mut gathered: Vec<(usize, Vec<DimId>)> = vec![];
         for (at, (&d, item)) in storage.iter().zip(items).enumerate() {
             let stride = &storage[at + 1..];
             if let SliceKind::Gather(index) = &item.kind {
-                if gathered.is_some() {
-                    self.cx.spanned(&item.tokens, format!("this slice of `{name}` gathers along a second dim; a slice gathers along one dim, as in `{name}[idx, ..]`, and gathers along two at once are not in the language yet"));
-                    return None;
-                }
                 let id = self.gather_index(&name, d, index)?;
-                view.gather = Some(Gather {
+                view.gathers.push(Gather {
                     index: id,
                     stride: vec![(1, stride.to_vec())],
                     len: self.dim_len(d),
                 });
-                gathered = Some((shape.len(), self.nodes[id].shape.clone()));
+                gathered.push((shape.len(), self.nodes[id].shape.clone()));
                 continue;
             }
             let (dim, inner, offset) = self.pick(&name, d, item)?;
@@ -286,10 +282,18 @@ impl Checker<'_> {
             view.strides.push(vec![(inner, stride.to_vec())]);
             view.offset.extend(offset.times(stride));
         }
-        // The index's dims that no other item has: the index moves the load along them, and
-        // they move it along nothing else.
-        if let Some((at, dims)) = gathered {
-            let new: Vec<DimId> = dims.into_iter().filter(|d| !shape.contains(d)).collect();
+        // The indices' dims that no other item has: the indices move the load along them, and
+        // they move it along nothing else. Each goes where the first index that has it is
+        // (`cache[slot / bs, .., slot % bs, ..]` has `slot`'s dims once, first); later places
+        // first, so that the earlier ones stay where they are.
+        let mut seen = shape.clone();
+        let mut inserts = vec![];
+        for (at, dims) in gathered {
+            let new: Vec<DimId> = dims.into_iter().filter(|d| !seen.contains(d)).collect();
+            seen.extend(&new);
+            inserts.push((at, new));
+        }
+        for (at, new) in inserts.into_iter().rev() {
             for (i, &d) in new.iter().enumerate() {
                 shape.insert(at + i, d);
                 view.strides.insert(at + i, vec![]);
@@ -770,7 +774,7 @@ mod gather_tests {
         k.nodes
             .iter()
             .filter_map(|n| match &n.op {
-                Op::View(_, v) if v.gather.is_some() => Some((&n.shape, &**v)),
+                Op::View(_, v) if !v.gathers.is_empty() => Some((&n.shape, &**v)),
                 _ => None,
             })
             .collect()
@@ -794,7 +798,7 @@ mod gather_tests {
         let (shape, view) = g[0];
         assert_eq!(shape, &vec![b, s, e]);
         assert_eq!(view.strides, vec![vec![], vec![], vec![(1, vec![])]]);
-        let gather = view.gather.as_ref().unwrap();
+        let gather = &view.gathers[0];
         assert_eq!(gather.stride, vec![(1, vec![e])]);
         assert_eq!(gather.len, vec![(1, vec![vocab])]);
         assert!(matches!(k.nodes[gather.index].op, Op::Load(1)));
@@ -820,7 +824,7 @@ mod gather_tests {
         let (shape, view) = gathers(&k)[0];
         assert_eq!(shape, &vec![n]);
         assert_eq!(view.strides, vec![vec![(1, vec![v])]]);
-        assert_eq!(view.gather.as_ref().unwrap().stride, vec![(1, vec![])]);
+        assert_eq!(view.gathers[0].stride, vec![(1, vec![])]);
         // The tile of short rows would hold `x`'s rows where the gather reads it: not taken.
         let program = crate::plan::program(&k);
         assert!(crate::plan::rows::tiling(&k, &program.plan).is_none());
@@ -846,8 +850,8 @@ mod gather_tests {
         assert_eq!(g.len(), 2);
         for (shape, view) in &g {
             assert_eq!(*shape, &vec![t, half]);
-            assert_eq!(view.gather.as_ref().unwrap().len, vec![(1, vec![p])]);
-            assert_eq!(view.gather.as_ref().unwrap().stride, vec![(1, vec![3])]);
+            assert_eq!(view.gathers[0].len, vec![(1, vec![p])]);
+            assert_eq!(view.gathers[0].stride, vec![(1, vec![3])]);
         }
         assert!(g[0].1.offset.is_empty());
         assert_eq!(g[1].1.offset, vec![(1, vec![half])]);
@@ -862,10 +866,42 @@ mod gather_tests {
         });
         let g = gathers(&k);
         assert_eq!(g.len(), 2);
-        let index = g[0].1.gather.as_ref().unwrap().index;
+        let index = g[0].1.gathers[0].index;
         assert_eq!(k.nodes[index].elem(), crate::ty::Elem::I64);
         let k = kernel(quote! { fn f(x: [f32; n]) -> f32 { x[0] } });
         assert_eq!(gathers(&k)[0].0, &Vec::<usize>::new());
+    }
+
+    /// Gathers along two dims: by indices of one shape (one element each, its dims once, where
+    /// the first index is), and by indices of two (their outer product, in their places).
+    #[test]
+    fn gathers_along_two_dims() {
+        let k = kernel(
+            quote! { fn f(x: [f32; r, c], i: [u32; n], j: [u32; n]) -> [f32; n] { x[i, j] } },
+        );
+        let g = gathers(&k);
+        assert_eq!(g.len(), 1);
+        let (n, (r, c)) = (2, (0, 1));
+        assert_eq!(g[0].0, &vec![n]);
+        assert_eq!(g[0].1.strides, vec![Vec::<(u64, Vec<usize>)>::new()]);
+        let strides: Vec<_> = g[0].1.gathers.iter().map(|g| g.stride.clone()).collect();
+        assert_eq!(strides, vec![vec![(1, vec![c])], vec![(1, vec![])]]);
+        let lens: Vec<_> = g[0].1.gathers.iter().map(|g| g.len.clone()).collect();
+        assert_eq!(lens, vec![vec![(1, vec![r])], vec![(1, vec![c])]]);
+        let k = kernel(quote! {
+            fn f(cache: [f32; nb, h, bs, x], slot: [i64; t], b: i64) -> [f32; t, h, x] {
+                cache[slot / b, .., slot % b, ..]
+            }
+        });
+        let g = gathers(&k);
+        let (t, h, x) = (4, 1, 3);
+        assert_eq!(g[0].0, &vec![t, h, x]);
+        assert_eq!(g[0].1.gathers.len(), 2);
+        let k = kernel(
+            quote! { fn f(x: [f32; r, c], i: [u32; a], j: [u32; b]) -> [f32; a, b] { x[i, j] } },
+        );
+        let (a, b) = (2, 3);
+        assert_eq!(gathers(&k)[0].0, &vec![a, b]);
     }
 
     #[test]
@@ -878,10 +914,6 @@ mod gather_tests {
             (
                 quote! { fn f(x: [f32; r, c], i: [bool; r]) -> [f32; r] { x[.., i] } },
                 "an index of `x` is an integer value",
-            ),
-            (
-                quote! { fn f(x: [f32; r, c], i: [u32; n], j: [u32; n]) -> [f32; n] { x[i, j] } },
-                "this slice of `x` gathers along a second dim",
             ),
             (
                 quote! { fn f(x: [f32; r, 4]) -> [f32; r] { x[.., 4] } },
@@ -898,10 +930,6 @@ mod gather_tests {
             (
                 quote! { fn f(x: [f32; r, c], t: [u32; n]) -> [f32; n, c] { (x * 2.0)[t, ..] } },
                 "only a tensor parameter can be sliced or gathered from",
-            ),
-            (
-                quote! { fn f(x: [f32; r, c], t: [u32; n]) -> [f32; n] { x[t, t] } },
-                "this slice of `x` gathers along a second dim",
             ),
         ] {
             assert_error(tokens, prefix);

@@ -99,7 +99,7 @@ mod tests {
         assert_eq!(o.stored_shape(), vec![slots, d]);
         let place = o.place.as_ref().unwrap();
         assert_eq!(place.param, 2);
-        let index = place.view.gather.as_ref().unwrap().index;
+        let index = place.view.gathers[0].index;
         assert!(matches!(k.nodes[index].op, Op::Load(1)));
         assert_eq!(o.roots(), vec![o.node, index]);
         assert!(k.params[2].written);

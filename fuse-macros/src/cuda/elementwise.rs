@@ -452,7 +452,7 @@ impl Cuda<'_> {
         for view in accesses {
             let strides = view.strides[..view.strides.len() - 1]
                 .iter()
-                .chain(view.gather.as_ref().map(|g| &g.stride))
+                .chain(view.gathers.iter().map(|g| &g.stride))
                 .chain(std::iter::once(&view.offset));
             for linear in strides.filter(|l| !l.is_empty()) {
                 aligned.push(format!(

@@ -215,7 +215,7 @@ impl Layout<'_> {
 
     /// The element a slice (`Op::View`, or a write's `Place`) reaches at the current
     /// coordinates of `shape` ([`Layout::view_index`]), and where it gathers, the test that
-    /// its index is inside the gathered dim: outside, a load gives zero and a store is skipped.
+    /// each index is inside its gathered dim: outside, a load gives zero and a store is skipped.
     pub fn view_access(
         &self,
         view: &crate::ir::View,
@@ -223,26 +223,29 @@ impl Layout<'_> {
         coord: impl Fn(DimId) -> String,
         syntax: &Syntax,
     ) -> (String, Option<String>) {
-        let index = view.gather.as_ref().map(|g| format!("v{}", g.index));
-        let gathered = index.as_deref().map(syntax.index);
-        let at = self.view_index(view, shape, coord, gathered.as_deref());
-        let inside = view
-            .gather
-            .as_ref()
-            .zip(index)
-            .map(|(g, v)| (syntax.below)(&v, &self.linear(&g.len)));
-        (at, inside)
+        let gathered: Vec<String> = view
+            .gathers
+            .iter()
+            .map(|g| (syntax.index)(&format!("v{}", g.index)))
+            .collect();
+        let at = self.view_index(view, shape, coord, &gathered);
+        let inside: Vec<String> = view
+            .gathers
+            .iter()
+            .map(|g| (syntax.below)(&format!("v{}", g.index), &self.linear(&g.len)))
+            .collect();
+        (at, (!inside.is_empty()).then(|| inside.join(" && ")))
     }
 
     /// The index of the element a slice (`Op::View`) reads at the current coordinates of its
     /// node's `shape`: `coord` gives each dim's coordinate (`r` along a row kernel's axis).
-    /// A gather's index value is `gathered`, as the backend's index type.
+    /// Each gather's index value is in `gathered`, as the backend's index type.
     pub fn view_index(
         &self,
         view: &crate::ir::View,
         shape: &[DimId],
         coord: impl Fn(DimId) -> String,
-        gathered: Option<&str>,
+        gathered: &[String],
     ) -> String {
         let mut terms = vec![];
         if !view.offset.is_empty() {
@@ -259,7 +262,7 @@ impl Layout<'_> {
                 s => terms.push(format!("{} * {s}", coord(d))),
             }
         }
-        if let (Some(g), Some(index)) = (&view.gather, gathered) {
+        for (g, index) in view.gathers.iter().zip(gathered) {
             match self.linear(&g.stride) {
                 s if s == "1" => terms.push(index.to_string()),
                 s if s.contains(" + ") => terms.push(format!("{index} * ({s})")),

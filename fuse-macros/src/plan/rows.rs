@@ -416,7 +416,7 @@ pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
     let gathered = |p: usize| {
         k.nodes
             .iter()
-            .any(|n| matches!(&n.op, Op::View(q, v) if *q == p && v.gather.is_some()))
+            .any(|n| matches!(&n.op, Op::View(q, v) if *q == p && !v.gathers.is_empty()))
     };
     if tiled.iter().any(|t| t.param.is_some_and(gathered)) {
         return None;
@@ -496,14 +496,14 @@ pub(crate) fn lanes(k: &Kernel) -> u32 {
 /// or of a write through `&mut`) and nothing else.
 fn only_indices(k: &Kernel, p: usize) -> bool {
     let load = |id: NodeId| matches!(k.nodes[id].op, Op::Load(q) if q == p);
-    let views = k.nodes.iter().filter_map(|n| match &n.op {
-        Op::View(_, view) => view.gather.as_ref(),
-        _ => None,
+    let views = k.nodes.iter().flat_map(|n| match &n.op {
+        Op::View(_, view) => view.gathers.as_slice(),
+        _ => &[],
     });
-    let places = k
-        .outputs
-        .iter()
-        .filter_map(|o| o.place.as_ref()?.view.gather.as_ref());
+    let places = k.outputs.iter().flat_map(|o| match &o.place {
+        Some(place) => place.view.gathers.as_slice(),
+        None => &[],
+    });
     let read = views.chain(places).any(|g| load(g.index));
     // A view's only operand is its gather's index.
     let other_use = k.nodes.iter().any(|n| match &n.op {
@@ -648,7 +648,7 @@ pub(crate) fn pitched(k: &Kernel, id: NodeId, domain: &[DimId]) -> Option<Pitch>
         return None;
     };
     // A gather's rows lie where its index puts them: element by element.
-    if view.gather.is_some() {
+    if !view.gathers.is_empty() {
         return None;
     }
     let shape = &k.nodes[id].shape;
@@ -708,7 +708,7 @@ pub(crate) fn addressed(
         if !rows {
             return None;
         }
-        index.extend(view.gather.iter().map(|g| g.index));
+        index.extend(view.gathers.iter().map(|g| g.index));
     }
     let need = super::closure(k, &index, &|id| pass.elems.contains(&id));
     let uniform = need

@@ -396,6 +396,26 @@ pub mod vllm {
             value_cache[slot_mapping, .., ..] = value;
         }
 
+        /// `csrc/cache_kernels.cu`, `reshape_and_cache` ("auto"): the key cache's layout is
+        /// `[num_blocks, h, d / x, block_size, x]`, so each token's slot picks two of its dims,
+        /// the block (`slot / block_size`) and the place in it (`slot % block_size`); the key
+        /// `[t, h, d]` comes as `[t, h, d / x, x]` (a free reshape). A negative slot makes a
+        /// negative place, outside its dim: nothing is written, as vLLM skips it. The value
+        /// cache, `[num_blocks, h, d, block_size]`, is another domain: a second launch.
+        pub fn reshape_and_cache_key(
+            key: [bf16; t, h, dx, x], slot_mapping: [i64; t], block_size: i64,
+            key_cache: &mut [bf16; nb, h, dx, bs, x],
+        ) {
+            key_cache[slot_mapping / block_size, .., .., slot_mapping % block_size, ..] = key;
+        }
+
+        pub fn reshape_and_cache_value(
+            value: [bf16; t, h, d], slot_mapping: [i64; t], block_size: i64,
+            value_cache: &mut [bf16; nb, h, d, bs],
+        ) {
+            value_cache[slot_mapping / block_size, .., .., slot_mapping % block_size] = value;
+        }
+
         /// `csrc/cache_kernels.cu`, `concat_and_cache_mla` ("auto"): each token's latent
         /// `kv_c` and rotary part `k_pe`, concatenated into its slot's row of the cache
         /// `[num_blocks, block_size, kv_lora_rank + pe_dim]` seen as `[slots, r + p]`. The

@@ -1174,6 +1174,50 @@ pub fn reshape_and_cache_flash(dev: &Device, rng: &mut Rng) -> Vec<Out> {
     outs
 }
 
+/// vLLM's `reshape_and_cache` (x = 8, 16 bytes of bf16), against its kernel's loop: element
+/// `i` of token `t`'s `h * d` goes to `key_cache[block][head][off / x][block_offset][off % x]`
+/// and `value_cache[block][head][off][block_offset]`.
+pub fn reshape_and_cache(dev: &Device, rng: &mut Rng) -> Vec<Out> {
+    let mut outs = vec![];
+    let x = 8;
+    for (t, h, d, nb, bs) in [(1, 1, 8, 1, 1), (7, 3, 16, 4, 4), (37, 8, 128, 3, 16)] {
+        let slots = nb * bs;
+        let key = to_bf16(&rng.f32s(t * h * d, -3.0, 3.0));
+        let value = to_bf16(&rng.f32s(t * h * d, -3.0, 3.0));
+        let slot = slot_mapping(rng, t, slots);
+        let k0 = to_bf16(&rng.f32s(slots * h * d, -9.0, 9.0));
+        let v0 = to_bf16(&rng.f32s(slots * h * d, -9.0, 9.0));
+        let mut kc = put(dev, &k0, &[nb, h, d / x, bs, x]);
+        let mut vc = put(dev, &v0, &[nb, h, d, bs]);
+        let bslot = put(dev, &slot, &[t]);
+        let (bs64, bkey) = (bs as i64, put(dev, &key, &[t, h, d / x, x]));
+        k::reshape_and_cache_key(dev, &bkey, &bslot, bs64, &mut kc).unwrap();
+        let bvalue = put(dev, &value, &[t, h, d]);
+        k::reshape_and_cache_value(dev, &bvalue, &bslot, bs64, &mut vc).unwrap();
+        let (mut want_k, mut want_v): (Vec<f64>, Vec<f64>) = (
+            k0.iter().map(|v| v.to_f64()).collect(),
+            v0.iter().map(|v| v.to_f64()).collect(),
+        );
+        for (ti, &s) in slot.iter().enumerate() {
+            if s < 0 {
+                continue;
+            }
+            let (block, at) = (s as usize / bs, s as usize % bs);
+            for i in 0..h * d {
+                let (head, off) = (i / d, i % d);
+                let src = ti * h * d + i;
+                let ki = (((block * h + head) * (d / x) + off / x) * bs + at) * x + off % x;
+                want_k[ki] = key[src].to_f64();
+                want_v[((block * h + head) * d + off) * bs + at] = value[src].to_f64();
+            }
+        }
+        let what = format!("reshape_and_cache {t}x{h}x{d} into {nb}x{bs}");
+        outs.push(out(format!("{what}: keys"), read(&kc), want_k, 0.0, 0.0));
+        outs.push(out(format!("{what}: values"), read(&vc), want_v, 0.0, 0.0));
+    }
+    outs
+}
+
 pub fn concat_and_cache_mla(dev: &Device, rng: &mut Rng) -> Vec<Out> {
     let mut outs = vec![];
     for (t, r, p, slots) in [(1, 1, 1, 1), (9, 16, 8, 12), (33, 512, 64, 48)] {

@@ -909,6 +909,11 @@ pub mod gathers {
     use fuse_runtime::fuse;
 
     fuse! {
+        /// One element of the table for each pair of indices, gathered along both its dims.
+        pub fn pick(x: [f32; r, c], i: [u32; n], j: [i64; n]) -> [f32; n] {
+            x[i, j] * 2.0
+        }
+
         /// An embedding lookup: row `tokens[b, s]` of the table for each token.
         pub fn embedding(emb: [f32; vocab, e], tokens: [u32; b, s]) -> [f32; b, s, e] {
             emb[tokens, ..]
@@ -997,6 +1002,17 @@ pub mod writes {
         ) {
             k_cache[slot, .., ..] = key;
             v_cache[slot, .., ..] = value;
+        }
+
+        /// vLLM's `reshape_and_cache` key layout: each slot picks two dims of the cache, the
+        /// block and the place in it; a negative slot's place is negative, so nothing is written.
+        pub fn paged_cache(
+            key: [bf16; t, h, dx, x],
+            slot: [i64; t],
+            block: i64,
+            cache: &mut [bf16; nb, h, dx, bs, x],
+        ) {
+            cache[slot / block, .., .., slot % block, ..] = key;
         }
 
         /// Concatenation along the last dim: two halves of one buffer.
