@@ -139,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const float v10 = (v8 / v9);
     const float v12 = 0.0f;
     long long i0 = 0;
-    if ((d_cols) % 4 == 0) {
+    if (d_cols % 4 == 0) {
         const long long nv = n / 4;
         const long long js = (long long)gridDim.x * blockDim.x;
         const bool small = nv + js <= 0xffffffffll;

@@ -26,6 +26,15 @@ pub fn body(k: &Kernel, plan: &Plan) -> String {
         layout: Layout { k },
         out: String::new(),
     };
+    // A `&mut` parameter the kernel also reads: its contents before the launch, which every
+    // read sees here (on a GPU, a read of an element another element writes is unspecified).
+    for (p, o) in k.read_written_params() {
+        let name = crate::ir::plain_name(&k.params[p].name);
+        w.line(format!(
+            "let p_{name} = out{}.to_vec();",
+            k.output_buffer(o)
+        ));
+    }
     match &k.launch {
         Launch::Map { domain } => {
             w.line(format!("let n: usize = {};", w.layout.product(domain)));

@@ -399,6 +399,26 @@ impl Kernel {
     /// The buffer that output `j` is stored in, among the buffers the kernel writes: each
     /// returned output its own, in order, then each `&mut` parameter, in the order of the
     /// parameters, shared by every write through it.
+    /// The `&mut` parameters the kernel also reads (through a slice), each with the first
+    /// output written into it.
+    pub fn read_written_params(&self) -> Vec<(usize, usize)> {
+        let read = |p: usize| {
+            self.nodes
+                .iter()
+                .any(|n| matches!(n.op, Op::View(q, _) if q == p))
+        };
+        (0..self.params.len())
+            .filter(|&p| self.params[p].written && read(p))
+            .filter_map(|p| {
+                let o = self
+                    .outputs
+                    .iter()
+                    .position(|o| o.place.as_ref().is_some_and(|w| w.param == p))?;
+                Some((p, o))
+            })
+            .collect()
+    }
+
     pub fn output_buffer(&self, j: usize) -> usize {
         let returned = self.outputs.iter().filter(|o| o.place.is_none()).count();
         match &self.outputs[j].place {

@@ -84,6 +84,7 @@ cases! {
         apply_repetition_penalties,
         reshape_and_cache_flash,
         reshape_and_cache,
+        copy_blocks,
         concat_and_cache_mla,
     ],
     liger => liger_cases [

@@ -4394,6 +4394,67 @@ fn rows_are_scattered_to_their_slots_and_the_rest_is_kept() {
     }
 }
 
+/// A `&mut` buffer read through a slice as it is written: updated in place, and rows copied
+/// within it (sources that are not destinations, some indices out of range).
+#[test]
+fn a_written_buffer_is_read_through_a_slice() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (m, c) in [(5, 33), (1, 1), (64, 256)] {
+        let x0 = rng.floats_special::<f32>(m * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(m * c, -3.0, 3.0);
+        let mut x = put(&dev, &x0, &[m, c]);
+        kernels::writes::scale_in_place(&dev, &mut x, &put(&dev, &y, &[m, c]), 1.5).unwrap();
+        let want: Vec<f32> = x0.iter().zip(&y).map(|(&a, &b)| a * 1.5 + b).collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<u32>>();
+        assert_exact(
+            &format!("scale_in_place {m}x{c}"),
+            &bits(&host(&x)),
+            &bits(&want),
+        );
+    }
+    for (nb, e, m) in [(10, 24, 4), (2, 1, 1), (50, 1000, 20)] {
+        let mut order: Vec<i64> = (0..nb as i64).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let src: Vec<i64> = (0..m)
+            .map(|i| if i % 3 == 2 { -1 } else { order[i] })
+            .collect();
+        let dst: Vec<i64> = (0..m)
+            .map(|i| {
+                if i % 5 == 4 {
+                    nb as i64 + 1
+                } else {
+                    order[m + i]
+                }
+            })
+            .collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(nb * e, -9.0, 9.0);
+        let mut cache = put(&dev, &before, &[nb, e]);
+        let (bs, bd) = (put(&dev, &src, &[m]), put(&dev, &dst, &[m]));
+        kernels::writes::copy_rows(&dev, &mut cache, &bs, &bd).unwrap();
+        let mut want = before.clone();
+        for (&s, &d) in src.iter().zip(&dst) {
+            if !(0..nb as i64).contains(&d) {
+                continue;
+            }
+            for i in 0..e {
+                // An index out of range reads zero.
+                want[d as usize * e + i] = match usize::try_from(s) {
+                    Ok(s) if s < nb => before[s * e + i],
+                    _ => fuse_runtime::bf16::ZERO,
+                };
+            }
+        }
+        let bits = |v: &[fuse_runtime::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        assert_exact(
+            &format!("copy_rows {m} of {nb}x{e}"),
+            &bits(&host(&cache)),
+            &bits(&want),
+        );
+    }
+}
+
 /// Two indices in one write (`reshape_and_cache`'s key layout) and in one read: against the
 /// loops of vLLM's kernel and a lookup element by element.
 #[test]

@@ -2561,6 +2561,41 @@ fn writes_through_mut_parameters_run_on_an_emulated_gpu() {
             &[Tol::EXACT, Tol::EXACT],
         );
     }
+    // The buffer read as it is written: in place, and rows copied within it.
+    for (m, c) in [(5, 33), (3, 64)] {
+        let x0 = rng.floats_special::<f32>(m * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(m * c, -3.0, 3.0);
+        let mut x = put(&dev, &x0, &[m, c]);
+        w::scale_in_place(&dev, &mut x, &put(&dev, &y, &[m, c]), 1.5).unwrap();
+        with(vec![hex(&x0)]).run(
+            &format!("scale_in_place {m}x{c}"),
+            &w::scale_in_place::__fuse::PROGRAM,
+            vec![hex(&y)],
+            vec![u64::from(1.5f32.to_bits())],
+            &[("m", m), ("c", c)],
+            &x,
+            &["f32"],
+            &[Tol::EXACT],
+        );
+    }
+    for (nb, e, m) in [(10, 24, 4), (9, 13, 3)] {
+        let src: Vec<i64> = (0..m as i64).map(|i| if i == 2 { -1 } else { i }).collect();
+        let dst: Vec<i64> = (0..m as i64).map(|i| nb as i64 - 1 - i).collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(nb * e, -9.0, 9.0);
+        let mut cache = put(&dev, &before, &[nb, e]);
+        let (bs, bd) = (put(&dev, &src, &[m]), put(&dev, &dst, &[m]));
+        w::copy_rows(&dev, &mut cache, &bs, &bd).unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("copy_rows {m} of {nb}x{e}"),
+            &w::copy_rows::__fuse::PROGRAM,
+            vec![hex(&src), hex(&dst)],
+            vec![],
+            &[("nb", nb), ("e", e), ("m", m)],
+            &cache,
+            &["bf16"],
+            &[Tol::EXACT],
+        );
+    }
     // Two indices in one write: rows of 8 take the vector loop, rows of 5 the scalar one.
     for (t, h, dx, x, nb, bs) in [(9, 3, 2, 8, 4, 4), (6, 2, 3, 5, 2, 3)] {
         let key: Vec<fuse_runtime::bf16> = rng.floats(t * h * dx * x, -3.0, 3.0);

@@ -3143,6 +3143,39 @@ fn writes_through_mut_parameters() {
             &[Tol::EXACT, Tol::EXACT],
         );
     }
+    // The buffer read as it is written: in place, and blocks copied within one cache.
+    for &(m, c) in &[(4096usize, 4096usize), (5, 33)] {
+        let x0 = rng.floats_special::<f32>(m * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(m * c, -3.0, 3.0);
+        let run = |dev: &Device| {
+            let mut x = put(dev, &x0, &[m, c]);
+            w::scale_in_place(dev, &mut x, &put(dev, &y, &[m, c]), 1.5).map(|()| x)
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("scale_in_place {m} x {c}"),
+            run,
+            &[Tol::EXACT],
+        );
+    }
+    for &(nb, e, m) in &[(2000usize, 16 * 8 * 128usize, 500usize), (9, 13, 3)] {
+        let src: Vec<i64> = (0..m as i64)
+            .map(|i| if i % 7 == 6 { -1 } else { 2 * i })
+            .collect();
+        let dst: Vec<i64> = (0..m as i64).map(|i| 2 * i + 1).collect();
+        let before: Vec<fuse_runtime::bf16> = rng.floats(nb * e, -9.0, 9.0);
+        let run = |dev: &Device| {
+            let mut cache = put(dev, &before, &[nb, e]);
+            let (bs, bd) = (put(dev, &src, &[m]), put(dev, &dst, &[m]));
+            w::copy_rows(dev, &mut cache, &bs, &bd).map(|()| cache)
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("copy_rows {m} of {nb} x {e}"),
+            run,
+            &[Tol::EXACT],
+        );
+    }
     // Two indices in one write, vLLM's paged key cache: x = 8 (vectors), and x = 5 (elements).
     for &(t, h, dx, x, nb, bs) in &[
         (4096usize, 8usize, 16usize, 8usize, 300usize, 16usize),

@@ -214,19 +214,17 @@ impl Checker<'_> {
     /// `x[items]`: the part of tensor parameter `x` that the items pick, one item a dim.
     pub fn slice(&mut self, base: &Expr, items: &[SliceItem], t: &TokenStream) -> Option<usize> {
         let p = self.sliced_param(base)?;
-        if self.params[p].written {
-            self.written_read(p, &base.tokens);
-            return None;
-        }
         let (view, shape) = self.view_of(p, items, t)?;
         let elem = self.params[p].elem;
         Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), shape, t))
     }
 
-    /// Reports a read of a `&mut` parameter, which the kernel only writes.
+    /// Reports a read of a `&mut` parameter by its name alone: the kernel reads one through a
+    /// slice, as it writes it.
     pub(super) fn written_read(&mut self, p: usize, t: &TokenStream) {
         let name = crate::ir::plain_name(&self.params[p].name);
-        self.cx.spanned(t, format!("`{name}` is a `&mut` parameter, which the kernel writes through a slice (`{name}[idx, ..] = value;`) and does not read; pass the values to read as a parameter of their own"));
+        let whole = vec![".."; self.params[p].shape.as_ref().map_or(1, Vec::len)].join(", ");
+        self.cx.spanned(t, format!("`{name}` is a `&mut` parameter, read through a slice as it is written: `{name}[{whole}]`, or `{name}[idx, ..]`"));
     }
 
     /// The slice of tensor parameter `p` that `items` pick: where each element of its shape is.

@@ -39,7 +39,13 @@ impl Cuda<'_> {
             let mut aligned: Vec<String> = runs
                 .iter()
                 .filter_map(|(_, r)| r.repeat(domain))
-                .map(|dims| format!("({}) % {} == 0", self.layout.product(dims), self.lanes))
+                .map(|dims| {
+                    format!(
+                        "{} % {} == 0",
+                        wrapped(&self.layout.product(dims)),
+                        self.lanes
+                    )
+                })
                 .collect();
             aligned.extend(self.slices_aligned(domain, &layout.views));
             self.slices = layout

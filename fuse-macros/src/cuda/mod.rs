@@ -476,14 +476,21 @@ impl Cuda<'_> {
         self.program.params.iter().map(param).collect()
     }
 
-    /// The `extern "C" __global__` function of `entry`, around `body`.
+    /// The `extern "C" __global__` function of `entry`, around `body`. A `&mut` parameter the
+    /// kernel also reads through a slice is read through its output's pointer (`p_<name>`, based
+    /// on `out<o>`, so that the compiler orders its loads with the stores).
     fn global(&self, entry: &Entry, body: &str) -> String {
         let bound = entry
             .min_blocks
             .map(|b| format!(", {b}"))
             .unwrap_or_default();
+        let mut reads = String::new();
+        for (p, o) in self.k.read_written_params() {
+            let (t, name) = self.param_text(p);
+            reads += &format!("    const {t}* const p_{name} = out{o};\n");
+        }
         format!(
-            "extern \"C\" __global__ void __launch_bounds__({BLOCK}{bound}) {}(\n{}) {{\n{body}}}\n",
+            "extern \"C\" __global__ void __launch_bounds__({BLOCK}{bound}) {}(\n{}) {{\n{reads}{body}}}\n",
             entry.symbol,
             self.params()
         )
@@ -930,7 +937,7 @@ mod tests {
             text.contains("reinterpret_cast<const fz_vec<float, 4>*>(p_c) + jv1"),
             "{text}"
         );
-        assert!(text.contains("if ((d_d) % 4 == 0)"), "{text}");
+        assert!(text.contains("if (d_d % 4 == 0)"), "{text}");
     }
 
     #[test]

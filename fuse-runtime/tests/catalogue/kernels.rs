@@ -416,6 +416,20 @@ pub mod vllm {
             value_cache[slot_mapping / block_size, .., .., slot_mapping % block_size] = value;
         }
 
+        /// `csrc/cache_kernels.cu`, `copy_blocks`, one layer: for each pair of `block_mapping`,
+        /// the source block of each cache copied to the destination block, the caches
+        /// `[num_blocks, block_size, h, d]` seen as `[num_blocks, e]`. vLLM takes every layer's
+        /// caches in one launch; this is one launch a layer.
+        pub fn copy_blocks(
+            block_mapping: [i64; m, 2],
+            key_cache: &mut [bf16; nb, e], value_cache: &mut [bf16; nb, e],
+        ) {
+            let src = block_mapping[.., 0];
+            let dst = block_mapping[.., 1];
+            key_cache[dst, ..] = key_cache[src, ..];
+            value_cache[dst, ..] = value_cache[src, ..];
+        }
+
         /// `csrc/cache_kernels.cu`, `concat_and_cache_mla` ("auto"): each token's latent
         /// `kv_c` and rotary part `k_pe`, concatenated into its slot's row of the cache
         /// `[num_blocks, block_size, kv_lora_rank + pe_dim]` seen as `[slots, r + p]`. The

@@ -1218,6 +1218,51 @@ pub fn reshape_and_cache(dev: &Device, rng: &mut Rng) -> Vec<Out> {
     outs
 }
 
+/// vLLM's `copy_blocks` against its kernel's loop: each pair's source block of both caches
+/// copied to its destination block, in blocks of `block_size * h * d`; sources and destinations
+/// distinct, as vLLM's copy-on-write forks make them.
+pub fn copy_blocks(dev: &Device, rng: &mut Rng) -> Vec<Out> {
+    let mut outs = vec![];
+    for (nb, e, m) in [(2, 1, 1), (9, 40, 3), (64, 16 * 8 * 128, 20)] {
+        // A shuffle of the blocks: the first m sources, the next m destinations.
+        let mut order: Vec<i64> = (0..nb as i64).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let mapping: Vec<i64> = (0..m).flat_map(|i| [order[i], order[m + i]]).collect();
+        let k0 = to_bf16(&rng.f32s(nb * e, -9.0, 9.0));
+        let v0 = to_bf16(&rng.f32s(nb * e, -9.0, 9.0));
+        let (mut kc, mut vc) = (put(dev, &k0, &[nb, e]), put(dev, &v0, &[nb, e]));
+        k::copy_blocks(dev, &put(dev, &mapping, &[m, 2]), &mut kc, &mut vc).unwrap();
+        let copied = |before: &[bf16]| {
+            let mut after: Vec<f64> = before.iter().map(|v| v.to_f64()).collect();
+            for pair in mapping.chunks(2) {
+                let (src, dst) = (pair[0] as usize, pair[1] as usize);
+                for i in 0..e {
+                    after[dst * e + i] = before[src * e + i].to_f64();
+                }
+            }
+            after
+        };
+        let what = format!("copy_blocks {m} of {nb}x{e}");
+        outs.push(out(
+            format!("{what}: keys"),
+            read(&kc),
+            copied(&k0),
+            0.0,
+            0.0,
+        ));
+        outs.push(out(
+            format!("{what}: values"),
+            read(&vc),
+            copied(&v0),
+            0.0,
+            0.0,
+        ));
+    }
+    outs
+}
+
 pub fn concat_and_cache_mla(dev: &Device, rng: &mut Rng) -> Vec<Out> {
     let mut outs = vec![];
     for (t, r, p, slots) in [(1, 1, 1, 1), (9, 16, 8, 12), (33, 512, 64, 48)] {

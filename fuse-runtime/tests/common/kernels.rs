@@ -1015,6 +1015,17 @@ pub mod writes {
             cache[slot / block, .., .., slot % block, ..] = key;
         }
 
+        /// An update in place: `x` read through a slice as it is written.
+        pub fn scale_in_place(x: &mut [f32; m, c], y: [f32; m, c], a: f32) {
+            x[.., ..] = x[.., ..] * a + y;
+        }
+
+        /// vLLM's `copy_blocks`, one cache: row `src[i]` copied to row `dst[i]` of the same
+        /// buffer (the sources are not destinations).
+        pub fn copy_rows(cache: &mut [bf16; nb, e], src: [i64; m], dst: [i64; m]) {
+            cache[dst, ..] = cache[src, ..];
+        }
+
         /// Concatenation along the last dim: two halves of one buffer.
         pub fn concat(a: [f32; t, d], b: [f32; t, d], out: &mut [f32; t, 2 * d]) {
             out[.., ..d] = a;

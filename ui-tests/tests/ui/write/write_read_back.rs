@@ -1,8 +1,8 @@
 use fuse_runtime::fuse;
 
 fuse! {
-    fn f(x: [f32; n, c], cache: &mut [f32; m, c], i: [u32; n]) {
-        cache[i, ..] = cache[i, ..] + x;
+    fn f(x: [f32; m, c], cache: &mut [f32; m, c]) {
+        cache[.., ..] = cache * 2.0 + x;
     }
 }
 
