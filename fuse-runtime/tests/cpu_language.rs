@@ -1456,6 +1456,34 @@ fn index_gives_positions() {
     }
 }
 
+#[test]
+fn len_gives_sizes() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in POSITION_SHAPES {
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let got = kernels::with_len(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        let want: Vec<f32> = x
+            .iter()
+            .map(|&v| v / cols as f32 + (rows as u32 * 1000) as f32)
+            .collect();
+        assert_exact(&format!("with_len {rows} x {cols}"), &host(&got), &want);
+        let got = kernels::centered(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        let want: Vec<f64> = x
+            .chunks(cols.max(1))
+            .flat_map(|row| {
+                let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / row.len() as f64;
+                row.iter().map(move |&v| f64::from(v) - mean)
+            })
+            .collect();
+        assert_close(
+            &format!("centered {rows} x {cols}"),
+            &host(&got),
+            &want,
+            &Tol::close(1e-5, 1e-5),
+        );
+    }
+}
+
 /// `logsumexp(x, cols) - x[row, label]`, in f64, the stable way.
 fn cross_entropy_reference(x: &[f64], label: &[i64], cols: usize) -> Vec<f64> {
     x.chunks(cols.max(1))

@@ -980,6 +980,16 @@ fn index_logsumexp_cross_entropy_and_outer() {
             .map(|_| rng.below(cols.max(1) as u64) as i64)
             .collect();
         let what = format!("{rows} x {cols}");
+        let run = |d: &Device| kernels::with_len(d, &put(d, &x, &[rows, cols]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("with_len {rows} x {cols}"),
+            run,
+            &[Tol::EXACT],
+        );
+        let run = |d: &Device| kernels::centered(d, &put(d, &x, &[rows, cols]));
+        let tol = Tol::close(1e-5, 1e-5 * (cols as f64).sqrt());
+        assert_gpu_matches_cpu(&gpu, &format!("centered {rows} x {cols}"), run, &[tol]);
         let run = |d: &Device| kernels::coords(d, &put(d, &x, &[rows, cols]));
         assert_gpu_matches_cpu(&gpu, &format!("coords, {what}"), run, &[Tol::EXACT]);
         if cols > 0 {

@@ -176,7 +176,16 @@ impl<'a> Checker<'a> {
         };
         let mut outputs = match tail {
             Some(tail) => self.outputs(outputs, tail)?,
-            None => vec![],
+            None => {
+                // A kernel that only writes: its other literals (a shift's `3`) take Rust's
+                // default, as `outputs` gives them beside the returned values.
+                let before = self.cx.len();
+                self.default_literals(&[], &[]);
+                if self.cx.len() != before {
+                    return None;
+                }
+                vec![]
+            }
         };
         // Written outputs after the returned ones, which the generated API returns in order.
         outputs.extend(placed.into_iter().flatten());

@@ -1,5 +1,5 @@
 //! The language's functions that are not elementwise functions of their values: `index(dim)`,
-//! the position along a dim; `logsumexp(e, dim)`, `argmax(e, dim)` and `argmin(e, dim)`,
+//! the position along a dim, and `len(dim)`, its size; `logsumexp(e, dim)`, `argmax(e, dim)` and `argmin(e, dim)`,
 //! reductions built from the others; and the random numbers `rand(seed)`, `randn(seed)` and
 //! `dropout(x, p, seed)`.
 
@@ -11,8 +11,9 @@ use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
 
 /// The names of this module's functions, for "did you mean" hints.
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "index",
+    "len",
     "logsumexp",
     "argmax",
     "argmin",
@@ -38,6 +39,23 @@ impl Checker<'_> {
         };
         let dim = self.named_dim(ident, None)?;
         Some(self.push(Op::Index(dim), Ty::Elem(Elem::U32), vec![dim], t))
+    }
+
+    /// `len(dim)`: the dim's size, as a `u32` value of shape `[]`.
+    pub fn len(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let [arg] = args else {
+            self.cx.spanned(t, "`len` takes one dim, as in `len(cols)`");
+            return None;
+        };
+        let ExprKind::Var(ident) = &arg.kind else {
+            self.cx.spanned(
+                &arg.tokens,
+                "the argument of `len` is a dim name, such as `cols`",
+            );
+            return None;
+        };
+        let dim = self.named_dim(ident, None)?;
+        Some(self.push(Op::Len(dim), Ty::Elem(Elem::U32), vec![], t))
     }
 
     /// `logsumexp(e, dim)`: `ln(sum(exp(e), dim))` computed stably, as

@@ -85,7 +85,7 @@ impl Checker<'_> {
         if self.is_named_dim(&text) {
             self.cx.spanned(
                 name,
-                format!("`{text}` is a dim, not a value; dims appear in types and as the second argument of a reduction, as in `sum(x, {text})`"),
+                format!("`{text}` is a dim, not a value; its size is `len({text})`, and dims appear in types and as the second argument of a reduction, as in `sum(x, {text})`"),
             );
             return None;
         }
@@ -300,6 +300,7 @@ impl Checker<'_> {
         }
         match text.as_str() {
             "index" => return self.index(args, t),
+            "len" => return self.len(args, t),
             "logsumexp" => return self.logsumexp(args, t),
             "argmax" => return self.arg_extreme(Reduce::Max, "argmax", args, t),
             "argmin" => return self.arg_extreme(Reduce::Min, "argmin", args, t),

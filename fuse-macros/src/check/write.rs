@@ -83,6 +83,17 @@ mod tests {
     use crate::testing::{assert_error, errors, kernel};
     use quote::quote;
 
+    /// A kernel that only writes gives its other literals Rust's default types, as one that
+    /// returns does (found by the random programs: `w[..] = x >> 3;` was an internal error).
+    #[test]
+    fn literals_of_a_kernel_without_outputs_take_their_default() {
+        let k = kernel(quote! { fn f(x: [i16; n], w: &mut [i16; n]) { w[..] = (x >> 3) + x; } });
+        assert!(k.nodes.iter().all(|n| !n.ty.is_literal()));
+        let k = kernel(quote! { fn f(x: [f32; n], w: &mut [f64; n]) { w[..] = (x * 2.0) as f64; } });
+        let two = k.nodes.iter().find(|n| matches!(n.op, Op::Float(_))).unwrap();
+        assert_eq!(two.elem(), crate::ty::Elem::F32);
+    }
+
     /// A scatter is an output over the written values' shape, stored in the `&mut` parameter's
     /// shape at the gather's rows; its index is one of the values the launch computes.
     #[test]

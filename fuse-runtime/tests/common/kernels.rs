@@ -507,6 +507,16 @@ fuse! {
         index(rows) * 1000 + index(cols) + (x > 1e30) as u32
     }
 
+    /// `len`: each dim's size as a value, in a map and beside a row's sum.
+    pub fn with_len(x: [f32; rows, cols]) -> [f32; rows, cols] {
+        x / len(cols) as f32 + (len(rows) * 1000) as f32
+    }
+
+    /// A row's mean as its sum over `len(cols)`, subtracted.
+    pub fn centered(x: [f32; rows, cols]) -> [f32; rows, cols] {
+        x - sum(x, cols) / len(cols) as f32
+    }
+
     /// `index` over every element of a full reduction.
     pub fn index_sum(x: [f32; n]) -> u64 {
         sum(index(n) as u64 + (x > 1e30) as u64)
