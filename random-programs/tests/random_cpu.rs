@@ -56,4 +56,21 @@ fn random_programs_match_the_oracle_on_the_cpu() {
         failures.len(),
         failures.join("\n\n")
     );
+    // Not vacuous: the batch has programs with writes, and (unless `FUSE_RANDOM_ONLY` picked
+    // none of them) their runs stored, skipped and kept elements, and checked the buffers.
+    let all_writers = random_programs::PROGRAMS
+        .iter()
+        .filter(|p| !Desc::parse(p.desc).writes.is_empty())
+        .count();
+    assert!(all_writers > 0, "no program of the batch writes");
+    if writers > 0 && cfg.shapes >= 4 {
+        assert!(
+            n.buffer_checked > 0,
+            "no written buffer's element was checked"
+        );
+        assert!(w.stored > 0 && w.untouched > 0, "{w:?}");
+        if writers >= 10 {
+            assert!(w.below > 0 && w.past > 0, "{w:?}");
+        }
+    }
 }
