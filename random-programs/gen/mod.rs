@@ -5,7 +5,9 @@
 //! description (which the test's oracle, `src/oracle.rs`, evaluates without the macro). The
 //! generator follows the language's rules so that every program checks: shapes are subsequences
 //! of the domain's dims, a kernel reduces over one dim (`Rows`), over everything (`Full`) or not
-//! at all (`Map`), and literals sit only where inference gives them a type.
+//! at all (`Map`), and literals sit only where inference gives them a type. Some map programs
+//! also write through `&mut` parameters (`write_group`): each write's slice has the domain's
+//! shape, the launch's, and the description says where each element goes.
 
 pub mod ty;
 
