@@ -5,7 +5,9 @@
 //! description (which the test's oracle, `src/oracle.rs`, evaluates without the macro). The
 //! generator follows the language's rules so that every program checks: shapes are subsequences
 //! of the domain's dims, a kernel reduces over one dim (`Rows`), over everything (`Full`) or not
-//! at all (`Map`), and literals sit only where inference gives them a type.
+//! at all (`Map`), and literals sit only where inference gives them a type. Some map programs
+//! also write through `&mut` parameters (`write_group`): each write's slice has the domain's
+//! shape, the launch's, and the description says where each element goes.
 
 pub mod ty;
 
@@ -47,8 +49,61 @@ struct Param {
     /// The dims, as a mask over the domain's; `None` for a scalar.
     shape: Option<u8>,
     /// For an index of a gather: the dim whose positions its values are (the harness draws
-    /// them mostly inside it, some outside).
+    /// them mostly inside it, some outside). For the index of a scatter, the extra dim of the
+    /// buffer's rows.
     index: Option<usize>,
+    /// The index of a scatter: its in-range values are distinct (where two elements go to one
+    /// place, which one a GPU stores is unspecified).
+    distinct: bool,
+    /// A `&mut` parameter: its axes (it has no node: it is never read).
+    buffer: Option<Vec<Axis>>,
+}
+
+/// An axis of a `&mut` parameter.
+#[derive(Clone)]
+enum Axis {
+    /// A plain dim (of the domain, or an extra dim: a scatter's rows).
+    Dim(usize),
+    /// A dim made of parts, one after the other (`2 * d1 + d3`, `3 + d1`).
+    Parts(Vec<Term>),
+    /// `dK * g`: `dK` groups of `g` adjacent elements.
+    Group(usize, usize),
+}
+
+/// A term of a sum of parts.
+#[derive(Clone, Copy)]
+enum Term {
+    /// `n * dK`: `n` parts of the dim `K`.
+    Dims(usize, usize),
+    /// An integer literal: one part of that size.
+    Lit(usize),
+}
+
+/// An item of a written slice, one an axis of the buffer.
+#[derive(Clone, Copy)]
+enum Item {
+    All,
+    /// Part `j` of a sum.
+    Part(usize),
+    /// Element `j` of each group.
+    Pick(usize),
+    /// A scatter at the values of this node.
+    At(usize),
+}
+
+/// What an extra dim (past the domain's) is: sized by the harness, not drawn as the domain's.
+enum Extra {
+    /// The rows of a scatter's buffer, indexed by this parameter.
+    Slots(usize),
+    /// A part of a buffer's dim that nothing writes.
+    Rest,
+}
+
+/// `buffer[items] = value;`
+struct WriteStmt {
+    buffer: usize,
+    value: usize,
+    items: Vec<Item>,
 }
 
 struct Node {
@@ -81,6 +136,16 @@ struct Gen {
     random_sites: usize,
     /// The choices added after the first batches, drawn apart from `rng` (see `leaf`).
     side: Rng,
+    /// Whether a map program writes through `&mut` parameters, and how: drawn apart from `rng`
+    /// and `side`, so that a program without writes is the one its seed gave before.
+    wrng: Rng,
+    /// The extra dims, `d{ndims}` on.
+    extra: Vec<Extra>,
+    writes: Vec<WriteStmt>,
+    /// Give a shift's literal amount its type's suffix (`x >> 3i16`): in a kernel without
+    /// outputs (no `->`) the macro never defaults an unsuffixed one and panics ("check resolves
+    /// every literal type"; `fn f(x: [i16; n], w: &mut [i16; n]) { w[..] = x >> 3; }`).
+    typed_shifts: bool,
 }
 
 const FLOAT_LITERALS: [&str; 8] = ["0.5", "1.0", "2.0", "3.0", "0.25", "1.5", "4.0", "0.125"];
@@ -141,6 +206,36 @@ const FLOAT_TESTS: [&str; 5] = [
     "is_sign_positive",
 ];
 
+/// The parts of a sum, one term each (`2 * d1` is two parts `d1`).
+fn parts(terms: &[Term]) -> Vec<Term> {
+    terms
+        .iter()
+        .flat_map(|&t| match t {
+            Term::Dims(c, k) => vec![Term::Dims(1, k); c],
+            lit => vec![lit],
+        })
+        .collect()
+}
+
+/// Parts back into a sum: adjacent parts of one dim as one term.
+fn merge(parts: &[Term]) -> Vec<Term> {
+    let mut out: Vec<Term> = vec![];
+    for &p in parts {
+        match (out.last_mut(), p) {
+            (Some(Term::Dims(c, k)), Term::Dims(1, j)) if *k == j => *c += 1,
+            _ => out.push(p),
+        }
+    }
+    out
+}
+
+fn group(axis: &Axis) -> usize {
+    match axis {
+        Axis::Group(_, g) => *g,
+        _ => unreachable!("a pick of a group"),
+    }
+}
+
 /// Generates the program `name` from `seed`.
 pub fn program(name: &str, seed: u64) -> Program {
     let mut rng = Rng(seed);
@@ -164,11 +259,29 @@ pub fn program(name: &str, seed: u64) -> Program {
         need_full_operand: false,
         random_sites: 0,
         side: Rng(seed ^ 0x9a7e_5eed_0000_0001),
+        wrng: Rng(seed ^ 0x3717_e5ee_d000_0002),
+        extra: vec![],
+        writes: vec![],
+        typed_shifts: false,
     };
     // The first parameter names every dim in order, so that unions of shapes follow it.
     let first = g.pick_ty(false);
     g.new_param(first, Some(g.domain()));
-    let outputs = g.outputs();
+    // A launch that writes is elementwise: some map programs write through `&mut` parameters,
+    // beside their outputs (the same outputs as without the writes) or with none.
+    let writes = g.scheme == Scheme::Map && g.wrng.percent(45);
+    let outputs = match writes && g.wrng.percent(35) {
+        true => {
+            g.typed_shifts = true;
+            vec![]
+        }
+        false => g.outputs(),
+    };
+    if writes {
+        for _ in 0..1 + g.wrng.percent(30) as usize {
+            g.write_group();
+        }
+    }
     g.finish(name, seed, &outputs)
 }
 
@@ -206,6 +319,8 @@ impl Gen {
             ty,
             shape,
             index: None,
+            distinct: false,
+            buffer: None,
         });
         self.node(
             ty,
@@ -721,7 +836,11 @@ impl Gen {
                 let a = self.expr(ty, max, d, red);
                 let b = if self.rng.percent(50) {
                     let v = self.rng.below(ty.int_max().min(100) as usize);
-                    self.node(ty, 0, v.to_string(), format!("lit {v}"), false, true)
+                    let text = match self.typed_shifts {
+                        true => format!("{v}{}", ty.name()),
+                        false => v.to_string(),
+                    };
+                    self.node(ty, 0, text, format!("lit {v}"), false, true)
                 } else {
                     let by = self.rng.pick(&INTS);
                     self.expr(by, max, d, red)
@@ -980,6 +1099,206 @@ impl Gen {
     }
 
     // -----------------------------------------------------------------------------------------
+    // Writes through `&mut` parameters.
+
+    /// A new `&mut` parameter of the domain's dims and its writes, each of a slice whose shape
+    /// is the domain (the launch's, one for every write and output): now and then a scatter of
+    /// rows (a run of the domain's dims replaced by an extra dim, the rows, indexed by a new
+    /// integer parameter over that run and perhaps some other dims; the harness draws its
+    /// in-range values distinct), now and then a dim made of parts of which some are written
+    /// (halves, a part beside an extra dim or a literal, `step_by` picks), or both, or neither
+    /// (the whole buffer).
+    fn write_group(&mut self) {
+        let ty = self.pick_ty(true);
+        let (n, d) = (self.ndims, self.domain());
+        let mut axes: Vec<Axis> = (0..n).map(Axis::Dim).collect();
+        let mut at = None;
+        let scatter = self.wrng.percent(65);
+        if scatter {
+            let (lo, len) = match self.wrng.percent(20) {
+                true => (self.wrng.below(n + 1), 0),
+                false => {
+                    let lo = self.wrng.below(n);
+                    (lo, 1 + self.wrng.below(n - lo))
+                }
+            };
+            let run = (((1u16 << len) - 1) << lo) as u8;
+            let shared = match self.wrng.percent(25) {
+                true => self.wrng.next_u64() as u8 & d & !run,
+                false => 0,
+            };
+            let index_shape = run | shared;
+            let rows = self.ndims + self.extra.len();
+            let index_ty = self.wrng.pick(&INTS);
+            let index = self.new_param(index_ty, Some(index_shape).filter(|&s| s != 0));
+            let p = self.params.len() - 1;
+            self.params[p].index = Some(rows);
+            self.params[p].distinct = true;
+            self.extra.push(Extra::Slots(p));
+            // A cast to `i64` keeps every value, so distinct values stay distinct.
+            let index = match self.wrng.percent(25) {
+                true => self.convert(index, Ty::I64),
+                false => index,
+            };
+            axes.drain(lo..lo + len);
+            axes.insert(lo, Axis::Dim(rows));
+            at = Some((lo, index));
+        }
+        let plain: Vec<usize> = (0..axes.len())
+            .filter(|&a| matches!(axes[a], Axis::Dim(k) if k < n))
+            .collect();
+        let mut parted = None;
+        if !plain.is_empty() && (!scatter || self.wrng.percent(50)) {
+            let a = match self.wrng.percent(60) {
+                true => plain[plain.len() - 1],
+                false => self.wrng.pick(&plain),
+            };
+            let Axis::Dim(k) = axes[a] else {
+                unreachable!("a plain axis")
+            };
+            let lit = 1 + self.wrng.below(5);
+            let axis = match self.wrng.below(9) {
+                0 => Axis::Parts(vec![Term::Dims(2, k)]),
+                1 => Axis::Parts(vec![Term::Dims(3, k)]),
+                2 => Axis::Parts(vec![Term::Dims(1, k), Term::Dims(1, self.rest())]),
+                3 => Axis::Parts(vec![Term::Dims(1, self.rest()), Term::Dims(1, k)]),
+                4 => Axis::Parts(vec![Term::Dims(2, k), Term::Dims(1, self.rest())]),
+                5 => Axis::Parts(vec![Term::Lit(lit), Term::Dims(1, k)]),
+                6 => Axis::Parts(vec![Term::Dims(1, k), Term::Lit(lit)]),
+                _ => Axis::Group(k, 2 + self.wrng.below(3)),
+            };
+            // The parts of the domain's dim, each written or not (one at least).
+            let choices: Vec<Item> = match &axis {
+                Axis::Parts(terms) => parts(terms)
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, &t)| matches!(t, Term::Dims(_, j) if j == k))
+                    .map(|(j, _)| Item::Part(j))
+                    .collect(),
+                Axis::Group(_, g) => (0..*g).map(Item::Pick).collect(),
+                Axis::Dim(_) => unreachable!("a new axis has parts"),
+            };
+            let mut chosen: Vec<Item> = choices
+                .iter()
+                .copied()
+                .filter(|_| self.wrng.percent(60))
+                .collect();
+            if chosen.is_empty() {
+                chosen.push(self.wrng.pick(&choices));
+            }
+            axes[a] = axis;
+            parted = Some((a, chosen));
+        }
+        let p = self.params.len();
+        self.params.push(Param {
+            name: format!("w{p}"),
+            ty,
+            shape: None,
+            index: None,
+            distinct: false,
+            buffer: Some(axes.clone()),
+        });
+        let picks = parted.as_ref().map_or(vec![Item::All], |(_, c)| c.clone());
+        for pick in picks {
+            let items = (0..axes.len())
+                .map(|a| match (at, &parted) {
+                    (Some((b, index)), _) if a == b => Item::At(index),
+                    (_, Some((b, _))) if a == *b => pick,
+                    _ => Item::All,
+                })
+                .collect();
+            let value = self.write_value(ty, d);
+            self.writes.push(WriteStmt {
+                buffer: p,
+                value,
+                items,
+            });
+        }
+    }
+
+    /// A new extra dim, a part of a buffer that nothing writes.
+    fn rest(&mut self) -> usize {
+        self.extra.push(Extra::Rest);
+        self.ndims + self.extra.len() - 1
+    }
+
+    /// A written value of `ty`: of the domain's shape mostly, now and then of some of its dims
+    /// (a broadcast) or a literal.
+    fn write_value(&mut self, ty: Ty, d: u8) -> usize {
+        if ty != Ty::Bool && self.wrng.percent(10) {
+            return self.literal(ty);
+        }
+        let e = self.expr(ty, d, 3, Red::None);
+        match self.wrng.percent(70) {
+            true => self.fit(e, ty, d, Red::None),
+            false => e,
+        }
+    }
+
+    /// A sum of parts as the language writes it: `2 * d1 + d3`.
+    fn sum_text(terms: &[Term]) -> String {
+        let t: Vec<String> = terms
+            .iter()
+            .map(|t| match *t {
+                Term::Dims(1, k) => Self::dim(k),
+                Term::Dims(c, k) => format!("{c} * {}", Self::dim(k)),
+                Term::Lit(v) => v.to_string(),
+            })
+            .collect();
+        t.join(" + ")
+    }
+
+    fn axis_text(axis: &Axis) -> String {
+        match axis {
+            Axis::Dim(k) => Self::dim(*k),
+            Axis::Parts(terms) => Self::sum_text(terms),
+            Axis::Group(k, g) => format!("{} * {g}", Self::dim(*k)),
+        }
+    }
+
+    /// An item of a slice of `axis`; `short` writes `(..).step_by(g)` for `(0..).step_by(g)`.
+    fn item_text(&self, axis: &Axis, item: Item, short: bool) -> String {
+        match (item, axis) {
+            (Item::All, _) => "..".into(),
+            (Item::At(index), _) => self.t(index).to_string(),
+            (Item::Pick(0), _) if short => format!("(..).step_by({})", group(axis)),
+            (Item::Pick(j), _) => format!("({j}..).step_by({})", group(axis)),
+            (Item::Part(j), Axis::Parts(terms)) => {
+                let all = parts(terms);
+                let start = match j {
+                    0 => String::new(),
+                    _ => Self::sum_text(&merge(&all[..j])),
+                };
+                let end = match j + 1 == all.len() {
+                    true => String::new(),
+                    false => Self::sum_text(&merge(&all[..j + 1])),
+                };
+                format!("{start}..{end}")
+            }
+            (Item::Part(_), _) => unreachable!("a part of a sum"),
+        }
+    }
+
+    /// The desc's form of an axis: `K`, `p:T,T..` (each part a dim `K` or a literal `#N`),
+    /// `g:K:G`.
+    fn axis_desc(axis: &Axis) -> String {
+        match axis {
+            Axis::Dim(k) => k.to_string(),
+            Axis::Parts(terms) => {
+                let ps: Vec<String> = parts(terms)
+                    .iter()
+                    .map(|t| match t {
+                        Term::Dims(_, k) => k.to_string(),
+                        Term::Lit(v) => format!("#{v}"),
+                    })
+                    .collect();
+                format!("p:{}", ps.join(","))
+            }
+            Axis::Group(k, g) => format!("g:{k}:{g}"),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------------
     // Output.
 
     fn tensor_type(&self, ty: Ty, shape: u8) -> String {
@@ -997,12 +1316,16 @@ impl Gen {
         let params: Vec<String> = self
             .params
             .iter()
-            .map(|p| {
-                format!(
+            .map(|p| match &p.buffer {
+                Some(axes) => {
+                    let axes: Vec<String> = axes.iter().map(Self::axis_text).collect();
+                    format!("{}: &mut [{}; {}]", p.name, p.ty.name(), axes.join(", "))
+                }
+                None => format!(
                     "{}: {}",
                     p.name,
                     self.tensor_type(p.ty, p.shape.unwrap_or(0))
-                )
+                ),
             })
             .collect();
         let types: Vec<String> = outs
@@ -1010,25 +1333,49 @@ impl Gen {
             .map(|&o| self.tensor_type(self.nodes[o].ty, self.nodes[o].shape))
             .collect();
         let values: Vec<&str> = outs.iter().map(|&o| self.t(o)).collect();
-        let (ret, body) = if outs.len() == 1 {
-            (types[0].clone(), values[0].to_string())
-        } else {
-            (
-                format!("({})", types.join(", ")),
+        let (ret, body) = match outs.len() {
+            0 => (String::new(), String::new()),
+            1 => (format!(" -> {}", types[0]), values[0].to_string()),
+            _ => (
+                format!(" -> ({})", types.join(", ")),
                 format!("({})", values.join(", ")),
-            )
+            ),
         };
-        let mut text = format!("fn {name}({}) -> {ret} {{\n", params.join(", "));
+        let mut text = format!("fn {name}({}){ret} {{\n", params.join(", "));
         for l in &self.lets {
             writeln!(text, "    {l}").unwrap();
         }
-        writeln!(text, "    {body}\n}}").unwrap();
+        for w in &self.writes {
+            let axes = self.params[w.buffer].buffer.as_ref().expect("a buffer");
+            let items: Vec<String> = axes
+                .iter()
+                .zip(&w.items)
+                .map(|(a, &i)| self.item_text(a, i, w.buffer % 2 == 0))
+                .collect();
+            let buffer = &self.params[w.buffer].name;
+            let value = self.t(w.value);
+            writeln!(text, "    {buffer}[{}] = {value};", items.join(", ")).unwrap();
+        }
+        if !body.is_empty() {
+            writeln!(text, "    {body}").unwrap();
+        }
+        text.push_str("}\n");
 
         let mut desc = format!("dims {}\n", self.ndims);
+        for e in &self.extra {
+            match e {
+                Extra::Slots(p) => writeln!(desc, "extra slots {p}").unwrap(),
+                Extra::Rest => writeln!(desc, "extra rest").unwrap(),
+            }
+        }
         for p in &self.params {
-            let dims = match p.shape {
-                None => "scalar".to_string(),
-                Some(s) => {
+            let dims = match (&p.buffer, p.shape) {
+                (Some(axes), _) => {
+                    let axes: Vec<String> = axes.iter().map(Self::axis_desc).collect();
+                    format!("buffer {}", axes.join(" "))
+                }
+                (None, None) => "scalar".to_string(),
+                (None, Some(s)) => {
                     let ks: Vec<String> = (0..self.ndims)
                         .filter(|k| s & (1 << k) != 0)
                         .map(|k| k.to_string())
@@ -1037,13 +1384,27 @@ impl Gen {
                 }
             };
             let index = p.index.map_or(String::new(), |k| format!(" index {k}"));
-            writeln!(desc, "param {} {dims}{index}", p.ty.name()).unwrap();
+            let distinct = if p.distinct { " distinct" } else { "" };
+            writeln!(desc, "param {} {dims}{index}{distinct}", p.ty.name()).unwrap();
         }
         for l in &self.desc {
             writeln!(desc, "{l}").unwrap();
         }
         for &o in outs {
             writeln!(desc, "out {o} {}", self.nodes[o].shape).unwrap();
+        }
+        for w in &self.writes {
+            let items: Vec<String> = w
+                .items
+                .iter()
+                .map(|i| match *i {
+                    Item::All => "all".to_string(),
+                    Item::Part(j) => format!("part:{j}"),
+                    Item::Pick(j) => format!("pick:{j}"),
+                    Item::At(n) => format!("at:{n}"),
+                })
+                .collect();
+            writeln!(desc, "write {} {} {}", w.buffer, w.value, items.join(" ")).unwrap();
         }
         let glue = self.glue(name, outs.len());
         Program {
@@ -1055,32 +1416,43 @@ impl Gen {
         }
     }
 
-    /// `fn run_NAME(dev, args) -> Result<Vec<Out>, Error>`: uploads the inputs, calls the kernel
-    /// and reads its outputs back.
+    /// `fn run_NAME(dev, args) -> Result<Vec<Out>, Error>`: uploads the inputs and each `&mut`
+    /// parameter's first contents, calls the kernel and reads its outputs back, then each `&mut`
+    /// parameter's contents.
     fn glue(&self, name: &str, outs: usize) -> String {
         let mut s =
             format!("pub fn run_{name}(dev: &Device, a: &Args) -> Result<Vec<Out>, Error> {{\n");
         let mut args = vec![];
+        let mut buffers = vec![];
         for (i, p) in self.params.iter().enumerate() {
             let t = match p.ty {
                 Ty::F16 => "f16",
                 Ty::Bf16 => "bf16",
                 other => other.name(),
             };
-            if p.shape.is_some() {
+            if p.buffer.is_some() {
+                writeln!(s, "    let mut {} = a.tensor::<{t}>(dev, {i})?;", p.name).unwrap();
+                args.push(format!("&mut {}", p.name));
+                buffers.push(format!("Out::of(&{})?", p.name));
+            } else if p.shape.is_some() {
                 writeln!(s, "    let {} = a.tensor::<{t}>(dev, {i})?;", p.name).unwrap();
                 args.push(format!("&{}", p.name));
             } else {
                 args.push(format!("a.scalar::<{t}>({i})"));
             }
         }
-        writeln!(s, "    let r = {name}(dev, {})?;", args.join(", ")).unwrap();
-        if outs == 1 {
-            s.push_str("    Ok(vec![Out::of(&r)?])\n}\n");
-        } else {
-            let reads: Vec<String> = (0..outs).map(|k| format!("Out::of(&r.{k})?")).collect();
-            writeln!(s, "    Ok(vec![{}])\n}}", reads.join(", ")).unwrap();
+        let mut reads: Vec<String> = match outs {
+            0 => vec![],
+            1 => vec!["Out::of(&r)?".into()],
+            _ => (0..outs).map(|k| format!("Out::of(&r.{k})?")).collect(),
+        };
+        let call = format!("{name}(dev, {})?;", args.join(", "));
+        match outs {
+            0 => writeln!(s, "    {call}").unwrap(),
+            _ => writeln!(s, "    let r = {call}").unwrap(),
         }
+        reads.extend(buffers);
+        writeln!(s, "    Ok(vec![{}])\n}}", reads.join(", ")).unwrap();
         s
     }
 }

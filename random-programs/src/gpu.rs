@@ -72,6 +72,10 @@ pub struct Summary {
     pub compiled: usize,
     /// Instances by the path they took (`short_rows`, `cached_rows`, `map`...).
     pub paths: BTreeMap<&'static str, usize>,
+    /// Of the instances, those of programs that write through `&mut` parameters, and the
+    /// elements of those parameters that the oracle knew and so checked.
+    pub write_instances: usize,
+    pub buffer_checked: usize,
     /// Whether the time budget left programs unstarted.
     pub stopped: bool,
     pub elapsed: Duration,
@@ -88,6 +92,8 @@ struct Shared {
     entries: AtomicUsize,
     compiled: AtomicUsize,
     failures: AtomicUsize,
+    write_instances: AtomicUsize,
+    buffer_checked: AtomicUsize,
     stopped: AtomicBool,
     done: AtomicBool,
     paths: Mutex<BTreeMap<&'static str, usize>>,
@@ -124,6 +130,8 @@ pub fn run(gpu: &Device, arch: u32, programs: &[&'static Program], s: &Settings)
         entries: shared.entries.into_inner(),
         compiled: shared.compiled.into_inner(),
         paths: shared.paths.into_inner().expect("no thread panicked"),
+        write_instances: shared.write_instances.into_inner(),
+        buffer_checked: shared.buffer_checked.into_inner(),
         stopped: shared.stopped.into_inner(),
         elapsed: started.elapsed(),
         failures,
@@ -214,11 +222,17 @@ fn run_program(
             .expect("no thread panicked")
             .remove(&w);
         shared.finished.fetch_add(1, Ordering::Relaxed);
-        checked.map_err(|e| {
+        let (counts, _) = checked.map_err(|e| {
             let symbols: Vec<&str> = entries.iter().map(|e| e.symbol).collect();
             let per_program = s.per_program;
             format!("{e}entry points: {symbols:?} (FUSE_RANDOM_PATHS={per_program})")
         })?;
+        if !desc.writes.is_empty() {
+            shared.write_instances.fetch_add(1, Ordering::Relaxed);
+            shared
+                .buffer_checked
+                .fetch_add(counts.buffer_checked, Ordering::Relaxed);
+        }
     }
     Ok(())
 }

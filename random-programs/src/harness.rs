@@ -1,6 +1,6 @@
 //! Inputs, outputs and comparisons: what the generated glue calls, and what the tests check.
 
-use crate::oracle::{self, count, Desc, V};
+use crate::oracle::{self, count, Desc, Extra, WriteStats, V};
 use crate::ty::{Rng, Ty};
 use fuse_runtime::{bf16, f16, Buffer, Device, Element, Error};
 
@@ -177,9 +177,36 @@ pub fn sizes_with(
         // is not empty (`[61, 0, 2^21]` took its `[d0, d2]` values, 128 M elements, 50 s).
         let within = s.iter().map(|&n| n.max(1)).product::<usize>() <= budget;
         if within && (!s.contains(&0) || rng.percent(30)) {
+            // Then the extra dims of the `&mut` parameters, drawn after the domain's so that a
+            // program without them draws what it drew before they were generated.
+            for e in &desc.extra {
+                let n = match *e {
+                    Extra::Slots(p) => slots(desc, p, &s, rng),
+                    Extra::Rest => rng.pick(&[0, 1, 2, 3, 5, 8, 13]),
+                };
+                s.push(n);
+            }
             return s;
         }
     }
+}
+
+/// The rows of a scatter's buffer, indexed by parameter `p`: about as many as the index has
+/// elements at each place of the dims it shares with the buffer (fewer, so that some distinct
+/// values cannot all fit and fall outside, or more, so that some rows keep their values), no
+/// more than the index's type can count past (it holds `rows` and `rows + 1`, outside).
+fn slots(desc: &Desc, p: usize, sizes: &[usize], rng: &mut Rng) -> usize {
+    let (ty, shape) = desc.params[p];
+    let n = shape.map_or(1, |s| count(s & !desc.shared_dims(p), sizes));
+    let m = match rng.below(8) {
+        0 => rng.below(3),
+        1 => n / 2,
+        2 | 3 => n,
+        4 | 5 => n + 1 + rng.below(5),
+        _ => 2 * n + rng.below(3),
+    };
+    let (_, hi) = crate::ops::int_range(ty);
+    m.min(usize::try_from(hi - 1).unwrap_or(usize::MAX))
 }
 
 /// The dim sizes [`sizes`] draws from, for a run that picks lengths itself.
@@ -195,10 +222,14 @@ pub fn size_choices() -> impl Iterator<Item = usize> {
 pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args {
     let mut data = vec![];
     let mut shapes = vec![];
-    for (&(ty, shape), &index) in desc.params.iter().zip(&desc.index_of) {
-        let (n, dims) = match shape {
-            None => (1, vec![]),
-            Some(s) => (
+    for (p, &(ty, shape)) in desc.params.iter().enumerate() {
+        let (n, dims) = match (&desc.buffers[p], shape) {
+            (Some(axes), _) => {
+                let dims: Vec<usize> = axes.iter().map(|a| a.len(sizes)).collect();
+                (dims.iter().product(), dims)
+            }
+            (None, None) => (1, vec![]),
+            (None, Some(s)) => (
                 count(s, sizes),
                 (0..sizes.len())
                     .filter(|k| s & (1 << k) != 0)
@@ -206,13 +237,46 @@ pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args 
                     .collect(),
             ),
         };
-        data.push(match index {
+        // A `&mut` parameter's first contents are values as any input's: an element that the
+        // kernel stores, or should leave alone and does not, shows.
+        data.push(match desc.index_of[p] {
+            Some(k) if desc.distinct[p] => {
+                // One set of rows at each place of the dims the index shares with the buffer.
+                let index = shape.unwrap_or(0);
+                let groups = oracle::gather(index, desc.shared_dims(p), sizes);
+                to_data(ty, distinct_indices(ty, &groups, sizes[k], rng))
+            }
             Some(k) => indices(ty, n, sizes[k], rng),
             None => values(ty, n, rng, special),
         });
         shapes.push(dims);
     }
     Args { data, shapes }
+}
+
+/// The indices of a scatter into `len` rows, one an element of `group` (its group: the place
+/// it goes to along the dims the index shares with the buffer): about one in eight outside
+/// (below 0, which wraps in an unsigned type, or at `len` and past), the others rows that no
+/// other element of the group takes, in a random order, and outside too once the group has
+/// taken every row (two elements stored in one place leave either on a GPU).
+fn distinct_indices(ty: Ty, group: &[usize], len: usize, rng: &mut Rng) -> Vec<i128> {
+    let mut free: Vec<Option<Vec<usize>>> = vec![None; group.iter().max().map_or(0, |g| g + 1)];
+    group
+        .iter()
+        .map(|&g| {
+            let free = free[g].get_or_insert_with(|| (0..len).collect());
+            match rng.below(8) {
+                0 => -1 - rng.below(2) as i128,
+                1 => (len + rng.below(2)) as i128,
+                _ if free.is_empty() => match rng.percent(50) {
+                    true => -1,
+                    false => len as i128,
+                },
+                _ => free.swap_remove(rng.below(free.len())) as i128,
+            }
+        })
+        .map(|v| crate::ops::wrap(v, ty))
+        .collect()
 }
 
 /// `n` indices of a gather along a dim of `len`: mostly inside it, about one in eight outside
@@ -226,6 +290,11 @@ fn indices(ty: Ty, n: usize, len: usize, rng: &mut Rng) -> Data {
         })
         .map(|v| crate::ops::wrap(v, ty))
         .collect();
+    to_data(ty, v)
+}
+
+/// Integers as the values of a parameter of `ty`.
+fn to_data(ty: Ty, v: Vec<i128>) -> Data {
     match ty {
         Ty::I8 => Data::I8(v.iter().map(|&x| x as i8).collect()),
         Ty::U8 => Data::U8(v.iter().map(|&x| x as u8).collect()),
@@ -325,27 +394,72 @@ pub fn close(got: f64, want: f64, tol: f64) -> bool {
         || (got.is_finite() && want.is_finite() && (got - want).abs() <= tol)
 }
 
-/// Checks the outputs of one call against the oracle's: the number of elements the oracle
-/// knows (and so checked) and of all, or the first mismatch, described.
+/// What one comparison checked: elements the oracle knows (and so checked) and all, of the
+/// outputs and of the `&mut` parameters' contents.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct Counts {
+    pub checked: usize,
+    pub total: usize,
+    /// Of those, the elements of `&mut` parameters.
+    pub buffer_checked: usize,
+    pub buffer_total: usize,
+}
+
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, o: Counts) {
+        self.checked += o.checked;
+        self.total += o.total;
+        self.buffer_checked += o.buffer_checked;
+        self.buffer_total += o.buffer_total;
+    }
+}
+
+/// The name of result `j` of a call: an output, or a `&mut` parameter's contents.
+fn result_name(desc: &Desc, j: usize) -> String {
+    match j.checked_sub(desc.outs.len()) {
+        None => format!("output {j}"),
+        Some(b) => {
+            let p = (0..desc.params.len())
+                .filter(|&p| desc.buffers[p].is_some())
+                .nth(b)
+                .expect("a result for each buffer");
+            format!("&mut parameter {p}")
+        }
+    }
+}
+
+/// Checks the results of one call (its outputs, then the contents of its `&mut` parameters,
+/// every element of them) against the oracle's: what it checked, or the first mismatch,
+/// described.
 pub fn against_oracle(
     desc: &Desc,
     got: &[Out],
     want: &[Vec<V>],
     sizes: &[usize],
-) -> Result<(usize, usize), String> {
-    let (mut checked, mut total) = (0, 0);
-    for (j, ((g, w), &(node, shape))) in got.iter().zip(want).zip(&desc.outs).enumerate() {
-        let ty = desc.nodes[node].ty;
-        let want_shape: Vec<usize> = (0..sizes.len())
-            .filter(|k| shape & (1 << k) != 0)
-            .map(|k| sizes[k])
-            .collect();
+) -> Result<Counts, String> {
+    let mut n = Counts::default();
+    let results = desc.results(sizes);
+    if got.len() != results.len() || want.len() != results.len() {
+        return Err(format!(
+            "{} results, oracle {}, want {}",
+            got.len(),
+            want.len(),
+            results.len()
+        ));
+    }
+    for (j, ((g, w), (ty, want_shape))) in got.iter().zip(want).zip(results).enumerate() {
+        let what = result_name(desc, j);
         if g.shape != want_shape {
+            return Err(format!("{what}: shape {:?}, want {want_shape:?}", g.shape));
+        }
+        if w_len(&g.vals) != w.len() {
             return Err(format!(
-                "output {j}: shape {:?}, want {want_shape:?}",
-                g.shape
+                "{what}: {} elements, oracle {}",
+                w_len(&g.vals),
+                w.len()
             ));
         }
+        let buffer = j >= desc.outs.len();
         for (i, w) in w.iter().enumerate() {
             let ok = match &g.vals {
                 Vals::Exact(v) => !w.known() || v[i] == w.i,
@@ -354,15 +468,19 @@ pub fn against_oracle(
                     _ => true,
                 },
             };
-            checked += w.known() as usize;
-            total += 1;
+            n.checked += w.known() as usize;
+            n.total += 1;
+            if buffer {
+                n.buffer_checked += w.known() as usize;
+                n.buffer_total += 1;
+            }
             if !ok {
                 let got = match &g.vals {
                     Vals::Exact(v) => format!("{}", v[i]),
                     Vals::Float(v) => format!("{:e}", v[i]),
                 };
                 return Err(format!(
-                    "output {j} ({}), element {i} of {}: got {got}, oracle {:e} / {} ± {:e}",
+                    "{what} ({}), element {i} of {}: got {got}, oracle {:e} / {} ± {:e}",
                     ty.name(),
                     w_len(&g.vals),
                     w.f,
@@ -372,7 +490,7 @@ pub fn against_oracle(
             }
         }
     }
-    Ok((checked, total))
+    Ok(n)
 }
 
 fn w_len(v: &Vals) -> usize {
@@ -389,12 +507,22 @@ pub fn gpu_against_cpu(
     gpu: &[Out],
     cpu: &[Out],
     want: &[Vec<V>],
+    sizes: &[usize],
 ) -> Result<(), String> {
-    for (j, ((g, c), w)) in gpu.iter().zip(cpu).zip(want).enumerate() {
-        let ty = desc.nodes[desc.outs[j].0].ty;
+    let results = desc.results(sizes);
+    if gpu.len() != results.len() || cpu.len() != results.len() {
+        return Err(format!(
+            "GPU {} results, CPU {}, want {}",
+            gpu.len(),
+            cpu.len(),
+            results.len()
+        ));
+    }
+    for (j, (((g, c), w), (ty, _))) in gpu.iter().zip(cpu).zip(want).zip(results).enumerate() {
+        let what = result_name(desc, j);
         if g.shape != c.shape {
             return Err(format!(
-                "output {j}: GPU shape {:?}, CPU {:?}",
+                "{what}: GPU shape {:?}, CPU {:?}",
                 g.shape, c.shape
             ));
         }
@@ -411,7 +539,7 @@ pub fn gpu_against_cpu(
             };
             if !ok {
                 return Err(format!(
-                    "output {j} ({}), element {i}: GPU {gv:e}, CPU {cv:e}, oracle {:e} ± {:e}",
+                    "{what} ({}), element {i}: GPU {gv:e}, CPU {cv:e}, oracle {:e} ± {:e}",
                     ty.name(),
                     w.f,
                     w.err
@@ -425,4 +553,9 @@ pub fn gpu_against_cpu(
 /// Runs the oracle on `args`.
 pub fn oracle(desc: &Desc, sizes: &[usize], args: &Args) -> Vec<Vec<V>> {
     oracle::run(desc, sizes, &args.oracle_inputs())
+}
+
+/// Runs the oracle on `args`, and says what its writes did.
+pub fn oracle_with_stats(desc: &Desc, sizes: &[usize], args: &Args) -> (Vec<Vec<V>>, WriteStats) {
+    oracle::run_with_stats(desc, sizes, &args.oracle_inputs())
 }

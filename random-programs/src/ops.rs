@@ -517,7 +517,10 @@ fn float_function(name: &str, ty: Ty, xs: &[V]) -> V {
         }
         "powi" => {
             let n = xs[1].i;
-            let steps = 2.0 * (64 - (n.unsigned_abs() as u64).leading_zeros()) as f64 + 2.0;
+            // Repeated squaring: each square doubles the relative error of the one before, so
+            // `x^n` carries up to `|n| - 1` roundings' worth, and each step one more.
+            let bits = (64 - (n.unsigned_abs() as u64).leading_zeros()) as f64;
+            let steps = n.unsigned_abs() as f64 + 2.0 * bits + 2.0;
             // A negative power is `1 / x^|n|` (compiler-rt's `__powisf2`): where `x^|n|`
             // overflows the compute type the result is 0, and where it is subnormal the
             // reciprocal has lost bits.

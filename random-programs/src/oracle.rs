@@ -44,11 +44,81 @@ impl V {
 /// A parsed description.
 pub struct Desc {
     pub ndims: usize,
+    /// The dims past the domain's, `d{ndims}` on: the harness sizes them (see [`Extra`]).
+    pub extra: Vec<Extra>,
+    /// Each parameter's type and dims (a mask over the dims; `None` for a scalar or a buffer).
     pub params: Vec<(Ty, Option<u8>)>,
-    /// For each parameter, the dim whose positions its values are, where it indexes a gather.
+    /// For each parameter, the dim whose positions its values are, where it indexes a gather
+    /// or a scatter.
     pub index_of: Vec<Option<usize>>,
+    /// For each parameter, whether it is a scatter's index, whose in-range values are distinct.
+    pub distinct: Vec<bool>,
+    /// For each `&mut` parameter, its axes.
+    pub buffers: Vec<Option<Vec<Axis>>>,
     pub nodes: Vec<Node>,
     pub outs: Vec<(usize, u8)>,
+    /// The writes through `&mut` parameters, in the text's order.
+    pub writes: Vec<Write>,
+}
+
+/// What an extra dim is.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Extra {
+    /// The rows of a scatter's buffer, indexed by this parameter.
+    Slots(usize),
+    /// A part of a buffer's dim that nothing writes.
+    Rest,
+}
+
+/// A part of an axis made of parts.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Part {
+    Dim(usize),
+    Lit(usize),
+}
+
+/// An axis of a `&mut` parameter.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Axis {
+    Dim(usize),
+    /// Parts one after the other (`2 * d1 + d3` is `d1, d1, d3`).
+    Parts(Vec<Part>),
+    /// `dK * g`.
+    Group(usize, usize),
+}
+
+impl Axis {
+    pub fn len(&self, sizes: &[usize]) -> usize {
+        match self {
+            Axis::Dim(k) => sizes[*k],
+            Axis::Parts(parts) => parts.iter().map(|p| part_len(*p, sizes)).sum(),
+            Axis::Group(k, g) => sizes[*k] * g,
+        }
+    }
+}
+
+fn part_len(p: Part, sizes: &[usize]) -> usize {
+    match p {
+        Part::Dim(k) => sizes[k],
+        Part::Lit(n) => n,
+    }
+}
+
+/// An item of a written slice.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Item {
+    All,
+    Part(usize),
+    Pick(usize),
+    /// At the values of this node.
+    At(usize),
+}
+
+/// `buffer[items] = value;`: the slice's shape is the domain.
+pub struct Write {
+    pub buffer: usize,
+    pub value: usize,
+    pub items: Vec<Item>,
 }
 
 pub struct Node {
@@ -69,29 +139,49 @@ impl Desc {
     pub fn parse(text: &str) -> Desc {
         let mut d = Desc {
             ndims: 0,
+            extra: vec![],
             params: vec![],
             index_of: vec![],
+            distinct: vec![],
+            buffers: vec![],
             nodes: vec![],
             outs: vec![],
+            writes: vec![],
         };
         for line in text.lines().filter(|l| !l.trim().is_empty()) {
             let w: Vec<&str> = line.split_whitespace().collect();
             match w[0] {
                 "dims" => d.ndims = w[1].parse().unwrap(),
+                "extra" => d.extra.push(match w[1] {
+                    "slots" => Extra::Slots(w[2].parse().unwrap()),
+                    _ => Extra::Rest,
+                }),
                 "param" => {
-                    // `param TY scalar` or `param TY tensor K..`, then `index K` for an index.
+                    // `param TY scalar`, `param TY tensor K..` or `param TY buffer AXIS..`, then
+                    // `index K` for an index, and `distinct` for a scatter's.
                     let end = w.iter().position(|&x| x == "index").unwrap_or(w.len());
-                    let shape = match w[2] {
-                        "scalar" => None,
-                        _ => Some(
-                            w[3..end]
-                                .iter()
-                                .fold(0u8, |s, k| s | 1 << k.parse::<u8>().unwrap()),
+                    let (shape, buffer) = match w[2] {
+                        "scalar" => (None, None),
+                        "buffer" => (None, Some(w[3..].iter().map(|a| axis(a)).collect())),
+                        _ => (
+                            Some(
+                                w[3..end]
+                                    .iter()
+                                    .fold(0u8, |s, k| s | 1 << k.parse::<u8>().unwrap()),
+                            ),
+                            None,
                         ),
                     };
                     d.params.push((ty_of(w[1]), shape));
+                    d.buffers.push(buffer);
                     d.index_of.push(w.get(end + 1).map(|k| k.parse().unwrap()));
+                    d.distinct.push(w.get(end + 2) == Some(&"distinct"));
                 }
+                "write" => d.writes.push(Write {
+                    buffer: w[1].parse().unwrap(),
+                    value: w[2].parse().unwrap(),
+                    items: w[3..].iter().map(|i| item(i)).collect(),
+                }),
                 "node" => {
                     assert_eq!(w[1].parse::<usize>().unwrap(), d.nodes.len(), "{line}");
                     d.nodes.push(Node {
@@ -108,6 +198,45 @@ impl Desc {
         d
     }
 
+    /// The type and shape of each result of a call at these dim sizes: the outputs, then each
+    /// `&mut` parameter's contents, in the parameters' order.
+    pub fn results(&self, sizes: &[usize]) -> Vec<(Ty, Vec<usize>)> {
+        let outs = self.outs.iter().map(|&(node, shape)| {
+            let dims = (0..sizes.len())
+                .filter(|k| shape & (1 << k) != 0)
+                .map(|k| sizes[k])
+                .collect();
+            (self.nodes[node].ty, dims)
+        });
+        let buffers = self.params.iter().zip(&self.buffers).filter_map(|(p, b)| {
+            let axes = b.as_ref()?;
+            Some((p.0, axes.iter().map(|a| a.len(sizes)).collect()))
+        });
+        outs.chain(buffers).collect()
+    }
+
+    /// For the index `p` of a scatter, the dims it shares with its buffer (`x[.., i, ..]` with
+    /// `i` over `[d0, d1]` and the buffer over `[d0, rows, d2]`: `d0`). Two of its elements go
+    /// to one place only where they have the same coordinates there.
+    pub fn shared_dims(&self, p: usize) -> u8 {
+        let rows = self.index_of[p].expect("a scatter's index");
+        let buffer = self
+            .buffers
+            .iter()
+            .flatten()
+            .find(|axes| axes.contains(&Axis::Dim(rows)))
+            .expect("the buffer of a scatter's rows");
+        let dims = buffer.iter().fold(0u8, |m, a| match a {
+            Axis::Dim(k) | Axis::Group(k, _) if *k < self.ndims => m | 1 << k,
+            Axis::Parts(parts) => parts.iter().fold(m, |m, p| match p {
+                Part::Dim(k) if *k < self.ndims => m | 1 << k,
+                _ => m,
+            }),
+            _ => m,
+        });
+        self.params[p].1.unwrap_or(0) & dims
+    }
+
     /// The dims a reduction of this program reduces over (`None` for a full reduction).
     pub fn reduced_dims(&self) -> Vec<Option<usize>> {
         self.nodes
@@ -115,6 +244,35 @@ impl Desc {
             .filter(|n| n.op == "red")
             .map(|n| n.args[1].parse().ok())
             .collect()
+    }
+}
+
+/// An axis of a buffer in the description: `K`, `p:T,T..` (a part `K` or `#N`), `g:K:G`.
+fn axis(text: &str) -> Axis {
+    if let Some(parts) = text.strip_prefix("p:") {
+        let parts = parts.split(',').map(|p| match p.strip_prefix('#') {
+            Some(n) => Part::Lit(n.parse().unwrap()),
+            None => Part::Dim(p.parse().unwrap()),
+        });
+        Axis::Parts(parts.collect())
+    } else if let Some(g) = text.strip_prefix("g:") {
+        let (k, g) = g.split_once(':').expect("g:K:G");
+        Axis::Group(k.parse().unwrap(), g.parse().unwrap())
+    } else {
+        Axis::Dim(text.parse().unwrap())
+    }
+}
+
+/// An item of a written slice in the description: `all`, `part:J`, `pick:J`, `at:NODE`.
+fn item(text: &str) -> Item {
+    let (what, n) = text.split_once(':').unwrap_or((text, "0"));
+    let n = n.parse().unwrap();
+    match what {
+        "all" => Item::All,
+        "part" => Item::Part(n),
+        "pick" => Item::Pick(n),
+        "at" => Item::At(n),
+        _ => panic!("bad item {text}"),
     }
 }
 
@@ -141,7 +299,7 @@ fn strides(shape: u8, sizes: &[usize]) -> Vec<usize> {
 
 /// For each element of a value of `shape`, the offset of the element of `of` (a value whose
 /// dims are a subset of `shape`'s, or that has the dim `extra` too, at position 0) it reads.
-fn gather(shape: u8, of: u8, sizes: &[usize]) -> Vec<usize> {
+pub fn gather(shape: u8, of: u8, sizes: &[usize]) -> Vec<usize> {
     let n = count(shape, sizes);
     let dims: Vec<usize> = (0..sizes.len()).filter(|k| shape & (1 << k) != 0).collect();
     let st = strides(of, sizes);
@@ -160,16 +318,134 @@ fn gather(shape: u8, of: u8, sizes: &[usize]) -> Vec<usize> {
     out
 }
 
-/// Evaluates the program on `inputs` (one vector per parameter, in the parameter's shape) for
-/// the dim `sizes`; returns each output's values, row-major.
+/// What the writes of one call did, by the oracle's count.
+#[derive(Clone, Copy, Default, Debug)]
+pub struct WriteStats {
+    /// Elements stored.
+    pub stored: usize,
+    /// Elements not stored: their index was below 0.
+    pub below: usize,
+    /// Elements not stored: their index was at the dim's size or past it.
+    pub past: usize,
+    /// Elements of the buffers that no write reached (they keep their first values).
+    pub untouched: usize,
+}
+
+/// Evaluates the program on `inputs` (one vector per parameter, in the parameter's shape; a
+/// `&mut` parameter's first contents) for the dim `sizes`; returns each result's values,
+/// row-major (see [`Desc::results`]).
 pub fn run(desc: &Desc, sizes: &[usize], inputs: &[Vec<V>]) -> Vec<Vec<V>> {
+    run_with_stats(desc, sizes, inputs).0
+}
+
+/// [`run`], and what its writes did.
+pub fn run_with_stats(
+    desc: &Desc,
+    sizes: &[usize],
+    inputs: &[Vec<V>],
+) -> (Vec<Vec<V>>, WriteStats) {
     let mut vals: Vec<Vec<V>> = Vec::with_capacity(desc.nodes.len());
     for node in &desc.nodes {
         let v = eval(desc, node, sizes, inputs, &vals);
         debug_assert_eq!(v.len(), count(node.shape, sizes));
         vals.push(v);
     }
-    desc.outs.iter().map(|&(o, _)| vals[o].clone()).collect()
+    let mut results: Vec<Vec<V>> = desc.outs.iter().map(|&(o, _)| vals[o].clone()).collect();
+    let mut stats = WriteStats::default();
+    for (p, axes) in desc.buffers.iter().enumerate() {
+        let Some(axes) = axes else { continue };
+        let mut buffer = inputs[p].clone();
+        let mut reached = vec![false; buffer.len()];
+        for w in desc.writes.iter().filter(|w| w.buffer == p) {
+            write(
+                desc,
+                w,
+                axes,
+                sizes,
+                &vals,
+                &mut buffer,
+                &mut reached,
+                &mut stats,
+            );
+        }
+        stats.untouched += reached.iter().filter(|&&r| !r).count();
+        results.push(buffer);
+    }
+    (results, stats)
+}
+
+/// Stores the elements of `w` in `buffer`: for each element of the domain (the slice's shape,
+/// row-major), its place along each axis of the buffer, or nothing where a scatter's index is
+/// outside the rows.
+#[allow(clippy::too_many_arguments)]
+fn write(
+    desc: &Desc,
+    w: &Write,
+    axes: &[Axis],
+    sizes: &[usize],
+    vals: &[Vec<V>],
+    buffer: &mut [V],
+    reached: &mut [bool],
+    stats: &mut WriteStats,
+) {
+    let domain = (1u8 << desc.ndims) - 1;
+    let dims: Vec<usize> = (0..desc.ndims).collect();
+    let n = count(domain, sizes);
+    let value = gather(domain, desc.nodes[w.value].shape, sizes);
+    let index = w.items.iter().find_map(|i| match *i {
+        Item::At(node) => Some((node, gather(domain, desc.nodes[node].shape, sizes))),
+        _ => None,
+    });
+    let lens: Vec<usize> = axes.iter().map(|a| a.len(sizes)).collect();
+    let mut c = vec![0usize; desc.ndims];
+    for e in 0..n {
+        let place = 'place: {
+            let mut offset = 0;
+            for ((axis, item), len) in axes.iter().zip(&w.items).zip(&lens) {
+                let at = match (*item, axis) {
+                    (Item::All, Axis::Dim(k)) => c[*k],
+                    (Item::At(node), Axis::Dim(k)) => {
+                        let (_, map) = index.as_ref().expect("the scatter's index");
+                        let i = vals[node][map[e]];
+                        assert!(i.known(), "a scatter's index is known");
+                        match usize::try_from(i.i) {
+                            Ok(i) if i < sizes[*k] => i,
+                            Ok(_) => break 'place Err(false),
+                            Err(_) => break 'place Err(true),
+                        }
+                    }
+                    (Item::Part(j), Axis::Parts(parts)) => {
+                        let start: usize = parts[..j].iter().map(|p| part_len(*p, sizes)).sum();
+                        match parts[j] {
+                            Part::Dim(k) => start + c[k],
+                            Part::Lit(_) => unreachable!("a written part is a dim of the domain"),
+                        }
+                    }
+                    (Item::Pick(j), Axis::Group(k, g)) => c[*k] * g + j,
+                    (item, axis) => unreachable!("{item:?} of {axis:?}"),
+                };
+                offset = offset * len + at;
+            }
+            Ok(offset)
+        };
+        match place {
+            Ok(offset) => {
+                buffer[offset] = vals[w.value][value[e]];
+                reached[offset] = true;
+                stats.stored += 1;
+            }
+            Err(true) => stats.below += 1,
+            Err(false) => stats.past += 1,
+        }
+        // The next element's coordinates, row-major over the domain.
+        for &k in dims.iter().rev() {
+            c[k] += 1;
+            if c[k] < sizes[k] {
+                break;
+            }
+            c[k] = 0;
+        }
+    }
 }
 
 fn arg(node: &Node, k: usize) -> usize {

@@ -5,8 +5,8 @@
 //! - `FUSE_RANDOM_ONLY=p12,p40`: run only these programs;
 //! - `FUSE_RANDOM_INPUT_SEED=S`: the base of every instance's seed (default 0), to draw new inputs.
 
-use crate::harness::{self, Out};
-use crate::oracle::Desc;
+use crate::harness::{self, Counts, Out};
+use crate::oracle::{Desc, WriteStats};
 use crate::ty::Rng;
 use crate::Program;
 use fuse_runtime::Device;
@@ -99,19 +99,20 @@ pub fn call(p: &Program, dev: &Device, inst: &Instance) -> Result<Vec<Out>, Stri
     }
 }
 
-/// The CPU backend against the oracle on instance `k`; the number of elements checked, and of
-/// all.
+/// The CPU backend against the oracle on instance `k`: the elements checked, and what the
+/// writes through `&mut` parameters did.
 pub fn check_cpu(
     p: &Program,
     desc: &Desc,
     k: usize,
     cfg: &Config,
-) -> Result<(usize, usize), String> {
+) -> Result<(Counts, WriteStats), String> {
     let inst = instance(p, desc, k, cfg);
     let got = call(p, &Device::cpu(), &inst).map_err(|e| report(p, &inst, k, &e))?;
-    let want = harness::oracle(desc, &inst.sizes, &inst.args);
-    harness::against_oracle(desc, &got, &want, &inst.sizes)
-        .map_err(|e| report(p, &inst, k, &format!("CPU against the oracle: {e}")))
+    let (want, stats) = harness::oracle_with_stats(desc, &inst.sizes, &inst.args);
+    let counts = harness::against_oracle(desc, &got, &want, &inst.sizes)
+        .map_err(|e| report(p, &inst, k, &format!("CPU against the oracle: {e}")))?;
+    Ok((counts, stats))
 }
 
 /// The GPU against the CPU backend and the oracle on `inst`, instance `k` of `p`.
@@ -121,15 +122,16 @@ pub fn check_gpu(
     gpu: &Device,
     k: usize,
     inst: &Instance,
-) -> Result<(), String> {
+) -> Result<(Counts, WriteStats), String> {
     let fail = |what: String| report(p, inst, k, &what);
     let on_gpu = call(p, gpu, inst).map_err(|e| fail(format!("GPU: {e}")))?;
     let on_cpu = call(p, &Device::cpu(), inst).map_err(|e| fail(format!("CPU: {e}")))?;
-    let want = harness::oracle(desc, &inst.sizes, &inst.args);
-    harness::against_oracle(desc, &on_gpu, &want, &inst.sizes)
+    let (want, stats) = harness::oracle_with_stats(desc, &inst.sizes, &inst.args);
+    let counts = harness::against_oracle(desc, &on_gpu, &want, &inst.sizes)
         .map_err(|e| fail(format!("GPU against the oracle: {e}")))?;
-    harness::gpu_against_cpu(desc, &on_gpu, &on_cpu, &want)
-        .map_err(|e| fail(format!("GPU against CPU: {e}")))
+    harness::gpu_against_cpu(desc, &on_gpu, &on_cpu, &want, &inst.sizes)
+        .map_err(|e| fail(format!("GPU against CPU: {e}")))?;
+    Ok((counts, stats))
 }
 
 /// A failure, with what it takes to run it again.

@@ -60,7 +60,8 @@ fn random_programs_match_on_the_gpu() {
     let summary = run(&gpu, major * 10 + minor, &programs, &settings);
     say(&format!(
         "random_gpu: {} of {} programs, {} program-instances on {gpu} in {:.0?}{}; {} entry points \
-         ({} compiled by NVRTC); instances by path: {:?}; {} failures",
+         ({} compiled by NVRTC); instances by path: {:?}; {} instances of programs that write \
+         through `&mut` parameters ({} elements of the buffers checked); {} failures",
         summary.programs,
         programs.len(),
         summary.instances,
@@ -73,9 +74,26 @@ fn random_programs_match_on_the_gpu() {
         summary.entries,
         summary.compiled,
         summary.paths,
+        summary.write_instances,
+        summary.buffer_checked,
         summary.failures.len()
     ));
     assert!(summary.instances > 0, "no instance ran");
+    // Not vacuous: where the programs run include some that write, their buffers were checked.
+    let writers = programs
+        .iter()
+        .filter(|p| {
+            !random_programs::oracle::Desc::parse(p.desc)
+                .writes
+                .is_empty()
+        })
+        .count();
+    if writers > 0 && !summary.stopped && summary.failures.is_empty() {
+        assert!(
+            summary.write_instances > 0 && summary.buffer_checked > 0,
+            "{writers} programs write, and no written buffer was checked"
+        );
+    }
     assert!(
         summary.failures.is_empty(),
         "{} failures:\n\n{}",
