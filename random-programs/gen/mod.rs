@@ -142,10 +142,6 @@ struct Gen {
     /// The extra dims, `d{ndims}` on.
     extra: Vec<Extra>,
     writes: Vec<WriteStmt>,
-    /// Give a shift's literal amount its type's suffix (`x >> 3i16`): in a kernel without
-    /// outputs (no `->`) the macro never defaults an unsuffixed one and panics ("check resolves
-    /// every literal type"; `fn f(x: [i16; n], w: &mut [i16; n]) { w[..] = x >> 3; }`).
-    typed_shifts: bool,
 }
 
 const FLOAT_LITERALS: [&str; 8] = ["0.5", "1.0", "2.0", "3.0", "0.25", "1.5", "4.0", "0.125"];
@@ -262,7 +258,6 @@ pub fn program(name: &str, seed: u64) -> Program {
         wrng: Rng(seed ^ 0x3717_e5ee_d000_0002),
         extra: vec![],
         writes: vec![],
-        typed_shifts: false,
     };
     // The first parameter names every dim in order, so that unions of shapes follow it.
     let first = g.pick_ty(false);
@@ -271,10 +266,7 @@ pub fn program(name: &str, seed: u64) -> Program {
     // beside their outputs (the same outputs as without the writes) or with none.
     let writes = g.scheme == Scheme::Map && g.wrng.percent(45);
     let outputs = match writes && g.wrng.percent(35) {
-        true => {
-            g.typed_shifts = true;
-            vec![]
-        }
+        true => vec![],
         false => g.outputs(),
     };
     if writes {
@@ -836,11 +828,7 @@ impl Gen {
                 let a = self.expr(ty, max, d, red);
                 let b = if self.rng.percent(50) {
                     let v = self.rng.below(ty.int_max().min(100) as usize);
-                    let text = match self.typed_shifts {
-                        true => format!("{v}{}", ty.name()),
-                        false => v.to_string(),
-                    };
-                    self.node(ty, 0, text, format!("lit {v}"), false, true)
+                    self.node(ty, 0, v.to_string(), format!("lit {v}"), false, true)
                 } else {
                     let by = self.rng.pick(&INTS);
                     self.expr(by, max, d, red)

@@ -89,8 +89,13 @@ mod tests {
     fn literals_of_a_kernel_without_outputs_take_their_default() {
         let k = kernel(quote! { fn f(x: [i16; n], w: &mut [i16; n]) { w[..] = (x >> 3) + x; } });
         assert!(k.nodes.iter().all(|n| !n.ty.is_literal()));
-        let k = kernel(quote! { fn f(x: [f32; n], w: &mut [f64; n]) { w[..] = (x * 2.0) as f64; } });
-        let two = k.nodes.iter().find(|n| matches!(n.op, Op::Float(_))).unwrap();
+        let k =
+            kernel(quote! { fn f(x: [f32; n], w: &mut [f64; n]) { w[..] = (x * 2.0) as f64; } });
+        let two = k
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Float(_)))
+            .unwrap();
         assert_eq!(two.elem(), crate::ty::Elem::F32);
     }
 
