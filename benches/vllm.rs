@@ -49,11 +49,11 @@ fn put<T: fuse_runtime::Element>(
     dev.upload(data)?.reshape(shape)
 }
 
-/// The first element where `got` and `want` differ by more than `ulps` bf16 ulps.
-fn differ(got: &[bf16], want: &[bf16], ulps: f32) -> Option<String> {
+/// The first element where `got` and `want` differ by more than `ulps` bf16 ulps and `abs`.
+fn differ(got: &[bf16], want: &[bf16], ulps: f32, abs: f32) -> Option<String> {
     let bad = got.iter().zip(want).position(|(g, w)| {
         let (g, w) = (g.to_f32(), w.to_f32());
-        !((g - w).abs() <= ulps * (bf16::EPSILON.to_f32() * w.abs() + 1e-38) || g == w)
+        !((g - w).abs() <= ulps * (bf16::EPSILON.to_f32() * w.abs() + 1e-38) + abs || g == w)
     });
     bad.map(|i| format!("index {i}: got {}, CPU {}", got[i], want[i]))
 }
@@ -149,7 +149,10 @@ pub fn v3(runner: &mut Runner) {
     let checked = run(&Device::cpu(), CHECK_TOKENS)
         .and_then(|want| Ok((run(&runner.dev, CHECK_TOKENS)?, want)));
     match checked {
-        Ok((got, want)) => match differ(&got, &want, 1.0) {
+        // `x1 * cos - x2 * sin` cancels, and the GPU contracts it into one FMA: the two
+        // backends' f32 values differ by a rounding of a product (|q|, |cache| up to about 5
+        // here: 25 * 2^-24), which bf16 can round to two steps apart (seen on an H200).
+        Ok((got, want)) => match differ(&got, &want, 1.0, 4e-6) {
             Some(why) => (row.status, row.note) = (Status::Failed, why),
             None => {
                 let dev = runner.dev.clone();
@@ -213,7 +216,7 @@ pub fn v4(runner: &mut Runner) {
     let checked = run(&Device::cpu(), CHECK_TOKENS)
         .and_then(|want| Ok((run(&runner.dev, CHECK_TOKENS)?, want)));
     match checked {
-        Ok((got, want)) => match differ(&got, &want, 0.0) {
+        Ok((got, want)) => match differ(&got, &want, 0.0, 0.0) {
             Some(why) => (row.status, row.note) = (Status::Failed, why),
             None => {
                 let dev = runner.dev.clone();
