@@ -5,7 +5,7 @@
 
 use crate::check::Checker;
 use crate::func::Func;
-use crate::ir::{Op, Random, Reduce};
+use crate::ir::{DimId, Op, Random, Reduce};
 use crate::parse::{BinOp, Expr, ExprKind};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -25,37 +25,31 @@ pub const NAMES: [&str; 8] = [
 impl Checker<'_> {
     /// `index(dim)`: the current element's position along `dim`, as `u32`.
     pub fn index(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
-        let [arg] = args else {
-            self.cx
-                .spanned(t, "`index` takes one dim, as in `index(cols)`");
-            return None;
-        };
-        let ExprKind::Var(ident) = &arg.kind else {
-            self.cx.spanned(
-                &arg.tokens,
-                "the argument of `index` is a dim name, such as `cols`",
-            );
-            return None;
-        };
-        let dim = self.named_dim(ident, None)?;
+        let dim = self.dim_argument("index", args, t)?;
         Some(self.push(Op::Index(dim), Ty::Elem(Elem::U32), vec![dim], t))
     }
 
     /// `len(dim)`: the dim's size, as a `u32` value of shape `[]`.
     pub fn len(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let dim = self.dim_argument("len", args, t)?;
+        Some(self.push(Op::Len(dim), Ty::Elem(Elem::U32), vec![], t))
+    }
+
+    /// The one dim that function `name` takes, as in `index(cols)`.
+    fn dim_argument(&mut self, name: &str, args: &[Expr], t: &TokenStream) -> Option<DimId> {
         let [arg] = args else {
-            self.cx.spanned(t, "`len` takes one dim, as in `len(cols)`");
+            self.cx
+                .spanned(t, format!("`{name}` takes one dim, as in `{name}(cols)`"));
             return None;
         };
         let ExprKind::Var(ident) = &arg.kind else {
             self.cx.spanned(
                 &arg.tokens,
-                "the argument of `len` is a dim name, such as `cols`",
+                format!("the argument of `{name}` is a dim name, such as `cols`"),
             );
             return None;
         };
-        let dim = self.named_dim(ident, None)?;
-        Some(self.push(Op::Len(dim), Ty::Elem(Elem::U32), vec![], t))
+        self.named_dim(ident, None)
     }
 
     /// `logsumexp(e, dim)`: `ln(sum(exp(e), dim))` computed stably, as
