@@ -54,12 +54,7 @@ impl Cuda<'_> {
                 .filter_map(|(id, p)| Some((*id, p.clone()?)))
                 .collect();
             if layout.by_address() {
-                let views: Vec<NodeId> = layout
-                    .views
-                    .iter()
-                    .filter(|(_, p)| p.is_none())
-                    .map(|(id, _)| *id)
-                    .collect();
+                let views = crate::plan::rows::unpitched(&layout.views);
                 aligned.extend(self.addresses_aligned(pass, domain, &views));
                 let uniform = layout.addressed.clone().unwrap_or_default();
                 self.addressed = Some((views, uniform));
@@ -67,6 +62,7 @@ impl Cuda<'_> {
                 self.divisors(domain);
                 divided = true;
             }
+            // Runs, slices and accesses may test one dim or stride: each test once.
             let mut unique = vec![];
             for a in aligned {
                 if !unique.contains(&a) {
@@ -397,8 +393,9 @@ impl Cuda<'_> {
                 _ => None,
             })
             .collect();
+        let all = self.layout.shapes();
         for s in shapes {
-            let offset = self.layout.offset(&self.layout.shapes()[s], None);
+            let offset = self.layout.offset(&all[s], None);
             self.line(format!("const long long o{s} = {offset};"));
         }
         self.values(&uniform, Scope::Element);
@@ -427,35 +424,17 @@ impl Cuda<'_> {
                 aligned.push(format!("{offset} % {lanes} == 0"));
             }
         }
-        let mut unique = vec![];
-        for a in aligned {
-            if !unique.contains(&a) {
-                unique.push(a);
-            }
-        }
-        unique
+        aligned
     }
 
     /// The conditions under which the accesses a vector loop makes by address line up with the
     /// vectors: the domain's rows whole vectors, and each access's offset and strides (a
     /// gather's too) multiples of the lanes.
     fn addresses_aligned(&self, pass: &Pass, domain: &[DimId], views: &[NodeId]) -> Vec<String> {
-        let k = self.k;
         let lanes = self.lanes;
         let last = self.layout.size(domain[domain.len() - 1]);
         let mut aligned = vec![format!("{} % {lanes} == 0", wrapped(&last))];
-        let accesses = views
-            .iter()
-            .map(|&id| match &k.nodes[id].op {
-                Op::View(_, view) => &**view,
-                _ => unreachable!("a slice is a view"),
-            })
-            .chain(
-                pass.writes
-                    .iter()
-                    .filter_map(|&o| Some(&k.outputs[o].place.as_ref()?.view)),
-            );
-        for view in accesses {
+        for (view, _) in crate::plan::rows::address_views(self.k, pass, views) {
             let strides = view.strides[..view.strides.len() - 1]
                 .iter()
                 .chain(view.gathers.iter().map(|g| &g.stride))

@@ -677,10 +677,38 @@ pub(crate) fn pitched(k: &Kernel, id: NodeId, domain: &[DimId]) -> Option<Pitch>
     })
 }
 
+/// The accesses a pass's vector loop makes by address: its slices `views` (those not
+/// [`pitched`]) and the places of its writes through `&mut`, each with the shape whose
+/// coordinates it takes.
+pub(crate) fn address_views<'a>(
+    k: &'a Kernel,
+    pass: &'a Pass,
+    views: &'a [NodeId],
+) -> impl Iterator<Item = (&'a crate::ir::View, &'a [DimId])> {
+    let slices = views.iter().map(move |&id| match &k.nodes[id].op {
+        Op::View(_, view) => (&**view, k.nodes[id].shape.as_slice()),
+        _ => unreachable!("a slice is a view"),
+    });
+    let places = pass.writes.iter().filter_map(move |&o| {
+        let out = &k.outputs[o];
+        Some((&out.place.as_ref()?.view, out.shape.as_slice()))
+    });
+    slices.chain(places)
+}
+
+/// The slices of `views` that are not [`pitched`].
+pub(crate) fn unpitched(views: &[(NodeId, Option<Pitch>)]) -> Vec<NodeId> {
+    views
+        .iter()
+        .filter(|(_, p)| p.is_none())
+        .map(|(id, _)| *id)
+        .collect()
+}
+
 /// The values a pass's vector loop needs before its lanes where it gathers, writes through
-/// `&mut` or reads a slice that is not [`pitched`] (`views`, `places`): each gather's index, and
-/// the values it is computed from, in the pass's order. Such an access is loaded or stored a
-/// vector at a time when its rows of the domain's last dim are contiguous (its last dim is the
+/// `&mut` or reads a slice that is not [`pitched`] ([`address_views`]): each gather's index,
+/// and the values it is computed from, in the pass's order. Such an access is loaded or stored
+/// a vector at a time when its rows of the domain's last dim are contiguous (its last dim is the
 /// domain's, of stride 1) and its index is the same along them (its values do not have the
 /// last dim, and draw nothing at random): the vector's address is then the scalar loop's at the
 /// vector's first element. `None` where one is not.
@@ -689,21 +717,13 @@ pub(crate) fn addressed(
     pass: &Pass,
     domain: &[DimId],
     views: &[NodeId],
-    places: &[&crate::ir::View],
 ) -> Option<Vec<NodeId>> {
     let last = *domain.last()?;
     if domain.len() < 2 {
         return None;
     }
     let mut index = vec![];
-    let accesses = views
-        .iter()
-        .map(|&id| match &k.nodes[id].op {
-            Op::View(_, view) => (&**view, k.nodes[id].shape.as_slice()),
-            _ => unreachable!("a slice is a view"),
-        })
-        .chain(places.iter().map(|&v| (v, domain)));
-    for (view, shape) in accesses {
+    for (view, shape) in address_views(k, pass, views) {
         let rows = shape.last() == Some(&last) && view.strides.last() == Some(&vec![(1, vec![])]);
         if !rows {
             return None;
@@ -721,12 +741,11 @@ impl PassLayout {
     /// Whether the pass has a vector loop: every tensor and slice lines up with the vectors, and
     /// no value needs coordinates (which only the scalar loop computes).
     pub(crate) fn vectors(&self) -> Option<&[(usize, Run)]> {
-        let slices = self.views.iter().all(|(_, p)| p.is_some()) && !self.placed;
         match &self.runs {
             Some(runs)
                 if !self.used.is_empty()
                     && !self.positions
-                    && (slices || self.addressed.is_some()) =>
+                    && (self.pitched_only() || self.addressed.is_some()) =>
             {
                 Some(runs)
             }
@@ -737,8 +756,13 @@ impl PassLayout {
     /// Whether the vector loop computes the coordinates of each vector's first element, for
     /// the accesses [`addressed`] loads and stores.
     pub(crate) fn by_address(&self) -> bool {
-        let slices = self.views.iter().all(|(_, p)| p.is_some()) && !self.placed;
-        !slices && self.addressed.is_some()
+        !self.pitched_only() && self.addressed.is_some()
+    }
+
+    /// Whether every slice of the pass is [`pitched`] and it writes nothing through `&mut`:
+    /// the vector loop needs no addresses.
+    fn pitched_only(&self) -> bool {
+        self.views.iter().all(|(_, p)| p.is_some()) && !self.placed
     }
 
     /// Whether the pass's scalar loop splits its index into coordinates.
@@ -774,18 +798,8 @@ pub(crate) fn pass_layout(k: &Kernel, pass: &Pass, domain: &[DimId]) -> PassLayo
         .map(|&s| Run::of(&shapes[s], domain).map(|r| (s, r)))
         .collect();
     let broadcast = used.iter().any(|&s| shapes[s] != domain);
-    let places: Vec<&crate::ir::View> = pass
-        .writes
-        .iter()
-        .filter_map(|&o| Some(&k.outputs[o].place.as_ref()?.view))
-        .collect();
-    let placed = !places.is_empty();
-    let unpitched: Vec<NodeId> = views
-        .iter()
-        .filter(|(_, p)| p.is_none())
-        .map(|(id, _)| *id)
-        .collect();
-    let addressed = addressed(k, pass, domain, &unpitched, &places);
+    let placed = pass.writes.iter().any(|&o| k.outputs[o].place.is_some());
+    let addressed = addressed(k, pass, domain, &unpitched(&views));
     PassLayout {
         used,
         runs,
