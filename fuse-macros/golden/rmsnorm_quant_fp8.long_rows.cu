@@ -113,6 +113,32 @@ template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
+    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (N % 2 == 0) {
+        bool nan = false;
+        #pragma unroll
+        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
+        if (!nan) {
+            #pragma unroll
+            for (int i = 0; i < N / 2; ++i) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u.w[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+            return u.s;
+        }
+    }
+#endif
+    #pragma unroll
+    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_bf16(f.v[j]);
+    return u.s;
+}
+template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec<unsigned short, N>& v, int j) {
+    if constexpr (N % 2 != 0) return fz_bf16_to_f32(v.v[j]);
+    else {
+        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v};
+        const unsigned int w = u.w[j >> 1];
+        return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
+    }
+}
 extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long_rows(
     const unsigned short* __restrict__ p_x,
     const unsigned short* __restrict__ p_w,
@@ -186,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -194,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 1;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -202,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 2;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -210,7 +236,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 3;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -218,7 +244,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 4;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -226,7 +252,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 5;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -234,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 6;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -242,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 7;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -257,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -265,7 +291,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -273,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -281,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -294,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 const int q = (r - begin) >> 2;
                 const int j = (r - begin) & 3;
                 const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
-                const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                const float v0 = fz_bf16_at(rc_x[q], j);
                 const float v3 = v0;
                 const float v4 = (v3 * v3);
                 acc5 = acc5 + v4;
@@ -342,7 +368,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -354,7 +380,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 1;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -366,7 +392,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 2;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -378,7 +404,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 3;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -390,7 +416,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 4;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -402,7 +428,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 5;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -414,7 +440,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 6;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -426,7 +452,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 7;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -446,7 +472,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -458,7 +484,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -470,7 +496,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -482,7 +508,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -500,7 +526,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 const int j = (r - begin) & 3;
                 const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
                 const long long o1 = b1 + r;
-                const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                const float v0 = fz_bf16_at(rc_x[q], j);
                 const float v1 = fz_bf16_to_f32(p_w[o1]);
                 const float v3 = v0;
                 const float v8 = __fmul_rn(v3, v7);
@@ -552,7 +578,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -566,7 +592,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 1;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -580,7 +606,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 2;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -594,7 +620,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 3;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -608,7 +634,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 4;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -622,7 +648,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 5;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -636,7 +662,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 6;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -650,7 +676,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 7;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -674,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -688,7 +714,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -702,7 +728,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -716,7 +742,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -738,7 +764,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;
-                const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                const float v0 = fz_bf16_at(rc_x[q], j);
                 const float v1 = fz_bf16_to_f32(p_w[o1]);
                 const float v3 = v0;
                 const float v8 = __fmul_rn(v3, v7);

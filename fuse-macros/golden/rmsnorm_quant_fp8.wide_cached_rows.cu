@@ -47,6 +47,32 @@ template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p)
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
+    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (N % 2 == 0) {
+        bool nan = false;
+        #pragma unroll
+        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
+        if (!nan) {
+            #pragma unroll
+            for (int i = 0; i < N / 2; ++i) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u.w[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+            return u.s;
+        }
+    }
+#endif
+    #pragma unroll
+    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_bf16(f.v[j]);
+    return u.s;
+}
+template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec<unsigned short, N>& v, int j) {
+    if constexpr (N % 2 != 0) return fz_bf16_to_f32(v.v[j]);
+    else {
+        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v};
+        const unsigned int w = u.w[j >> 1];
+        return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
+    }
+}
 extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide_cached_rows(
     const unsigned short* __restrict__ p_x,
     const unsigned short* __restrict__ p_w,
@@ -93,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -101,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 1;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -109,7 +135,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 2;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -117,7 +143,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 3;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -125,7 +151,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 4;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -133,7 +159,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 5;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -141,7 +167,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 6;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -149,7 +175,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 7;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v3 = v0;
                     const float v4 = (v3 * v3);
                     acc5 = acc5 + v4;
@@ -189,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -202,7 +228,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 1;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -215,7 +241,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 2;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -228,7 +254,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 3;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -241,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 4;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -254,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 5;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -267,7 +293,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 6;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
@@ -280,7 +306,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                 {
                     const int j = 7;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_bf16_to_f32(rc_x[q].v[j]);
+                    const float v0 = fz_bf16_at(rc_x[q], j);
                     const float v1 = fz_bf16_to_f32(lv_w.v[j]);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);

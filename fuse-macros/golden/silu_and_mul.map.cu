@@ -56,6 +56,32 @@ template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_next(fz
 static __device__ __forceinline__ float fz_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ double fz_silu(double x) { return x / (1.0 + exp(-x)); }
 template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
+    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    if constexpr (N % 2 == 0) {
+        bool nan = false;
+        #pragma unroll
+        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
+        if (!nan) {
+            #pragma unroll
+            for (int i = 0; i < N / 2; ++i) asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(u.w[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+            return u.s;
+        }
+    }
+#endif
+    #pragma unroll
+    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_bf16(f.v[j]);
+    return u.s;
+}
+template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec<unsigned short, N>& v, int j) {
+    if constexpr (N % 2 != 0) return fz_bf16_to_f32(v.v[j]);
+    else {
+        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v};
+        const unsigned int w = u.w[j >> 1];
+        return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
+    }
+}
 extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
@@ -78,14 +104,14 @@ extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
         for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += js, jqw = fz_run_next(jqw, jdw, jew)) {
             const fz_vec<unsigned short, 4> l_w1 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 4) + jqw.r));
             const fz_vec<unsigned short, 4> l_w3 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 4) + jqw.r + d_d / 4));
-            fz_vec<unsigned short, 4> s0;
+            fz_vec<float, 4> s0;
             {
                 const int l = 0;
                 const float v1 = fz_bf16_to_f32(l_w1.v[l]);
                 const float v2 = fz_silu(v1);
                 const float v3 = fz_bf16_to_f32(l_w3.v[l]);
                 const float v4 = (v2 * v3);
-                s0.v[l] = fz_f32_to_bf16(v4);
+                s0.v[l] = v4;
             }
             {
                 const int l = 1;
@@ -93,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
                 const float v2 = fz_silu(v1);
                 const float v3 = fz_bf16_to_f32(l_w3.v[l]);
                 const float v4 = (v2 * v3);
-                s0.v[l] = fz_f32_to_bf16(v4);
+                s0.v[l] = v4;
             }
             {
                 const int l = 2;
@@ -101,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
                 const float v2 = fz_silu(v1);
                 const float v3 = fz_bf16_to_f32(l_w3.v[l]);
                 const float v4 = (v2 * v3);
-                s0.v[l] = fz_f32_to_bf16(v4);
+                s0.v[l] = v4;
             }
             {
                 const int l = 3;
@@ -109,9 +135,9 @@ extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
                 const float v2 = fz_silu(v1);
                 const float v3 = fz_bf16_to_f32(l_w3.v[l]);
                 const float v4 = (v2 * v3);
-                s0.v[l] = fz_f32_to_bf16(v4);
+                s0.v[l] = v4;
             }
-            reinterpret_cast<fz_vec<unsigned short, 4>*>(out0)[j] = s0;
+            reinterpret_cast<fz_vec<unsigned short, 4>*>(out0)[j] = fz_round_bf16(s0);
         }
         i0 = nv * 4;
     }

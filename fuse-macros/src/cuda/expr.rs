@@ -26,7 +26,9 @@ impl Cuda<'_> {
                     (Scope::Element, _) if self.cached.contains(p) && self.in_shared => {
                         format!("rc_{name}.v[j]")
                     }
-                    (Scope::Element, _) if self.cached.contains(p) => format!("rc_{name}[q].v[j]"),
+                    (Scope::Element, _) if self.cached.contains(p) => {
+                        return self.loaded_from_registers(param.elem, &format!("rc_{name}[q]"));
+                    }
                     (Scope::Element, _) => format!("p_{name}[o{s}]"),
                     (Scope::Row, Launch::Rows { .. }) => format!("p_{name}[b{s}]"),
                     (Scope::Row, _) => format!("p_{name}[0]"),
@@ -110,7 +112,7 @@ impl Cuda<'_> {
                     // bits too, for a store of the value (`Cuda::bits`).
                     true => {
                         let bits = self.stored(e, &converted);
-                        self.cast_bits = Some(bits.clone());
+                        self.cast_bits = Some((bits.clone(), converted));
                         self.loaded(e, bits)
                     }
                     false => converted,

@@ -354,11 +354,12 @@ struct Cuda<'a> {
     /// The elements of each of a cached row's vectors in registers (`rc_<name>[q]`): four, or
     /// eight (16 bytes of 2-byte elements) on the wide path.
     cache_lanes: u32,
-    /// The bits of the cast to a narrow float `expr` just wrote, for `values` to declare.
-    cast_bits: Option<String>,
+    /// The bits of the cast to a narrow float `expr` just wrote, for `values` to declare, and
+    /// the f32 value they round.
+    cast_bits: Option<(String, String)>,
     /// Casts to a narrow float whose bits `h<id>` are declared, each with the blocks open where
-    /// it was (see `output_bits`).
-    bits: Vec<(NodeId, Vec<usize>)>,
+    /// it was (see `output_bits`) and the f32 value it rounds (see `vector_element`).
+    bits: Vec<(NodeId, Vec<usize>, String)>,
     /// The blocks open now, outermost first, each by its number in the text, and the count of
     /// blocks opened so far.
     blocks: Vec<usize>,
@@ -403,6 +404,20 @@ impl Cuda<'_> {
         format!("{to_f32}({raw})")
     }
 
+    /// Element `j` of `vector`, a cached row's vector in registers, as a value: of bf16, from
+    /// the 32-bit word that holds it (`fz_bf16_at`, a shift or a mask: extracting the half
+    /// first took two instructions). Not for vectors loaded in the loop (`l_`, `lv_`): read
+    /// as words, their loads sank below the first element's division in V1's map loop
+    /// (87 to 81% of copy speed on an H200).
+    fn loaded_from_registers(&mut self, e: Elem, vector: &str) -> String {
+        if e != Elem::BF16 {
+            return self.loaded(e, format!("{vector}.v[j]"));
+        }
+        self.helpers.insert("fz_bf16");
+        self.helpers.insert("fz_vec_bf16");
+        format!("fz_bf16_at({vector}, j)")
+    }
+
     /// The value `v` of type `e` as memory holds it: a narrow float rounded to its bits.
     fn stored(&mut self, e: Elem, v: &str) -> String {
         if !e.is_narrow_float() {
@@ -417,16 +432,68 @@ impl Cuda<'_> {
     /// `values` declared them in a block still open (rounding the value held in f32 again would
     /// be a second conversion, about seven instructions for bf16), else the value converted.
     fn output_bits(&mut self, o: usize) -> String {
-        let out = &self.k.outputs[o];
-        let (node, elem) = (out.node, out.elem);
-        let open = self
-            .bits
-            .iter()
-            .any(|(n, path)| *n == node && self.blocks.starts_with(path));
-        match open && self.k.nodes[node].elem() == elem {
-            true => format!("h{node}"),
-            false => self.stored(elem, &format!("v{node}")),
+        let (node, elem) = (self.k.outputs[o].node, self.k.outputs[o].elem);
+        match self.open_cast(o) {
+            Some(_) => format!("h{node}"),
+            None => self.stored(elem, &format!("v{node}")),
         }
+    }
+
+    /// Where output `o`'s value is a cast to its type whose bits a block still open declared,
+    /// the f32 value the cast rounds.
+    fn open_cast(&self, o: usize) -> Option<String> {
+        let out = &self.k.outputs[o];
+        if self.k.nodes[out.node].elem() != out.elem {
+            return None;
+        }
+        self.bits
+            .iter()
+            .find(|(n, path, _)| *n == out.node && self.blocks.starts_with(path))
+            .map(|(.., rounded)| rounded.clone())
+    }
+
+    /// Whether a vector store of output `o` holds its values in f32 (`s<o>` a `fz_vec<float,
+    /// N>`) and rounds the vector whole as it stores it ([`Self::vector_bits`]): bf16, but for
+    /// the partial sums, which add to memory in their type, and copies. (f16, whose rounding
+    /// is one instruction an element already, ran 2-9% slower so in S2's softmax: NOTES item
+    /// 96.)
+    fn rounds_vectors(&self, o: usize) -> bool {
+        let out = &self.k.outputs[o];
+        // A copy (V4's cache write) kept its element by element rounding: 80-82% of copy
+        // speed on an H200, 76-78% with the vector's.
+        let copy = matches!(
+            self.k.nodes[out.node].op,
+            Op::Load(_) | Op::View(..) | Op::Element(..)
+        );
+        out.elem == Elem::BF16 && out.partial.is_none() && !copy
+    }
+
+    /// The element type of output `o`'s vector of values to store, `s<o>`.
+    fn vector_type(&self, o: usize) -> &'static str {
+        match self.rounds_vectors(o) {
+            true => "float",
+            false => self.k.outputs[o].elem.c_storage(),
+        }
+    }
+
+    /// Output `o`'s value as an element of `s<o>`: its bits, or where the vector is rounded
+    /// whole, its f32 value; for a cast to the output's type, the value the cast rounds (the
+    /// same bits again; the cast's own rounding, if nothing else reads it, NVVM drops).
+    fn vector_element(&mut self, o: usize) -> String {
+        if !self.rounds_vectors(o) {
+            return self.output_bits(o);
+        }
+        let node = self.k.outputs[o].node;
+        self.open_cast(o).unwrap_or_else(|| format!("v{node}"))
+    }
+
+    /// `s<o>`, output `o`'s vector of values, as memory holds it.
+    fn vector_bits(&mut self, o: usize) -> String {
+        if !self.rounds_vectors(o) {
+            return format!("s{o}");
+        }
+        self.helpers.insert("fz_vec_bf16");
+        format!("fz_round_bf16(s{o})")
     }
 
     fn params(&self) -> String {
@@ -606,16 +673,16 @@ impl Cuda<'_> {
             let e = self.expr(id, scope);
             match self.cast_bits.take() {
                 // A cast to a narrow float: its bits, then its value from them.
-                Some(bits) => {
+                Some((bits, rounded)) => {
                     let storage = self.k.nodes[id].elem().c_storage();
                     self.line(format!("const {storage} h{id} = {bits};"));
                     let value = self.loaded(self.k.nodes[id].elem(), format!("h{id}"));
                     self.line(format!("const {t} v{id} = {value};"));
-                    self.bits.retain(|(n, _)| *n != id);
+                    self.bits.retain(|(n, ..)| *n != id);
                     // Not at a function's top level, where the path would be open in the
                     // next function printed too (the tiled template, then its entry).
                     if !self.blocks.is_empty() {
-                        self.bits.push((id, self.blocks.clone()));
+                        self.bits.push((id, self.blocks.clone(), rounded));
                     }
                 }
                 None => self.line(format!("const {t} v{id} = {e};")),
@@ -873,12 +940,15 @@ mod tests {
             text.contains("const unsigned short h7 = fz_f32_to_bf16(v6);"),
             "{text}"
         );
+        // A vector store rounds the values the casts round, a vector at once; a scalar store
+        // takes the cast's bits.
         assert!(
-            text.contains("s0.v[l] = h7;") && text.contains("out0[o0] = h7;"),
+            text.contains("s0.v[l] = v6;") && text.contains("out0[o0] = h7;"),
             "{text}"
         );
         assert!(!text.contains("fz_f32_to_bf16(v7)"), "{text}");
         assert!(text.contains("s1.v[l] = h10;"), "{text}");
+        assert!(text.contains("= fz_round_bf16(s0);") && !text.contains("fz_round_f16"));
         assert!(text.contains("asm(\"cvt.rn.bf16.f32 %0, %1;\""), "{text}");
     }
 

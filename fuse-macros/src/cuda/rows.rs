@@ -610,11 +610,8 @@ impl Cuda<'_> {
     ) {
         self.helpers.insert("fz_vec");
         for &o in &pass.writes {
-            self.line(format!(
-                "fz_vec<{}, {}> s{o};",
-                self.k.outputs[o].elem.c_storage(),
-                self.step_lanes
-            ));
+            let (t, l) = (self.vector_type(o), self.step_lanes);
+            self.line(format!("fz_vec<{t}, {l}> s{o};"));
         }
         // Vector `c`: with `at_q` (a cached pass) `c = lane + q * width`, added so that the
         // unrolled `q`s share one address plus constant offsets where `width` is a constant.
@@ -714,9 +711,10 @@ impl Cuda<'_> {
                 "reinterpret_cast<fz_vec<{t}, {}>*>(out{o} + b{s}){at}",
                 self.step_lanes
             );
+            let bits = self.vector_bits(o);
             self.line(match keep_writes {
-                true => format!("fz_st_keep({to}, s{o});"),
-                false => format!("*({to}) = s{o};"),
+                true => format!("fz_st_keep({to}, {bits});"),
+                false => format!("*({to}) = {bits};"),
             });
         }
     }
@@ -830,7 +828,7 @@ impl Cuda<'_> {
             self.writes(&pass.writes, Scope::Element);
         } else {
             for &o in &pass.writes {
-                let v = self.output_bits(o);
+                let v = self.vector_element(o);
                 self.line(format!("s{o}.v[j] = {v};"));
             }
         }

@@ -262,6 +262,41 @@ pub(super) fn helper(name: &str) -> &'static str {
             "#undef FZ_F2I\n",
         ),
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
+        // A vector of bf16 from the f32 values of a vector store (`Cuda::vector_bits`), each
+        // rounded as `fz_f32_to_bf16` rounds it: on sm_80 and later, where no value is NaN
+        // (tested two at a time), two to a conversion instruction; else one by one, a NaN
+        // keeping its payload. Rounded one by one, a bf16 value took six instructions, its NaN
+        // test five of them (S2's bf16 softmax took 36 an element: NOTES item 96).
+        "fz_vec_bf16" => concat!(
+            "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {\n",
+            "    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;\n",
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "    if constexpr (N % 2 == 0) {\n",
+            "        bool nan = false;\n",
+            "        #pragma unroll\n",
+            "        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];\n",
+            "        if (!nan) {\n",
+            "            #pragma unroll\n",
+            "            for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u.w[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
+            "            return u.s;\n",
+            "        }\n",
+            "    }\n",
+            "#endif\n",
+            "    #pragma unroll\n",
+            "    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_bf16(f.v[j]);\n",
+            "    return u.s;\n",
+            "}\n",
+            // Element `j` (a constant) of a vector of bf16, from the 32-bit word that holds it
+            // (`Cuda::loaded_from_registers`).
+            "template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec<unsigned short, N>& v, int j) {\n",
+            "    if constexpr (N % 2 != 0) return fz_bf16_to_f32(v.v[j]);\n",
+            "    else {\n",
+            "        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v};\n",
+            "        const unsigned int w = u.w[j >> 1];\n",
+            "        return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);\n",
+            "    }\n",
+            "}\n",
+        ),
         // A 16-byte vector load or store of global memory whose L2 lines are evicted last
         // (`createpolicy` and `.L2::cache_hint`, sm_80 and later; elsewhere, and for other
         // sizes, a plain access, as those spilled in a union). The policy is made at each use
