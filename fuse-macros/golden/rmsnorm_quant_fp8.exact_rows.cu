@@ -176,7 +176,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const int j = 0;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -189,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const int j = 1;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -202,7 +202,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const int j = 2;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -215,7 +215,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const int j = 3;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;

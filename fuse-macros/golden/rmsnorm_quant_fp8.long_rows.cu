@@ -369,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 0;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -381,7 +381,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 1;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -393,7 +393,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 2;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -405,7 +405,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 3;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -417,7 +417,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 4;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -429,7 +429,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 5;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -441,7 +441,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 6;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -453,7 +453,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 7;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -473,7 +473,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 0;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -485,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 1;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -497,7 +497,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 2;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -509,7 +509,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 3;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -579,7 +579,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 0;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -593,7 +593,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 1;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -607,7 +607,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 2;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -621,7 +621,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 3;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -635,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 4;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -649,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 5;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -663,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 6;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -677,7 +677,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 7;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -701,7 +701,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 0;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -715,7 +715,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 1;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -729,7 +729,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 2;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -743,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const int j = 3;
                     const long long r = c * 4 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;

@@ -184,7 +184,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 0;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -196,7 +196,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 1;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -208,7 +208,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 2;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -220,7 +220,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 3;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -262,7 +262,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 0;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -276,7 +276,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 1;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -290,7 +290,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 2;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;
@@ -304,7 +304,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const int j = 3;
                         const long long r = c * 4 + j;
                         const float v0 = fz_bf16_at(rc_x[q], j);
-                        const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                        const float v1 = fz_bf16_at(lv_w, j);
                         const float v3 = v0;
                         const float v8 = __fmul_rn(v3, v7);
                         const float v9 = v1;

@@ -216,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 0;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -229,7 +229,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 1;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -242,7 +242,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 2;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -255,7 +255,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 3;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -268,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 4;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -281,7 +281,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 5;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -294,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 6;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;
@@ -307,7 +307,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
                     const int j = 7;
                     const long long r = c * 8 + j;
                     const float v0 = fz_bf16_at(rc_x[q], j);
-                    const float v1 = fz_bf16_to_f32(lv_w.v[j]);
+                    const float v1 = fz_bf16_at(lv_w, j);
                     const float v3 = v0;
                     const float v8 = __fmul_rn(v3, v7);
                     const float v9 = v1;

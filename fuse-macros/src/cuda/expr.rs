@@ -21,13 +21,13 @@ impl Cuda<'_> {
                 let raw = match (scope, &k.launch) {
                     (Scope::Lane, _) => format!("l_{name}.v[l]"),
                     (Scope::Element, _) if self.row_vectors_now.contains(p) => {
-                        format!("lv_{name}.v[j]")
+                        return self.row_element(param.elem, &format!("lv_{name}"));
                     }
                     (Scope::Element, _) if self.cached.contains(p) && self.in_shared => {
-                        format!("rc_{name}.v[j]")
+                        return self.row_element(param.elem, &format!("rc_{name}"));
                     }
                     (Scope::Element, _) if self.cached.contains(p) => {
-                        return self.loaded_from_registers(param.elem, &format!("rc_{name}[q]"));
+                        return self.row_element(param.elem, &format!("rc_{name}[q]"));
                     }
                     (Scope::Element, _) => format!("p_{name}[o{s}]"),
                     (Scope::Row, Launch::Rows { .. }) => format!("p_{name}[b{s}]"),

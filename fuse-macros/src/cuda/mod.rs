@@ -404,12 +404,12 @@ impl Cuda<'_> {
         format!("{to_f32}({raw})")
     }
 
-    /// Element `j` of `vector`, a cached row's vector in registers, as a value: of bf16, from
-    /// the 32-bit word that holds it (`fz_bf16_at`, a shift or a mask: extracting the half
-    /// first took two instructions). Not for vectors loaded in the loop (`l_`, `lv_`): read
-    /// as words, their loads sank below the first element's division in V1's map loop
-    /// (87 to 81% of copy speed on an H200).
-    fn loaded_from_registers(&mut self, e: Elem, vector: &str) -> String {
+    /// Element `j` of `vector`, a row kernel's vector of a row (cached, `rc_`, or loaded beside
+    /// the cached ones, `lv_`), as a value: of bf16, from the 32-bit word that holds it
+    /// (`fz_bf16_at`, a shift or a mask: extracting the half first took two instructions; G7
+    /// 57 -> 61% of copy speed on an H200). Not in the elementwise loop (`l_`): read as words,
+    /// its vectors' loads sank below the first element's division (V1 87 -> 81%).
+    fn row_element(&mut self, e: Elem, vector: &str) -> String {
         if e != Elem::BF16 {
             return self.loaded(e, format!("{vector}.v[j]"));
         }

@@ -287,7 +287,7 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return u.s;\n",
             "}\n",
             // Element `j` (a constant) of a vector of bf16, from the 32-bit word that holds it
-            // (`Cuda::loaded_from_registers`).
+            // (`Cuda::row_element`).
             "template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec<unsigned short, N>& v, int j) {\n",
             "    if constexpr (N % 2 != 0) return fz_bf16_to_f32(v.v[j]);\n",
             "    else {\n",
