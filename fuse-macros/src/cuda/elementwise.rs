@@ -350,19 +350,20 @@ impl Cuda<'_> {
                 continue;
             };
             // At the place of the vector's first element; nowhere where it scatters from
-            // outside the gathered dim. The vector is rounded before the test: rounded in the
-            // store under it, ptxas moved the loads of its values below the load and test of
-            // the index (V4 at 63% of copy speed on an H200, from 82%).
+            // outside the gathered dim. A vector rounded whole is rounded before the test:
+            // rounded in the store under it, ptxas moved the loads of its values below the load
+            // and test of the index (V4, when copies were rounded so, at 63% of copy speed on
+            // an H200, from 82%).
             let coord = |d| self.layout.coord(d);
             let (at, inside) =
                 self.layout
                     .view_access(&place.view, &k.outputs[o].shape, coord, &SYNTAX);
-            let bits = match bits == format!("s{o}") {
-                true => bits,
-                false => {
+            let bits = match self.rounds_vectors(o) {
+                true => {
                     self.line(format!("const fz_vec<{t}, {lanes}> b{o} = {bits};"));
                     format!("b{o}")
                 }
+                false => bits,
             };
             let store =
                 format!("*reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o} + ({at})) = {bits};");
