@@ -454,9 +454,9 @@ impl Cuda<'_> {
 
     /// Whether a vector store of output `o` holds its values in f32 (`s<o>` a `fz_vec<float,
     /// N>`) and rounds the vector whole as it stores it ([`Self::vector_bits`]): bf16, but for
-    /// the partial sums, which add to memory in their type, and copies. (f16, whose rounding
-    /// is one instruction an element already, ran 2-9% slower so in S2's softmax: NOTES item
-    /// 96.)
+    /// the partial sums, which add to memory in their type, and copies. (f16's rounding is one
+    /// instruction an element already; S2's f16 softmax ran 2-9% slower in the call that
+    /// rounded its vectors so, beside another change: NOTES item 96.)
     fn rounds_vectors(&self, o: usize) -> bool {
         let out = &self.k.outputs[o];
         // A copy (V4's cache write) kept its element by element rounding: 80-82% of copy
