@@ -396,9 +396,6 @@ impl Kernel {
         self.params.iter().filter(|p| p.written)
     }
 
-    /// The buffer that output `j` is stored in, among the buffers the kernel writes: each
-    /// returned output its own, in order, then each `&mut` parameter, in the order of the
-    /// parameters, shared by every write through it.
     /// The `&mut` parameters the kernel also reads (through a slice), each with the first
     /// output written into it.
     pub fn read_written_params(&self) -> Vec<(usize, usize)> {
@@ -419,6 +416,9 @@ impl Kernel {
             .collect()
     }
 
+    /// The buffer that output `j` is stored in, among the buffers the kernel writes: each
+    /// returned output its own, in order, then each `&mut` parameter, in the order of the
+    /// parameters, shared by every write through it.
     pub fn output_buffer(&self, j: usize) -> usize {
         let returned = self.outputs.iter().filter(|o| o.place.is_none()).count();
         match &self.outputs[j].place {
