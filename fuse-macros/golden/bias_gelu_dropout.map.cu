@@ -110,7 +110,7 @@ static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {
     return (unsigned int)ceilf(p * 16777216.0f);
 }
 static __device__ __forceinline__ bool fz_u01_below(unsigned int w, unsigned int bound) { return bound >> 24 != 0u || w < bound << 8; }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const float* __restrict__ p_x,
     const float* __restrict__ p_bias,

@@ -53,7 +53,7 @@ template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_of(unsi
 template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_next(fz_run<I> at, fz_run<I> step, I rest) {
     return at.r >= rest ? fz_run<I>{at.q + step.q + 1, at.r - rest} : fz_run<I>{at.q + step.q, at.r + step.r};
 }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_cache_write(
     const unsigned short* __restrict__ p_k,
     const long long* __restrict__ p_slot,

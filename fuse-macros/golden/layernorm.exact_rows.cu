@@ -22,7 +22,7 @@ template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, co
 template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_exact_rows(
     const float* __restrict__ p_x,
     const float* __restrict__ p_gamma,

@@ -46,7 +46,7 @@ template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, co
 template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

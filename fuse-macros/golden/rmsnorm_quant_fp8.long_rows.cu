@@ -112,7 +112,7 @@ template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2
     fz_part(len, blocks, rank, begin, end);
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

@@ -25,7 +25,7 @@ static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {
         : ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);
     return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);
 }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

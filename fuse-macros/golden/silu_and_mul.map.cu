@@ -55,7 +55,7 @@ template <typename I> static __device__ __forceinline__ fz_run<I> fz_run_next(fz
 }
 static __device__ __forceinline__ float fz_silu(float x) { return x / (1.0f + expf(-x)); }
 static __device__ __forceinline__ double fz_silu(double x) { return x / (1.0 + exp(-x)); }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800

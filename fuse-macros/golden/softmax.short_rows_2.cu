@@ -27,7 +27,7 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
     const float q = __fmul_rn(a, d.r);
     return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
 }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int width, bool fours, bool full, int exact>
 static __device__ __forceinline__ void fz_short_rows(
     const float* __restrict__ p_x,

@@ -116,7 +116,7 @@ template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2
     fz_part(len, blocks, rank, begin, end);
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,

@@ -29,7 +29,7 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
 }
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };
+template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int width, bool fours, bool full, int exact>
 static __device__ __forceinline__ void fz_short_rows(
     const unsigned short* __restrict__ p_x,

@@ -989,7 +989,8 @@ mod tests {
 
     /// A tensor over the domain's first and last dims, broadcast over the ones between (a
     /// per-token vector over heads), loads vectors: its place is the vector's run within the
-    /// last dims plus the first dims' place, one division a vector.
+    /// last dims plus the first dims' place, one division a vector. It does not count for the
+    /// lanes: bf16 `q` loads 16 bytes a vector, f32 `c` two 16-byte halves of one.
     #[test]
     fn broadcasts_over_middle_dims_load_vectors() {
         let text = source(quote! {
@@ -1004,10 +1005,11 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("reinterpret_cast<const fz_vec<float, 4>*>(p_c) + jv1"),
+            text.contains("reinterpret_cast<const fz_vec<float, 8>*>(p_c) + jv1"),
             "{text}"
         );
-        assert!(text.contains("if (d_d % 4 == 0)"), "{text}");
+        assert!(text.contains("fz_vec<unsigned short, 8> l_q"), "{text}");
+        assert!(text.contains("if (d_d % 8 == 0)"), "{text}");
     }
 
     #[test]

@@ -261,7 +261,11 @@ pub(super) fn helper(name: &str) -> &'static str {
             "FZ_F2I(s32, int, -2147483647 - 1, 2147483647) FZ_F2I(u32, unsigned int, 0u, 4294967295u)\n",
             "#undef FZ_F2I\n",
         ),
-        "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N) fz_vec { T v[N]; };\n",
+        // Aligned to its size up to 16 bytes, the alignment the runtime gives every buffer
+        // (`abi::ALIGN`): a wider vector (8 f32 lanes of a broadcast, 4 of f64) loads as 16-byte
+        // halves, never as one 32-byte access of the GPUs that have them, which would fault on
+        // memory 16-byte aligned.
+        "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };\n",
         // A vector of bf16 from the f32 values of a vector store (`Cuda::vector_bits`), each
         // rounded as `fz_f32_to_bf16` rounds it: on sm_80 and later, where no value is NaN
         // (tested two at a time), two to a conversion instruction; else one by one, a NaN

@@ -464,22 +464,31 @@ pub(crate) fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Ti
     inputs.chain(outputs).collect()
 }
 
+/// Elements per vector load in elementwise loops: 16 bytes of 4-byte types (8-byte types load
+/// two 16-byte vectors).
+pub(crate) const LANES: u32 = 4;
+
 /// Elements per vector load in a kernel's elementwise loops: [`LANES`], or twice as many where
 /// every tensor is of at most 2 bytes, so that each load is 16 bytes of 2-byte types (8 of 1-byte
 /// types; 16 lanes of code would cost more registers than the wider load saves). Narrow floats
 /// compute in f32, and at 8 lanes ptxas spilled around the slow paths of f32 division and
 /// `fmodf` (`f16s::arith`): kernels of them that divide keep 4 lanes (8-byte loads).
-/// Elements per vector load in elementwise loops: 16 bytes of 4-byte types (8-byte types load
-/// two 16-byte vectors).
-pub(crate) const LANES: u32 = 4;
-
+///
 /// Tensors read only as gathers' indices count for nothing: a vector loop reads them once a
 /// vector (see [`addressed`]), so V4's `i64` slots leave its `bf16` rows at 16-byte vectors.
+/// Nor, in a map, do tensors of fewer dims than its domain: broadcasts, each element read
+/// again along the dims they lack, whose wider vectors load as two 16-byte ones. S3's
+/// `q[t, h, d] * c[t, d]`, bf16 `q` and f32 `c`, ran at 86-88% of copy speed on an H200 with
+/// `q` in 8-byte vectors (`benches/NOTES.md` item 97).
 pub(crate) fn lanes(k: &Kernel) -> u32 {
+    let broadcast = |shape: &[DimId]| match &k.launch {
+        Launch::Map { domain } => shape.len() < domain.len(),
+        _ => false,
+    };
     let outputs = k.outputs.iter().map(|o| o.elem);
     let elems: Vec<Elem> = k
         .tensor_params()
-        .filter(|&(p, _, _)| !only_indices(k, p))
+        .filter(|&(p, _, shape)| !only_indices(k, p) && !broadcast(shape))
         .map(|(_, p, _)| p.elem)
         .chain(outputs)
         .collect();
