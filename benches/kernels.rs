@@ -223,6 +223,19 @@ fuse! {
         let e = (x - max(x, cols)).exp();
         e / sum(e, cols)
     }
+    /// S2's bf16 softmax with CUDA's fast `expf` and division: what the precise functions cost
+    /// the 16-bit rows, which are bound by instructions (NOTES item 96).
+    #[fast_math]
+    pub fn s2_softmax_bf16_fast(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
+    /// S2's f16 softmax with CUDA's fast `expf` and division.
+    #[fast_math]
+    pub fn s2_softmax_f16_fast(x: [f16; rows, cols]) -> [f16; rows, cols] {
+        let e = (x - max(x, cols)).exp();
+        e / sum(e, cols)
+    }
 
     /// S2 and W11: the sum of each column (over the leading dim, a bias gradient), in f32.
     pub fn s2_column_sum_f32(x: [f32; rows, cols]) -> [f32; cols] {

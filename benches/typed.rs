@@ -184,10 +184,20 @@ pub fn s2(runner: &mut Runner, pool: &mut Pool) {
         s2_row_sum_bf16::into(dev, x, y)
     });
     row_sums::<f16>(runner, pool, |dev, x, _, y| s2_row_sum_f16::into(dev, x, y));
-    softmaxes::<bf16>(runner, pool, |dev, x, _, y| {
+    softmaxes::<bf16>(runner, pool, "", |dev, x, _, y| {
         s2_softmax_bf16::into(dev, x, y)
     });
-    softmaxes::<f16>(runner, pool, |dev, x, _, y| s2_softmax_f16::into(dev, x, y));
+    softmaxes::<f16>(runner, pool, "", |dev, x, _, y| {
+        s2_softmax_f16::into(dev, x, y)
+    });
+    // The same with `#[fast_math]`: 16-bit softmax is bound by instructions, the precise `expf`
+    // and division among the most.
+    softmaxes::<bf16>(runner, pool, "fast_math ", |dev, x, _, y| {
+        s2_softmax_bf16_fast::into(dev, x, y)
+    });
+    softmaxes::<f16>(runner, pool, "fast_math ", |dev, x, _, y| {
+        s2_softmax_f16_fast::into(dev, x, y)
+    });
     let total = runner.sizes.sweep_total;
     let shapes: Vec<_> = S2_ROWS
         .iter()
@@ -319,7 +329,7 @@ fn row_sums<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
     }
 }
 
-fn softmaxes<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
+fn softmaxes<T: Float>(runner: &mut Runner, pool: &mut Pool, variant: &str, launch: Launch<T>) {
     let s = runner.sizes;
     for cols in S2_COLS {
         let Some(rows) = split(s.sweep_total, cols) else {
@@ -327,7 +337,7 @@ fn softmaxes<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) 
         };
         let case = Case {
             id: "S2",
-            label: format!("softmax {} {rows}x{cols}", T::NAME),
+            label: format!("softmax {variant}{} {rows}x{cols}", T::NAME),
             what: "e = exp(x - max_row(x)); y = e / sum_row(e)",
             formula: format!("{}n", 2 * size_of::<T>()),
             full: Shapes::grid(rows, cols, |r, c| vec![r, c]),
