@@ -21,10 +21,103 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
     }
     return a / b;
 }
+static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider d, bool &bad) {
+    const float m = fabsf(a);
+    bad |= !(m >= 0x1p-60f && m <= d.hi);
+    const float q = __fmul_rn(a, d.r);
+    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
+}
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }
+static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
+template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    if constexpr (N >= 16) {
+        for (int k = 0; k < N; k += 16) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(d + k), "l"((const unsigned char*)src + k) : "memory");
+    } else if constexpr (N >= 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(d), "l"(src), "n"(N) : "memory");
+    } else {
+        for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];
+    }
+#else
+    for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];
+#endif
+}
+static __device__ __forceinline__ void fz_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile("" : "+r"(x)); }
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+#else
+    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+#endif
+}
+#if __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
+static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void fz_barriers_init(unsigned long long* mbar) {
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+}
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {
+    fz_barriers_init(mbar);
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void fz_expect(unsigned long long* mbar, unsigned int bytes) { asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(bytes) : "memory"); }
+template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long* slot, T value, unsigned long long* mbar, unsigned int to) {
+    union { unsigned long long u; T t; } v;
+    v.u = 0ull;
+    v.t = value;
+    unsigned int at, bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"((unsigned int)__cvta_generic_to_shared(slot)), "r"(to));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(to));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" :: "r"(at), "l"(v.u), "r"(bar) : "memory");
+}
+static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) {
+    const unsigned int at = (unsigned int)__cvta_generic_to_shared(mbar), bit = (parity >> phase) & 1u;
+    unsigned int done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(at), "r"(bit) : "memory");
+    } while (!done);
+    parity ^= 1u << phase;
+}
+#else
+static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }
+static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long*, unsigned long long*) {}
+static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}
+template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}
+static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}
+#endif
+template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }
+#endif
+static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
+    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 31) & ~31u);
+    begin = part * rank < len ? (int)(part * rank) : (int)len;
+    end = len - begin < part ? (int)len : begin + part;
+    return part;
+}
+template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, long long len, unsigned int blocks, unsigned int rank) {
+    fz_opaque(blocks);
+    fz_opaque(rank);
+    int begin, end;
+    fz_part(len, blocks, rank, begin, end);
+    fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
+}
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
-extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cached_rows(
+extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cached_rows(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
     const long long d_rows,
@@ -40,18 +133,40 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red1[8];
     __shared__ float red4[8];
+    __shared__ fz_vec<unsigned short, 8> pf_x alignas(128) [2][1024];
+    int buf = 0;
+    if ((len & 7) == 0 && len <= 32 * width && (long long)blockIdx.x * per_block < groups) {
+        const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
+        const unsigned short* const pr_x = p_x + gp * len + lane * 8;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int c = lane + q * width;
+            if (c * 8 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 8);
+        }
+    }
     for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
         const long long gl = g0 + threadIdx.x / width;
         const bool live = gl < groups;
         const long long g = live ? gl : groups - 1;
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
+        fz_copy_wait();
         fz_vec<unsigned short, 8> rc_x[4];
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
-            if (c * 8 < (int)len) rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_x + b0)[c];
+            if (c * 8 < (int)len) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
         }
+        if (g0 + (long long)gridDim.x * per_block < groups) {
+            const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
+            const unsigned short* const pr_x = p_x + gp * len + lane * 8;
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = lane + q * width;
+                if (c * 8 < (int)len) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 8);
+            }
+        }
+        fz_vec<float, 8> rs_x[4];
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -133,6 +248,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             if (c * 8 < (int)len) {
+                fz_vec<float, 8> fz_st;
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
@@ -140,6 +256,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 1;
@@ -148,6 +265,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 2;
@@ -156,6 +274,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 3;
@@ -164,6 +283,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 4;
@@ -172,6 +292,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 5;
@@ -180,6 +301,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 6;
@@ -188,6 +310,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 7;
@@ -196,7 +319,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
+                rs_x[q] = fz_st;
             }
         }
         #pragma unroll
@@ -226,80 +351,125 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
             const int c = lane + q * width;
             if (live && c * 8 < (int)len) {
                 fz_vec<unsigned short, 8> s0;
+                bool fz_bad = false;
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 1;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 2;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 3;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 4;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 5;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 6;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 7;
                     const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
+                }
+                if (fz_bad) {
+                    {
+                        const int j = 0;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 4;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 5;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 6;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 7;
+                        const long long r = c * 8 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
                 }
                 *(reinterpret_cast<fz_vec<unsigned short, 8>*>(out0 + b0) + lane + q * width) = s0;
             }
         }
+        buf ^= 1;
     }
+    fz_copy_wait();
 }

@@ -4,7 +4,9 @@
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, NodeId, Op};
 use crate::parse::BinOp;
-use crate::plan::rows::{cached_params, direct_row_cost, needed, pass_stashes, prefetches};
+use crate::plan::rows::{
+    cached_params, direct_row_cost, f32_slots, needed, pass_stashes, prefetches,
+};
 use crate::plan::{Pass, Path, Plan};
 
 pub(super) mod long_rows;
@@ -65,7 +67,11 @@ impl Cuda<'_> {
             Path::Rows => vec![],
             _ => cached,
         };
-        let prefetch = !cached.is_empty() && prefetches(self.k, &cached) && !self.direct_rows;
+        // The wide entry's 16-bit rows are copied ahead too, a 16-byte vector of eight elements
+        // a `cp.async`, into registers at the start of their row (`row_loop`).
+        let wide = self.path == Path::RowsCachedWide && cached.len() == 1;
+        let prefetch =
+            !cached.is_empty() && (prefetches(self.k, &cached) || wide) && !self.direct_rows;
         if prefetch {
             self.prefetch_buffers(&cached);
         }
@@ -114,7 +120,11 @@ impl Cuda<'_> {
             if prefetch {
                 self.first_row_copy(&cached);
             }
+            // The wide entry's rows defer their divisions by a row's value, as a row a
+            // block's do (`vector_row_step`).
+            self.defers_division = wide && !self.k.draws_random();
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
+            self.defers_division = false;
             self.write_parts();
         }
         if prefetch {
@@ -211,13 +221,16 @@ impl Cuda<'_> {
             // and each pass reads it from there: in registers, seven kernels spilled on sm_90
             // at their 64 registers (`w7_layernorm_quantize`, cross-entropies, `softmax_last`).
             let whole = self.whole_rows;
+            // A row a block, and the wide entry's rows (which fit in registers beside the next
+            // row's copy), are read from their buffer into registers once.
+            let registers = whole || self.path == Path::RowsCachedWide;
             if prefetch {
                 // A row a block's first row was copied before the loop, as the segments' are.
                 self.line(match whole {
                     true => "if (g0 == blockIdx.x) fz_copy_wait(); else fz_row_wait(&fz_rb[buf], fz_rp, buf);",
                     false => "fz_copy_wait();",
                 });
-                if whole {
+                if registers {
                     self.load_cached_rows(cached, true);
                 }
                 // The next row's copies go to the other buffer, read last by the previous row.
@@ -228,7 +241,7 @@ impl Cuda<'_> {
                     false => self.copy_rows_by_thread(cached, next, "buf ^ 1"),
                 }
                 self.close();
-                self.in_shared = !whole;
+                self.in_shared = !registers;
                 self.row_passes(plan, axis, cached, false);
                 self.in_shared = false;
                 self.line("buf ^= 1;");
@@ -328,9 +341,9 @@ impl Cuda<'_> {
         self.helpers.insert("fz_long_rows");
         self.helpers.insert("fz_vec");
         for &p in cached {
-            let (t, name) = self.param_text(p);
+            let ((t, name), l) = (self.param_text(p), self.cache_lanes);
             self.line(format!(
-                "__shared__ fz_vec<{t}, 4> pf_{name} alignas(128) [2][{}];",
+                "__shared__ fz_vec<{t}, {l}> pf_{name} alignas(128) [2][{}];",
                 CACHE / 4 * BLOCK
             ));
         }
@@ -341,7 +354,9 @@ impl Cuda<'_> {
     /// buffer 0, thread by thread, before its row loop (`row_loop` with `prefetch`) waits for it.
     fn first_row_copy(&mut self, cached: &[usize]) {
         self.open(format!(
-            "if ((len & 3) == 0 && len <= {CACHE} * width && (long long)blockIdx.x * per_block < groups)"
+            "if ((len & {}) == 0 && len <= {} * width && (long long)blockIdx.x * per_block < groups)",
+            self.cache_lanes - 1,
+            self.cache_elems()
         ));
         self.copy_rows_by_thread(cached, "(long long)blockIdx.x * per_block", "0");
         self.close();
@@ -369,18 +384,19 @@ impl Cuda<'_> {
             "const long long gp = {first} + threadIdx.x / width < groups ? {first} + threadIdx.x / width : groups - 1;"
         ));
         let inside = self.if_in_cached_row();
+        let l = self.cache_lanes;
         for &p in cached {
             let (t, name) = self.param_text(p);
             // The row's address once (64-bit), then 32-bit steps: the address was recomputed
             // from `gp * len` for each vector.
             self.line(format!(
-                "const {t}* const pr_{name} = p_{name} + gp * len + lane * 4;"
+                "const {t}* const pr_{name} = p_{name} + gp * len + lane * {l};"
             ));
             self.line("#pragma unroll");
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
             self.line(format!(
-                "{inside}fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * 4);"
+                "{inside}fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * {l});"
             ));
             self.close();
         }
@@ -472,9 +488,10 @@ impl Cuda<'_> {
         let shapes = self.layout.shapes();
         // A cached row's passes store values in place of its elements for later passes to
         // read, as long rows do (`long_rows::stashes`): in the row-a-block copy of the loop,
-        // the usual one, and in light rows' segmented loop; in every segmented loop,
+        // the usual one, in light rows' segmented loop, and in the wide entry's (in f32 slots,
+        // at one block an SM fewer: `tuning::wide_min_blocks`); in every segmented loop,
         // `w7_layernorm_quantize` spilled 4 bytes on sm_90 at its 64 registers.
-        let stashing = if self.treats_rows_whole() {
+        let stashing = if self.treats_rows_whole() || self.path == Path::RowsCachedWide {
             cached
         } else {
             &[]
@@ -483,12 +500,10 @@ impl Cuda<'_> {
         // A row of narrow floats (16-bit or fp8) stores f32 values (softmax's `exp(x - max)`) in an array of
         // its own, `rs_<name>`: rounded into the row's registers they would lose their
         // precision. Computed again instead, S2's bf16 softmax took two `expf` an element.
-        if let (Some(p), true) = (slot, stashes.iter().any(|(_, s)| s.is_some())) {
-            if self.k.params[p].elem.is_narrow_float() {
-                let (_, name) = self.param_text(p);
-                let l = self.cache_lanes;
-                self.line(format!("fz_vec<float, {l}> rs_{name}[{}];", CACHE / 4));
-            }
+        if let (Some(p), true) = (slot, f32_slots(self.k, plan, stashing)) {
+            let (_, name) = self.param_text(p);
+            let l = self.cache_lanes;
+            self.line(format!("fz_vec<float, {l}> rs_{name}[{}];", CACHE / 4));
         }
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);

@@ -598,6 +598,21 @@ mod tests {
             text.contains("fz_vec<unsigned short, 8> rc_x[4];"),
             "{text}"
         );
+        // Its rows are copied ahead, 16 bytes a `cp.async`, and `exp(x - max)` is kept for the
+        // last pass in f32 slots, at a block an SM fewer than the other row entries.
+        assert!(
+            text.contains("__shared__ fz_vec<unsigned short, 8> pf_x alignas(128) [2][1024];"),
+            "{text}"
+        );
+        assert!(text.contains("fz_vec<float, 8> rs_x[4];"), "{text}");
+        assert!(
+            text.contains("__launch_bounds__(256, 3) fuse_s_wide_cached_rows("),
+            "{text}"
+        );
+        assert!(
+            text.contains("__launch_bounds__(256, 4) fuse_s_exact_rows("),
+            "{text}"
+        );
         // A per-row f32 output is written once a row: the rows stay wide.
         let per_row = paths(quote! {
             fn s(x: [bf16; r, c]) -> ([bf16; r, c], [f32; r]) {

@@ -253,6 +253,15 @@ fn stashable(value: Elem, elem: Elem, wide: bool, cost: u32) -> bool {
 /// subtraction an element, layernorm's rows of 2048 bf16 spilled on sm_80 and sm_90.
 const STASH_COST: u32 = 4;
 
+/// Whether the passes over rows of the `cached` tensors keep values in f32 slots of their own
+/// beside a row of narrow floats (`rs_<name>` in the CUDA C; [`stashable`] with `wide`): a
+/// register for each element the thread caches.
+pub(crate) fn f32_slots(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool {
+    let (slot, stashes) = pass_stashes(k, plan, cached, true);
+    slot.is_some_and(|p| k.params[p].elem.is_narrow_float())
+        && stashes.iter().any(|(_, s)| s.is_some())
+}
+
 /// A value a pass reads from a cached tensor's slot instead of computing it, and that tensor.
 pub(crate) type SlotRead = Option<(NodeId, usize)>;
 

@@ -4,7 +4,7 @@
 use crate::abi::{BLOCK, CACHE};
 use crate::ir::{Kernel, Launch, Op};
 use crate::parse::BinOp;
-use crate::plan::rows::{cached_params, direct_row_cost, prefetches};
+use crate::plan::rows::{cached_params, direct_row_cost, f32_slots, prefetches};
 use crate::plan::Plan;
 use crate::ty::Elem;
 
@@ -180,11 +180,16 @@ pub(crate) const SHORT_CHAINED_TENSORS: usize = 6;
 
 /// The `__launch_bounds__` minimum of blocks per SM of the wide cached entry
 /// (`Path::RowsCachedWide`, twice the elements a thread of the others caches): `blocks`, the
-/// other row entries', or one fewer (not below [`MIN_BLOCKS`]) for a kernel of three passes or
-/// more that also reads a tensor along the row it does not cache (a weight), whose elements
-/// each pass loads beside the cached ones: the benchmark's V2 (RMSNorm by a weight, then a
-/// per-token fp8 scale) spilled 24 bytes on sm_80 and sm_90 at three. Softmax (no weight) and
-/// RMSNorm (two passes) keep theirs.
+/// other row entries', or one fewer (not below [`MIN_BLOCKS`]) for
+/// - a kernel of three passes or more that also reads a tensor along the row it does not cache
+///   (a weight), whose elements each pass loads beside the cached ones: the benchmark's V2
+///   (RMSNorm by a weight, then a per-token fp8 scale) spilled 24 bytes on sm_80 and sm_90 at
+///   three. RMSNorm (two passes) keeps its bound.
+/// - a kernel whose rows are not light (`direct_row_cost`) that keeps f32 values beside its
+///   16-bit row for later passes (`f32_slots`: softmax's `exp(x - max)`, 32 registers a
+///   thread): S2's bf16 softmax took 80 registers at three blocks, and ran at 79-80% of copy
+///   speed on an H200 at 256 and 1024 columns, against 63-64% computing `exp` again at four
+///   (benches/NOTES.md item 97).
 pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
     let Launch::Rows { axis, .. } = &k.launch else {
         return blocks;
@@ -193,7 +198,8 @@ pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
     let weights = k
         .tensor_params()
         .any(|(i, _, s)| s.last() == Some(axis) && !cached.contains(&i));
-    match weights && plan.passes.len() >= 3 && blocks > MIN_BLOCKS {
+    let slots = direct_row_cost(k, plan).is_none() && f32_slots(k, plan, &cached);
+    match ((weights && plan.passes.len() >= 3) || slots) && blocks > MIN_BLOCKS {
         true => blocks - 1,
         false => blocks,
     }
