@@ -43,7 +43,8 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8(
         while (width * 4 < len) width <<= 1;
     }
     else if (len < 4096) {
-        width = 32;
+        width = 1;
+        while (width < 32 && width * 16 < len) width <<= 1;
         while (width < 256 && groups * width < (long long)gridDim.x * 256) width <<= 1;
     }
     const int per_block = 256 / width;

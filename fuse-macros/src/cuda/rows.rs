@@ -41,16 +41,23 @@ impl Cuda<'_> {
                 ));
             } else if !partials {
                 // Short rows: up to four elements a thread, so that each has several loads in
-                // flight. Rows shorter than a block's 16 elements a thread: a warp each,
-                // reduced by shuffles alone, as long as the rows keep every thread of the grid
-                // busy (else wider segments). A block a row of 256 f32 left each thread one
-                // element and two barriers a row: S2's row sums ran at 26% of copy speed there.
+                // flight. Rows shorter than a block's four vectors a thread: a segment of up to
+                // a warp each, of the fewest threads that take four vectors each, reduced by
+                // shuffles alone, as long as the rows keep every thread of the grid busy (else
+                // wider segments). A block a row of 256 f32 left each thread one element and
+                // two barriers a row: S2's row sums ran at 26% of copy speed there; a warp a
+                // row of 256 bf16, one 16-byte vector a thread, 70% (NOTES item 97).
+                let l = self.lanes;
                 self.open("if (len <= 32)");
                 self.line("width = 1;");
                 self.line("while (width * 4 < len) width <<= 1;");
                 self.close();
-                self.open(format!("else if (len < {})", 16 * BLOCK));
-                self.line("width = 32;");
+                self.open(format!("else if (len < {})", 4 * l * BLOCK));
+                self.line("width = 1;");
+                self.line(format!(
+                    "while (width < 32 && width * {} < len) width <<= 1;",
+                    4 * l
+                ));
                 self.line(format!(
                     "while (width < {BLOCK} && groups * width < (long long)gridDim.x * {BLOCK}) width <<= 1;"
                 ));
