@@ -1624,6 +1624,40 @@ fn short_rows_run_on_an_emulated_gpu() {
             );
         }
     }
+    // 16-bit rows: a vector of eight a thread where the length is a multiple of eight, four
+    // at the other multiples of four, two elements a thread else (and where misaligned).
+    for cols in [4usize, 8, 12, 16, 20, 24, 28, 32, 6, 31] {
+        let rows = 16384 / cols + 37;
+        let d = [("rows", rows), ("cols", cols)];
+        let x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+        let hb: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let bf16_cpu = kernels::bf16s::softmax(&dev, &put(&dev, &hb, &[rows, cols])).unwrap();
+        let f16_cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
+        for how in [&Emulation::default(), &misaligned] {
+            how.run(
+                &format!("short bf16 softmax {rows}x{cols}"),
+                &kernels::bf16s::softmax::__fuse::PROGRAM,
+                vec![hex(&hb)],
+                vec![],
+                &d,
+                &bf16_cpu,
+                &["bf16"],
+                &[Tol::close(1e-2, 1e-6)],
+            );
+            how.run(
+                &format!("short f16 softmax {rows}x{cols}"),
+                &kernels::f16s::softmax::__fuse::PROGRAM,
+                vec![hex(&h)],
+                vec![],
+                &d,
+                &f16_cpu,
+                &["f16"],
+                &[Tol::close(2e-3, 1e-6)],
+            );
+        }
+    }
     // Tiles of wide tensors (40 bytes an element), at every length of a vector of four a
     // thread and a few others: each tile holds a block's step of rows.
     for cols in [4usize, 8, 12, 16, 20, 24, 28, 32, 3, 17, 31] {

@@ -42,7 +42,10 @@ impl Cuda<'_> {
             unreachable!("the program has a short-row entry where the rows tile")
         };
         self.helpers.insert("fz_vec");
-        let function = self.short_rows_function(domain, *axis, plan, &tiled, tile);
+        // Vectors of eight where the entry takes some length they do.
+        let (min, max) = (entry.when.min_len, entry.when.max_len);
+        let eights = self.tile_eights(plan, domain, *axis) && (min..=max).any(|l| l % 8 == 0);
+        let function = self.short_rows_function(domain, *axis, plan, &tiled, tile, eights);
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
         let bytes: u32 = tiled.iter().map(|t| t.size).sum();
@@ -74,8 +77,20 @@ impl Cuda<'_> {
     /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
     fn dispatch(&mut self, plan: &Plan, domain: &[DimId], axis: DimId, lens: (u64, u64)) {
         let args = self.param_names().join(", ");
-        let call = |w: u32, fours: bool, full: bool, exact: u64| {
-            format!("fz_short_rows<{w}, {fours}, {full}, {exact}>({args}, fz_tile);")
+        let eights = self.tile_eights(plan, domain, axis);
+        // `lanes`: 8 or 4 for a vector a thread, 0 for two elements a thread.
+        let call = |w: u32, lanes: u32, full: bool, exact: u64| {
+            let fours = lanes > 0;
+            let eight = if lanes == 8 { ", 8" } else { "" };
+            format!("fz_short_rows<{w}, {fours}, {full}, {exact}{eight}>({args}, fz_tile);")
+        };
+        // The lengths a kind of instantiation takes: multiples of eight for vectors of eight,
+        // the other multiples of four for vectors of four, any for two elements a thread (a
+        // multiple of four whose tensors are misaligned comes there too).
+        let mine = move |l: u64, lanes: u32| match lanes {
+            8 => l.is_multiple_of(8),
+            4 => l.is_multiple_of(4) && !(eights && l.is_multiple_of(8)),
+            _ => true,
         };
         // The instantiation for the lengths `range` (a vector of four a thread when `fours`):
         // the entry's lengths among them as a constant where there is one, and the entry's
@@ -84,53 +99,65 @@ impl Cuda<'_> {
         // second element's test: S1's softmax at two columns ran 2% slower with `len` a
         // parameter than in the kernel of every path, where ptxas had registers to spare. (A
         // multiple of four takes the vectors unless a tensor is misaligned: no constant there.)
-        let case = |range: std::ops::RangeInclusive<u64>, w: u32, fours: bool, full: bool| {
+        let case = |range: std::ops::RangeInclusive<u64>, w: u32, lanes: u32, full: bool| {
             let taken: Vec<u64> = range
                 .clone()
-                .filter(|&l| l >= lens.0 && l <= lens.1 && (!fours || l.is_multiple_of(4)))
+                .filter(|&l| l >= lens.0 && l <= lens.1 && mine(l, lanes))
                 .collect();
             let text = match taken[..] {
-                [only] => call(w, fours, full, only),
+                [only] => call(w, lanes, full, only),
                 _ if taken.contains(&lens.1)
                     && lens.1.is_power_of_two()
-                    && (fours || !lens.1.is_multiple_of(4)) =>
+                    && (lanes > 0 || !lens.1.is_multiple_of(4)) =>
                 {
                     format!(
                         "{{ if (len == {}) {} else {} }}",
                         lens.1,
-                        call(w, fours, full, lens.1),
-                        call(w, fours, full, 0)
+                        call(w, lanes, full, lens.1),
+                        call(w, lanes, full, 0)
                     )
                 }
-                _ => call(w, fours, full, 0),
+                _ => call(w, lanes, full, 0),
             };
-            (range, text)
+            (range, text, lanes)
         };
         // Each instantiation with the lengths it takes, for a multiple of four (a vector of
         // four a thread) and otherwise (two elements a thread); the entry takes the lengths
         // `lens` only, so it instantiates only theirs.
+        // Rows of 16-bit elements a multiple of eight long take a vector of eight a thread (16
+        // bytes), where the kernel allows (`tile_eights`).
+        let eight = [
+            case(8..=8, 1, 8, true),
+            case(16..=16, 2, 8, true),
+            case(24..=24, 4, 8, false),
+            case(32..=32, 4, 8, true),
+        ];
         let fours = [
-            case(4..=4, 1, true, true),
-            case(8..=8, 2, true, true),
-            case(12..=12, 4, true, false),
-            case(16..=16, 4, true, true),
-            case(20..=28, 8, true, false),
-            case(32..=32, 8, true, true),
+            case(4..=4, 1, 4, true),
+            case(8..=8, 2, 4, true),
+            case(12..=12, 4, 4, false),
+            case(16..=16, 4, 4, true),
+            case(20..=28, 8, 4, false),
+            case(32..=32, 8, 4, true),
         ];
         let others = [
-            case(1..=2, 1, false, false),
-            case(3..=4, 2, false, false),
-            case(5..=8, 4, false, false),
-            case(9..=16, 8, false, false),
-            case(17..=32, 16, false, false),
+            case(1..=2, 1, 0, false),
+            case(3..=4, 2, 0, false),
+            case(5..=8, 4, 0, false),
+            case(9..=16, 8, 0, false),
+            case(17..=32, 16, 0, false),
         ];
-        let taken = |r: &std::ops::RangeInclusive<u64>| *r.start() <= lens.1 && *r.end() >= lens.0;
-        let chain = |cases: Vec<(std::ops::RangeInclusive<u64>, String)>| -> Vec<String> {
+        // A case is instantiated where the entry has lengths it takes.
+        let taken = |(r, _, lanes): &(std::ops::RangeInclusive<u64>, String, u32)| {
+            let (from, to) = (lens.0.max(*r.start()), lens.1.min(*r.end()));
+            (from..=to).any(|l| mine(l, *lanes))
+        };
+        let chain = |cases: Vec<(std::ops::RangeInclusive<u64>, String, u32)>| -> Vec<String> {
             let last = cases.len().saturating_sub(1);
             cases
                 .into_iter()
                 .enumerate()
-                .map(|(i, (r, call))| match (i, i == last) {
+                .map(|(i, (r, call, _))| match (i, i == last) {
                     (_, true) if i == 0 => call,
                     (_, true) => format!("else {call}"),
                     (0, _) => format!("if (len <= {}) {call}", r.end()),
@@ -138,8 +165,12 @@ impl Cuda<'_> {
                 })
                 .collect()
         };
-        let fours: Vec<_> = fours.into_iter().filter(|(r, _)| taken(r)).collect();
-        let others: Vec<_> = others.into_iter().filter(|(r, _)| taken(r)).collect();
+        let eight: Vec<_> = match eights {
+            true => eight.into_iter().filter(taken).collect(),
+            false => vec![],
+        };
+        let fours: Vec<_> = fours.into_iter().filter(taken).collect();
+        let others: Vec<_> = others.into_iter().filter(taken).collect();
         let aligned: String = self
             .row_vector_params(plan, domain, axis)
             .into_iter()
@@ -148,10 +179,24 @@ impl Cuda<'_> {
                 format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
             })
             .collect();
-        if !fours.is_empty() {
+        if !fours.is_empty() || !eight.is_empty() {
             self.open(format!("if ((len & 3) == 0{aligned})"));
+            let both = !eight.is_empty() && !fours.is_empty();
+            if both {
+                self.open("if ((len & 7) == 0)");
+            }
+            for line in chain(eight) {
+                self.line(line);
+            }
+            if both {
+                self.close();
+                self.open("else");
+            }
             for line in chain(fours) {
                 self.line(line);
+            }
+            if both {
+                self.close();
             }
             self.close();
             self.open("else");
@@ -162,6 +207,22 @@ impl Cuda<'_> {
             self.line(line);
         }
         self.close();
+    }
+
+    /// Whether the tiled rows whose length is a multiple of eight take a vector of eight
+    /// elements a thread (`fz_short_rows`' `lanes`): where every tensor the tile carries is of
+    /// 2-byte elements, no other tensor is along the row (whose vectors would be 8 bytes
+    /// wide), and the tile holds a block's step of rows of eight a thread (`MIN_TILE` is a
+    /// step of four). At four elements a thread, a 16-bit softmax's rows of 32 ran at 68% of
+    /// copy speed on an H200 against f32's 96%: the row's shuffles and bookkeeping, shared by
+    /// four elements, cost twice as much against its bytes (benches/NOTES.md item 97).
+    fn tile_eights(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> bool {
+        let Some((tiled, tile)) = tiling(self.k, plan) else {
+            return false;
+        };
+        tiled.iter().all(|t| t.size == 2)
+            && tile >= 8 * BLOCK
+            && self.row_vector_params(plan, domain, axis).is_empty()
     }
 
     /// The tensors along the row that are not tiled (gamma, beta): the vector step loads them
@@ -198,6 +259,7 @@ impl Cuda<'_> {
         plan: &Plan,
         tiled: &[Tiled],
         tile: u32,
+        eights: bool,
     ) -> String {
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
@@ -221,14 +283,15 @@ impl Cuda<'_> {
         self.line("const long long fz_e0 = fz_t0 * len;");
         self.copy_in(tiled, tile);
         self.line("__syncthreads();");
-        self.tile_row_passes(domain, &rows, axis, plan, tiled);
+        self.tile_row_passes(domain, &rows, axis, plan, tiled, eights);
         self.line("__syncthreads();");
         self.copy_out(tiled, tile);
         self.close();
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
+        let lanes = if eights { ", int lanes = 4" } else { "" };
         format!(
-            "template <int width, bool fours, bool full, int exact>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
+            "template <int width, bool fours, bool full, int exact{lanes}>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
             self.params().trim_end()
         )
     }
@@ -522,6 +585,50 @@ mod tests {
             assert_eq!(tile_vectors(&text), None, "{text}");
             assert!(!text.contains("fz_short_rows"));
         }
+    }
+
+    /// 16-bit rows a multiple of eight long take a vector of eight a thread, in the entries
+    /// that take such lengths; f32 rows, and 16-bit ones beside a 4-byte tensor along the row,
+    /// keep vectors of four.
+    #[test]
+    fn sixteen_bit_rows_of_eights_take_vectors_of_eight() {
+        let softmax = quote! {
+            fn f(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        };
+        let text = source(softmax);
+        assert!(
+            text.contains("fz_short_rows<4, true, true, 32, 8>(p_x, out0, d_r, d_c, fz_tile);"),
+            "{text}"
+        );
+        assert!(
+            text.contains("fz_short_rows<4, true, false, 24, 8>")
+                && text.contains("fz_short_rows<8, true, false, 20>"),
+            "{text}"
+        );
+        assert!(
+            text.contains("if constexpr (fours && lanes == 8)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("const bool fz_in = full || lane * 8 < (int)len;"),
+            "{text}"
+        );
+        // Rows of 1 or 2 take no vectors of eight: their entry has no such branch.
+        let short = &text[..text.find("fuse_f_short_rows_2(").expect("the entry for 2")];
+        let short = &short[short.rfind("fz_short_rows(").expect("its function")..];
+        assert!(!short.contains("lanes == 8"), "{short}");
+        let text = source(quote! {
+            fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        assert!(
+            !text.contains("lanes == 8") && !text.contains("int lanes"),
+            "{text}"
+        );
+        let text = source(quote! {
+            fn f(x: [bf16; r, c], g: [f32; c]) -> [bf16; r, c] { (x * (g as bf16)) / sum(x, c) }
+        });
+        assert!(text.contains("fz_short_rows<8, true, true, 32>"), "{text}");
+        assert!(!text.contains("lanes == 8"), "{text}");
     }
 
     /// Every tile holds a block's step over the rows of each instantiation: the threads a row

@@ -19,6 +19,7 @@ impl Cuda<'_> {
         axis: DimId,
         plan: &Plan,
         tiled: &[Tiled],
+        eights: bool,
     ) {
         // Not unrolled: ptxas interleaved rows where the register bound allowed, raising row
         // kernels bounded at 128 registers (a sum over rows: 46 to 56) and so lowering the
@@ -54,8 +55,16 @@ impl Cuda<'_> {
         }
         self.values(&plan.prologue, Scope::Row);
         // Each branch ends with the row's writes, of the values its passes declared.
-        self.open("if constexpr (fours)");
-        self.vector_passes(axis, plan, tiled, &shapes);
+        if eights {
+            self.open("if constexpr (fours && lanes == 8)");
+            self.vector_passes(axis, plan, tiled, &shapes, 8);
+            self.group_writes(plan);
+            self.close();
+            self.open("else if constexpr (fours)");
+        } else {
+            self.open("if constexpr (fours)");
+        }
+        self.vector_passes(axis, plan, tiled, &shapes, 4);
         self.group_writes(plan);
         self.close();
         self.open("else");
@@ -74,17 +83,27 @@ impl Cuda<'_> {
         }
     }
 
-    /// The passes over a row whose length is a multiple of four, `width * 4` or (unless
-    /// `full`) less: each thread takes vector `c = lane` of the row, four elements, from each
+    /// The passes over a row whose length is a multiple of `lanes` (four, or eight where
+    /// `tile_eights`), `width * lanes` or (unless `full`) less: each thread takes vector
+    /// `c = lane` of the row, `lanes` elements, from each
     /// tiled input's row in shared memory (`rc_<name>[0]`, as the register cache names them),
     /// and writes its outputs' vectors there. The vectors are read once, before the passes, so
     /// that the values a pass shares with an earlier one (softmax's `exp`) are computed once:
     /// read again in each pass, across the shuffles, they were not.
-    fn vector_passes(&mut self, axis: DimId, plan: &Plan, tiled: &[Tiled], shapes: &[Vec<DimId>]) {
+    fn vector_passes(
+        &mut self,
+        axis: DimId,
+        plan: &Plan,
+        tiled: &[Tiled],
+        shapes: &[Vec<DimId>],
+        lanes: u32,
+    ) {
         // A lane past the row's end takes vector 0 again, and its step runs like the others
         // (no branch, so the values stay shared between passes): its writes store lane 0's
         // values where lane 0 stores them, and its accumulators are set back to the identity.
-        self.line("const bool fz_in = full || lane * 4 < (int)len;");
+        self.line(format!(
+            "const bool fz_in = full || lane * {lanes} < (int)len;"
+        ));
         self.line("const int c = fz_in ? lane : 0;");
         self.line("const int q = 0;");
         let cached: Vec<usize> = tiled.iter().filter_map(|t| t.param).collect();
@@ -93,7 +112,7 @@ impl Cuda<'_> {
         let random = self.k.draws_random();
         for &p in &cached {
             let (t, name) = self.param_text(p);
-            self.line(format!("const fz_vec<{t}, 4> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, 4>*>(p_{name})[c]}};"));
+            self.line(format!("const fz_vec<{t}, {lanes}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {lanes}>*>(p_{name})[c]}};"));
         }
         for pass in &plan.passes {
             self.init_accumulators(&pass.reduces);
@@ -101,7 +120,9 @@ impl Cuda<'_> {
             // without control flow, which keeps the values shared between passes.
             self.open("");
             self.defers_division = !random;
+            self.step_lanes = lanes;
             self.vector_row_step(pass, axis, &cached, shapes, false);
+            self.step_lanes = 4;
             self.defers_division = false;
             self.close();
             if !pass.reduces.is_empty() {
