@@ -210,17 +210,19 @@ impl Cuda<'_> {
     }
 
     /// Whether the tiled rows whose length is a multiple of eight take a vector of eight
-    /// elements a thread (`fz_short_rows`' `lanes`): where every tensor the tile carries is of
-    /// 2-byte elements, no other tensor is along the row (whose vectors would be 8 bytes
-    /// wide), and the tile holds a block's step of rows of eight a thread (`MIN_TILE` is a
-    /// step of four). At four elements a thread, a 16-bit softmax's rows of 32 ran at 68% of
+    /// elements a thread (`fz_short_rows`' `lanes`): where the tile carries one or two tensors
+    /// (an input and an output), each of 2-byte elements, no other tensor is along the row
+    /// (whose vectors would be 8 bytes wide), and the tile holds a block's step of rows of
+    /// eight a thread (`MIN_TILE` is a step of four). With three (softmax's backward: `x`,
+    /// `dy` and `dx`), ptxas spilled 8 to 16 bytes on sm_80 at 64 registers. At four elements a thread, a 16-bit softmax's rows of 32 ran at 68% of
     /// copy speed on an H200 against f32's 96%: the row's shuffles and bookkeeping, shared by
     /// four elements, cost twice as much against its bytes (benches/NOTES.md item 97).
     fn tile_eights(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> bool {
         let Some((tiled, tile)) = tiling(self.k, plan) else {
             return false;
         };
-        tiled.iter().all(|t| t.size == 2)
+        tiled.len() <= 2
+            && tiled.iter().all(|t| t.size == 2)
             && tile >= 8 * BLOCK
             && self.row_vector_params(plan, domain, axis).is_empty()
     }
@@ -626,6 +628,14 @@ mod tests {
         );
         let text = source(quote! {
             fn f(x: [bf16; r, c], g: [f32; c]) -> [bf16; r, c] { (x * (g as bf16)) / sum(x, c) }
+        });
+        assert!(text.contains("fz_short_rows<8, true, true, 32>"), "{text}");
+        assert!(!text.contains("lanes == 8"), "{text}");
+        // Nor where the tile carries three tensors (softmax's backward spilled on sm_80).
+        let text = source(quote! {
+            fn f(y: [bf16; r, c], dy: [bf16; r, c]) -> [bf16; r, c] {
+                y * (dy - sum(y * dy, c))
+            }
         });
         assert!(text.contains("fz_short_rows<8, true, true, 32>"), "{text}");
         assert!(!text.contains("lanes == 8"), "{text}");
