@@ -213,10 +213,11 @@ impl Cuda<'_> {
     /// elements a thread (`fz_short_rows`' `lanes`): where the tile carries one or two tensors
     /// (an input and an output), each of 2-byte elements, no other tensor is along the row
     /// (whose vectors would be 8 bytes wide), and the tile holds a block's step of rows of
-    /// eight a thread (`MIN_TILE` is a step of four). With three (softmax's backward: `x`,
-    /// `dy` and `dx`), ptxas spilled 8 to 16 bytes on sm_80 at 64 registers. At four elements a thread, a 16-bit softmax's rows of 32 ran at 68% of
-    /// copy speed on an H200 against f32's 96%: the row's shuffles and bookkeeping, shared by
-    /// four elements, cost twice as much against its bytes (benches/NOTES.md item 97).
+    /// eight a thread (`MIN_TILE` is a step of four). At four elements a thread, a 16-bit
+    /// softmax's rows of 32 ran at 68% of copy speed on an H200 against f32's 96%: the row's
+    /// shuffles and bookkeeping, shared by four elements, cost twice as much against its bytes;
+    /// at eight, 76-77% (benches/NOTES.md item 98). With three tensors (softmax's backward:
+    /// `x`, `dy` and `dx`), ptxas spilled 8 to 16 bytes on sm_80 at 64 registers.
     fn tile_eights(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> bool {
         let Some((tiled, tile)) = tiling(self.k, plan) else {
             return false;
