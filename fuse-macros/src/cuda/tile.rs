@@ -9,16 +9,18 @@
 //! of a thread's loads issued before its first store), runs the row passes there with a
 //! segment of `width` threads a row, and stores each output's tile. A row whose length is a
 //! multiple of four gives each thread four consecutive elements, one vector of shared memory,
-//! so that a row's reductions, shuffles and bookkeeping are shared by four elements a thread;
+//! so that a row's reductions, shuffles and bookkeeping are shared by four elements a thread
+//! (eight, 16 bytes, for 16-bit rows a multiple of eight long where `tile_eights` allows);
 //! other rows two elements a thread, `lane` and `lane + width`.
 //!
 //! It is a second entry point of the kernel's module, `fuse_<name>_short_rows`, which the
 //! launch picks for those lengths (`expand.rs`); the row kernel itself is unchanged. Its body
-//! is a function template, `fz_short_rows<width, fours, full, exact>`, instantiated for each
-//! width a short row can take, with two elements a thread or a vector of four (`fours`; `full`
-//! where every lane of the segment has one), and for the entry's longest length as a constant
-//! (`exact`, 0 for a parameter) where that is a power of two, so the shuffle reductions, lane
-//! arithmetic and row offsets are specialized. (NVRTC compiles no lambda in device code without
+//! is a function template, `fz_short_rows<width, fours, full, exact>` (and `lanes`, 4 or 8,
+//! where `tile_eights`), instantiated for each width a short row can take, with two elements a
+//! thread or a vector of four or eight (`fours`; `full` where every lane of the segment has
+//! one), and for the entry's longest length as a constant (`exact`, 0 for a parameter) where
+//! that is a power of two, so the shuffle reductions, lane arithmetic and row offsets are
+//! specialized. (NVRTC compiles no lambda in device code without
 //! flags that every kernel would then carry.)
 
 use super::{Cuda, BLOCK};
