@@ -46,7 +46,8 @@ impl Cuda<'_> {
         self.helpers.insert("fz_vec");
         // Vectors of eight where the entry takes some length they do.
         let (min, max) = (entry.when.min_len, entry.when.max_len);
-        let eights = self.tile_eights(plan, domain, *axis) && (min..=max).any(|l| l % 8 == 0);
+        let eights =
+            self.tile_eights(plan, domain, *axis, &tiled, tile) && (min..=max).any(|l| l % 8 == 0);
         let function = self.short_rows_function(domain, *axis, plan, &tiled, tile, eights);
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
@@ -62,12 +63,7 @@ impl Cuda<'_> {
             "const long long len = {};",
             self.layout.size(*axis)
         ));
-        self.dispatch(
-            plan,
-            domain,
-            *axis,
-            (entry.when.min_len, entry.when.max_len),
-        );
+        self.dispatch(plan, domain, *axis, (min, max), eights);
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!("{function}{}", self.global(entry, &body))
@@ -77,9 +73,16 @@ impl Cuda<'_> {
     /// for a multiple of four, a vector of four elements each (a warp reads consecutive vectors
     /// of shared memory, without bank conflicts), rounded up to a power of two; else the fewest
     /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
-    fn dispatch(&mut self, plan: &Plan, domain: &[DimId], axis: DimId, lens: (u64, u64)) {
+    /// `eights`: the entry's multiples of eight take a vector of eight a thread.
+    fn dispatch(
+        &mut self,
+        plan: &Plan,
+        domain: &[DimId],
+        axis: DimId,
+        lens: (u64, u64),
+        eights: bool,
+    ) {
         let args = self.param_names().join(", ");
-        let eights = self.tile_eights(plan, domain, axis);
         // `lanes`: 8 or 4 for a vector a thread, 0 for two elements a thread.
         let call = |w: u32, lanes: u32, full: bool, exact: u64| {
             let fours = lanes > 0;
@@ -220,10 +223,14 @@ impl Cuda<'_> {
     /// shuffles and bookkeeping, shared by four elements, cost twice as much against its bytes;
     /// at eight, 76-77% (benches/NOTES.md item 98). With three tensors (softmax's backward:
     /// `x`, `dy` and `dx`), ptxas spilled 8 to 16 bytes on sm_80 at 64 registers.
-    fn tile_eights(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> bool {
-        let Some((tiled, tile)) = tiling(self.k, plan) else {
-            return false;
-        };
+    fn tile_eights(
+        &self,
+        plan: &Plan,
+        domain: &[DimId],
+        axis: DimId,
+        tiled: &[Tiled],
+        tile: u32,
+    ) -> bool {
         tiled.len() <= 2
             && tiled.iter().all(|t| t.size == 2)
             && tile >= 8 * BLOCK
