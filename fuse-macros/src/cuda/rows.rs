@@ -2,12 +2,13 @@
 //! cached in registers when it fits.
 
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
-use crate::ir::{DimId, NodeId, Op};
+use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
-    cached_params, direct_row_cost, f32_slots, needed, pass_stashes, prefetches,
+    cached_params, direct_row_cost, f32_slots, needed, pass_stashes, prefetches, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
+use crate::ty::Elem;
 
 pub(super) mod long_rows;
 
@@ -77,8 +78,9 @@ impl Cuda<'_> {
         // The wide entry's 16-bit rows are copied ahead too, a 16-byte vector of eight elements
         // a `cp.async`, into registers at the start of their row (`row_loop`).
         let wide = self.path == Path::RowsCachedWide && cached.len() == 1;
-        let prefetch =
-            !cached.is_empty() && (prefetches(self.k, &cached) || wide) && !self.direct_rows;
+        let prefetch = !cached.is_empty()
+            && !self.direct_rows
+            && (prefetches(self.k, &cached) || (wide && wide_copies_ahead(self.k, self.plan)));
         if prefetch {
             self.prefetch_buffers(&cached);
         }

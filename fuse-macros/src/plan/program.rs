@@ -7,7 +7,7 @@ use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
     cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count, tiling,
-    wide_cache, SHORT,
+    wide_cache, wide_copies_ahead, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -389,10 +389,16 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             }
             if wide_cache(k, plan) {
                 let blocks = bound.map(|b| tuning::wide_min_blocks(k, plan, b));
+                let grid = match wide_copies_ahead(k, plan) {
+                    true => Grid::Rows {
+                        blocks_per_sm: tuning::WIDE_COPY_BLOCKS_PER_SM,
+                    },
+                    false => rows,
+                };
                 entries.push(entry(
                     Path::RowsCachedWide,
                     blocks,
-                    rows,
+                    grid,
                     rows_of(1, tuning::WIDE_CACHED_ROW, 8, 0),
                 ));
             }

@@ -50,6 +50,15 @@ pub(crate) fn wide_cache(k: &Kernel, plan: &Plan) -> bool {
         && row_elems(k).all(|e| e.bits() <= 16)
 }
 
+/// Whether the wide entry copies each block's next rows into shared memory ahead (`cp.async`)
+/// while it works on the current ones: one cached tensor, whose rows are not light enough to load
+/// straight into registers (`direct_row_cost`). Its grid is then its own
+/// (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for the copy
+/// ahead to cover their loads.
+pub(crate) fn wide_copies_ahead(k: &Kernel, plan: &Plan) -> bool {
+    wide_cache(k, plan) && cached_params(k, plan).len() == 1 && direct_row_cost(k, plan).is_none()
+}
+
 /// The element types of a row kernel's tensors along its rows: the parameters whose last dim
 /// is the reduced one and the outputs over the whole domain. Per-row tensors (a label, a loss)
 /// are read and written once a row, at any vector width.

@@ -278,6 +278,21 @@ pub(crate) const PAIR_LIGHT_SLOTS: u32 = 3;
 /// threads of 32. Longer rows go on to the row-a-block entries, as 4-byte rows do.
 pub(crate) const WIDE_CACHED_ROW: u64 = 2048;
 
+/// The most blocks per SM of the wide entry's grid where it copies rows ahead
+/// (`rows::wide_copies_ahead`): a dozen, each going through its share of the rows with the next
+/// one's copy in flight, where the other row grids' 160 gave most blocks a row or two, and the
+/// first row's wait each. Measured on an H200 (benches/NOTES.md item 99), S2's bf16 softmax at
+/// 256 / 512 / 1024 / 2048 columns, % of copy speed, in one run:
+///
+/// | blocks an SM | 160 | 3 | 6 | 9 | 12 | 16 | 24 | 32 |
+/// | --- | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | precise | 81 / 75 / 74 / 70 | 88 / 83 / 83 / 76 | 89 / 86 / 86 / 80 | 91 / 87 / 87 / 80 | **91 / 87 / 86 / 80** | 86 / 86 / 85 / 79 | 85 / 85 / 85 / 79 | 85 / 84 / 84 / 79 |
+/// | `#[fast_math]` | 79 / 79 / 78 / 73 | 87 / 89 / 89 / 83 | 87 / 90 / 90 / 84 | 89 / 92 / 92 / 85 | **90 / 92 / 93 / 85** | 91 / 93 / 93 / 85 | 92 / 94 / 92 / 84 | 92 / 92 / 92 / 84 |
+///
+/// In a later run, with the packed max and stores of item 99, 12 and 16 within a point of each
+/// other (precise 92 / 94 / 93 / 88%, against 81 / 80 / 79 / 71% at 160 before).
+pub(crate) const WIDE_COPY_BLOCKS_PER_SM: u32 = 12;
+
 /// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
 /// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
 /// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
