@@ -24,6 +24,26 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \
+    if constexpr (N % 2 == 0) { \
+        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \
+        unsigned int m = u.w[0]; \
+        _Pragma("unroll") for (int i = 1; i < N / 2; ++i) asm(ptx " %0, %0, %1;" : "+r"(m) : "r"(u.w[i])); \
+        return op(acc, op(fz_f16_to_f32((unsigned short)m), fz_f16_to_f32((unsigned short)(m >> 16)))); \
+    } \
+    _Pragma("unroll") for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \
+    return acc; \
+}
+#else
+#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \
+    for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \
+    return acc; \
+}
+#endif
+FZ_PACKED(fz_max_f16, fmaxf, "max.f16x2")
+FZ_PACKED(fz_min_f16, fminf, "min.f16x2")
+#undef FZ_PACKED
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_rows(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
@@ -57,30 +77,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             if (c * 4 < (int)len) {
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
+                acc1 = fz_max_f16(acc1, rc_x[q]);
             }
         }
         #pragma unroll

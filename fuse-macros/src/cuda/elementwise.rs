@@ -342,7 +342,7 @@ impl Cuda<'_> {
         }
         for &o in &pass.writes {
             let t = k.outputs[o].elem.c_storage();
-            let bits = self.vector_bits(o);
+            let bits = self.vector_bits(o, false);
             let Some(place) = &k.outputs[o].place else {
                 self.line(format!(
                     "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = {bits};"

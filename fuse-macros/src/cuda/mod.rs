@@ -142,6 +142,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         addressed: None,
         row_randoms: false,
         defers_division: false,
+        rows_at_q: false,
         fast_division: false,
         reuse: None,
         stash: None,
@@ -328,6 +329,9 @@ struct Cuda<'a> {
     /// Whether the row-a-block loop being written is the one for rows of exactly
     /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
     full_rows: bool,
+    /// Whether the cached tensors' vectors of a row step are `rc_<name>[q]` outside a cached
+    /// row pass too: in a tiled short row's (`tile::passes`), one vector a lane.
+    rows_at_q: bool,
     /// Whether the vector passes being written defer their divisions by a row's value as a row
     /// a block's do (see `rows::Cuda::vector_row_step`): the tiled short rows' and the long
     /// rows' passes, in kernels that draw no random numbers.
@@ -487,13 +491,41 @@ impl Cuda<'_> {
         self.open_cast(o).unwrap_or_else(|| format!("v{node}"))
     }
 
-    /// `s<o>`, output `o`'s vector of values, as memory holds it.
-    fn vector_bits(&mut self, o: usize) -> String {
+    /// `s<o>`, output `o`'s vector of values, as memory holds it; with `registers` (the step
+    /// computed them from rows already in registers or shared memory, loading nothing), values
+    /// that arithmetic computed round without a NaN test (`canonical_nans`). Where the step
+    /// also loads, the shorter code let ptxas sink loads below the first values' math: G4's
+    /// elementwise backward (three tensors loaded) ran at 87% of copy speed on an H200 against
+    /// 92%, G7's rows (a weight and a bias loaded each step) at 57% against 60%
+    /// (benches/NOTES.md item 99).
+    fn vector_bits(&mut self, o: usize, registers: bool) -> String {
         if !self.rounds_vectors(o) {
             return format!("s{o}");
         }
         self.helpers.insert("fz_vec_bf16");
+        if registers && self.canonical_nans(o) {
+            self.helpers.insert("fz_vec_bf16_pack");
+            return format!("fz_pack_bf16(s{o})");
+        }
         format!("fz_round_bf16(s{o})")
+    }
+
+    /// Whether every NaN among output `o`'s f32 values is the canonical one (0x7fffffff), so
+    /// that its vector rounds without a NaN test (`fz_pack_bf16`): values that f32 arithmetic
+    /// computes (`+ - * /`, directly or through a cast to the output's type), which on the GPU
+    /// makes no other NaN. A value that only moves bits (a load, a negation, `abs`, a select, a
+    /// min or max) can carry a NaN's payload, which `fz_round_bf16` keeps as the CPU does.
+    fn canonical_nans(&self, o: usize) -> bool {
+        let mut node = self.k.outputs[o].node;
+        if let Op::Cast(a) = self.k.nodes[node].op {
+            node = a;
+        }
+        let f32 = |n: NodeId| self.k.nodes[n].elem().compute() == Elem::F32;
+        matches!(
+            self.k.nodes[node].op,
+            Op::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b)
+                if f32(node) && f32(a) && f32(b)
+        )
     }
 
     fn params(&self) -> String {
@@ -950,6 +982,46 @@ mod tests {
         assert!(text.contains("s1.v[l] = h10;"), "{text}");
         assert!(text.contains("= fz_round_bf16(s0);") && !text.contains("fz_round_f16"));
         assert!(text.contains("asm(\"cvt.rn.bf16.f32 %0, %1;\""), "{text}");
+    }
+
+    /// A bf16 row's largest element is taken two at a time in bf16 (`max.bf16x2`), and a vector
+    /// of values that arithmetic computed from a row in registers rounds without a NaN test (the
+    /// GPU's arithmetic makes only the canonical NaN); values that move a NaN's bits as they are
+    /// keep the test.
+    #[test]
+    fn bf16_softmax_packs_its_max_and_its_stores() {
+        let text = source(quote! {
+            fn f(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+                let e = (x - max(x, cols)).exp();
+                e / sum(e, cols)
+            }
+        });
+        assert!(
+            text.contains("acc1 = fz_max_bf16(acc1, rc_x[q]);"),
+            "{text}"
+        );
+        assert!(text.contains("= fz_pack_bf16(s"), "{text}");
+        // Elementwise stores keep the test: the loads of the shorter code sank below the math.
+        let map = source(quote! {
+            fn f(a: [bf16; n], b: [bf16; n]) -> [bf16; n] { a * b }
+        });
+        assert!(
+            map.contains("= fz_round_bf16(s0)") && !map.contains("fz_pack_bf16(s"),
+            "{map}"
+        );
+        let f16 = source(quote! {
+            fn f(x: [f16; rows, cols]) -> [f16; rows, cols] { x - min(x, cols) }
+        });
+        assert!(f16.contains("acc1 = fz_min_f16(acc1, rc_x[q]);"), "{f16}");
+        let moved = source(quote! {
+            fn f(y: [f32; rows, cols]) -> ([bf16; rows, cols], [bf16; rows, cols]) {
+                let m = max(y, cols);
+                ((-y) as bf16, (y.abs() + m) as bf16)
+            }
+        });
+        assert!(moved.contains("= fz_round_bf16(s0)"), "{moved}");
+        assert!(moved.contains("= fz_pack_bf16(s1)"), "{moved}");
+        assert!(!moved.contains("fz_max_bf16"), "{moved}");
     }
 
     /// The fp8 types are bytes in memory converted by their own helpers, a cast rounded once;

@@ -694,7 +694,10 @@ impl Cuda<'_> {
             self.draw_lane_randoms(pass, axis);
         }
         self.fast_division = deferred;
-        self.four_lanes(pass, axis, &in_registers, shapes, &vectors);
+        match self.packed_reduction(pass, cached, (at_q || self.rows_at_q) && vectors.is_empty()) {
+            Some(line) => self.line(line),
+            None => self.four_lanes(pass, axis, &in_registers, shapes, &vectors),
+        }
         self.fast_division = false;
         if deferred {
             self.open("if (fz_bad)");
@@ -735,7 +738,7 @@ impl Cuda<'_> {
                 "reinterpret_cast<fz_vec<{t}, {}>*>(out{o} + b{s}){at}",
                 self.step_lanes
             );
-            let bits = self.vector_bits(o);
+            let bits = self.vector_bits(o, !cached.is_empty() && vectors.is_empty());
             self.line(match keep_writes {
                 true => format!("fz_st_keep({to}, {bits});"),
                 false => format!("*({to}) = {bits};"),
@@ -796,6 +799,52 @@ impl Cuda<'_> {
             }
             self.close();
         }
+    }
+
+    /// A cached pass that only takes the largest (smallest) element of a 16-bit row, as a
+    /// softmax's first pass does, over vector `rc_<name>[q]` at once (`fz_max_bf16`: two
+    /// elements an instruction in their own type, where `four_lanes` converts each to f32
+    /// first); `None` for any other pass. With it and the NaN test left out of softmax's stores
+    /// (`canonical_nans`), S2's bf16 softmax ran 3-5% of copy speed faster on an H200
+    /// (benches/NOTES.md item 99).
+    fn packed_reduction(&mut self, pass: &Pass, cached: &[usize], at_q: bool) -> Option<String> {
+        let &[r] = pass.reduces.as_slice() else {
+            return None;
+        };
+        let (op, e) = self.reduction(r);
+        let Op::Reduce(_, operand, _) = self.k.nodes[r].op else {
+            return None;
+        };
+        let Op::Load(p) = self.k.nodes[operand].op else {
+            return None;
+        };
+        let ty = match self.k.params[p].elem {
+            Elem::BF16 => "bf16",
+            Elem::F16 => "f16",
+            _ => return None,
+        };
+        let name = match op {
+            Reduce::Max => "max",
+            Reduce::Min => "min",
+            _ => return None,
+        };
+        let alone = self.pass_elems(pass) == [operand] && pass.writes.is_empty();
+        let plain = self.stash.is_none() && self.reuse.is_none() && !self.in_shared;
+        if !(at_q && alone && plain && e == Elem::F32 && cached.contains(&p)) {
+            return None;
+        }
+        if self.step_lanes % 2 != 0 || self.k.draws_random() {
+            return None;
+        }
+        self.helpers
+            .insert(if ty == "bf16" { "fz_bf16" } else { "fz_f16" });
+        self.helpers.insert(if ty == "bf16" {
+            "fz_vec_minmax_bf16"
+        } else {
+            "fz_vec_minmax_f16"
+        });
+        let (_, param) = self.param_text(p);
+        Some(format!("acc{r} = fz_{name}_{ty}(acc{r}, rc_{param}[q]);"))
     }
 
     /// The tensors of `pass` besides the `cached` ones that are contiguous along the row (the

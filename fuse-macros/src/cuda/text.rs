@@ -271,6 +271,73 @@ pub(super) fn helper(name: &str) -> &'static str {
         // (tested two at a time), two to a conversion instruction; else one by one, a NaN
         // keeping its payload. Rounded one by one, a bf16 value took six instructions, its NaN
         // test five of them (S2's bf16 softmax took 36 an element: NOTES item 96).
+        // A vector of bf16 from f32 values that arithmetic computed (`Cuda::canonical_nans`),
+        // two to a conversion instruction on sm_80 and later, without `fz_round_bf16`'s NaN
+        // test: the GPU's f32 arithmetic makes only the canonical NaN (0x7fffffff), which the
+        // conversion and `fz_f32_to_bf16` both round to 0x7fff. The test and its fallback cost
+        // S2's bf16 softmax 4-7% of copy speed on an H200 (benches/NOTES.md item 99).
+        "fz_vec_bf16_pack" => concat!(
+            "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_pack_bf16(const fz_vec<float, N>& f) {\n",
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "    if constexpr (N % 2 == 0) {\n",
+            "        union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u;\n",
+            "        #pragma unroll\n",
+            "        for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u.w[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
+            "        return u.s;\n",
+            "    }\n",
+            "#endif\n",
+            "    return fz_round_bf16(f);\n",
+            "}\n",
+        ),
+        // The largest (smallest) of `acc` and a vector of 16-bit floats, as `fmaxf` (`fminf`)
+        // over its elements in f32 gives it (a NaN ignored, `acc` where all are NaN): on sm_80
+        // and later two elements an instruction in their own type (`max.bf16x2`), then the
+        // last pair in f32 (`Cuda::packed_reduction`). A bf16 softmax's max pass converted
+        // each element first.
+        "fz_vec_minmax_bf16" => concat!(
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
+            "    if constexpr (N % 2 == 0) { \\\n",
+            "        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \\\n",
+            "        unsigned int m = u.w[0]; \\\n",
+            "        _Pragma(\"unroll\") for (int i = 1; i < N / 2; ++i) asm(ptx \" %0, %0, %1;\" : \"+r\"(m) : \"r\"(u.w[i])); \\\n",
+            "        return op(acc, op(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u))); \\\n",
+            "    } \\\n",
+            "    _Pragma(\"unroll\") for (int j = 0; j < N; ++j) acc = op(acc, fz_bf16_to_f32(v.v[j])); \\\n",
+            "    return acc; \\\n",
+            "}\n",
+            "#else\n",
+            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
+            "    for (int j = 0; j < N; ++j) acc = op(acc, fz_bf16_to_f32(v.v[j])); \\\n",
+            "    return acc; \\\n",
+            "}\n",
+            "#endif\n",
+            "FZ_PACKED(fz_max_bf16, fmaxf, \"max.bf16x2\")\n",
+            "FZ_PACKED(fz_min_bf16, fminf, \"min.bf16x2\")\n",
+            "#undef FZ_PACKED\n",
+        ),
+        "fz_vec_minmax_f16" => concat!(
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
+            "    if constexpr (N % 2 == 0) { \\\n",
+            "        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \\\n",
+            "        unsigned int m = u.w[0]; \\\n",
+            "        _Pragma(\"unroll\") for (int i = 1; i < N / 2; ++i) asm(ptx \" %0, %0, %1;\" : \"+r\"(m) : \"r\"(u.w[i])); \\\n",
+            "        return op(acc, op(fz_f16_to_f32((unsigned short)m), fz_f16_to_f32((unsigned short)(m >> 16)))); \\\n",
+            "    } \\\n",
+            "    _Pragma(\"unroll\") for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \\\n",
+            "    return acc; \\\n",
+            "}\n",
+            "#else\n",
+            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
+            "    for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \\\n",
+            "    return acc; \\\n",
+            "}\n",
+            "#endif\n",
+            "FZ_PACKED(fz_max_f16, fmaxf, \"max.f16x2\")\n",
+            "FZ_PACKED(fz_min_f16, fminf, \"min.f16x2\")\n",
+            "#undef FZ_PACKED\n",
+        ),
         "fz_vec_bf16" => concat!(
             "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {\n",
             "    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;\n",

@@ -121,7 +121,9 @@ impl Cuda<'_> {
             self.open("");
             self.defers_division = !random;
             self.step_lanes = lanes;
+            self.rows_at_q = true;
             self.vector_row_step(pass, axis, &cached, shapes, false);
+            self.rows_at_q = false;
             self.step_lanes = 4;
             self.defers_division = false;
             self.close();
