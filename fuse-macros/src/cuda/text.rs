@@ -266,16 +266,12 @@ pub(super) fn helper(name: &str) -> &'static str {
         // halves, never as one 32-byte access of the GPUs that have them, which would fault on
         // memory 16-byte aligned.
         "fz_vec" => "template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };\n",
-        // A vector of bf16 from the f32 values of a vector store (`Cuda::vector_bits`), each
-        // rounded as `fz_f32_to_bf16` rounds it: on sm_80 and later, where no value is NaN
-        // (tested two at a time), two to a conversion instruction; else one by one, a NaN
-        // keeping its payload. Rounded one by one, a bf16 value took six instructions, its NaN
-        // test five of them (S2's bf16 softmax took 36 an element: NOTES item 96).
         // A vector of bf16 from f32 values that arithmetic computed (`Cuda::canonical_nans`),
         // two to a conversion instruction on sm_80 and later, without `fz_round_bf16`'s NaN
         // test: the GPU's f32 arithmetic makes only the canonical NaN (0x7fffffff), which the
-        // conversion and `fz_f32_to_bf16` both round to 0x7fff. The test and its fallback cost
-        // S2's bf16 softmax 4-7% of copy speed on an H200 (benches/NOTES.md item 99).
+        // conversion and `fz_f32_to_bf16` both round to 0x7fff; only in row steps that load
+        // nothing (`Cuda::vector_bits`). The test and its fallback cost S2's bf16 softmax 4-7%
+        // of copy speed on an H200 (benches/NOTES.md item 99).
         "fz_vec_bf16_pack" => concat!(
             "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_pack_bf16(const fz_vec<float, N>& f) {\n",
             "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
@@ -338,6 +334,11 @@ pub(super) fn helper(name: &str) -> &'static str {
             "FZ_PACKED(fz_min_f16, fminf, \"min.f16x2\")\n",
             "#undef FZ_PACKED\n",
         ),
+        // A vector of bf16 from the f32 values of a vector store (`Cuda::vector_bits`), each
+        // rounded as `fz_f32_to_bf16` rounds it: on sm_80 and later, where no value is NaN
+        // (tested two at a time), two to a conversion instruction; else one by one, a NaN
+        // keeping its payload. Rounded one by one, a bf16 value took six instructions, its NaN
+        // test five of them (S2's bf16 softmax took 36 an element: NOTES item 96).
         "fz_vec_bf16" => concat!(
             "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {\n",
             "    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;\n",
