@@ -833,7 +833,7 @@ impl Cuda<'_> {
         if !(at_q && alone && plain && e == Elem::F32 && cached.contains(&p)) {
             return None;
         }
-        if self.step_lanes % 2 != 0 || self.k.draws_random() {
+        if !self.step_lanes.is_multiple_of(2) || self.k.draws_random() {
             return None;
         }
         self.helpers
