@@ -1389,6 +1389,54 @@ fn sixteen_bit_columns_in_pairs() {
     }
 }
 
+/// A 16-bit row's largest (smallest) element taken in pairs (`max.bf16x2`, `min.f16x2`) on
+/// every row entry (tiles, wide, cached, a block a row): NaN skipped as `fmaxf` skips it, a row
+/// of NaN alone giving the identity, infinities and signed zeros among the values.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn sixteen_bit_extremes_in_pairs() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let specials = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0];
+    for &(rows, cols) in &[
+        (333usize, 8usize),
+        (1000, 32),
+        (517, 24),
+        (300, 256),
+        (129, 1000),
+        (70, 2048),
+        (33, 4096),
+        (9, 3000),
+        (41, 31),
+    ] {
+        let mut v = rng.floats::<f32>(rows * cols, -3.0, 3.0);
+        for r in 0..rows {
+            match r % 5 {
+                // A row of NaN alone: its maximum is the identity.
+                0 => v[r * cols..(r + 1) * cols].fill(f32::NAN),
+                // A few specials among finite values.
+                1 | 2 => {
+                    for _ in 0..3 {
+                        let at = r * cols + rng.below(cols as u64) as usize;
+                        v[at] = specials[rng.below(specials.len() as u64) as usize];
+                    }
+                }
+                _ => {}
+            }
+        }
+        let s = [rows, cols];
+        let what = format!("{rows} x {cols}");
+        let x: Vec<fuse_runtime::bf16> =
+            v.iter().map(|&f| fuse_runtime::bf16::from_f32(f)).collect();
+        let run = |d: &Device| kernels::shift_max_bf16(d, &put(d, &x, &s));
+        assert_gpu_matches_cpu(&gpu, &format!("shift_max_bf16, {what}"), run, &[Tol::EXACT]);
+        let h: Vec<fuse_runtime::f16> = v.iter().map(|&f| fuse_runtime::f16::from_f32(f)).collect();
+        let run = |d: &Device| kernels::shift_min_f16(d, &put(d, &h, &s));
+        assert_gpu_matches_cpu(&gpu, &format!("shift_min_f16, {what}"), run, &[Tol::EXACT]);
+    }
+}
+
 /// Products near 1e30 under a row's maximum: every pass rounds them alike, so the maximum's
 /// `exp(x * y - max)` is 1 and the results finite (a random program's `logsumexp` of such
 /// products was `-inf` on the GPU, where a pass contracted the product into the subtraction).

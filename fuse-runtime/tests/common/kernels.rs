@@ -613,6 +613,17 @@ fuse! {
         (sum(x, rows), mean(y, rows), max(x, rows), min(y, rows))
     }
 
+    /// A 16-bit row shifted by its largest (smallest) element, a pass of its own over the row
+    /// in registers: two elements an instruction in their own type (`max.bf16x2`) on sm_80 and
+    /// later, which must skip NaN as `fmaxf` does.
+    pub fn shift_max_bf16(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+        x - max(x, cols)
+    }
+
+    pub fn shift_min_f16(x: [f16; rows, cols]) -> [f16; rows, cols] {
+        x - min(x, cols)
+    }
+
     pub fn pairs_f16_mid(x: [f16; b, t, c]) -> ([f16; b, c], [f32; b, c], [f16; b, c]) {
         (sum(x, t), mean(x as f32, t), min(x, t))
     }
