@@ -1,6 +1,7 @@
 //! Row kernels: reductions over one dim, a row per block or per segment of a warp, the row
 //! cached in registers when it fits.
 
+use super::text::narrow_helpers;
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
@@ -807,7 +808,12 @@ impl Cuda<'_> {
     /// first); `None` for any other pass. With it and the NaN test left out of softmax's stores
     /// (`canonical_nans`), S2's bf16 softmax ran 3-5% of copy speed faster on an H200
     /// (benches/NOTES.md item 99).
-    fn packed_reduction(&mut self, pass: &Pass, cached: &[usize], at_q: bool) -> Option<String> {
+    fn packed_reduction(
+        &mut self,
+        pass: &Pass,
+        cached: &[usize],
+        in_registers: bool,
+    ) -> Option<String> {
         let &[r] = pass.reduces.as_slice() else {
             return None;
         };
@@ -818,9 +824,10 @@ impl Cuda<'_> {
         let Op::Load(p) = self.k.nodes[operand].op else {
             return None;
         };
-        let ty = match self.k.params[p].elem {
-            Elem::BF16 => "bf16",
-            Elem::F16 => "f16",
+        let elem = self.k.params[p].elem;
+        let (ty, packed) = match elem {
+            Elem::BF16 => ("bf16", "fz_vec_minmax_bf16"),
+            Elem::F16 => ("f16", "fz_vec_minmax_f16"),
             _ => return None,
         };
         let name = match op {
@@ -830,19 +837,14 @@ impl Cuda<'_> {
         };
         let alone = self.pass_elems(pass) == [operand] && pass.writes.is_empty();
         let plain = self.stash.is_none() && self.reuse.is_none() && !self.in_shared;
-        if !(at_q && alone && plain && e == Elem::F32 && cached.contains(&p)) {
+        if !(in_registers && alone && plain && e == Elem::F32 && cached.contains(&p)) {
             return None;
         }
         if !self.step_lanes.is_multiple_of(2) || self.k.draws_random() {
             return None;
         }
-        self.helpers
-            .insert(if ty == "bf16" { "fz_bf16" } else { "fz_f16" });
-        self.helpers.insert(if ty == "bf16" {
-            "fz_vec_minmax_bf16"
-        } else {
-            "fz_vec_minmax_f16"
-        });
+        self.helpers.insert(narrow_helpers(elem).0);
+        self.helpers.insert(packed);
         let (_, param) = self.param_text(p);
         Some(format!("acc{r} = fz_{name}_{ty}(acc{r}, rc_{param}[q]);"))
     }

@@ -186,6 +186,35 @@ pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
     }
 }
 
+/// The text of helper `fz_vec_minmax_<ty>` (`fz_max_<ty>`, `fz_min_<ty>`): `lo` and `hi` are
+/// the f32 values of the low and high halves of the packed word `m`.
+macro_rules! packed_minmax {
+    ($ty:literal, $lo:literal, $hi:literal) => {
+        concat!(
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
+            "    if constexpr (N % 2 == 0) { \\\n",
+            "        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \\\n",
+            "        unsigned int m = u.w[0]; \\\n",
+            "        _Pragma(\"unroll\") for (int i = 1; i < N / 2; ++i) asm(ptx \" %0, %0, %1;\" : \"+r\"(m) : \"r\"(u.w[i])); \\\n",
+            "        return op(acc, op(", $lo, ", ", $hi, ")); \\\n",
+            "    } \\\n",
+            "    _Pragma(\"unroll\") for (int j = 0; j < N; ++j) acc = op(acc, fz_", $ty, "_to_f32(v.v[j])); \\\n",
+            "    return acc; \\\n",
+            "}\n",
+            "#else\n",
+            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
+            "    for (int j = 0; j < N; ++j) acc = op(acc, fz_", $ty, "_to_f32(v.v[j])); \\\n",
+            "    return acc; \\\n",
+            "}\n",
+            "#endif\n",
+            "FZ_PACKED(fz_max_", $ty, ", fmaxf, \"max.", $ty, "x2\")\n",
+            "FZ_PACKED(fz_min_", $ty, ", fminf, \"min.", $ty, "x2\")\n",
+            "#undef FZ_PACKED\n",
+        )
+    };
+}
+
 /// The text of a helper function, overloaded for every type it applies to.
 pub(super) fn helper(name: &str) -> &'static str {
     match name {
@@ -290,49 +319,15 @@ pub(super) fn helper(name: &str) -> &'static str {
         // and later two elements an instruction in their own type (`max.bf16x2`), then the
         // last pair in f32 (`Cuda::packed_reduction`). A bf16 softmax's max pass converted
         // each element first.
-        "fz_vec_minmax_bf16" => concat!(
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
-            "    if constexpr (N % 2 == 0) { \\\n",
-            "        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \\\n",
-            "        unsigned int m = u.w[0]; \\\n",
-            "        _Pragma(\"unroll\") for (int i = 1; i < N / 2; ++i) asm(ptx \" %0, %0, %1;\" : \"+r\"(m) : \"r\"(u.w[i])); \\\n",
-            "        return op(acc, op(__uint_as_float(m << 16), __uint_as_float(m & 0xffff0000u))); \\\n",
-            "    } \\\n",
-            "    _Pragma(\"unroll\") for (int j = 0; j < N; ++j) acc = op(acc, fz_bf16_to_f32(v.v[j])); \\\n",
-            "    return acc; \\\n",
-            "}\n",
-            "#else\n",
-            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
-            "    for (int j = 0; j < N; ++j) acc = op(acc, fz_bf16_to_f32(v.v[j])); \\\n",
-            "    return acc; \\\n",
-            "}\n",
-            "#endif\n",
-            "FZ_PACKED(fz_max_bf16, fmaxf, \"max.bf16x2\")\n",
-            "FZ_PACKED(fz_min_bf16, fminf, \"min.bf16x2\")\n",
-            "#undef FZ_PACKED\n",
+        "fz_vec_minmax_bf16" => packed_minmax!(
+            "bf16",
+            "__uint_as_float(m << 16)",
+            "__uint_as_float(m & 0xffff0000u)"
         ),
-        "fz_vec_minmax_f16" => concat!(
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
-            "    if constexpr (N % 2 == 0) { \\\n",
-            "        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \\\n",
-            "        unsigned int m = u.w[0]; \\\n",
-            "        _Pragma(\"unroll\") for (int i = 1; i < N / 2; ++i) asm(ptx \" %0, %0, %1;\" : \"+r\"(m) : \"r\"(u.w[i])); \\\n",
-            "        return op(acc, op(fz_f16_to_f32((unsigned short)m), fz_f16_to_f32((unsigned short)(m >> 16)))); \\\n",
-            "    } \\\n",
-            "    _Pragma(\"unroll\") for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \\\n",
-            "    return acc; \\\n",
-            "}\n",
-            "#else\n",
-            "#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \\\n",
-            "    for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \\\n",
-            "    return acc; \\\n",
-            "}\n",
-            "#endif\n",
-            "FZ_PACKED(fz_max_f16, fmaxf, \"max.f16x2\")\n",
-            "FZ_PACKED(fz_min_f16, fminf, \"min.f16x2\")\n",
-            "#undef FZ_PACKED\n",
+        "fz_vec_minmax_f16" => packed_minmax!(
+            "f16",
+            "fz_f16_to_f32((unsigned short)m)",
+            "fz_f16_to_f32((unsigned short)(m >> 16))"
         ),
         // A vector of bf16 from the f32 values of a vector store (`Cuda::vector_bits`), each
         // rounded as `fz_f32_to_bf16` rounds it: on sm_80 and later, where no value is NaN
