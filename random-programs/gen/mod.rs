@@ -115,7 +115,8 @@ struct Node {
     /// Depends on a full reduction (usable only in scalar outputs).
     full: bool,
     literal: bool,
-    param: bool,
+    /// The parameter it is (its index in `params`), under whatever name a `let` gave it.
+    input: Option<usize>,
 }
 
 struct Gen {
@@ -314,14 +315,16 @@ impl Gen {
             distinct: false,
             buffer: None,
         });
-        self.node(
+        let id = self.node(
             ty,
             shape.unwrap_or(0),
             name,
             format!("in {i}"),
             false,
             false,
-        )
+        );
+        self.nodes[id].input = Some(i);
+        id
     }
 
     /// Adds a node; `op` is its description after the type.
@@ -335,7 +338,6 @@ impl Gen {
         lit: bool,
     ) -> usize {
         let id = self.nodes.len();
-        let param = op.starts_with("in ");
         self.desc
             .push(format!("node {id} {} {shape} {op}", ty.name()));
         self.nodes.push(Node {
@@ -345,7 +347,7 @@ impl Gen {
             bound: false,
             full,
             literal: lit,
-            param,
+            input: None,
         });
         id
     }
@@ -519,7 +521,7 @@ impl Gen {
                 let n = &self.nodes[i];
                 n.ty == ty
                     && n.shape & !max == 0
-                    && (n.bound || n.param)
+                    && (n.bound || n.input.is_some())
                     && (red == Red::Full || !n.full)
             })
             .collect();
@@ -955,11 +957,13 @@ impl Gen {
         }
         let p = self.rng.pick(&["0.5", "0.25", "0.125"]);
         let p = self.node(ty, 0, p.into(), format!("lit {p}"), false, true);
-        let seed = match (0..self.params.len())
-            .find(|&i| self.params[i].ty == Ty::U64 && self.params[i].shape.is_none())
-        {
+        let seed = match (0..self.params.len()).find(|&i| {
+            let p = &self.params[i];
+            // A written buffer has no `shape` either: its axes are its shape.
+            p.ty == Ty::U64 && p.shape.is_none() && p.buffer.is_none()
+        }) {
             Some(i) => (0..self.nodes.len())
-                .find(|&n| self.nodes[n].param && self.nodes[n].text == self.params[i].name)
+                .find(|&n| self.nodes[n].input == Some(i))
                 .expect("each parameter has a node"),
             None => self.new_param(Ty::U64, None),
         };
