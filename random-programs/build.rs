@@ -3,7 +3,11 @@
 //!
 //! The programs are generated at build time, from fixed seeds, rather than checked in: the same
 //! generator then makes a batch of any size (`FUSE_RANDOM_PROGRAMS=N` at build time, 300 by
-//! default), and a change to the generator needs no regenerated files in review. A program is
+//! default), and a change to the generator needs no regenerated files in review.
+//! `FUSE_RANDOM_FIRST=K` starts the batch at program `K` (0 by default): a run of many
+//! thousands of programs is built as several binaries of a few thousand each, since one crate of
+//! ten thousand `fuse!` functions takes more memory to compile than the build machine has.
+//! `FUSE_RANDOM_PICK=1806,2067` builds those programs alone, to replay what such a run found. A program is
 //! a function of its seed alone, so a failure names the seed, and `regressions.rs` keeps a
 //! failing program's text and description by value.
 
@@ -23,12 +27,36 @@ fn seed(k: usize) -> u64 {
 fn main() {
     println!("cargo:rerun-if-changed=gen");
     println!("cargo:rerun-if-env-changed=FUSE_RANDOM_PROGRAMS");
-    let count: usize = std::env::var("FUSE_RANDOM_PROGRAMS")
-        .ok()
-        .map(|v| v.trim().parse().expect("FUSE_RANDOM_PROGRAMS is a number"))
-        .unwrap_or(300);
+    println!("cargo:rerun-if-env-changed=FUSE_RANDOM_FIRST");
+    println!("cargo:rerun-if-env-changed=FUSE_RANDOM_PICK");
+    let number = |name: &str, default: usize| -> usize {
+        std::env::var(name).ok().map_or(default, |v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|e| panic!("{name}={v} is not a number: {e}"))
+        })
+    };
+    let count = number("FUSE_RANDOM_PROGRAMS", 300);
+    let first = number("FUSE_RANDOM_FIRST", 0);
+    // `FUSE_RANDOM_PICK=1806,2067`: these programs alone, to replay what a large run found.
+    let picked: Vec<usize> = std::env::var("FUSE_RANDOM_PICK")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(|k| {
+            k.trim_start_matches('p')
+                .parse()
+                .unwrap_or_else(|e| panic!("FUSE_RANDOM_PICK: {k} is not a program: {e}"))
+        })
+        .collect();
+    let ks: Vec<usize> = match picked.is_empty() {
+        true => (first..first + count).collect(),
+        false => picked,
+    };
     let out = std::path::PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let programs: Vec<gen::Program> = (0..count)
+    let programs: Vec<gen::Program> = ks
+        .into_iter()
         .map(|k| gen::program(&format!("p{k}"), seed(k)))
         .collect();
     let mut table = String::from("pub static PROGRAMS: &[Program] = &[\n");

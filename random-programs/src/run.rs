@@ -3,7 +3,9 @@
 //! Environment (read by the tests):
 //! - `FUSE_RANDOM_SHAPES=N`: instances (dim sizes and inputs) per program (tests choose a default);
 //! - `FUSE_RANDOM_ONLY=p12,p40`: run only these programs;
-//! - `FUSE_RANDOM_INPUT_SEED=S`: the base of every instance's seed (default 0), to draw new inputs.
+//! - `FUSE_RANDOM_INPUT_SEED=S`: the base of every instance's seed (default 0), to draw new inputs;
+//! - `FUSE_RANDOM_BUDGET=N`: the most elements of a domain (tests choose a default: 2^15 on the
+//!   CPU, 2^21 on the GPU), so that the CPU run draws a GPU failure's dim sizes again.
 
 use crate::harness::{self, Counts, Out};
 use crate::oracle::{Desc, WriteStats};
@@ -36,7 +38,7 @@ impl Config {
         };
         Config {
             shapes: num("FUSE_RANDOM_SHAPES").map_or(shapes, |n| n as usize),
-            budget,
+            budget: num("FUSE_RANDOM_BUDGET").map_or(budget, |n| n as usize),
             base_seed: num("FUSE_RANDOM_INPUT_SEED").unwrap_or(0),
         }
     }

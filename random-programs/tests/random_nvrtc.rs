@@ -2,6 +2,8 @@
 //! compile error or a ptxas spill, as `fuse-runtime/tests/nvrtc_kernels.rs` does for the written
 //! kernels. Every entry point of every eighth program by default (CI has two cores and the whole
 //! batch takes ten minutes there); `FUSE_RANDOM_NVRTC=all` compiles every entry of every program.
+//! `FUSE_DUMP_DIR=DIR` also writes each compiled entry's CUDA C to `DIR/<symbol>.cu`, to read
+//! or to run on the emulated GPU what a GPU run found (with `FUSE_RANDOM_ONLY`).
 //!
 //! NVRTC is loaded at run time: without it this test says why and passes, except under `CI=true`,
 //! where CI installs it and its absence is a failure.
@@ -88,6 +90,12 @@ fn random_kernels_compile_for_sm80_and_sm90_without_spills() {
 
 /// Compiles one entry point for both architectures: `("symbol sm_NN", result)` for each.
 fn compile(k: &&fuse_runtime::KernelInfo) -> Vec<(String, Result<(), String>)> {
+    if let Some(dir) = std::env::var_os("FUSE_DUMP_DIR") {
+        let dir = std::path::PathBuf::from(dir);
+        std::fs::create_dir_all(&dir).expect("FUSE_DUMP_DIR is a writable folder");
+        std::fs::write(dir.join(format!("{}.cu", k.symbol)), k.source)
+            .expect("FUSE_DUMP_DIR is a writable folder");
+    }
     [80, 90]
         .iter()
         .map(|&arch| {
