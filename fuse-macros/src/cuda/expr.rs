@@ -247,6 +247,10 @@ impl Cuda<'_> {
     fn unary(&mut self, op: UnOp, e: Elem, a: &str) -> String {
         match op {
             UnOp::Neg if e.is_float() => format!("(-{a})"),
+            UnOp::Neg if e.is_signed_int() && e.bits() < 32 => {
+                self.helpers.insert("fz_neg_narrow");
+                format!("(({})fz_neg_narrow((int){a}))", e.c_name())
+            }
             UnOp::Neg => format!("(({})(0ull - ({}){a}))", e.c_name(), e.c_unsigned()),
             UnOp::Not if e == Elem::Bool => format!("(!{a})"),
             UnOp::Not => format!("(({})~{a})", e.c_name()),
@@ -327,6 +331,19 @@ impl Cuda<'_> {
                 s(if f == Max { "fmax" } else { "fmin" }),
                 a[1]
             ),
+            Max | Min | Clamp if super::text::through_unsigned(e) => {
+                self.helpers.insert("fz_smax");
+                match f {
+                    Max => format!("fz_smax({x}, {})", a[1]),
+                    Min => format!("fz_smin({x}, {})", a[1]),
+                    // As below: `lo` where `x < lo`, even when `lo > hi`.
+                    _ => format!(
+                        "({x} < {lo} ? {lo} : fz_smin({x}, {hi}))",
+                        lo = a[1],
+                        hi = a[2]
+                    ),
+                }
+            }
             Max => format!("({x} > {b} ? {x} : {b})", b = a[1]),
             Min => format!("({x} < {b} ? {x} : {b})", b = a[1]),
             Clamp => format!(

@@ -185,6 +185,10 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         entry.path.name(),
         path_comment(entry)
     );
+    // The reductions' combining steps (`text::combine`) name `fz_smax` without a writer at hand.
+    if kernel.contains("fz_smax(") || kernel.contains("fz_smin(") {
+        w.helpers.insert("fz_smax");
+    }
     for h in &w.helpers {
         text.push_str(helper(h));
     }

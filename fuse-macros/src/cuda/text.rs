@@ -169,6 +169,16 @@ pub(super) fn identity(op: Reduce, e: Elem) -> String {
     }
 }
 
+/// Whether a max or min of `e` goes through `fz_smax` / `fz_smin`: the signed integers of at
+/// most 32 bits. ptxas 13.0 for sm_90 fuses a chain of signed 32-bit max (min) into the
+/// three-input `VIMNMX3` and drops the negation of one input: `max(max(x, -y), z)` became
+/// `max(x, y, z)`, whether the negation was written (`-y`) or made by the compiler (`y / -4`);
+/// sm_80 has no such instruction, and the unsigned forms keep their negations. Found by the
+/// random programs (p3116 and p1806 of the 10,000-program run).
+pub(super) fn through_unsigned(e: Elem) -> bool {
+    e.is_signed_int() && e.bits() <= 32
+}
+
 pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
     let (t, u) = (e.c_name(), e.c_unsigned());
     match op {
@@ -180,6 +190,8 @@ pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
         Reduce::Prod => format!("{a} * {b}"),
         Reduce::Max if e.is_float() => format!("{}({a}, {b})", suffixed("fmax", e)),
         Reduce::Min if e.is_float() => format!("{}({a}, {b})", suffixed("fmin", e)),
+        Reduce::Max if through_unsigned(e) => format!("fz_smax({a}, {b})"),
+        Reduce::Min if through_unsigned(e) => format!("fz_smin({a}, {b})"),
         Reduce::Max => format!("({a} > {b} ? {a} : {b})"),
         Reduce::Min => format!("({a} < {b} ? {a} : {b})"),
         Reduce::LogSumExp => unreachable!("pairs combine with fz_lse_merge"),
@@ -267,27 +279,56 @@ pub(super) fn helper(name: &str) -> &'static str {
         // exact sum; larger a are integers, which the addition leaves as they are (tested over
         // every f32 by `round_half_away_by_rz_add`). Elsewhere (the emulator) the C functions. The
         // result is an int (unsigned int for u32), which integer clamps take in one instruction.
+        // The 8- and 16-bit types convert to 32 bits and clamp (the same saturation): with a
+        // 16-bit cvt ptxas 13.0 took the result for sign-extended, and where it computed it
+        // again inside a loop it wrote the low half into a register whose high half held a
+        // float, then compared all 32 bits (p4646 of the 10,000-program run).
+        // Signed max and min as unsigned ones of the values with their sign bit flipped, an
+        // order-preserving map (see `through_unsigned`): `VIMNMX3.U32` keeps its negations.
+        "fz_smax" => concat!(
+            "template <typename T> static __device__ __forceinline__ T fz_smax(T a, T b) {\n",
+            "    const unsigned int x = (unsigned int)(int)a ^ 0x80000000u, y = (unsigned int)(int)b ^ 0x80000000u;\n",
+            "    return (T)(int)((x > y ? x : y) ^ 0x80000000u);\n",
+            "}\n",
+            "template <typename T> static __device__ __forceinline__ T fz_smin(T a, T b) {\n",
+            "    const unsigned int x = (unsigned int)(int)a ^ 0x80000000u, y = (unsigned int)(int)b ^ 0x80000000u;\n",
+            "    return (T)(int)((x < y ? x : y) ^ 0x80000000u);\n",
+            "}\n",
+        ),
+        // The negation of an 8- or 16-bit signed integer, in 32 bits: ptxas 13.0 lowers PTX's
+        // `neg.s16` to a 32-bit negation of the sign-extended value and does not wrap it, so
+        // `-(-32768i16) >= 29912` was true (p2625 of the 10,000-program run). `not` and `add`
+        // in inline PTX are not a negation to either compiler; the caller's cast then wraps.
+        "fz_neg_narrow" => concat!(
+            "static __device__ __forceinline__ int fz_neg_narrow(int a) {\n",
+            "#ifdef __CUDA_ARCH__\n",
+            "    int r; asm(\"{\\n\\t.reg .b32 t;\\n\\tnot.b32 t, %1;\\n\\tadd.s32 %0, t, 1;\\n\\t}\" : \"=r\"(r) : \"r\"(a)); return r;\n",
+            "#else\n",
+            "    return (int)(0u - (unsigned int)a);\n",
+            "#endif\n",
+            "}\n",
+        ),
         "fz_f2i" => concat!(
             "template <typename T> static __device__ __forceinline__ T fz_imax(T x, T lo) { return x < lo ? lo : x; }\n",
             "template <typename T> static __device__ __forceinline__ T fz_imin(T x, T hi) { return x > hi ? hi : x; }\n",
             "template <typename T> static __device__ __forceinline__ T fz_iclamp(T x, T lo, T hi) { return fz_imin(fz_imax(x, lo), hi); }\n",
             "#ifdef __CUDA_ARCH__\n",
-            "#define FZ_F2I(P, T, LO, HI) \\\n",
-            "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { T r; asm(\"cvt.rzi.\" #P \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return r; } \\\n",
-            "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { T r; asm(\"cvt.rmi.\" #P \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return r; } \\\n",
-            "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { T r; asm(\"cvt.rpi.\" #P \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return r; } \\\n",
+            "#define FZ_F2I(P, W, T, LO, HI) \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { T r; asm(\"cvt.rzi.\" #W \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return fz_iclamp(r, (T)(LO), (T)(HI)); } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { T r; asm(\"cvt.rmi.\" #W \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return fz_iclamp(r, (T)(LO), (T)(HI)); } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { T r; asm(\"cvt.rpi.\" #W \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return fz_iclamp(r, (T)(LO), (T)(HI)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_ra_##P(float a) { return fz_f2i_rz_##P(__fadd_rz(a, copysignf(0.5f, a))); }\n",
             "#else\n",
-            "#define FZ_F2I(P, T, LO, HI) \\\n",
+            "#define FZ_F2I(P, W, T, LO, HI) \\\n",
             "    static __device__ __forceinline__ T fz_f2i_##P(float t) { return isnan(t) ? (T)0 : t <= (float)(LO) ? (T)(LO) : t >= (float)(HI) ? (T)(HI) : (T)t; } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { return fz_f2i_##P(truncf(a)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { return fz_f2i_##P(floorf(a)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { return fz_f2i_##P(ceilf(a)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_ra_##P(float a) { return fz_f2i_##P(roundf(a)); }\n",
             "#endif\n",
-            "FZ_F2I(s8, int, -128, 127) FZ_F2I(u8, int, 0, 255)\n",
-            "FZ_F2I(s16, int, -32768, 32767) FZ_F2I(u16, int, 0, 65535)\n",
-            "FZ_F2I(s32, int, -2147483647 - 1, 2147483647) FZ_F2I(u32, unsigned int, 0u, 4294967295u)\n",
+            "FZ_F2I(s8, s32, int, -128, 127) FZ_F2I(u8, s32, int, 0, 255)\n",
+            "FZ_F2I(s16, s32, int, -32768, 32767) FZ_F2I(u16, s32, int, 0, 65535)\n",
+            "FZ_F2I(s32, s32, int, -2147483647 - 1, 2147483647) FZ_F2I(u32, u32, unsigned int, 0u, 4294967295u)\n",
             "#undef FZ_F2I\n",
         ),
         // Aligned to its size up to 16 bytes, the alignment the runtime gives every buffer
