@@ -1437,6 +1437,74 @@ fn sixteen_bit_extremes_in_pairs() {
     }
 }
 
+/// Three miscompiles of ptxas 13.0 (sm_90) that the 10,000-program random run found, each on the
+/// values that showed it: negations under a chain of signed maxima and minima (one negation
+/// dropped), `-i16::MIN` compared and shifted (taken for +32768), and an `f16` to `i16`
+/// conversion beside float math in a loop (compared with garbage in its high half).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn integer_negations_and_narrow_conversions_as_ptxas_miscompiled_them() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    // Rows of 12 take the short-row tiles in vectors of four, as p3116's did; the others the
+    // other row paths.
+    for &(rows, cols) in &[
+        (1usize, 12usize),
+        (333, 12),
+        (517, 8),
+        (129, 1000),
+        (9, 4099),
+    ] {
+        let mut x: Vec<i32> = rng.ints(rows * cols);
+        // A large positive negation in the middle of a vector of four, as p3116's row held.
+        for r in 0..rows {
+            x[r * cols + 1.min(cols - 1)] = -1_904_525_379;
+        }
+        let run = |d: &Device| kernels::neg_max_rows_i32(d, &put(d, &x, &[rows, cols]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("neg_max_rows_i32, {rows} x {cols}"),
+            run,
+            &[Tol::EXACT],
+        );
+    }
+    for n in [31usize, 5003, 100_003] {
+        let (x, y, z): (Vec<i32>, Vec<i32>, Vec<i32>) = (rng.ints(n), rng.ints(n), rng.ints(n));
+        let run = |d: &Device| {
+            kernels::neg_max_by_quarter(d, &put(d, &x, &[n]), &put(d, &y, &[n]), &put(d, &z, &[n]))
+        };
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("neg_max_by_quarter, {n}"),
+            run,
+            &[Tol::EXACT, Tol::EXACT],
+        );
+        let (mut a, b): (Vec<i16>, Vec<i16>) = (rng.ints(n), rng.ints(n));
+        a[25.min(n - 1)] = i16::MIN;
+        let run = |d: &Device| kernels::neg_i16_compared(d, &put(d, &a, &[n]), &put(d, &b, &[n]));
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("neg_i16_compared, {n}"),
+            run,
+            &[Tol::EXACT; 3],
+        );
+        let h: Vec<fuse_runtime::f16> = rng.floats(n, 0.1, 8.0);
+        let y: Vec<i16> = rng.ints(n);
+        for s in [-0.4448f32, -1.5, 3.7, -40000.0, 70000.0, f32::NAN] {
+            let s = fuse_runtime::f16::from_f32(s);
+            let run =
+                |d: &Device| kernels::f16_to_i16_min(d, &put(d, &h, &[n]), s, &put(d, &y, &[n]));
+            assert_gpu_matches_cpu(
+                &gpu,
+                &format!("f16_to_i16_min, {n}, s = {s}"),
+                run,
+                &[Tol::EXACT, Tol::close(2e-3, 1e-3)],
+            );
+        }
+    }
+}
+
 /// Products near 1e30 under a row's maximum: every pass rounds them alike, so the maximum's
 /// `exp(x * y - max)` is 1 and the results finite (a random program's `logsumexp` of such
 /// products was `-inf` on the GPU, where a pass contracted the product into the subtraction).

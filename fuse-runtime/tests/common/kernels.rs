@@ -1073,3 +1073,27 @@ pub mod writes {
         }
     }
 }
+
+fuse! {
+    /// What ptxas 13.0 miscompiled for sm_90, found by the 10,000-program random run: a row's
+    /// maximum of negated `i32` (a chain of signed max fused into `VIMNMX3`, one negation
+    /// dropped; p3116), the same with a negation the compiler makes from `/ -4` (p1806).
+    pub fn neg_max_rows_i32(x: [i32; rows, cols]) -> [i32; rows] {
+        max(-x, cols)
+    }
+
+    pub fn neg_max_by_quarter(x: [i32; n], y: [i32; n], z: [i32; n]) -> ([i32; n], [i32; n]) {
+        (x.max(y / (-4)).max(-z), x.min(-y).min(z).clamp(-z, 77))
+    }
+
+    /// `-i16::MIN` wraps to itself (p2625: compared as +32768), then is compared and shifted.
+    pub fn neg_i16_compared(x: [i16; n], y: [i16; n]) -> ([bool; n], [i16; n], [i16; n]) {
+        ((-x) >= y, (-x) >> 3, (-x).max(y))
+    }
+
+    /// An `f16` scalar to `i16` beside float math in the loop (p4646: the conversion computed
+    /// again inside the loop into a register whose high half held a float).
+    pub fn f16_to_i16_min(x: [f16; n], s: f16, y: [i16; n]) -> ([i16; n], [f16; n]) {
+        ((s as i16).min(y), x.cbrt().sin())
+    }
+}
