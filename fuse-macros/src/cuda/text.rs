@@ -270,19 +270,6 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);\n",
             "}\n",
         ),
-        // f32 to an integer of at most 32 bits as Rust's `as` converts (saturated, NaN to 0), after
-        // a rounding: `rz` toward zero (`as` itself), `rm` floor, `rp` ceil, `ra` round (half
-        // away from zero). One PTX cvt each, which saturates to the destination's range and
-        // gives 0 for NaN when the source is f32 and the destination at most 32 bits (PTX ISA,
-        // cvt); `ra` adds 0.5 with the sign of a, rounded toward zero, first: for |a| < 2^23
-        // trunc(a +rz 0.5) is floor(a + 0.5), as no integer lies between the rounded and the
-        // exact sum; larger a are integers, which the addition leaves as they are (tested over
-        // every f32 by `round_half_away_by_rz_add`). Elsewhere (the emulator) the C functions. The
-        // result is an int (unsigned int for u32), which integer clamps take in one instruction.
-        // The 8- and 16-bit types convert to 32 bits and clamp (the same saturation): with a
-        // 16-bit cvt ptxas 13.0 took the result for sign-extended, and where it computed it
-        // again inside a loop it wrote the low half into a register whose high half held a
-        // float, then compared all 32 bits (p4646 of the 10,000-program run).
         // Signed max and min as unsigned ones of the values with their sign bit flipped, an
         // order-preserving map (see `through_unsigned`): `VIMNMX3.U32` keeps its negations.
         "fz_smax" => concat!(
@@ -308,6 +295,19 @@ pub(super) fn helper(name: &str) -> &'static str {
             "#endif\n",
             "}\n",
         ),
+        // f32 to an integer of at most 32 bits as Rust's `as` converts (saturated, NaN to 0), after
+        // a rounding: `rz` toward zero (`as` itself), `rm` floor, `rp` ceil, `ra` round (half
+        // away from zero). One PTX cvt each, which saturates to the destination's range and
+        // gives 0 for NaN when the source is f32 and the destination at most 32 bits (PTX ISA,
+        // cvt); `ra` adds 0.5 with the sign of a, rounded toward zero, first: for |a| < 2^23
+        // trunc(a +rz 0.5) is floor(a + 0.5), as no integer lies between the rounded and the
+        // exact sum; larger a are integers, which the addition leaves as they are (tested over
+        // every f32 by `round_half_away_by_rz_add`). Elsewhere (the emulator) the C functions. The
+        // result is an int (unsigned int for u32), which integer clamps take in one instruction.
+        // The 8- and 16-bit types convert to 32 bits and clamp (the same saturation): with a
+        // 16-bit cvt ptxas 13.0 took the result for sign-extended, and where it computed it
+        // again inside a loop it wrote the low half into a register whose high half held a
+        // float, then compared all 32 bits (p4646 of the 10,000-program run).
         "fz_f2i" => concat!(
             "template <typename T> static __device__ __forceinline__ T fz_imax(T x, T lo) { return x < lo ? lo : x; }\n",
             "template <typename T> static __device__ __forceinline__ T fz_imin(T x, T hi) { return x > hi ? hi : x; }\n",
