@@ -1505,6 +1505,32 @@ fn integer_negations_and_narrow_conversions_as_ptxas_miscompiled_them() {
     }
 }
 
+/// `x.powi(7)` near 1e28 in f64 under a `logsumexp` over the leading dim: every pass rounds the
+/// power's products alike, so `x^7 - max` is 0 at the maximum and the result finite (p3039 of the
+/// 10,000-program run was infinite on the GPU).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn powers_under_a_logsumexp_round_alike_in_every_pass() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(r, c) in &[(17usize, 31usize), (5, 1000), (300, 7)] {
+        let x: Vec<f64> = rng.floats(r * c, 9000.0, 11000.0);
+        let run = |d: &Device| kernels::lse_of_powi_f64(d, &put(d, &x, &[r, c]));
+        let out = run(&gpu).expect("on the GPU");
+        assert!(
+            host(&out).iter().all(|v| v.is_finite()),
+            "lse_of_powi_f64, {r} x {c}: not finite"
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("lse_of_powi_f64, {r} x {c}"),
+            run,
+            &[Tol::close(1e-12, 0.0)],
+        );
+    }
+}
+
 /// Products near 1e30 under a row's maximum: every pass rounds them alike, so the maximum's
 /// `exp(x * y - max)` is 1 and the results finite (a random program's `logsumexp` of such
 /// products was `-inf` on the GPU, where a pass contracted the product into the subtraction).

@@ -1096,4 +1096,10 @@ fuse! {
     pub fn f16_to_i16_min(x: [f16; n], s: f16, y: [i16; n]) -> ([i16; n], [f16; n]) {
         ((s as i16).min(y), x.cbrt().sin())
     }
+
+    /// `x.powi(7)` under a `logsumexp` over the leading dim, in f64 near 1e28 (p3039: the
+    /// power's last product fused into the pass's subtraction of the maximum, infinity).
+    pub fn lse_of_powi_f64(x: [f64; r, c]) -> [f64; c] {
+        logsumexp(x.powi(7), r)
+    }
 }
