@@ -7,7 +7,12 @@
 //! batch; two `f64` tensors and an `f16` one, rows of 28) hung the GPU in a short-row tile that
 //! held no block's step of rows. Its kernel, reduced, is `wide_rows_f64` of the GPU tests
 //! (`fuse-runtime/tests/gpu_language.rs`, `short_rows_of_wide_tensors`, every short length),
-//! beside a unit test of the tiles (`fuse-macros/src/cuda/tile.rs`) and the emulated GPU.
+//! beside a unit test of the tiles (`fuse-macros/src/cuda/tile.rs`) and the emulated GPU. The
+//! first 10,000-program run (2026-11-28, `benches/NOTES.md` item 100) found three ptxas
+//! miscompiles and a fused product in `powi`, kept as `integer_negations_and_narrow_conversions_
+//! as_ptxas_miscompiled_them` and `powers_under_a_logsumexp_round_alike_in_every_pass` there;
+//! its p3238 is a harness case (`harness::gpu_against_cpu`), and p6329 the FMA at the top of
+//! the range that doc/language.md's accuracy section explains.
 
 use fuse_runtime::{bf16, f16, fuse, Device, Error};
 use random_programs::harness::{Args, Out};
