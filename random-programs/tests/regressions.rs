@@ -12,7 +12,7 @@
 //! miscompiles and a fused product in `powi`, kept as `integer_negations_and_narrow_conversions_
 //! as_ptxas_miscompiled_them` and `powers_under_a_logsumexp_round_alike_in_every_pass` there;
 //! its p3238 is a harness case (`harness::gpu_against_cpu`), and p6329 the FMA at the top of
-//! the range that doc/language.md's accuracy section explains.
+//! the range that doc/language.md's accuracy section explains and the oracle now allows.
 
 use fuse_runtime::{bf16, f16, fuse, Device, Error};
 use random_programs::harness::{Args, Out};
