@@ -7,9 +7,9 @@
 //! `FUSE_RANDOM_FIRST=K` starts the batch at program `K` (0 by default): a run of many
 //! thousands of programs is built as several binaries of a few thousand each, since one crate of
 //! ten thousand `fuse!` functions takes more memory to compile than the build machine has.
-//! `FUSE_RANDOM_PICK=1806,2067` builds those programs alone, to replay what such a run found. A program is
-//! a function of its seed alone, so a failure names the seed, and `regressions.rs` keeps a
-//! failing program's text and description by value.
+//! `FUSE_RANDOM_PICK=1806,2067` builds those programs alone, to replay what such a run found.
+//! A program is a function of its seed alone, so a failure names the seed, and `regressions.rs`
+//! keeps a failing program's text and description by value.
 
 #[path = "gen/mod.rs"]
 mod gen;
