@@ -565,18 +565,20 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ long long fz_signum(long long a) { return (long long)((a > 0) - (a < 0)); }\n",
         ),
         // Exponentiation by squaring in the order of compiler-rt's __powisf2, which Rust's powi calls.
-        // Each product rounded on its own (`__fmul_rn`), as the CPU rounds it: inlined, the last
-        // one was fused into the caller's subtraction, so that a row's `logsumexp` of `x.powi(7)`
-        // near 2.7e32 in f64 found `x^7 - max` of 1e16 in one pass and 0 in the other, and
-        // returned infinity (p3039 of the 10,000-program run; item 90 of benches/NOTES.md is
-        // the same for a plain product).
+        // The result leaves through a multiply by 1 that is never fused (`__fmul_rn`), so that
+        // it is rounded as the CPU rounds it: inlined, the last product was fused into the
+        // caller's subtraction, so that a row's `logsumexp` of `x.powi(7)` near 2.7e32 in f64
+        // found `x^7 - max` of 1e16 in one pass and 0 in the other, and returned infinity
+        // (p3039 of the 10,000-program run; item 90 of benches/NOTES.md is the same for a plain
+        // product). The products inside feed only products, which no FMA fuses; rounding each
+        // with `__fmul_rn` too made `fuse_math` spill.
         "fz_powi" => concat!(
             "static __device__ __forceinline__ float fz_mul_rn(float a, float b) { return __fmul_rn(a, b); }\n",
             "static __device__ __forceinline__ double fz_mul_rn(double a, double b) { return __dmul_rn(a, b); }\n",
             "template <typename T> static __device__ __forceinline__ T fz_powi(T a, int b) {\n",
             "    const bool recip = b < 0; T r = 1;\n",
-            "    while (true) { if (b & 1) r = fz_mul_rn(r, a); b /= 2; if (b == 0) break; a = fz_mul_rn(a, a); }\n",
-            "    return recip ? T(1) / r : r;\n",
+            "    while (true) { if (b & 1) r *= a; b /= 2; if (b == 0) break; a *= a; }\n",
+            "    return recip ? T(1) / r : fz_mul_rn(r, T(1));\n",
             "}\n",
         ),
         "fz_pow" => concat!(
