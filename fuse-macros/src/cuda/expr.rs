@@ -331,8 +331,8 @@ impl Cuda<'_> {
                 s(if f == Max { "fmax" } else { "fmin" }),
                 a[1]
             ),
+            // `entry_source` adds the helper wherever its text names `fz_smax` or `fz_smin`.
             Max | Min | Clamp if super::text::through_unsigned(e) => {
-                self.helpers.insert("fz_smax");
                 match f {
                     Max => format!("fz_smax({x}, {})", a[1]),
                     Min => format!("fz_smin({x}, {})", a[1]),

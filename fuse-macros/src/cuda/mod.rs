@@ -185,7 +185,8 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         entry.path.name(),
         path_comment(entry)
     );
-    // The reductions' combining steps (`text::combine`) name `fz_smax` without a writer at hand.
+    // The one place `fz_smax` (with `fz_smin`) is added: the reductions' combining steps
+    // (`text::combine`) name it without a writer at hand, and elementwise max, min and clamp too.
     if kernel.contains("fz_smax(") || kernel.contains("fz_smin(") {
         w.helpers.insert("fz_smax");
     }
