@@ -304,31 +304,35 @@ pub(super) fn helper(name: &str) -> &'static str {
         // exact sum; larger a are integers, which the addition leaves as they are (tested over
         // every f32 by `round_half_away_by_rz_add`). Elsewhere (the emulator) the C functions. The
         // result is an int (unsigned int for u32), which integer clamps take in one instruction.
-        // The 8- and 16-bit types convert to 32 bits and clamp (the same saturation): with a
-        // 16-bit cvt ptxas 13.0 took the result for sign-extended, and where it computed it
-        // again inside a loop it wrote the low half into a register whose high half held a
-        // float, then compared all 32 bits (p4646 of the 10,000-program run).
+        // The 8- and 16-bit types convert into a 16-bit register (`"=h"`, as nvcc compiles
+        // `(short)f`), which the return extends: a narrow cvt into a 32-bit register was
+        // miscompiled by ptxas 13.0, which took the result for already extended and, where it
+        // computed it again inside a loop, wrote the low half into a register whose high half
+        // held a float, then compared all 32 bits (p4646 of the 10,000-program run). A cvt to
+        // s32 and a clamp instead cost W7 two integer instructions an element (98 -> 94% of
+        // copy speed on an H200), a saturation the narrow cvt does itself. `LO` and `HI` are the
+        // host version's (the emulator's) saturation.
         "fz_f2i" => concat!(
             "template <typename T> static __device__ __forceinline__ T fz_imax(T x, T lo) { return x < lo ? lo : x; }\n",
             "template <typename T> static __device__ __forceinline__ T fz_imin(T x, T hi) { return x > hi ? hi : x; }\n",
             "template <typename T> static __device__ __forceinline__ T fz_iclamp(T x, T lo, T hi) { return fz_imin(fz_imax(x, lo), hi); }\n",
             "#ifdef __CUDA_ARCH__\n",
-            "#define FZ_F2I(P, W, T, LO, HI) \\\n",
-            "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { T r; asm(\"cvt.rzi.\" #W \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return fz_iclamp(r, (T)(LO), (T)(HI)); } \\\n",
-            "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { T r; asm(\"cvt.rmi.\" #W \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return fz_iclamp(r, (T)(LO), (T)(HI)); } \\\n",
-            "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { T r; asm(\"cvt.rpi.\" #W \".f32 %0, %1;\" : \"=r\"(r) : \"f\"(a)); return fz_iclamp(r, (T)(LO), (T)(HI)); } \\\n",
+            "#define FZ_F2I(P, T, K, R, LO, HI) \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { R r; asm(\"cvt.rzi.\" #P \".f32 %0, %1;\" : \"=\" #K(r) : \"f\"(a)); return (T)r; } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { R r; asm(\"cvt.rmi.\" #P \".f32 %0, %1;\" : \"=\" #K(r) : \"f\"(a)); return (T)r; } \\\n",
+            "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { R r; asm(\"cvt.rpi.\" #P \".f32 %0, %1;\" : \"=\" #K(r) : \"f\"(a)); return (T)r; } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_ra_##P(float a) { return fz_f2i_rz_##P(__fadd_rz(a, copysignf(0.5f, a))); }\n",
             "#else\n",
-            "#define FZ_F2I(P, W, T, LO, HI) \\\n",
+            "#define FZ_F2I(P, T, K, R, LO, HI) \\\n",
             "    static __device__ __forceinline__ T fz_f2i_##P(float t) { return isnan(t) ? (T)0 : t <= (float)(LO) ? (T)(LO) : t >= (float)(HI) ? (T)(HI) : (T)t; } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_rz_##P(float a) { return fz_f2i_##P(truncf(a)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_rm_##P(float a) { return fz_f2i_##P(floorf(a)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_rp_##P(float a) { return fz_f2i_##P(ceilf(a)); } \\\n",
             "    static __device__ __forceinline__ T fz_f2i_ra_##P(float a) { return fz_f2i_##P(roundf(a)); }\n",
             "#endif\n",
-            "FZ_F2I(s8, s32, int, -128, 127) FZ_F2I(u8, s32, int, 0, 255)\n",
-            "FZ_F2I(s16, s32, int, -32768, 32767) FZ_F2I(u16, s32, int, 0, 65535)\n",
-            "FZ_F2I(s32, s32, int, -2147483647 - 1, 2147483647) FZ_F2I(u32, u32, unsigned int, 0u, 4294967295u)\n",
+            "FZ_F2I(s8, int, h, short, -128, 127) FZ_F2I(u8, int, h, unsigned short, 0, 255)\n",
+            "FZ_F2I(s16, int, h, short, -32768, 32767) FZ_F2I(u16, int, h, unsigned short, 0, 65535)\n",
+            "FZ_F2I(s32, int, r, int, -2147483647 - 1, 2147483647) FZ_F2I(u32, unsigned int, r, unsigned int, 0u, 4294967295u)\n",
             "#undef FZ_F2I\n",
         ),
         // Aligned to its size up to 16 bytes, the alignment the runtime gives every buffer
