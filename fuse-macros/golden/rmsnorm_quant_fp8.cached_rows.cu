@@ -20,10 +20,15 @@ static __device__ __forceinline__ float fz_f8e4m3_to_f32(unsigned char h) {
     return __uint_as_float(a == 0x7fu ? 0x7fffffffu : __float_as_uint(m) | s);
 }
 static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {
+#if __CUDA_ARCH__ >= 890
+    unsigned short r; asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.0f), "f"(f));
+    return isnan(f) ? (unsigned char)0x7fu : (unsigned char)r;
+#else
     const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x43e00000u ? a : 0x43e00000u;
     const unsigned int c = m < 0x3c800000u ? __float_as_uint(__uint_as_float(m) + 16384.0f) - 0x46800000u
         : ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);
     return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);
+#endif
 }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k)); return k; }

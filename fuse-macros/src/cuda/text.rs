@@ -508,11 +508,14 @@ pub(super) fn helper(name: &str) -> &'static str {
             "#endif\n",
             "}\n",
         ),
-        // The fp8 types in bits, on every architecture (PTX's cvt.rn.satfinite.e4m3x2.f32 needs
-        // sm_89, and cuda_fp8.h is not needed): `cuda_fp8.h`'s `__NV_SATFINITE` conversions,
-        // which `fuse_runtime::__private::ops` computes the same way on the CPU. To nearest,
-        // ties to even; a value that would round past the largest finite value (also an
-        // infinity) saturates to it; every NaN becomes 0x7f. The magnitude is first clamped to
+        // The fp8 types: `cuda_fp8.h`'s `__NV_SATFINITE` conversions (cuda_fp8.h itself is not
+        // needed), which `fuse_runtime::__private::ops` computes the same way on the CPU. To
+        // nearest, ties to even; a value that would round past the largest finite value (also
+        // an infinity) saturates to it; every NaN becomes 0x7f. From sm_89 on, one
+        // `cvt.rn.satfinite.e4m3x2.f32` (`e5m2x2`) converts, its NaN replaced by 0x7f (PTX
+        // leaves which NaN unsaid); the integer code below took 13 instructions an element,
+        // which V2 (RMSNorm + fp8 quantization) is bound by. Before sm_89, in bits on the
+        // integer units, the same function: the magnitude is first clamped to
         // the largest value (everything above it rounds or saturates to it), then below the
         // least normal value rounded to a multiple of the least subnormal by an f32 addition
         // whose last place that is (f32 subnormals, flushed or not, round to zero), above it
@@ -526,10 +529,15 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return __uint_as_float(a == 0x7fu ? 0x7fffffffu : __float_as_uint(m) | s);\n",
             "}\n",
             "static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {\n",
+            "#if __CUDA_ARCH__ >= 890\n",
+            "    unsigned short r; asm(\"cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\" : \"=h\"(r) : \"f\"(0.0f), \"f\"(f));\n",
+            "    return isnan(f) ? (unsigned char)0x7fu : (unsigned char)r;\n",
+            "#else\n",
             "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x43e00000u ? a : 0x43e00000u;\n",
             "    const unsigned int c = m < 0x3c800000u ? __float_as_uint(__uint_as_float(m) + 16384.0f) - 0x46800000u\n",
             "        : ((m + 0x7ffffu + ((m >> 20) & 1u)) >> 20) - (120u << 3);\n",
             "    return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);\n",
+            "#endif\n",
             "}\n",
         ),
         "fz_f8e5m2" => concat!(
@@ -540,10 +548,15 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return __uint_as_float(a > 0x7cu ? 0x7fffffffu : b | s);\n",
             "}\n",
             "static __device__ __forceinline__ unsigned char fz_f32_to_f8e5m2(float f) {\n",
+            "#if __CUDA_ARCH__ >= 890\n",
+            "    unsigned short r; asm(\"cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;\" : \"=h\"(r) : \"f\"(0.0f), \"f\"(f));\n",
+            "    return isnan(f) ? (unsigned char)0x7fu : (unsigned char)r;\n",
+            "#else\n",
             "    const unsigned int u = __float_as_uint(f), a = u & 0x7fffffffu, m = a < 0x47600000u ? a : 0x47600000u;\n",
             "    const unsigned int c = m < 0x38800000u ? __float_as_uint(__uint_as_float(m) + 128.0f) - 0x43000000u\n",
             "        : ((m + 0xfffffu + ((m >> 21) & 1u)) >> 21) - (112u << 2);\n",
             "    return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);\n",
+            "#endif\n",
             "}\n",
         ),
         "fz_div" => concat!(
