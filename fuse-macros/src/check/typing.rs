@@ -548,10 +548,29 @@ impl Checker<'_> {
             d.tokens
         );
         let ExprKind::Var(ident) = &d.kind else {
-            let message = if elementwise {
-                format!("`{text}(a, b)` reduces `a` over the dim `b`, and `{}` is not a dim name; {hint}", d.tokens)
-            } else {
-                format!("the second argument of `{text}` is a dim name, such as `cols`")
+            let message = match &d.kind {
+                // `mean(x, (c, s))`, GroupNorm's statistics: not yet (issue 22, doc/kernels.md).
+                ExprKind::Tuple(dims) if dims.len() >= 2 => {
+                    let names: Vec<String> = dims.iter().map(|e| e.tokens.to_string()).collect();
+                    let head = format!(
+                        "`{text}` reduces over one dim: a reduction over several dims at once, \
+                         such as `{text}(x, ({}))`, is not supported yet",
+                        names.join(", ")
+                    );
+                    let (first, last) = (&names[names.len() - 2], &names[names.len() - 1]);
+                    // A position is not the position of positions; every other reduction nests.
+                    match text.starts_with("arg") {
+                        true => head,
+                        false => format!(
+                            "{head}; reduce over one dim in each of two `fn`s (one launch each): \
+                             `{text}(x, {last})` in the first, then `{text}` of its result over \
+                             `{first}` in the second{}",
+                            if names.len() > 2 { ", and so on" } else { "" }
+                        ),
+                    }
+                }
+                _ if elementwise => format!("`{text}(a, b)` reduces `a` over the dim `b`, and `{}` is not a dim name; {hint}", d.tokens),
+                _ => format!("the second argument of `{text}` is a dim name, such as `cols`"),
             };
             self.cx.spanned(&d.tokens, message);
             return None;
@@ -768,5 +787,30 @@ pub fn operand(tokens: &TokenStream) -> String {
         text
     } else {
         format!("({text})")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{assert_error, errors};
+    use quote::quote;
+
+    #[test]
+    fn a_reduction_over_a_tuple_of_dims_says_it_is_not_supported_yet() {
+        let e = errors(quote! { fn f(x: [f32; n, c, s]) -> [f32; n] { mean(x, (c, s)) } });
+        assert_eq!(e.len(), 1, "{e:#?}");
+        assert!(
+            e[0].starts_with("`mean` reduces over one dim: a reduction over several dims at once, such as `mean(x, (c, s))`, is not supported yet; ")
+                && e[0].contains("`mean(x, s)` in the first, then `mean` of its result over `c` in the second"),
+            "{}",
+            e[0]
+        );
+        // The position of a maximum does not nest: no split is suggested.
+        assert_error(
+            quote! { fn f(x: [f32; n, c, s]) -> [u32; n] { argmax(x, (c, s)) } },
+            "`argmax` reduces over one dim: a reduction over several dims at once, such as `argmax(x, (c, s))`, is not supported yet",
+        );
+        let e = errors(quote! { fn f(x: [f32; n, c, s]) -> [u32; n] { argmax(x, (c, s)) } });
+        assert!(!e[0].contains("two `fn`s"), "{}", e[0]);
     }
 }
