@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
         float acc1 = (-__int_as_float(0x7f800000));
         if ((len & 3) == 0) {
             #pragma unroll 4
-            for (long long c = lane; c * 4 < len; c += width) {
+            for (long long c = lane; c < (len >> 2); c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 {
                     const int j = 0;
@@ -140,7 +140,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
         float acc4 = (float)0;
         if ((len & 3) == 0) {
             #pragma unroll 4
-            for (long long c = lane; c * 4 < len; c += width) {
+            for (long long c = lane; c < (len >> 2); c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 {
                     const int j = 0;
@@ -209,8 +209,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);
         if ((len & 3) == 0) {
+            const long long steps = live ? len >> 2 : 0;
             #pragma unroll 4
-            for (long long c = lane; live && c * 4 < len; c += width) {
+            for (long long c = lane; c < steps; c += width) {
                 fz_vec<float, 4> s0;
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 bool fz_bad = false;

@@ -55,7 +55,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         float acc1 = (-__int_as_float(0x7f800000));
         if ((len & 3) == 0) {
             #pragma unroll 4
-            for (long long c = lane; c * 4 < len; c += width) {
+            for (long long c = lane; c < (len >> 2); c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 {
                     const int j = 0;
@@ -115,7 +115,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         float acc4 = (float)0;
         if ((len & 3) == 0) {
             #pragma unroll 4
-            for (long long c = lane; c * 4 < len; c += width) {
+            for (long long c = lane; c < (len >> 2); c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 {
                     const int j = 0;
@@ -184,8 +184,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);
         if ((len & 3) == 0) {
+            const long long steps = live ? len >> 2 : 0;
             #pragma unroll 4
-            for (long long c = lane; live && c * 4 < len; c += width) {
+            for (long long c = lane; c < steps; c += width) {
                 fz_vec<unsigned short, 4> s0;
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
                 {
