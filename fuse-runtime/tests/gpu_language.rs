@@ -1505,6 +1505,67 @@ fn integer_negations_and_narrow_conversions_as_ptxas_miscompiled_them() {
     }
 }
 
+/// 64-bit shifts and products by 2^31 computed again in an unrolled loop beside a write through
+/// `&mut`: ptxas 13.0 made them products by -2^31 (p11659 of the random programs, 950 of 4318
+/// elements written with the wrong sign). Each row's indices are a permutation, a fifth of them
+/// out of range, so each element is written once or kept, and `s` of both signs decides.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn products_by_two_to_the_31_as_ptxas_miscompiled_them() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(a, b, c) in &[(127usize, 17usize, 31usize), (5, 3, 64), (1000, 7, 13)] {
+        let x0: Vec<f32> = rng.floats(a * b * c, -9.0, 9.0);
+        let x1: Vec<u32> = rng.ints(a * b * c);
+        let x5: Vec<u16> = rng.ints(a * b * c);
+        let before: Vec<i64> = rng.ints(a * b * c);
+        let at: Vec<i16> = (0..a * c)
+            .map(|i| match i % 5 {
+                4 => [-1, c as i16][i % 2],
+                _ => ((i % c * 7 + i / c) % c) as i16,
+            })
+            .collect();
+        for s in [-1i64, -3, 5, 1 << 40, -(1 << 33) + 1, rng.ints::<i64>(1)[0]] {
+            type Written = fn(
+                &Device,
+                &Buffer<f32>,
+                &Buffer<u32>,
+                &Buffer<i16>,
+                &mut Buffer<i64>,
+                i64,
+                &Buffer<u16>,
+            ) -> Result<(Buffer<f32>, Buffer<u32>), Error>;
+            let kernels: [(&str, Written); 3] = [
+                ("shl31_written", kernels::shl31_written),
+                ("mul31_written", kernels::mul31_written),
+                ("mul31_folded_written", kernels::mul31_folded_written),
+            ];
+            for (name, f) in kernels {
+                let run = |d: &Device| {
+                    let mut w = put(d, &before, &[a, b, c]);
+                    let (y0, y1) = f(
+                        d,
+                        &put(d, &x0, &[a, b, c]),
+                        &put(d, &x1, &[a, b, c]),
+                        &put(d, &at, &[a, c]),
+                        &mut w,
+                        s,
+                        &put(d, &x5, &[a, b, c]),
+                    )?;
+                    Ok((y0, y1, w))
+                };
+                assert_gpu_matches_cpu(
+                    &gpu,
+                    &format!("{name}, {a} x {b} x {c}, s = {s}"),
+                    run,
+                    &[Tol::EXACT; 3],
+                );
+            }
+        }
+    }
+}
+
 /// `x.powi(7)` near 1e28 in f64 under a `logsumexp` over the leading dim: every pass rounds the
 /// power's products alike, so `x^7 - max` is 0 at the maximum and the result finite (p3039 of the
 /// 10,000-program run was infinite on the GPU).

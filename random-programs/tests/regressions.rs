@@ -12,7 +12,10 @@
 //! miscompiles and a fused product in `powi`, kept as `integer_negations_and_narrow_conversions_
 //! as_ptxas_miscompiled_them` and `powers_under_a_logsumexp_round_alike_in_every_pass` there;
 //! its p3238 is a harness case (`harness::gpu_against_cpu`), and p6329 the FMA at the top of
-//! the range that doc/language.md's accuracy section explains and the oracle now allows.
+//! the range that doc/language.md's accuracy section explains and the oracle now allows. p11659
+//! (2026-12-02, the 2,500 programs from p10000) was a fourth: `(s << 95).min(..)` on `i64`
+//! written through `&mut`, which ptxas computed again in an unrolled loop as `s * -2^31`; kept as
+//! `products_by_two_to_the_31_as_ptxas_miscompiled_them` there (item 102).
 
 use fuse_runtime::{bf16, f16, fuse, Device, Error};
 use random_programs::harness::{Args, Out};

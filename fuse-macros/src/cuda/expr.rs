@@ -101,6 +101,25 @@ impl Cuda<'_> {
                     _ => format!("__fmul_rn(v{a}, v{b})"),
                 }
             }
+            // A 64-bit product or left shift with a constant operand takes it through
+            // `fz_zero`, which neither compiler can fold: ptxas 13.0 (sm_80 and sm_90) made
+            // `x << 31` and `x * 2147483648` on 64 bits `x * -2147483648` where it computed
+            // them again inside an unrolled loop (p11659 of the random programs: `(s << 95)
+            // .min(..)` written through `&mut`, its high word negated). NVVM folds constant
+            // products (`s * 65536 * 32768`), so every constant operand goes through it.
+            Op::Binary(op @ (BinOp::Mul | BinOp::Shl), a, b)
+                if e.is_int() && e.bits() == 64 && (self.constant(*a) || self.constant(*b)) =>
+            {
+                self.helpers.insert("fz_zero");
+                let hide = |this: &Self, n: &NodeId| match this.constant(*n) {
+                    true => format!("({} ^ fz_zero)", v(n)),
+                    false => v(n),
+                };
+                match op {
+                    BinOp::Shl => self.binary(*op, e, &v(a), &hide(self, b)),
+                    _ => self.binary(*op, e, &hide(self, a), &hide(self, b)),
+                }
+            }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
                 if let Some(converted) = self.float_to_int(*a, e) {
@@ -254,6 +273,18 @@ impl Cuda<'_> {
             UnOp::Neg => format!("(({})(0ull - ({}){a}))", e.c_name(), e.c_unsigned()),
             UnOp::Not if e == Elem::Bool => format!("(!{a})"),
             UnOp::Not => format!("(({})~{a})", e.c_name()),
+        }
+    }
+
+    /// Whether node `n`'s value is a constant of the program: literals and what is computed
+    /// from them alone, which NVVM folds.
+    fn constant(&self, n: NodeId) -> bool {
+        match &self.k.nodes[n].op {
+            Op::Int(_) | Op::Float(_) | Op::Bool(_) => true,
+            op @ (Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Select(..)) => {
+                op.operands().into_iter().all(|m| self.constant(m))
+            }
+            _ => false,
         }
     }
 

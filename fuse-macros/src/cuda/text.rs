@@ -282,6 +282,9 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return (T)(int)((x < y ? x : y) ^ 0x80000000u);\n",
             "}\n",
         ),
+        // A zero that neither NVVM nor ptxas can fold: a `__constant__` the host could write
+        // (it never does), so not `static`. See the 64-bit products in `expr.rs`.
+        "fz_zero" => "__constant__ unsigned int fz_zero = 0u;\n",
         // The negation of an 8- or 16-bit signed integer, in 32 bits: ptxas 13.0 lowers PTX's
         // `neg.s16` to a 32-bit negation of the sign-extended value and does not wrap it, so
         // `-(-32768i16) >= 29912` was true (p2625 of the 10,000-program run). `not` and `add`

@@ -1086,6 +1086,25 @@ fuse! {
         (x.max(y / (-4)).max(-z), x.min(-y).min(z).clamp(-z, 77))
     }
 
+    /// 64-bit shifts and products by 2^31 beside a write through `&mut` (p11659 of the random
+    /// programs, as it was generated: ptxas 13.0 computed `s << 31` again inside the unrolled
+    /// loop as `s * -2^31`, its high word negated), the same by a literal, and by two literals
+    /// that NVVM folds into one.
+    pub fn shl31_written(x0: [f32; a, b, c], x1: [u32; a, b, c], at: [i16; a, c], w: &mut [i64; a, b, m], s: i64, x5: [u16; a, b, c]) -> ([f32; a, b, c], [u32; a, b, c]) {
+        w[.., .., at] = (s << 95).min(x5 as i64);
+        (x0, index(c).min(x1))
+    }
+
+    pub fn mul31_written(x0: [f32; a, b, c], x1: [u32; a, b, c], at: [i16; a, c], w: &mut [i64; a, b, m], s: i64, x5: [u16; a, b, c]) -> ([f32; a, b, c], [u32; a, b, c]) {
+        w[.., .., at] = (s * 2147483648).min(x5 as i64);
+        (x0, index(c).min(x1))
+    }
+
+    pub fn mul31_folded_written(x0: [f32; a, b, c], x1: [u32; a, b, c], at: [i16; a, c], w: &mut [i64; a, b, m], s: i64, x5: [u16; a, b, c]) -> ([f32; a, b, c], [u32; a, b, c]) {
+        w[.., .., at] = (s * 65536 * 32768).min(x5 as i64);
+        (x0, index(c).min(x1))
+    }
+
     /// `-i16::MIN` wraps to itself (p2625: compared as +32768), then is compared and shifted.
     pub fn neg_i16_compared(x: [i16; n], y: [i16; n]) -> ([bool; n], [i16; n], [i16; n]) {
         ((-x) >= y, (-x) >> 3, (-x).max(y))

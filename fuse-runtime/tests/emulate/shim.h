@@ -40,6 +40,7 @@ static std::atomic<bool> g_used_shared{false};
 #define __forceinline__ inline
 #define __restrict__
 #define __shared__ static
+#define __constant__
 #define __launch_bounds__(...)
 static inline void __syncthreads() { g_blk->block.arrive_and_wait(); }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
