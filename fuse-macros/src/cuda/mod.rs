@@ -963,6 +963,38 @@ mod tests {
         assert!(accurate.contains("expf(") && !accurate.contains("__expf"));
     }
 
+    /// A 64-bit product or left shift takes its constant operands through `fz_zero` (ptxas 13.0
+    /// made `x << 31` a product by -2^31: p11659), folded products too; a 32-bit one, or one of
+    /// two values, does not.
+    #[test]
+    fn constant_64_bit_products_and_shifts_go_through_a_zero() {
+        let text = source(quote! {
+            fn f(x: [i64; n], y: [u64; n], z: [i32; n], s: i64) -> ([i64; n], [u64; n], [i32; n], [i64; n]) {
+                ((s << 95).min(x), y * 65536 * 32768, z * 7 << 31, x * s)
+            }
+        });
+        assert!(
+            text.contains("__constant__ unsigned int fz_zero = 0u;"),
+            "{text}"
+        );
+        // The shift's amount, and both products of `y` by a constant.
+        for hidden in [
+            "v3 << ((unsigned int)(v4 ^ fz_zero) & 63u)",
+            "(v1 * (v7 ^ fz_zero))",
+            "(v8 * (v9 ^ fz_zero))",
+        ] {
+            assert!(text.contains(hidden), "{hidden}: {text}");
+        }
+        // Not the 32-bit product and shift, nor `x * s`.
+        for plain in [
+            "(unsigned int)v2 * (unsigned int)v11",
+            "v12 << ((unsigned int)v13 & 31u)",
+            "(unsigned long long)v0 * (unsigned long long)v3",
+        ] {
+            assert!(text.contains(plain), "{plain}: {text}");
+        }
+    }
+
     /// A cast to a 16-bit float is rounded once: a store of it writes the bits the cast made,
     /// not the value rounded again; bf16 rounds with one instruction from sm_80.
     #[test]
