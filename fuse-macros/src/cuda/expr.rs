@@ -110,15 +110,17 @@ impl Cuda<'_> {
             Op::Binary(op @ (BinOp::Mul | BinOp::Shl), a, b)
                 if e.is_int() && e.bits() == 64 && (self.constant(*a) || self.constant(*b)) =>
             {
-                self.helpers.insert("fz_zero");
-                let hide = |this: &Self, n: &NodeId| match this.constant(*n) {
+                let hide = |n: &NodeId| match self.constant(*n) {
                     true => format!("({} ^ fz_zero)", v(n)),
                     false => v(n),
                 };
-                match op {
-                    BinOp::Shl => self.binary(*op, e, &v(a), &hide(self, b)),
-                    _ => self.binary(*op, e, &hide(self, a), &hide(self, b)),
-                }
+                // A shift hides its amount only: a constant shifted by a variable amount is no product.
+                let (x, y) = match op {
+                    BinOp::Shl => (v(a), hide(b)),
+                    _ => (hide(a), hide(b)),
+                };
+                self.helpers.insert("fz_zero");
+                self.binary(*op, e, &x, &y)
             }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
