@@ -252,6 +252,14 @@ impl Cpu<'_> {
                 continue;
             }
             let at = self.at(&out.shape.clone(), scope);
+            if out.packed {
+                // Bit `at % 32` of word `at / 32`, cleared or set: the words start as zeros on
+                // the GPU, here as whatever the buffer held.
+                self.line(format!(
+                    "{{ let fz_w = &mut out{buffer}[{at} >> 5]; let fz_b = 1u32 << ({at} & 31); *fz_w = if {v} {{ *fz_w | fz_b }} else {{ *fz_w & !fz_b }}; }}"
+                ));
+                continue;
+            }
             self.line(format!("out{buffer}[{at}] = {v};"));
         }
     }
@@ -282,8 +290,11 @@ impl Cpu<'_> {
             Op::Load(p) => {
                 let param = &k.params[*p];
                 let at = self.at(param.shape.as_ref().expect("a tensor"), scope);
-                let raw = format!("p_{}[{at}]", crate::ir::plain_name(&param.name));
-                loaded(param.elem, raw)
+                let name = crate::ir::plain_name(&param.name);
+                if param.packed {
+                    return format!("((p_{name}[{at} >> 5] >> ({at} & 31)) & 1 != 0)");
+                }
+                loaded(param.elem, format!("p_{name}[{at}]"))
             }
             Op::Scalar(p) => {
                 let param = &k.params[*p];

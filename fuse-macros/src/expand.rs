@@ -101,7 +101,7 @@ impl RustSig {
         let inputs = k
             .params
             .iter()
-            .map(|p| (p.name.clone(), p.elem, p.shape.is_some()))
+            .map(|p| (p.name.clone(), p.stored_elem(), p.shape.is_some()))
             .collect();
         RustSig {
             inputs,
@@ -110,7 +110,7 @@ impl RustSig {
                 .outputs
                 .iter()
                 .filter(|o| o.place.is_none())
-                .map(|o| o.elem)
+                .map(|o| o.stored_elem())
                 .collect(),
             tuple: k.tuple,
         }
@@ -262,10 +262,15 @@ fn expand_kernel(k: &Kernel, archs: &[u32]) -> TokenStream {
     let n_inputs = k.tensor_params().count();
     let tensor_inputs: Vec<&Ident> = k.tensor_params().map(|(_, p, _)| &p.name).collect();
     let alloc = out_names.iter().zip(&k.outputs).enumerate().map(|(j, (o, out))| {
-        let t = elem_tokens(out.elem);
+        let t = elem_tokens(out.stored_elem());
         let index = n_inputs + j;
+        // Packed bits are ORed into zeros.
+        let alloc = match out.packed {
+            true => format_ident!("alloc_zeroed"),
+            false => format_ident!("alloc"),
+        };
         quote! {
-            let mut #o = #rt::__private::alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::__fuse::SIGNATURE, #index, &#dims))?;
+            let mut #o = #rt::__private::#alloc::<#t>(#dev, &#rt::__private::shape_of(&#name::__fuse::SIGNATURE, #index, &#dims))?;
         }
     });
     let result = if k.tuple || out_names.is_empty() {
@@ -390,6 +395,9 @@ fn fn_doc(k: &Kernel) -> String {
                 plain_name(&p.name),
                 type_text(k, p.elem, s)
             ),
+            (Some(s), false) if p.packed => {
+                format!("`{}: {}`", plain_name(&p.name), words_text(k, s))
+            }
             (Some(s), false) => format!("`{}: {}`", plain_name(&p.name), type_text(k, p.elem, s)),
             (None, _) => format!("`{}: {}`", plain_name(&p.name), p.elem),
         })
@@ -399,7 +407,10 @@ fn fn_doc(k: &Kernel) -> String {
         .outputs
         .iter()
         .filter(|o| o.place.is_none())
-        .map(|o| format!("`{}`", type_text(k, o.elem, &o.stored_shape())))
+        .map(|o| match o.packed {
+            true => format!("`{}`", words_text(k, &o.shape)),
+            false => format!("`{}`", type_text(k, o.elem, &o.stored_shape())),
+        })
         .collect();
     format!(
         "\n\nFused kernel, one launch ({}). Takes {}; returns {}. \
@@ -428,6 +439,12 @@ fn type_text(k: &Kernel, e: Elem, shape: &[usize]) -> String {
     format!("[{e}; {}]", dims.join(", "))
 }
 
+/// Packed bits' type: `[u32; words of [rows, cols]]`.
+fn words_text(k: &Kernel, shape: &[usize]) -> String {
+    let dims: Vec<String> = shape.iter().map(|&d| k.dims[d].to_string()).collect();
+    format!("[u32; words of [{}]] (packed bits)", dims.join(", "))
+}
+
 fn launch_text(k: &Kernel) -> String {
     match &k.launch {
         Launch::Map { .. } => "elementwise".into(),
@@ -443,25 +460,29 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
         |shape: &[usize]| -> Vec<TokenStream> { shape.iter().map(|&d| dim_ref(k, d)).collect() };
     let inputs = k
         .tensor_params()
-        .map(|(_, p, s)| (plain_name(&p.name), s.clone(), false));
+        .map(|(_, p, s)| (plain_name(&p.name), s.clone(), false, p.packed));
     let outputs = sig
         .output_names()
         .into_iter()
         .zip(&k.outputs)
-        .map(|(n, o)| (plain_name(&n), o.stored_shape(), true));
+        .map(|(n, o)| (plain_name(&n), o.stored_shape(), true, o.packed));
     // Then the `&mut` parameters, in the order of [`Kernel::output_buffer`].
     let written = k.written_params().map(|p| {
         (
             plain_name(&p.name),
             p.shape.clone().unwrap_or_default(),
             true,
+            false,
         )
     });
     let tensors = inputs
         .chain(outputs)
         .chain(written)
-        .map(|(name, shape, output)| {
-            let refs = dim_refs(&shape);
+        .map(|(name, shape, output, packed)| {
+            let mut refs = dim_refs(&shape);
+            if packed {
+                refs = vec![quote!(#rt::__private::DimRef::Words(&[#(#refs),*]))];
+            }
             quote!(#rt::__private::TensorSig { name: #name, dims: &[#(#refs),*], output: #output })
         });
     let kernel = plain_name(&k.name);
@@ -520,12 +541,12 @@ fn program_items(
     let n_inputs = k.tensor_params().count();
     let params = program.params.iter().map(|param| match *param {
         Param::Input(i) => {
-            let (tensor, bytes) = (tensor_index(i), k.params[i].elem.bits() / 8);
+            let (tensor, bytes) = (tensor_index(i), k.params[i].stored_elem().bits() / 8);
             quote!(#p::Param::Input { tensor: #tensor, bytes: #bytes })
         }
         Param::Output(j) => {
             let tensor = n_inputs + k.output_buffer(j);
-            let bytes = k.outputs[j].elem.bits() / 8;
+            let bytes = k.outputs[j].stored_elem().bits() / 8;
             quote!(#p::Param::Output { tensor: #tensor, bytes: #bytes })
         }
         Param::Scalar(i) => {
@@ -719,7 +740,7 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
         .collect();
     let tensors: Vec<(&Ident, TokenStream)> = k
         .tensor_params()
-        .map(|(_, p, _)| (&p.name, elem_tokens(p.elem)))
+        .map(|(_, p, _)| (&p.name, elem_tokens(p.stored_elem())))
         .collect();
     let scalars: Vec<(&Ident, TokenStream)> = k
         .params
@@ -731,7 +752,7 @@ fn cpu_items(k: &Kernel, plan: &crate::plan::Plan, sig: &RustSig) -> TokenStream
         .outputs
         .iter()
         .filter(|o| o.place.is_none())
-        .map(|o| o.elem)
+        .map(|o| o.stored_elem())
         .chain(written.map(|p| p.elem))
         .map(elem_tokens)
         .collect();

@@ -254,6 +254,20 @@ pub struct ParamInfo {
     /// A `&mut` tensor parameter, written through `p[items] = value;` (an output of the kernel
     /// with an [`OutputInfo::place`]) and never read.
     pub written: bool,
+    /// A `bool` tensor held as packed bits (what the training pair saves of a predicate): 32-bit
+    /// words, bit `i % 32` of word `i / 32` the element at row-major position `i` of `shape`.
+    /// Only in the hidden launches of an elementwise kernel's training pair, over its domain.
+    pub packed: bool,
+}
+
+impl ParamInfo {
+    /// The element type in memory: `u32` words for packed bits, else `elem`.
+    pub fn stored_elem(&self) -> Elem {
+        match self.packed {
+            true => Elem::U32,
+            false => self.elem,
+        }
+    }
 }
 
 pub struct OutputInfo {
@@ -272,6 +286,9 @@ pub struct OutputInfo {
     /// the domain (`shape`, the slice's shape) is stored where the slice of the parameter puts
     /// each element, and nowhere else.
     pub place: Option<Place>,
+    /// A `bool` output stored as packed bits, as [`ParamInfo::packed`]: ORed into words the
+    /// caller zeroed (`alloc_zeroed`).
+    pub packed: bool,
 }
 
 /// Where a write through a `&mut` parameter stores each element of its domain.
@@ -291,6 +308,14 @@ impl OutputInfo {
         std::iter::once(self.node)
             .chain(gathers.map(|g| g.index))
             .collect()
+    }
+
+    /// The element type in memory: `u32` words for packed bits, else `elem`.
+    pub fn stored_elem(&self) -> Elem {
+        match self.packed {
+            true => Elem::U32,
+            false => self.elem,
+        }
     }
 
     /// The output's shape in memory: `shape`, `[parts, len]` for partial sums, or the `&mut`

@@ -183,8 +183,8 @@ pub mod __private {
     pub use crate::long_rows::long_row_shared_bytes;
     pub use crate::ops;
     pub use crate::private::{
-        alloc, bind, bind_written, host_read, host_write, is_cpu, reciprocal, round_key, shape_of,
-        DimRef, Signature, Sizes, TensorSig,
+        alloc, alloc_zeroed, bind, bind_written, host_read, host_write, is_cpu, reciprocal,
+        round_key, shape_of, DimRef, Signature, Sizes, TensorSig,
     };
     pub use crate::program::{
         launch_program, programs, Entry, Grid, Param, Program, Registered, When, Work,

@@ -22,6 +22,10 @@ pub enum DimRef {
     /// A dim made of parts, `2 * h + p` (or `d * 2`, the same size): the sum of each count
     /// times its dim's size. It binds the one named dim in it that no other axis binds.
     Sum(&'static [(usize, DimRef)]),
+    /// The 32-bit words that hold one bit for each element of a tensor of these axes (a
+    /// predicate the training pair saves): their product divided by 32, rounded up. It binds
+    /// nothing.
+    Words(&'static [DimRef]),
 }
 
 impl DimRef {
@@ -33,6 +37,10 @@ impl DimRef {
             DimRef::Sum(terms) => terms.iter().fold(0usize, |a, (count, d)| {
                 a.saturating_add(count.saturating_mul(d.size(dims)))
             }),
+            DimRef::Words(axes) => axes
+                .iter()
+                .fold(1usize, |a, d| a.saturating_mul(d.size(dims)))
+                .div_ceil(32),
         }
     }
 }
@@ -211,6 +219,10 @@ fn check_sums(
     bound: &mut [Option<(usize, &'static str)>],
 ) -> Result<(), Error> {
     for (axis, (&dim, &found)) in param.dims.iter().zip(tensor.shape()).enumerate() {
+        if let DimRef::Words(axes) = dim {
+            check_words(sig, param, axis, axes, found, bound)?;
+            continue;
+        }
         let DimRef::Sum(terms) = dim else { continue };
         let text = sum_text(sig, terms);
         let mut known = 0usize;
@@ -225,7 +237,7 @@ fn check_sums(
                     known = known.saturating_add(count.saturating_mul(size));
                 }
                 DimRef::Fixed(n) => known = known.saturating_add(count.saturating_mul(n)),
-                DimRef::Sum(_) => {}
+                DimRef::Sum(_) | DimRef::Words(_) => {}
             }
         }
         let mismatch = |expected| Error::Shape {
@@ -251,6 +263,42 @@ fn check_sums(
     Ok(())
 }
 
+/// Checks an axis of packed bits ([`DimRef::Words`]) once the dims of its tensor's axes are
+/// bound by other tensors: one word for each 32 elements, the last word partly used.
+fn check_words(
+    sig: &Signature,
+    param: &TensorSig,
+    axis: usize,
+    axes: &'static [DimRef],
+    found: usize,
+    bound: &[Option<(usize, &'static str)>],
+) -> Result<(), Error> {
+    let sizes: Vec<usize> = bound.iter().map(|b| b.map_or(0, |(n, _)| n)).collect();
+    let expected = DimRef::Words(axes).size(&sizes);
+    if expected == found {
+        return Ok(());
+    }
+    let names: Vec<String> = axes
+        .iter()
+        .map(|&d| match d {
+            DimRef::Named(i) => sig.dims.get(i).copied().unwrap_or("?").to_string(),
+            DimRef::Fixed(n) => n.to_string(),
+            DimRef::Sum(_) | DimRef::Words(_) => "?".into(),
+        })
+        .collect();
+    Err(Error::Shape {
+        kernel: sig.kernel.to_string(),
+        param: param.name.to_string(),
+        dim: format!(
+            "axis {axis} (the 32-bit words of one bit an element of `[{}]`)",
+            names.join(", ")
+        ),
+        expected,
+        found,
+        bound_by: None,
+    })
+}
+
 /// A dim made of parts as the signature writes it, `2 * h + p`.
 fn sum_text(sig: &Signature, terms: &[(usize, DimRef)]) -> String {
     let names: Vec<String> = terms
@@ -259,7 +307,7 @@ fn sum_text(sig: &Signature, terms: &[(usize, DimRef)]) -> String {
             let name = match d {
                 DimRef::Named(i) => sig.dims.get(i).copied().unwrap_or("?").to_string(),
                 DimRef::Fixed(n) => n.to_string(),
-                DimRef::Sum(_) => "?".into(),
+                DimRef::Sum(_) | DimRef::Words(_) => "?".into(),
             };
             match count {
                 1 => name,
@@ -292,7 +340,7 @@ fn check_axis(
             size,
             None,
         )),
-        DimRef::Fixed(_) | DimRef::Sum(_) => Ok(()),
+        DimRef::Fixed(_) | DimRef::Sum(_) | DimRef::Words(_) => Ok(()),
         DimRef::Named(index) => {
             let (Some(slot), Some(&name)) = (bound.get_mut(index), sig.dims.get(index)) else {
                 return Err(Error::Internal {
@@ -362,6 +410,12 @@ impl<const N: usize> PartialEq<[usize; N]> for Sizes {
 /// the kernel writes every element.
 pub fn alloc<T: Element>(dev: &Device, shape: &[usize]) -> Result<Buffer<T>, Error> {
     Buffer::uninit(dev, shape)
+}
+
+/// Allocates an output of `shape` on `dev`, filled with zeros: packed bits, which the kernel
+/// sets with an atomic or of each word's bits and never clears.
+pub fn alloc_zeroed<T: Element>(dev: &Device, shape: &[usize]) -> Result<Buffer<T>, Error> {
+    Buffer::zeros(dev, shape)
 }
 
 /// A copy of a tensor's elements, in row-major order (for the CPU backend).

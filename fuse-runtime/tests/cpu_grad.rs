@@ -606,10 +606,48 @@ fn training_pairs_give_the_forwards_outputs_and_vjps_gradients() {
     }
     assert_eq!(
         (relu4::VJP_BYTES_PER_ELEMENT, relu4::TRAIN_BYTES_PER_ELEMENT),
-        (24, 10),
-        "vjp reads x1..x4 and dy and writes dx1; the pair writes a mask and reads it and dy"
+        (24.0, 8.25),
+        "vjp reads x1..x4 and dy and writes dx1; the pair writes a mask of packed bits, reads \
+         it and dy, and writes dx1"
     );
     assert_eq!(relu4::BACKWARD_LAUNCHES, 1);
+    // In bf16 over `[t, h]`: the bits of rows of odd lengths.
+    use grad_kernels::relu3_bf16;
+    for (t, h) in [(1, 1), (3, 7), (5, 33), (17, 100)] {
+        let s = [t, h];
+        let xs: Vec<Buffer<bf16>> = (0..3)
+            .map(|_| {
+                let v: Vec<bf16> = rng
+                    .floats::<f32>(t * h, -1.0, 1.0)
+                    .into_iter()
+                    .map(bf16::from_f32)
+                    .collect();
+                common::put(&dev, &v, &s)
+            })
+            .collect();
+        let dv: Vec<bf16> = rng
+            .floats::<f32>(t * h, -1.0, 1.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let dy = common::put(&dev, &dv, &s);
+        let (y, saved) = relu3_bf16::forward_train(&dev, &xs[0], &xs[1], &xs[2]).unwrap();
+        let g = relu3_bf16::vjp(&dev, &xs[0], &xs[1], &xs[2], &dy).unwrap();
+        let g2 = relu3_bf16::backward(&dev, &saved, &dy).unwrap();
+        assert_eq!(
+            common::host(&g2.a),
+            common::host(&g.a),
+            "relu3_bf16 {t}x{h}"
+        );
+        // `dy` where the sum is positive (bf16 keeps f32's exponents: so is `y`), else zero.
+        let want: Vec<bf16> = common::host(&y)
+            .iter()
+            .zip(&dv)
+            .map(|(&y, &d)| if y.to_f32() > 0.0 { d } else { bf16::ZERO })
+            .collect();
+        assert_eq!(common::host(&g2.a), want, "relu3_bf16 {t}x{h}");
+    }
+    assert_eq!(relu3_bf16::TRAIN_BYTES_PER_ELEMENT, 4.25);
 }
 
 #[test]

@@ -334,4 +334,22 @@ fn training_pairs_match_the_cpu() {
             &[Tol::close(1e-6, 1e-6), Tol::close(0.0, 0.0)],
         );
     }
+    // Eight bf16 elements a vector, bits across rows of odd lengths.
+    for (t, h) in [(3, 7), (1025, 33), (4099, 8)] {
+        let xs: Vec<Vec<bf16>> = (0..3)
+            .map(|_| halves(&rng.floats::<f32>(t * h, -1.0, 1.0), bf16::from_f32))
+            .collect();
+        let d = halves(&rng.floats::<f32>(t * h, -1.0, 1.0), bf16::from_f32);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("relu3_bf16 training pair {t}x{h}"),
+            |dev: &Device| {
+                let p: Vec<Buffer<bf16>> = xs.iter().map(|x| put(dev, x, &[t, h])).collect();
+                let (y, saved) = relu3_bf16::forward_train(dev, &p[0], &p[1], &p[2])?;
+                let g = relu3_bf16::backward(dev, &saved, &put(dev, &d, &[t, h]))?;
+                Ok((y, g.a))
+            },
+            &[tol(1.0, 1e-2), Tol::close(0.0, 0.0)],
+        );
+    }
 }

@@ -373,6 +373,7 @@ impl<'a> Checker<'a> {
                 elem: elem.unwrap_or(Elem::F32),
                 shape: shape.clone(),
                 written: p.written.is_some() && shape.is_some(),
+                packed: false,
             });
             let op = if shape.is_some() {
                 Op::Load(id)
@@ -569,6 +570,7 @@ impl<'a> Checker<'a> {
                 tokens: e.tokens.clone(),
                 partial: None,
                 place: None,
+                packed: false,
             });
         }
         Some(outputs)

@@ -59,6 +59,7 @@ impl Checker<'_> {
                 shape: stored,
                 view,
             }),
+            packed: false,
         })
     }
 

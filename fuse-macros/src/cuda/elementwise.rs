@@ -264,12 +264,10 @@ impl Cuda<'_> {
             .elems
             .iter()
             .filter(|id| !uniform.contains(id))
-            .filter_map(|&id| {
-                if let Op::Load(p) = k.nodes[id].op {
-                    Some(p)
-                } else {
-                    None
-                }
+            .filter_map(|&id| match k.nodes[id].op {
+                // Packed bits are read a word at a time (`fz_bit`).
+                Op::Load(p) if !k.params[p].packed => Some(p),
+                _ => None,
             })
             .collect();
         // A loop that writes asks L2 to evict the lines it reads last (`fz_ld_keep`), so that
@@ -342,6 +340,18 @@ impl Cuda<'_> {
         }
         for &o in &pass.writes {
             let t = k.outputs[o].elem.c_storage();
+            if k.outputs[o].packed {
+                // The vector's bits, in the word of its first element.
+                self.helpers.insert("fz_bits");
+                let bits: Vec<String> = (0..lanes)
+                    .map(|l| format!("(s{o}.v[{l}] ? {}u : 0u)", 1u32 << l))
+                    .collect();
+                self.line(format!(
+                    "fz_or_bits(out{o}, (long long)j * {lanes}, {});",
+                    bits.join(" | ")
+                ));
+                continue;
+            }
             let bits = self.vector_bits(o, false);
             let Some(place) = &k.outputs[o].place else {
                 self.line(format!(

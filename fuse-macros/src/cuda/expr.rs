@@ -18,6 +18,16 @@ impl Cuda<'_> {
                 let param = &k.params[*p];
                 let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
                 let name = crate::ir::plain_name(&param.name);
+                // Packed bits: only elementwise launches over their shape read them.
+                if param.packed {
+                    self.helpers.insert("fz_bits");
+                    return match scope {
+                        Scope::Lane => {
+                            format!("fz_bit(p_{name}, (long long)j * {}, l)", self.lanes)
+                        }
+                        _ => format!("fz_bit(p_{name}, o{s})"),
+                    };
+                }
                 let raw = match (scope, &k.launch) {
                     (Scope::Lane, _) => format!("l_{name}.v[l]"),
                     (Scope::Element, _) if self.row_vectors_now.contains(p) => {

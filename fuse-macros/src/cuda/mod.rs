@@ -552,7 +552,7 @@ impl Cuda<'_> {
                     (format!("const {t}* __restrict__"), format!("p_{name}"))
                 }
                 Param::Output(j) => {
-                    let t = k.outputs[j].elem.c_storage();
+                    let t = k.outputs[j].stored_elem().c_storage();
                     (format!("{t}* __restrict__"), format!("out{j}"))
                 }
                 Param::Scalar(i) => {
@@ -631,7 +631,10 @@ impl Cuda<'_> {
     /// A parameter's storage type and plain name, as in `const float* p_x`.
     fn param_text(&self, p: usize) -> (&'static str, String) {
         let param = &self.k.params[p];
-        (param.elem.c_storage(), crate::ir::plain_name(&param.name))
+        (
+            param.stored_elem().c_storage(),
+            crate::ir::plain_name(&param.name),
+        )
     }
 
     fn shape_index(&self, shape: &[DimId]) -> usize {
@@ -676,6 +679,11 @@ impl Cuda<'_> {
                     Some(inside) => self.line(format!("if ({inside}) out{o}[{at}] = {v};")),
                     None => self.line(format!("out{o}[{at}] = {v};")),
                 }
+                continue;
+            }
+            if out.packed {
+                self.helpers.insert("fz_bits");
+                self.line(format!("fz_or_bits(out{o}, {at}, {v} ? 1u : 0u);"));
                 continue;
             }
             if out.partial.is_some() {

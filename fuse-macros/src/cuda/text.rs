@@ -285,6 +285,27 @@ pub(super) fn helper(name: &str) -> &'static str {
         // A zero that neither NVVM nor ptxas can fold: a `__constant__` the host could write
         // (it never does), so not `static`. See the 64-bit products in `expr.rs`.
         "fz_zero" => "__constant__ unsigned int fz_zero = 0u;\n",
+        // Packed bits, what the training pair saves of a predicate (`ParamInfo::packed`): bit
+        // `i % 32` of word `i / 32`; `fz_bit(w, i, l)` is element `i + l` of a vector from `i`
+        // (the same word, loaded once for the vector's lanes). `fz_or_bits` sets `bits`, those of the elements from `i` on
+        // (`i` a multiple of their count, which divides 32), in words that start as zeros: the
+        // threads of a warp that share a word OR their bits together and the lowest of them ORs
+        // the word in memory, one atomic a word and warp instead of one an element.
+        "fz_bits" => concat!(
+            "static __device__ __forceinline__ bool fz_bit(const unsigned int* __restrict__ w, long long i, int l = 0) {\n",
+            "    return ((w[i >> 5] >> ((i & 31) + l)) & 1u) != 0u;\n",
+            "}\n",
+            "static __device__ __forceinline__ void fz_or_bits(unsigned int* __restrict__ w, long long i, unsigned int bits) {\n",
+            "    bits <<= (i & 31);\n",
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
+            "    const unsigned int peers = __match_any_sync(__activemask(), (unsigned long long)(i >> 5));\n",
+            "    bits = __reduce_or_sync(peers, bits);\n",
+            "    if (bits != 0u && (threadIdx.x & 31u) == (unsigned int)(__ffs(peers) - 1)) atomicOr(w + (i >> 5), bits);\n",
+            "#else\n",
+            "    if (bits != 0u) atomicOr(w + (i >> 5), bits);\n",
+            "#endif\n",
+            "}\n",
+        ),
         // The negation of an 8- or 16-bit signed integer, in 32 bits: ptxas 13.0 lowers PTX's
         // `neg.s16` to a 32-bit negation of the sign-extended value and does not wrap it, so
         // `-(-32768i16) >= 29912` was true (p2625 of the 10,000-program run). `not` and `add`

@@ -185,7 +185,7 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
         })
         .collect();
     saved_fields.extend(kept.iter().zip(&kept_names).map(|(s, n)| {
-        let t = elem_tokens(s.elem);
+        let t = elem_tokens(if s.packed { Elem::U32 } else { s.elem });
         quote!(#n: #rt::Buffer<#t>)
     }));
     let saved_values: Vec<TokenStream> = sig
@@ -241,9 +241,9 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
         },
         None => quote!(::core::unreachable!("this `fuse!` kernel has errors")),
     };
-    let (vjp_bytes, train_bytes) = bodies
-        .train
-        .map_or((0, 0), |t| (t.vjp_bytes as usize, t.pair_bytes as usize));
+    let (vjp_bytes, train_bytes) = bodies.train.map_or((0.0, 0.0), |t| {
+        (f64::from(t.vjp_bits) / 8.0, f64::from(t.pair_bits) / 8.0)
+    });
     quote! {
         /// The launches [`vjp`] makes.
         pub const VJP_LAUNCHES: usize = #n_vjp;
@@ -252,10 +252,11 @@ fn reverse_items(sig: &ApiSig, list: &[usize], bodies: &Bodies) -> TokenStream {
         /// The bytes [`vjp`]'s launches move an element of the kernel's domain: the tensors
         /// over all of it that they read and write (a row's values, of a few bytes a row, left
         /// out).
-        pub const VJP_BYTES_PER_ELEMENT: usize = #vjp_bytes;
+        pub const VJP_BYTES_PER_ELEMENT: f64 = #vjp_bytes;
         /// The same for the training pair beyond the forward's own outputs: what
-        /// [`forward_train`] saves over all of the domain, and [`backward`]'s launches.
-        pub const TRAIN_BYTES_PER_ELEMENT: usize = #train_bytes;
+        /// [`forward_train`] saves over all of the domain, and [`backward`]'s launches (a
+        /// mask saved as packed bits moves an eighth of a byte an element each way).
+        pub const TRAIN_BYTES_PER_ELEMENT: f64 = #train_bytes;
         /// The launches [`value_and_vjp`] makes.
         pub const VALUE_AND_VJP_LAUNCHES: usize = #n_both;
         #[doc = #grads_doc]
@@ -423,14 +424,17 @@ fn saved_doc(kernel: &str, train: Option<&Train>, launches: usize) -> String {
     } else {
         doc += ", and the values [`backward`] would otherwise compute again:";
         for s in &t.saved {
-            let size = match s.per_element {
-                true => format!(
+            let size = match (s.per_element, s.packed) {
+                (true, true) => {
+                    "packed bits, one an element in 32-bit words: `Buffer<u32>` of the element count / 32, rounded up".to_string()
+                }
+                (true, false) => format!(
                     "a `{}` an element, {} byte{}",
                     s.elem,
                     s.elem.bits() / 8,
                     if s.elem.bits() == 8 { "" } else { "s" }
                 ),
-                false => format!("`{}`, {} bytes a value", s.elem, s.elem.bits() / 8),
+                (false, _) => format!("`{}`, {} bytes a value", s.elem, s.elem.bits() / 8),
             };
             doc += &format!("\n- {} over `{}` ({size})", s.what, s.shape);
         }
@@ -440,7 +444,16 @@ fn saved_doc(kernel: &str, train: Option<&Train>, launches: usize) -> String {
         "{}[`backward`] makes {launches} launch{}. Over the kernel's domain, the pair moves {} bytes an element beyond the forward's outputs, where [`vjp`] moves {} ([`TRAIN_BYTES_PER_ELEMENT`], [`VJP_BYTES_PER_ELEMENT`]).",
         if t.saved.is_empty() { ". " } else { "" },
         if launches == 1 { "" } else { "es" },
-        t.pair_bytes,
-        t.vjp_bytes,
+        bytes_text(t.pair_bits),
+        bytes_text(t.vjp_bits),
     )
+}
+
+/// Bits as bytes, as the docs say them: `10`, `8.25`.
+fn bytes_text(bits: u32) -> String {
+    let bytes = f64::from(bits) / 8.0;
+    match bits % 8 {
+        0 => format!("{}", bits / 8),
+        _ => format!("{bytes}"),
+    }
 }

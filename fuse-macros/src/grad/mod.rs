@@ -78,6 +78,7 @@ impl Graph {
                     elem: p.elem,
                     shape: p.shape.clone(),
                     written: false,
+                    packed: false,
                 })
                 .collect(),
             nodes: k.nodes.iter().map(copy_node).collect(),
@@ -519,6 +520,7 @@ impl Graph {
             elem,
             shape,
             written: false,
+            packed: false,
         });
         self.params.len() - 1
     }

@@ -396,6 +396,7 @@ fn build(
                 .partial
                 .then(|| g.parts.expect("partial sums have their dim")),
             place: None,
+            packed: false,
         });
     }
     let params: Vec<ParamInfo> = (0..inputs)
@@ -405,6 +406,7 @@ fn build(
             elem: g.params[p].elem,
             shape: g.params[p].shape.clone(),
             written: false,
+            packed: g.params[p].packed,
         })
         .collect();
     // The partial sums' dim, added last, only where a launch uses it.

@@ -428,3 +428,45 @@ fn a_sum_of_parts_binds_its_one_unbound_dim_and_checks_its_size() {
         "{err}"
     );
 }
+
+/// `backward(dy: [r, c], mask: packed bits of [r, c]) -> dx: [r, c]`: the mask's one axis holds
+/// `r * c / 32` words, rounded up, and binds nothing.
+const WORDS: Signature = Signature {
+    kernel: "backward",
+    dims: &["r", "c"],
+    tensors: &[
+        TensorSig {
+            name: "dy",
+            dims: &[Named(0), Named(1)],
+            output: false,
+        },
+        TensorSig {
+            name: "mask",
+            dims: &[DimRef::Words(&[Named(0), Named(1)])],
+            output: false,
+        },
+        TensorSig {
+            name: "dx",
+            dims: &[Named(0), Named(1)],
+            output: true,
+        },
+    ],
+};
+
+#[test]
+fn packed_bits_take_a_word_for_each_32_elements() {
+    let dy = zeros(&[7, 11]);
+    let words = cpu().zeros::<u32>(&[3]).unwrap();
+    let dims = bind(&WORDS, &cpu(), &[&dy, &words]).unwrap();
+    assert_eq!(dims, [7, 11]);
+    // 77 elements: two full words and 13 bits of a third.
+    assert_eq!(shape_of(&WORDS, 1, &dims), [3]);
+    assert_eq!(DimRef::Words(&[Named(0), Named(1)]).size(&[8, 4]), 1);
+    assert_eq!(DimRef::Words(&[Named(0), Named(1)]).size(&[0, 4]), 0);
+    let err = bind(&WORDS, &cpu(), &[&dy, &cpu().zeros::<u32>(&[2]).unwrap()]).unwrap_err();
+    assert!(
+        matches!(&err, Error::Shape { found: 2, expected: 3, dim, param, .. }
+            if dim.contains("words") && dim.contains("[r, c]") && param == "mask"),
+        "{err}"
+    );
+}

@@ -49,11 +49,17 @@ fuse! {
         dropout(gelu(x + bias), 0.1, seed)
     }
 
-    /// The training pair saves the mask `x1 + x2 + x3 + x4 > 0` (a byte an element): its
-    /// backward reads it and `dy`, where `vjp` reads the four inputs and `dy`.
+    /// The training pair saves the mask `x1 + x2 + x3 + x4 > 0` (packed bits, one an element):
+    /// its backward reads it and `dy`, where `vjp` reads the four inputs and `dy`.
     #[vjp(x1)]
     pub fn relu4(x1: [f32; n], x2: [f32; n], x3: [f32; n], x4: [f32; n]) -> [f32; n] {
         relu(x1 + x2 + x3 + x4)
+    }
+
+    /// The same over two dims of bf16, eight elements a vector: its mask's bits cross rows.
+    #[vjp(a)]
+    pub fn relu3_bf16(a: [bf16; t, h], b: [bf16; t, h], c: [bf16; t, h]) -> [bf16; t, h] {
+        relu(a + b + c)
     }
 
     #[vjp(x)]

@@ -82,6 +82,7 @@ static inline void fz_row_barriers(unsigned long long*) {}
 static inline void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
 static inline void fz_row_wait(unsigned long long*, unsigned int& parity, unsigned int phase) { parity ^= 1u << phase; __syncthreads(); }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline unsigned __float_as_uint(float f) { unsigned i; std::memcpy(&i, &f, 4); return i; }

@@ -4,10 +4,13 @@
 //! - A row's statistics (a value over fewer dims than the domain, computed from the kernel's
 //!   own reductions: LayerNorm's mean and rstd, softmax's max and sum) are saved where the
 //!   backward reads them, in f32: a few bytes a row, and a reduction pass less.
-//! - A predicate over the domain (ReLU's `x > 0`) is saved as a `bool` a byte an element where
-//!   computing it again would read more bytes of inputs than that, which the backward needs for
-//!   nothing else: `relu(x1 + x2 + x3 + x4)`'s gradient of `x1` reads the mask and `dy` instead
-//!   of four inputs and `dy`. One a random draw decides (dropout's) reads nothing: recomputed.
+//! - A predicate over the domain (ReLU's `x > 0`) is saved where computing it again would read
+//!   more bytes of inputs than that, which the backward needs for nothing else:
+//!   `relu(x1 + x2 + x3 + x4)`'s gradient of `x1` reads the mask and `dy` instead of four inputs
+//!   and `dy`. It is saved as packed bits, one an element in 32-bit words, where the forward
+//!   and every backward launch that reads it are elementwise over it (the bit of an element is
+//!   at its position in the domain); under a row launch as a `bool`, a byte an element. One a
+//!   random draw decides (dropout's) reads nothing: recomputed.
 //! - Every other value is recomputed.
 
 use super::{build, finish, param_names, reverse, Derived, Planned, Root};
@@ -22,10 +25,11 @@ pub struct Train {
     pub saved: Vec<Kept>,
     /// The backward's launches, which read the saved values as the temporaries `Kept::temp`.
     pub backward: Derived,
-    /// The bytes an element of the kernel's domain that `vjp`'s launches and the pair's move
-    /// (inputs read and results written over the whole domain; a row's values left out).
-    pub vjp_bytes: u32,
-    pub pair_bytes: u32,
+    /// The bits an element of the kernel's domain that `vjp`'s launches and the pair's move
+    /// (inputs read and results written over the whole domain; a row's values left out): bits,
+    /// since a packed mask moves one an element each way.
+    pub vjp_bits: u32,
+    pub pair_bits: u32,
 }
 
 /// A saved value.
@@ -39,6 +43,9 @@ pub struct Kept {
     pub what: String,
     /// Whether it is over the whole domain (a predicate) rather than a row's value.
     pub per_element: bool,
+    /// Whether it is held as packed bits, one an element (`ParamInfo::packed`), rather than a
+    /// `bool` a byte.
+    pub packed: bool,
 }
 
 /// The training pair of `k` (`#[vjp]`), its hidden launches named `__<name>_t` (the forward)
@@ -183,19 +190,62 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             shape: k.shape_text(&shape),
             what,
             per_element: masks.contains(&n),
+            packed: false,
         });
     }
-    let vjp_bytes = bytes_of(vjp, &domain);
-    let backward = finish(k, g, inputs, roots_of(&roots), using, "b")?;
-    let mask_bytes: u32 = kept.iter().filter(|s| s.per_element).count() as u32;
-    let pair_bytes = bytes_of(&backward, &domain) + mask_bytes;
+    let vjp_bytes = bytes_of(vjp, &domain, &[]);
+    let mut forward = forward;
+    let mut backward = finish(k, g, inputs, roots_of(&roots), using, "b")?;
+    for (i, s) in kept.iter_mut().enumerate() {
+        if s.per_element && packs(&forward, &backward, k.outputs.len() + i, s.temp) {
+            pack(&mut forward, &mut backward, k.outputs.len() + i, s.temp);
+            s.packed = true;
+        }
+    }
+    // A mask is written once and read once: a bit an element each way, or a `bool`'s byte.
+    let mask_bits: u32 = kept
+        .iter()
+        .filter(|s| s.per_element)
+        .map(|s| if s.packed { 2 } else { 16 })
+        .sum();
+    let masks: Vec<usize> = kept
+        .iter()
+        .filter(|s| s.per_element)
+        .map(|s| s.temp)
+        .collect();
+    let pair_bits = 8 * bytes_of(&backward, &domain, &masks) + mask_bits;
     Ok(Train {
         forward,
         saved: kept,
         backward,
-        vjp_bytes,
-        pair_bytes,
+        vjp_bits: 8 * vjp_bytes,
+        pair_bits,
     })
+}
+
+/// Whether the predicate that the forward writes as output `o` and the backward reads as
+/// temporary `temp` can be held as packed bits: where every launch that touches it is
+/// elementwise over it (its shape the launch's domain, dims in the same order), so that an
+/// element's bit is at its position in the domain. Row launches keep a byte an element.
+fn packs(forward: &Kernel, backward: &Derived, o: usize, temp: usize) -> bool {
+    let over = |k: &Kernel, shape: &[crate::ir::DimId]| matches!(&k.launch, Launch::Map { domain } if domain.as_slice() == shape);
+    over(forward, &forward.outputs[o].shape)
+        && backward.steps.iter().all(|step| {
+            step.temps.iter().position(|&t| t == temp).is_none_or(|i| {
+                let p = &step.kernel.params[backward.inputs + i];
+                p.shape.as_deref().is_some_and(|s| over(&step.kernel, s))
+            })
+        })
+}
+
+/// Marks the predicate of [`packs`] as packed bits in the launches that write and read it.
+fn pack(forward: &mut Kernel, backward: &mut Derived, o: usize, temp: usize) {
+    forward.outputs[o].packed = true;
+    for step in &mut backward.steps {
+        if let Some(i) = step.temps.iter().position(|&t| t == temp) {
+            step.kernel.params[backward.inputs + i].packed = true;
+        }
+    }
 }
 
 fn roots_of(roots: &[Root]) -> Vec<(NodeId, Elem, Vec<crate::ir::DimId>)> {
@@ -272,8 +322,9 @@ fn input_bytes(k: &Kernel, g: &Graph, live: &[bool], domain: &[crate::ir::DimId]
 }
 
 /// The bytes an element of `domain` that launches `d` move: each tensor over all of it read by
-/// a launch, and each result over all of it written.
-fn bytes_of(d: &Derived, domain: &[crate::ir::DimId]) -> u32 {
+/// a launch, and each result over all of it written; the temporaries `saved` (what the forward
+/// saved) left to the caller, which counts a mask's bits.
+fn bytes_of(d: &Derived, domain: &[crate::ir::DimId], saved: &[usize]) -> u32 {
     d.steps
         .iter()
         .map(|s| {
@@ -283,6 +334,7 @@ fn bytes_of(d: &Derived, domain: &[crate::ir::DimId]) -> u32 {
                 .iter()
                 .enumerate()
                 .filter(|(_, p)| p.shape.as_ref().is_some_and(|s| same_dims(s, domain)))
+                .filter(|(i, _)| *i < d.inputs || !saved.contains(&s.temps[*i - d.inputs]))
                 .filter(|(i, _)| {
                     s.kernel
                         .nodes
@@ -379,7 +431,7 @@ mod tests {
         });
         let t = pair(&k);
         assert_eq!(saved(&t), ["`rsqrt(mean(x * x, cols) + 1e-6)` [rows] f32"]);
-        assert_eq!((t.vjp_bytes, t.pair_bytes), (6, 6));
+        assert_eq!((t.vjp_bits, t.pair_bits), (48, 48));
         let k = kernel(quote! {
             #[vjp(x, g, b)]
             fn layernorm(x: [f32; rows, cols], g: [f32; cols], b: [f32; cols]) -> [f32; rows, cols] {
@@ -409,7 +461,50 @@ mod tests {
         });
         let t = pair(&k);
         assert_eq!(saved(&t), ["`x1 + x2 + x3 + x4 > 0.0` [n] bool"]);
-        assert_eq!((t.vjp_bytes, t.pair_bytes), (24, 10));
+        // Packed: a bit written and a bit read an element, beside `dy` read and `dx1` written.
+        assert!(t.saved[0].packed);
+        assert!(t.forward.outputs[1].packed);
+        let [step] = &t.backward.steps[..] else {
+            panic!("one backward launch")
+        };
+        assert!(step.kernel.params.iter().filter(|p| p.packed).count() == 1);
+        assert_eq!((t.vjp_bits, t.pair_bits), (192, 66));
+        let (forward, backward) = (
+            crate::cuda::text(&t.forward),
+            crate::cuda::text(&step.kernel),
+        );
+        assert!(
+            forward.contains("unsigned int* __restrict__ out1"),
+            "{forward}"
+        );
+        assert!(forward.contains("fz_or_bits(out1, (long long)j * 4, (s1.v[0] ? 1u : 0u) |"));
+        assert!(forward.contains("fz_or_bits(out1, o0, v"), "{forward}");
+        assert!(
+            backward.contains("const unsigned int* __restrict__ p___saved0"),
+            "{backward}"
+        );
+        assert!(
+            backward.contains("fz_bit(p___saved0, (long long)j * 4, l)"),
+            "{backward}"
+        );
+        assert!(backward.contains("fz_bit(p___saved0, o0)"), "{backward}");
+        // Inside a row kernel: a `bool` a byte an element.
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn centred(x: [f32; rows, cols]) -> [f32; rows, cols] {
+                relu(x - mean(x, cols))
+            }
+        });
+        let t = pair(&k);
+        assert_eq!(
+            saved(&t),
+            [
+                "`mean(x, cols)` [rows] f32",
+                "`x - mean(x, cols) > 0.0` [rows, cols] bool"
+            ]
+        );
+        assert!(!t.saved[1].packed && !t.forward.outputs[2].packed);
+        assert_eq!(t.pair_bits % 8, 0);
         let k = kernel(quote! {
             #[vjp(x)]
             fn drop(x: [f32; n], seed: u64) -> [f32; n] {
