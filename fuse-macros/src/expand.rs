@@ -435,13 +435,21 @@ fn type_text(k: &Kernel, e: Elem, shape: &[usize]) -> String {
     if shape.is_empty() {
         return e.to_string();
     }
-    let dims: Vec<String> = shape.iter().map(|&d| k.dims[d].to_string()).collect();
+    let dims: Vec<String> = k
+        .declared(shape)
+        .iter()
+        .map(|&d| k.dims[d].to_string())
+        .collect();
     format!("[{e}; {}]", dims.join(", "))
 }
 
 /// Packed bits' type: `[u32; words of [rows, cols]]`.
 fn words_text(k: &Kernel, shape: &[usize]) -> String {
-    let dims: Vec<String> = shape.iter().map(|&d| k.dims[d].to_string()).collect();
+    let dims: Vec<String> = k
+        .declared(shape)
+        .iter()
+        .map(|&d| k.dims[d].to_string())
+        .collect();
     format!("[u32; words of [{}]] (packed bits)", dims.join(", "))
 }
 
@@ -479,7 +487,7 @@ fn signature(k: &Kernel, sig: &RustSig) -> TokenStream {
         .chain(outputs)
         .chain(written)
         .map(|(name, shape, output, packed)| {
-            let mut refs = dim_refs(&shape);
+            let mut refs = dim_refs(&k.declared(&shape));
             if packed {
                 refs = vec![quote!(#rt::__private::DimRef::Words(&[#(#refs),*]))];
             }
@@ -514,6 +522,11 @@ fn dim_ref(k: &Kernel, d: usize) -> TokenStream {
                 quote!((#count, #d))
             });
             quote!(#rt::__private::DimRef::Sum(&[#(#terms),*]))
+        }
+        // Dims reduced together: the product of their sizes.
+        (Dim::Merged(parts), None) => {
+            let parts = parts.iter().map(|&d| dim_ref(k, d));
+            quote!(#rt::__private::DimRef::Product(&[#(#parts),*]))
         }
         (Dim::Named(_), None) => unreachable!("a named dim has an index"),
     }

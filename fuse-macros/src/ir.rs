@@ -23,12 +23,16 @@ pub fn is_subsequence(short: &[DimId], long: &[DimId]) -> bool {
 
 /// A dim of the kernel: a name bound at launch, or a size fixed in the source, or a dim of a
 /// parameter written as an expression of other dims (`2 * d`, `h + p`, `d * 2`), which only
-/// slices read.
+/// slices read, or dims reduced together (`mean(x, (c, s))`) taken as one.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub enum Dim {
     Named(String),
     Fixed(u64),
     Composite(Composite),
+    /// Dims adjacent in every tensor that has them, in this order, which a reduction takes
+    /// together (`mean(x, (c, s))`): one dim of their sizes' product, row-major, in place of
+    /// them in every shape of the kernel. Signatures show the parts ([`Kernel::declared`]).
+    Merged(Vec<DimId>),
 }
 
 /// A parameter's dim made of other dims, row-major: what its slices pick from.
@@ -72,6 +76,10 @@ impl Dim {
                     .collect();
                 terms.join(" + ")
             }
+            Dim::Merged(parts) => {
+                let names: Vec<String> = parts.iter().map(|&d| dim_text(dims, d)).collect();
+                format!("({})", names.join(", "))
+            }
         }
     }
 }
@@ -83,6 +91,7 @@ impl std::fmt::Display for Dim {
             Dim::Fixed(v) => write!(f, "{v}"),
             // Without the kernel's dims the parts have no names; `Dim::text` has them.
             Dim::Composite(_) => f.write_str("(a composite dim)"),
+            Dim::Merged(_) => f.write_str("(dims reduced together)"),
         }
     }
 }
@@ -396,14 +405,26 @@ impl Kernel {
                     .filter(|d| matches!(d, Dim::Named(_)))
                     .count(),
             ),
-            Dim::Fixed(_) | Dim::Composite(_) => None,
+            Dim::Fixed(_) | Dim::Composite(_) | Dim::Merged(_) => None,
         }
+    }
+
+    /// `shape` as the signature declares it: each merged dim ([`Dim::Merged`]) as its parts.
+    pub fn declared(&self, shape: &[DimId]) -> Vec<DimId> {
+        let mut out = vec![];
+        for &d in shape {
+            match &self.dims[d] {
+                Dim::Merged(parts) => out.extend(self.declared(parts)),
+                _ => out.push(d),
+            }
+        }
+        out
     }
 
     pub fn named_dims(&self) -> impl Iterator<Item = (DimId, &str)> {
         self.dims.iter().enumerate().filter_map(|(i, d)| match d {
             Dim::Named(n) => Some((i, n.as_str())),
-            Dim::Fixed(_) | Dim::Composite(_) => None,
+            Dim::Fixed(_) | Dim::Composite(_) | Dim::Merged(_) => None,
         })
     }
 

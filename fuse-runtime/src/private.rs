@@ -26,6 +26,9 @@ pub enum DimRef {
     /// predicate the training pair saves): their product divided by 32, rounded up. It binds
     /// nothing.
     Words(&'static [DimRef]),
+    /// Dims a reduction takes together (`mean(x, (c, s))`), as one: the product of their sizes.
+    /// Only in a program's work and divisors, never in a signature (which has the parts).
+    Product(&'static [DimRef]),
 }
 
 impl DimRef {
@@ -41,6 +44,9 @@ impl DimRef {
                 .iter()
                 .fold(1usize, |a, d| a.saturating_mul(d.size(dims)))
                 .div_ceil(32),
+            DimRef::Product(axes) => axes
+                .iter()
+                .fold(1usize, |a, d| a.saturating_mul(d.size(dims))),
         }
     }
 }
@@ -237,7 +243,7 @@ fn check_sums(
                     known = known.saturating_add(count.saturating_mul(size));
                 }
                 DimRef::Fixed(n) => known = known.saturating_add(count.saturating_mul(n)),
-                DimRef::Sum(_) | DimRef::Words(_) => {}
+                DimRef::Sum(_) | DimRef::Words(_) | DimRef::Product(_) => {}
             }
         }
         let mismatch = |expected| Error::Shape {
@@ -283,7 +289,7 @@ fn check_words(
         .map(|&d| match d {
             DimRef::Named(i) => sig.dims.get(i).copied().unwrap_or("?").to_string(),
             DimRef::Fixed(n) => n.to_string(),
-            DimRef::Sum(_) | DimRef::Words(_) => "?".into(),
+            DimRef::Sum(_) | DimRef::Words(_) | DimRef::Product(_) => "?".into(),
         })
         .collect();
     Err(Error::Shape {
@@ -307,7 +313,7 @@ fn sum_text(sig: &Signature, terms: &[(usize, DimRef)]) -> String {
             let name = match d {
                 DimRef::Named(i) => sig.dims.get(i).copied().unwrap_or("?").to_string(),
                 DimRef::Fixed(n) => n.to_string(),
-                DimRef::Sum(_) | DimRef::Words(_) => "?".into(),
+                DimRef::Sum(_) | DimRef::Words(_) | DimRef::Product(_) => "?".into(),
             };
             match count {
                 1 => name,
@@ -340,7 +346,7 @@ fn check_axis(
             size,
             None,
         )),
-        DimRef::Fixed(_) | DimRef::Sum(_) | DimRef::Words(_) => Ok(()),
+        DimRef::Fixed(_) | DimRef::Sum(_) | DimRef::Words(_) | DimRef::Product(_) => Ok(()),
         DimRef::Named(index) => {
             let (Some(slot), Some(&name)) = (bound.get_mut(index), sig.dims.get(index)) else {
                 return Err(Error::Internal {

@@ -4699,3 +4699,247 @@ fn a_scatter_runs_beside_a_returned_output_and_fills_rows() {
         assert_exact(&format!("filled rows of {m}x{c}"), &host(&table), &want);
     }
 }
+
+/// Reductions over several dims at once (`mean(x, (c, s))`), against sums written here.
+mod merged {
+    use super::*;
+    use fuse_runtime::bf16;
+    use kernels::merged;
+
+    /// The sum (or max, min) over the dims `reduced` of a row-major tensor of `shape`, in f64:
+    /// the result's elements in row-major order of the dims kept.
+    fn reduce(
+        x: &[f64],
+        shape: &[usize],
+        reduced: &[usize],
+        init: f64,
+        f: impl Fn(f64, f64) -> f64,
+    ) -> Vec<f64> {
+        let kept: Vec<usize> = (0..shape.len()).filter(|d| !reduced.contains(d)).collect();
+        let n: usize = kept.iter().map(|&d| shape[d]).product();
+        let mut out = vec![init; n];
+        for (i, &v) in x.iter().enumerate() {
+            let (mut rest, mut coords) = (i, vec![0; shape.len()]);
+            for d in (0..shape.len()).rev() {
+                coords[d] = rest % shape[d];
+                rest /= shape[d];
+            }
+            let at = kept.iter().fold(0, |a, &d| a * shape[d] + coords[d]);
+            out[at] = f(out[at], v);
+        }
+        out
+    }
+
+    fn f64s(v: &[f32]) -> Vec<f64> {
+        v.iter().map(|&x| x as f64).collect()
+    }
+
+    #[test]
+    fn group_norm_matches_its_definition() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (b, g, c, s) in [(1, 1, 1, 1), (2, 3, 5, 7), (3, 2, 4, 33), (1, 4, 3, 1000)] {
+            let x = rng.floats::<f32>(b * g * c * s, -3.0, 3.0);
+            let w = rng.floats::<f32>(g * c, 0.5, 1.5);
+            let bias = rng.floats::<f32>(g * c, -1.0, 1.0);
+            let y = merged::group_norm(
+                &dev,
+                &put(&dev, &x, &[b, g, c, s]),
+                &put(&dev, &w, &[g, c]),
+                &put(&dev, &bias, &[g, c]),
+                1e-5,
+            )
+            .unwrap();
+            let n = (c * s) as f64;
+            let xs = f64s(&x);
+            let shape = [b, g, c, s];
+            let mean: Vec<f64> = reduce(&xs, &shape, &[2, 3], 0.0, |a, v| a + v)
+                .iter()
+                .map(|v| v / n)
+                .collect();
+            let sq: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (v - mean[i / (c * s)]).powi(2))
+                .collect();
+            let var: Vec<f64> = reduce(&sq, &shape, &[2, 3], 0.0, |a, v| a + v)
+                .iter()
+                .map(|v| v / n)
+                .collect();
+            let want: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| {
+                    let (row, ch) = (i / (c * s), (i / s) % (g * c));
+                    (v - mean[row]) / (var[row] + 1e-5).sqrt() * w[ch] as f64 + bias[ch] as f64
+                })
+                .collect();
+            assert_close(
+                &format!("group_norm {b}x{g}x{c}x{s}"),
+                &host(&y),
+                &want,
+                &Tol::close(1e-4, 1e-4),
+            );
+        }
+    }
+
+    #[test]
+    fn bf16_group_norm_returns_its_statistics() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        let (b, g, c, s) = (3, 2, 5, 17);
+        let x: Vec<bf16> = rng
+            .floats::<f32>(b * g * c * s, -2.0, 2.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let w: Vec<bf16> = rng
+            .floats::<f32>(g * c, 0.5, 1.5)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let (y, mu, rstd) =
+            merged::group_norm_bf16(&dev, &put(&dev, &x, &[b, g, c, s]), &put(&dev, &w, &[g, c]))
+                .unwrap();
+        let xs: Vec<f64> = x.iter().map(|v| v.to_f64()).collect();
+        let n = (c * s) as f64;
+        let want_mu: Vec<f64> = reduce(&xs, &[b, g, c, s], &[2, 3], 0.0, |a, v| a + v)
+            .iter()
+            .map(|v| v / n)
+            .collect();
+        assert_close(
+            "bf16 group_norm mean",
+            &host(&mu),
+            &want_mu,
+            &Tol::close(1e-5, 1e-6),
+        );
+        let sq: Vec<f64> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (v - want_mu[i / (c * s)]).powi(2))
+            .collect();
+        let want_rstd: Vec<f64> = reduce(&sq, &[b, g, c, s], &[2, 3], 0.0, |a, v| a + v)
+            .iter()
+            .map(|v| 1.0 / (v / n + 1e-5).sqrt())
+            .collect();
+        assert_close(
+            "bf16 group_norm rstd",
+            &host(&rstd),
+            &want_rstd,
+            &Tol::close(1e-5, 1e-6),
+        );
+        let want_y: Vec<f64> = xs
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| {
+                let row = i / (c * s);
+                (v - want_mu[row]) * want_rstd[row] * w[(i / s) % (g * c)].to_f64()
+            })
+            .collect();
+        let got: Vec<f64> = host(&y).iter().map(|v| v.to_f64()).collect();
+        assert_close(
+            "bf16 group_norm",
+            &got,
+            &want_y,
+            &Tol::close(1.0 / 128.0, 1e-2),
+        );
+    }
+
+    #[test]
+    fn every_reduction_over_two_dims_and_their_indices() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (a, c, s) in [(1, 1, 1), (3, 5, 7), (2, 1, 300), (4, 33, 2)] {
+            let x = rng.floats::<f32>(a * c * s, -3.0, 3.0);
+            let (sum, max, min, lse, weighted) =
+                merged::reductions(&dev, &put(&dev, &x, &[a, c, s])).unwrap();
+            let xs = f64s(&x);
+            let shape = [a, c, s];
+            let tol = Tol::close(1e-5, 1e-4);
+            let want_sum = reduce(&xs, &shape, &[1, 2], 0.0, |p, v| p + v);
+            assert_close("sum over (c, s)", &host(&sum), &want_sum, &tol);
+            let want_max = reduce(&xs, &shape, &[1, 2], f64::NEG_INFINITY, f64::max);
+            assert_close(
+                "max over (c, s)",
+                &host(&max),
+                &want_max,
+                &Tol::close(0.0, 0.0),
+            );
+            let want_min = reduce(&xs, &shape, &[1, 2], f64::INFINITY, f64::min);
+            assert_close(
+                "min over (c, s)",
+                &host(&min),
+                &want_min,
+                &Tol::close(0.0, 0.0),
+            );
+            let exps: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (v - want_max[i / (c * s)]).exp())
+                .collect();
+            let want_lse: Vec<f64> = reduce(&exps, &shape, &[1, 2], 0.0, |p, v| p + v)
+                .iter()
+                .zip(&want_max)
+                .map(|(e, m)| e.ln() + m)
+                .collect();
+            assert_close("logsumexp over (c, s)", &host(&lse), &want_lse, &tol);
+            let w: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| v * ((i / s) % c) as f64 - (i % s) as f64)
+                .collect();
+            let want_w = reduce(&w, &shape, &[1, 2], 0.0, |p, v| p + v);
+            let scale = (c * s * (c + s)) as f64 * 3.0;
+            assert_close(
+                "index(c) and index(s)",
+                &host(&weighted),
+                &want_w,
+                &Tol::close(1e-5, scale * 1e-6),
+            );
+        }
+    }
+
+    #[test]
+    fn leading_middle_and_three_dims() {
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        for (c, s, n) in [(1, 1, 1), (3, 7, 5), (17, 4, 129)] {
+            let x = rng.floats::<f32>(c * s * n, -3.0, 3.0);
+            let got = merged::leading(&dev, &put(&dev, &x, &[c, s, n])).unwrap();
+            let want = reduce(&f64s(&x), &[c, s, n], &[0, 1], 0.0, |p, v| p + v);
+            assert_close(
+                "sum over leading (c, s)",
+                &host(&got),
+                &want,
+                &Tol::close(1e-5, 1e-4),
+            );
+        }
+        for (a, c, s, n) in [(2, 3, 5, 7), (1, 2, 2, 130), (3, 1, 9, 1)] {
+            let x = rng.floats::<f32>(a * c * s * n, -3.0, 3.0);
+            let (m, d) = merged::middle(&dev, &put(&dev, &x, &[a, c, s, n])).unwrap();
+            let xs = f64s(&x);
+            let want: Vec<f64> = reduce(&xs, &[a, c, s, n], &[1, 2], 0.0, |p, v| p + v)
+                .iter()
+                .map(|v| v / (c * s) as f64)
+                .collect();
+            assert_close(
+                "mean over middle (c, s)",
+                &host(&m),
+                &want,
+                &Tol::close(1e-5, 1e-5),
+            );
+            let want_d: Vec<f64> = xs
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| v - want[(i / (c * s * n)) * n + i % n])
+                .collect();
+            assert_close("x - mean", &host(&d), &want_d, &Tol::close(1e-5, 1e-5));
+        }
+        let (a, b, c, d) = (3, 2, 5, 7);
+        let x = rng.floats::<f64>(a * b * c * d, -3.0, 3.0);
+        let got = merged::three(&dev, &put(&dev, &x, &[a, b, c, d])).unwrap();
+        let want = reduce(&x, &[a, b, c, d], &[1, 2, 3], 0.0, |p, v| p + v);
+        assert_close(
+            "sum over (b, c, d)",
+            &host(&got),
+            &want,
+            &Tol::close(1e-12, 1e-12),
+        );
+    }
+}

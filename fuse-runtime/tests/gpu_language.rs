@@ -3417,3 +3417,94 @@ fn writes_through_mut_parameters() {
         );
     }
 }
+
+/// Reductions over several dims at once (`mean(x, (c, s))`) on the GPU against the CPU: rows
+/// of every path's length (short, cached, block, long), the dims reduced as a leading and a
+/// middle run, and GroupNorm's weight read by the channel of each element.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn reductions_over_several_dims_match_the_cpu() {
+    use fuse_runtime::bf16;
+    use kernels::merged;
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let tol = || Tol::close(1e-5, 1e-4);
+    for (b, g, c, s) in [
+        (2, 3, 5, 7),
+        (3, 2, 4, 33),
+        (5, 4, 32, 127),
+        (2, 3, 7, 3001),
+        (1, 2, 3, 50001),
+    ] {
+        let shape = [b, g, c, s];
+        let x = rng.floats::<f32>(b * g * c * s, -3.0, 3.0);
+        let w = rng.floats::<f32>(g * c, 0.5, 1.5);
+        let bias = rng.floats::<f32>(g * c, -1.0, 1.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("group_norm {b}x{g}x{c}x{s}"),
+            |dev: &Device| {
+                merged::group_norm(
+                    dev,
+                    &put(dev, &x, &shape),
+                    &put(dev, &w, &[g, c]),
+                    &put(dev, &bias, &[g, c]),
+                    1e-5,
+                )
+            },
+            &[Tol::close(1e-4, 1e-4)],
+        );
+        let xh: Vec<bf16> = x.iter().map(|&v| bf16::from_f32(v)).collect();
+        let wh: Vec<bf16> = w.iter().map(|&v| bf16::from_f32(v)).collect();
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("bf16 group_norm {b}x{g}x{c}x{s}"),
+            |dev: &Device| {
+                merged::group_norm_bf16(dev, &put(dev, &xh, &shape), &put(dev, &wh, &[g, c]))
+            },
+            &[
+                Tol::close(1.0 / 128.0, 1e-2),
+                Tol::close(1e-5, 1e-5),
+                Tol::close(1e-5, 1e-5),
+            ],
+        );
+        let (a, c2, s2) = (b * g, c, s);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("reductions over (c, s) {a}x{c2}x{s2}"),
+            |dev: &Device| merged::reductions(dev, &put(dev, &x, &[a, c2, s2])),
+            &[
+                tol(),
+                Tol::close(0.0, 0.0),
+                Tol::close(0.0, 0.0),
+                tol(),
+                Tol::close(1e-5, 1e-1),
+            ],
+        );
+    }
+    for (c, s, n) in [(3, 7, 5), (17, 4, 129), (64, 512, 1000)] {
+        let x = rng.floats::<f32>(c * s * n, -3.0, 3.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("sum over leading (c, s) {c}x{s}x{n}"),
+            |dev: &Device| merged::leading(dev, &put(dev, &x, &[c, s, n])),
+            &[Tol::close(1e-5, 1e-3)],
+        );
+        let a = 3;
+        let x = rng.floats::<f32>(a * c * s * n, -3.0, 3.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("mean over middle (c, s) {a}x{c}x{s}x{n}"),
+            |dev: &Device| merged::middle(dev, &put(dev, &x, &[a, c, s, n])),
+            &[Tol::close(1e-5, 1e-5), Tol::close(1e-5, 1e-5)],
+        );
+    }
+    let x = rng.floats::<f64>(3 * 2 * 5 * 7, -3.0, 3.0);
+    assert_gpu_matches_cpu(
+        &gpu,
+        "sum over (b, c, d)",
+        |dev: &Device| merged::three(dev, &put(dev, &x, &[3, 2, 5, 7])),
+        &[Tol::close(1e-12, 1e-12)],
+    );
+}

@@ -46,7 +46,7 @@ impl Checker<'_> {
         for (&d, index) in shape.iter().zip(indices) {
             let size = match self.dims[d] {
                 Dim::Fixed(size) => size,
-                Dim::Named(_) | Dim::Composite(_) => {
+                Dim::Named(_) | Dim::Composite(_) | Dim::Merged(_) => {
                     let dim = self.dims[d].text(&self.dims);
                     self.cx.spanned(&index.tokens, format!("`{name}` is indexed along `{dim}`, a dim whose size is known only at launch; `w[i][j]` picks from dims of fixed size, as in `w[0][1]` with `w: [f32; 3, 4]`: along `{dim}`, pick with a slice of one index, as in `{name}[{}]`, which reads zero past the end", self.pick_example(&shape, d)));
                     return None;

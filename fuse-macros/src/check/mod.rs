@@ -2,6 +2,7 @@
 //! checked kernel and treat a broken invariant as a bug.
 
 mod element;
+mod merge;
 mod slice;
 mod special;
 pub(crate) mod typing;
@@ -205,6 +206,7 @@ impl<'a> Checker<'a> {
         if self.cx.len() != errors_before {
             return None;
         }
+        self.merge_reduced_dims(&mut outputs)?;
         let body = crate::ir::Body {
             dims: &self.dims,
             nodes: &self.nodes,
@@ -266,6 +268,30 @@ impl<'a> Checker<'a> {
         outputs: &[OutputInfo],
     ) -> Option<(Option<Vec<usize>>, Option<Vec<usize>>)> {
         let errors_before = self.cx.len();
+        // A tensor with some of the dims a reduction takes together, read through gathers
+        // (`check::merge`): its gradient would be a reduction over part of a dim.
+        let merged: Vec<&Vec<DimId>> = self
+            .dims
+            .iter()
+            .filter_map(|d| match d {
+                Dim::Merged(parts) => Some(parts),
+                _ => None,
+            })
+            .collect();
+        let partial = self.params.iter().find_map(|p| {
+            let shape = p.shape.as_ref()?;
+            let parts = merged
+                .iter()
+                .find(|parts| parts.iter().any(|d| shape.contains(d)))?;
+            Some((p, parts))
+        });
+        if let (Some(attr), Some((p, parts))) = (def.derive.first(), partial) {
+            let mode = if attr.reverse { "vjp" } else { "jvp" };
+            let names: Vec<String> = parts.iter().map(|&d| self.dims[d].to_string()).collect();
+            let name = plain_name(&p.name);
+            self.cx.spanned(&p.name, format!("`#[{mode}]` does not yet differentiate a kernel that reads `{name}`, which has some of the dims `({})` that a reduction takes together, and not all; apply `{name}` in a kernel of its own", names.join(", ")));
+            return None;
+        }
         if let (Some(attr), Some(at)) = (def.derive.first(), self.first_view()) {
             let mode = if attr.reverse { "vjp" } else { "jvp" };
             self.cx.spanned(at, format!("`#[{mode}]` does not yet differentiate a kernel that slices a tensor, as here; pass each part as a tensor parameter of its own"));

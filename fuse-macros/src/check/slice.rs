@@ -344,6 +344,7 @@ impl Checker<'_> {
     fn dim_len(&self, d: DimId) -> Linear {
         match &self.dims[d] {
             Dim::Composite(c) => c.terms().into_iter().map(|(k, d)| (k, vec![d])).collect(),
+            Dim::Merged(parts) => vec![(1, parts.clone())],
             Dim::Named(_) | Dim::Fixed(_) => vec![(1, vec![d])],
         }
     }

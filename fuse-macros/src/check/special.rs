@@ -70,12 +70,8 @@ impl Checker<'_> {
         let dim = self.reduce_dim(Reduce::Sum, "logsumexp", e, d)?;
         let operand = operand?;
         let shape = self.nodes[operand].shape.clone();
-        if !shape.contains(&dim) {
-            self.missing_dim(dim, &shape, &d.tokens);
-            return None;
-        }
+        let row = self.reduced_shape(dim, &shape, &d.tokens)?;
         let ty = self.reduce_type(Reduce::Mean, "logsumexp", operand, e)?;
-        let row: Vec<_> = shape.iter().copied().filter(|&s| s != dim).collect();
         let max = self.push(
             Op::Reduce(Reduce::Max, operand, Some(dim)),
             ty,

@@ -530,11 +530,7 @@ impl Checker<'_> {
         }
         let result_shape = match dim {
             None => vec![],
-            Some(d) if shape.contains(&d) => shape.iter().copied().filter(|&s| s != d).collect(),
-            Some(d) => {
-                self.missing_dim(d, &shape, &args[1].tokens);
-                return None;
-            }
+            Some(d) => self.reduced_shape(d, &shape, &args[1].tokens)?,
         };
         let ty = self.reduce_type(op, &text, operand, &args[0])?;
         Some(self.push(Op::Reduce(op, operand, dim), ty, result_shape, t))
@@ -549,25 +545,18 @@ impl Checker<'_> {
         );
         let ExprKind::Var(ident) = &d.kind else {
             let message = match &d.kind {
-                // `mean(x, (c, s))`, GroupNorm's statistics: not yet (issue 22, doc/kernels.md).
+                // `mean(x, (c, s))`, GroupNorm's statistics: the dims taken as one.
+                ExprKind::Tuple(dims) if dims.len() >= 2 && !text.starts_with("arg") => {
+                    return self.merged_dim(text, dims);
+                }
+                // A position is not the position of positions.
                 ExprKind::Tuple(dims) if dims.len() >= 2 => {
                     let names: Vec<String> = dims.iter().map(|e| e.tokens.to_string()).collect();
-                    let head = format!(
-                        "`{text}` reduces over one dim: a reduction over several dims at once, \
-                         such as `{text}(x, ({}))`, is not supported yet",
+                    format!(
+                        "`{text}` gives a position along one dim: a position over several dims \
+                         at once, such as `{text}(x, ({}))`, is not supported",
                         names.join(", ")
-                    );
-                    let (first, last) = (&names[names.len() - 2], &names[names.len() - 1]);
-                    // A position is not the position of positions; every other reduction nests.
-                    match text.starts_with("arg") {
-                        true => head,
-                        false => format!(
-                            "{head}; reduce over one dim in each of two `fn`s (one launch each): \
-                             `{text}(x, {last})` in the first, then `{text}` of its result over \
-                             `{first}` in the second{}",
-                            if names.len() > 2 { ", and so on" } else { "" }
-                        ),
-                    }
+                    )
                 }
                 _ if elementwise => format!("`{text}(a, b)` reduces `a` over the dim `b`, and `{}` is not a dim name; {hint}", d.tokens),
                 _ => format!("the second argument of `{text}` is a dim name, such as `cols`"),
@@ -580,6 +569,100 @@ impl Checker<'_> {
             format!("`{text}(a, b)` reduces `a` over the dim `b`, but `{ident}` is a value, not a dim; {hint}")
         });
         self.named_dim(ident, value_hint)
+    }
+
+    /// The dim that stands for `dims` reduced together ([`crate::ir::Dim::Merged`]): each a
+    /// dim name, none twice.
+    fn merged_dim(&mut self, text: &str, dims: &[Expr]) -> Option<DimId> {
+        let mut parts = vec![];
+        for d in dims {
+            let ExprKind::Var(ident) = &d.kind else {
+                self.cx.spanned(
+                    &d.tokens,
+                    format!("`{text}(x, (a, b))` reduces over the dims named in the tuple, and `{}` is not a dim name", d.tokens),
+                );
+                return None;
+            };
+            let id = self.named_dim(ident, None)?;
+            if parts.contains(&id) {
+                self.cx.spanned(
+                    &d.tokens,
+                    format!("`{}` is listed twice in `{text}`'s dims", d.tokens),
+                );
+                return None;
+            }
+            parts.push(id);
+        }
+        let merged = crate::ir::Dim::Merged(parts);
+        Some(match self.dims.iter().position(|x| *x == merged) {
+            Some(id) => id,
+            None => {
+                self.dims.push(merged);
+                self.dims.len() - 1
+            }
+        })
+    }
+
+    /// The shape of a reduction over `d` of an operand of shape `shape`, or an error at `at`:
+    /// `shape` without `d`, or without the dims `d` takes together, which must stand next to
+    /// each other in `shape`, in the order written.
+    pub fn reduced_shape(
+        &mut self,
+        d: DimId,
+        shape: &[DimId],
+        at: &TokenStream,
+    ) -> Option<Vec<DimId>> {
+        let crate::ir::Dim::Merged(parts) = &self.dims[d] else {
+            if !shape.contains(&d) {
+                self.missing_dim(d, shape, at);
+                return None;
+            }
+            return Some(shape.iter().copied().filter(|&s| s != d).collect());
+        };
+        let parts = parts.clone();
+        if let Some(&missing) = parts.iter().find(|p| !shape.contains(p)) {
+            self.missing_dim(missing, shape, at);
+            return None;
+        }
+        let start = shape.iter().position(|&s| s == parts[0]).expect("present");
+        if shape.get(start..start + parts.len()) != Some(&parts[..]) {
+            let names = |dims: &[DimId]| -> Vec<String> {
+                dims.iter().map(|&p| self.dims[p].to_string()).collect()
+            };
+            let ordered: Vec<DimId> = shape
+                .iter()
+                .copied()
+                .filter(|s| parts.contains(s))
+                .collect();
+            let adjacent = shape.windows(parts.len()).any(|w| {
+                let mut w = w.to_vec();
+                w.sort_unstable();
+                let mut p = parts.clone();
+                p.sort_unstable();
+                w == p
+            });
+            let message = match adjacent {
+                true => format!(
+                    "list the dims in the order the operand has them, `({})`: it has shape `{}`",
+                    names(&ordered).join(", "),
+                    self.shape_text(shape)
+                ),
+                false => format!(
+                    "dims reduced together must stand next to each other in the operand, and in `{}` `{}` do not: reduce over one dim at a time in `fn`s of their own (one launch each)",
+                    self.shape_text(shape),
+                    names(&parts).join("` and `")
+                ),
+            };
+            self.cx.spanned(at, message);
+            return None;
+        }
+        Some(
+            shape
+                .iter()
+                .copied()
+                .filter(|s| !parts.contains(s))
+                .collect(),
+        )
     }
 
     /// Reports that a reduction's operand, of shape `shape`, lacks the dim `d` written at `at`.
@@ -796,21 +879,12 @@ mod tests {
     use quote::quote;
 
     #[test]
-    fn a_reduction_over_a_tuple_of_dims_says_it_is_not_supported_yet() {
-        let e = errors(quote! { fn f(x: [f32; n, c, s]) -> [f32; n] { mean(x, (c, s)) } });
-        assert_eq!(e.len(), 1, "{e:#?}");
-        assert!(
-            e[0].starts_with("`mean` reduces over one dim: a reduction over several dims at once, such as `mean(x, (c, s))`, is not supported yet; ")
-                && e[0].contains("`mean(x, s)` in the first, then `mean` of its result over `c` in the second"),
-            "{}",
-            e[0]
-        );
-        // The position of a maximum does not nest: no split is suggested.
+    fn a_position_over_a_tuple_of_dims_is_not_supported() {
+        // Reductions take a tuple of dims (`check::merge`); a position is along one dim.
         let e = errors(quote! { fn f(x: [f32; n, c, s]) -> [u32; n] { argmax(x, (c, s)) } });
         assert_eq!(e.len(), 1, "{e:#?}");
         assert!(
-            e[0].starts_with("`argmax` reduces over one dim: a reduction over several dims at once, such as `argmax(x, (c, s))`, is not supported yet")
-                && !e[0].contains("two `fn`s"),
+            e[0].starts_with("`argmax` gives a position along one dim: a position over several dims at once, such as `argmax(x, (c, s))`, is not supported"),
             "{}",
             e[0]
         );

@@ -194,6 +194,7 @@ impl Layout<'_> {
                     c.terms().into_iter().map(|(k, d)| (k, vec![d])).collect();
                 format!("({})", self.linear(&terms))
             }
+            Dim::Merged(parts) => format!("({})", self.product(parts)),
         }
     }
 

@@ -1122,3 +1122,45 @@ fuse! {
         logsumexp(x.powi(7), r)
     }
 }
+
+/// Reductions over several dims at once (`mean(x, (c, s))`): GroupNorm, and the dims taken
+/// together wherever they stand.
+pub mod merged {
+    use super::fuse;
+
+    fuse! {
+        /// GroupNorm over `[batch, groups, channels, positions]`: a group's statistics over its
+        /// channels and positions, the affine weight and bias per channel.
+        pub fn group_norm(x: [f32; b, g, c, s], w: [f32; g, c], bias: [f32; g, c], eps: f32) -> [f32; b, g, c, s] {
+            let d = x - mean(x, (c, s));
+            d * rsqrt(mean(d * d, (c, s)) + eps) * w + bias
+        }
+
+        /// In bf16, with the statistics returned in f32.
+        pub fn group_norm_bf16(x: [bf16; b, g, c, s], w: [bf16; g, c]) -> ([bf16; b, g, c, s], [f32; b, g], [f32; b, g]) {
+            let xf = x as f32;
+            let mu = mean(xf, (c, s));
+            let rstd = rsqrt(mean((xf - mu) * (xf - mu), (c, s)) + 1e-5);
+            (((xf - mu) * rstd * (w as f32)) as bf16, mu, rstd)
+        }
+
+        /// Every reduction over two trailing dims, over two leading ones and over two in the
+        /// middle; `index` of the parts and a three-dim group.
+        pub fn reductions(x: [f32; a, c, s]) -> ([f32; a], [f32; a], [f32; a], [f32; a], [f32; a]) {
+            (sum(x, (c, s)), max(x, (c, s)), min(x, (c, s)), logsumexp(x, (c, s)), sum(x * (index(c) as f32) - (index(s) as f32), (c, s)))
+        }
+
+        pub fn leading(x: [f32; c, s, n]) -> [f32; n] {
+            sum(x, (c, s))
+        }
+
+        pub fn middle(x: [f32; a, c, s, n]) -> ([f32; a, n], [f32; a, c, s, n]) {
+            let m = mean(x, (c, s));
+            (m, x - m)
+        }
+
+        pub fn three(x: [f64; a, b, c, d]) -> [f64; a] {
+            sum(x, (b, c, d))
+        }
+    }
+}

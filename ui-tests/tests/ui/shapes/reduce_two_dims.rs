@@ -1,9 +1,25 @@
 use fuse_runtime::fuse;
 
 fuse! {
-    // GroupNorm's statistics: a mean over a group's channels and positions.
+    // GroupNorm's statistics reduce over `(c, s)` at once: the dims in the operand's order.
     fn f(x: [f32; n, c, s]) -> [f32; n] {
-        mean(x, (c, s))
+        mean(x, (s, c))
+    }
+
+    // They stand together in the operand.
+    fn g(x: [f32; c, n, s]) -> [f32; n] {
+        sum(x, (c, s))
+    }
+
+    // A position is along one dim.
+    fn h(x: [f32; n, c, s]) -> [u32; n] {
+        argmax(x, (c, s))
+    }
+
+    // A tensor with one of the dims reduced together can be read, but not differentiated.
+    #[vjp(x, w)]
+    fn k(x: [f32; n, c, s], w: [f32; c]) -> [f32; n, c, s] {
+        (x - mean(x, (c, s))) * w
     }
 }
 

@@ -1,0 +1,329 @@
+//! Dims reduced together (`mean(x, (c, s))`, GroupNorm's statistics) taken as one: each
+//! [`Dim::Merged`] that typing made replaces its parts wherever they stand, so that the kernel
+//! has one dim to reduce over and the planner, both backends and the derivatives see an
+//! ordinary reduction over one dim.
+//!
+//! A tensor with all the parts, next to each other in the order written, is the same memory
+//! with one dim fewer (`[b, g, c, s]` is `[b, g, (c, s)]`). A tensor with only some of them
+//! (GroupNorm's weight `w: [g, c]` beside `x: [b, g, c, s]`) is read through a gather whose
+//! index is the part's coordinate, computed from the merged one (`index((c, s)) / len(s)`);
+//! so is `index(c)`. Slices of the parts are not taken apart: an error.
+
+use super::Checker;
+use crate::ir::{Dim, DimId, Gather, Linear, Node, NodeId, Op, OutputInfo, View};
+use crate::parse::BinOp;
+use crate::ty::{Elem, Ty};
+use proc_macro2::TokenStream;
+
+impl Checker<'_> {
+    /// Rewrites the kernel's shapes and values for each merged dim; `None` after an error.
+    pub(super) fn merge_reduced_dims(&mut self, outputs: &mut [OutputInfo]) -> Option<()> {
+        let merged: Vec<(DimId, Vec<DimId>)> = self
+            .dims
+            .iter()
+            .enumerate()
+            .filter_map(|(m, d)| match d {
+                Dim::Merged(parts) => Some((m, parts.clone())),
+                _ => None,
+            })
+            .collect();
+        for (m, parts) in merged {
+            self.merge(m, &parts, outputs)?;
+        }
+        Some(())
+    }
+
+    fn merge(&mut self, m: DimId, parts: &[DimId], outputs: &mut [OutputInfo]) -> Option<()> {
+        let reduction = self
+            .nodes
+            .iter()
+            .find(|n| matches!(n.op, Op::Reduce(_, _, Some(d)) if d == m))
+            .map(|n| n.tokens.clone())
+            .unwrap_or_default();
+        let names: Vec<String> = parts.iter().map(|&p| self.dims[p].to_string()).collect();
+        let together = format!("`({})`", names.join(", "));
+        // Each parameter: all the parts, in order (one dim fewer), or some (read by gathers).
+        let mut partial = vec![false; self.params.len()];
+        for (i, p) in self.params.iter_mut().enumerate() {
+            let Some(shape) = &mut p.shape else { continue };
+            match merged_shape(shape, parts, m) {
+                Some(s) => *shape = s,
+                None if p.written => {
+                    let name = crate::ir::plain_name(&p.name);
+                    self.cx.spanned(&p.name, format!("`{name}` is written through `&mut` and has some of the dims {together} that a reduction takes together; write the reduced values in a kernel of their own"));
+                    return None;
+                }
+                None => partial[i] = true,
+            }
+        }
+        let mut nodes: Vec<Node> = vec![];
+        let mut map: Vec<NodeId> = vec![];
+        // Each part's coordinate, computed once for every tensor and `index` that needs it.
+        let mut coords: Vec<Option<NodeId>> = vec![None; parts.len()];
+        let old = std::mem::take(&mut self.nodes);
+        for node in old {
+            // A value over some of the parts (`w * 2` of a `w: [g, c]`), or over all of them
+            // in another arrangement: over `m`, as the values it is computed from.
+            let shape =
+                merged_shape(&node.shape, parts, m).unwrap_or_else(|| widen(&node.shape, parts, m));
+            let op = match &node.op {
+                Op::Load(p) if partial[*p] => {
+                    let param_shape = self.params[*p].shape.clone().expect("a tensor");
+                    let view = gathered(&mut nodes, &mut coords, &param_shape, &shape, parts, m);
+                    Op::View(*p, Box::new(view))
+                }
+                Op::View(..) if parts.iter().any(|p| node.shape.contains(p)) => {
+                    self.cx.spanned(&node.tokens, format!("this slice has some of the dims {together} that {} takes together: slices of dims reduced together are not supported yet; reduce over one dim at a time in `fn`s of their own", reduction));
+                    return None;
+                }
+                Op::Index(d) if parts.contains(d) => {
+                    let at = parts.iter().position(|p| p == d).expect("a part");
+                    let index = coordinate(&mut nodes, &mut coords, parts, at, m);
+                    nodes.push(Node {
+                        op: Op::Cast(index),
+                        ty: node.ty,
+                        shape: vec![m],
+                        tokens: node.tokens.clone(),
+                    });
+                    map.push(nodes.len() - 1);
+                    continue;
+                }
+                op => remap(op, &map),
+            };
+            nodes.push(Node {
+                op,
+                ty: node.ty,
+                shape,
+                tokens: node.tokens,
+            });
+            map.push(nodes.len() - 1);
+        }
+        self.nodes = nodes;
+        for o in outputs.iter_mut() {
+            o.node = map[o.node];
+            o.shape = match merged_shape(&o.shape, parts, m) {
+                Some(s) => s,
+                None => {
+                    self.cx.spanned(&o.tokens, format!("this output has some of the dims {together} that {} takes together, and not all: an output has all of them or none", reduction));
+                    return None;
+                }
+            };
+        }
+        Some(())
+    }
+}
+
+/// The view of a tensor of shape `param` (some of `parts`, the other dims as `shape` has them)
+/// at the coordinates of `shape` (over the merged dim `m`): each part gathered by its
+/// coordinate, computed from `m`'s.
+fn gathered(
+    nodes: &mut Vec<Node>,
+    coords: &mut [Option<NodeId>],
+    param: &[DimId],
+    shape: &[DimId],
+    parts: &[DimId],
+    m: DimId,
+) -> View {
+    let stride = |d: DimId| -> Linear {
+        let at = param
+            .iter()
+            .position(|&x| x == d)
+            .expect("a dim of the tensor");
+        let after: Vec<DimId> = param[at + 1..].to_vec();
+        vec![(1, after)]
+    };
+    let strides: Vec<Linear> = shape
+        .iter()
+        .map(|&d| match d == m {
+            true => vec![],
+            false => stride(d),
+        })
+        .collect();
+    let mut gathers = vec![];
+    for &d in param.iter().filter(|d| parts.contains(d)) {
+        let at = parts.iter().position(|&p| p == d).expect("a part");
+        let index = coordinate(nodes, coords, parts, at, m);
+        gathers.push(Gather {
+            index,
+            stride: stride(d),
+            len: vec![(1, vec![d])],
+        });
+    }
+    View {
+        offset: vec![],
+        strides,
+        gathers,
+    }
+}
+
+/// `shape` with `parts`, standing together in that order, replaced by `m`; `shape` itself where
+/// it has none of them; `None` where it has some, or all in another arrangement.
+fn merged_shape(shape: &[DimId], parts: &[DimId], m: DimId) -> Option<Vec<DimId>> {
+    if !parts.iter().any(|p| shape.contains(p)) {
+        return Some(shape.to_vec());
+    }
+    let start = shape.iter().position(|&s| s == parts[0])?;
+    if shape.get(start..start + parts.len()) != Some(parts) {
+        return None;
+    }
+    let mut out = shape[..start].to_vec();
+    out.push(m);
+    out.extend(&shape[start + parts.len()..]);
+    Some(out)
+}
+
+/// `shape`, which has some of `parts`, with `m` in place of the first of them and the others
+/// left out: the shape of a value over a part once that part is read through `m`.
+fn widen(shape: &[DimId], parts: &[DimId], m: DimId) -> Vec<DimId> {
+    let mut out = vec![];
+    for &d in shape {
+        if !parts.contains(&d) {
+            out.push(d);
+        } else if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out
+}
+
+/// The coordinate along `parts[at]` of the current element, from its coordinate along `m`
+/// (row-major over the parts): `index(m) / (product of the later parts) % len(part)`, as
+/// `u32`; pushed the first time (into `coords`).
+fn coordinate(
+    nodes: &mut Vec<Node>,
+    coords: &mut [Option<NodeId>],
+    parts: &[DimId],
+    at: usize,
+    m: DimId,
+) -> NodeId {
+    if let Some(id) = coords[at] {
+        return id;
+    }
+    let u32_ty = Ty::Elem(Elem::U32);
+    let mut push = |op: Op, shape: Vec<DimId>| {
+        nodes.push(Node {
+            op,
+            ty: u32_ty,
+            shape,
+            tokens: TokenStream::new(),
+        });
+        nodes.len() - 1
+    };
+    let mut value = push(Op::Index(m), vec![m]);
+    for &later in &parts[at + 1..] {
+        let len = push(Op::Len(later), vec![]);
+        value = push(Op::Binary(BinOp::Div, value, len), vec![m]);
+    }
+    if at > 0 {
+        let len = push(Op::Len(parts[at]), vec![]);
+        value = push(Op::Binary(BinOp::Rem, value, len), vec![m]);
+    }
+    coords[at] = Some(value);
+    value
+}
+
+fn remap(op: &Op, map: &[NodeId]) -> Op {
+    let m = |i: &NodeId| map[*i];
+    match op {
+        Op::Unary(u, a) => Op::Unary(*u, m(a)),
+        Op::Binary(b, x, y) => Op::Binary(*b, m(x), m(y)),
+        Op::Cast(a) => Op::Cast(m(a)),
+        Op::Select(c, a, b) => Op::Select(m(c), m(a), m(b)),
+        Op::Call(f, args) => Op::Call(*f, args.iter().map(m).collect()),
+        Op::Reduce(r, a, d) => Op::Reduce(*r, m(a), *d),
+        Op::Random(r, s, n) => Op::Random(*r, m(s), *n),
+        Op::View(p, view) => {
+            let mut view = view.clone();
+            for g in &mut view.gathers {
+                g.index = m(&g.index);
+            }
+            Op::View(*p, view)
+        }
+        other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::{errors, kernel};
+    use quote::quote;
+
+    /// `x: [b, g, c, s]` becomes `[b, g, (c, s)]`, the reduction one over that dim, and `w`
+    /// with only `c` a gather by `index((c, s)) / len(s)`.
+    #[test]
+    fn dims_reduced_together_become_one() {
+        let k = kernel(quote! {
+            fn group_norm(x: [f32; b, g, c, s], w: [f32; g, c]) -> [f32; b, g, c, s] {
+                let d = x - mean(x, (c, s));
+                d * rsqrt(mean(d * d, (c, s)) + 1e-5) * w
+            }
+        });
+        let m = k
+            .dims
+            .iter()
+            .position(|d| matches!(d, crate::ir::Dim::Merged(_)))
+            .unwrap();
+        assert_eq!(k.dims[m].text(&k.dims), "(c, s)");
+        assert_eq!(k.params[0].shape.as_deref(), Some(&[0, 1, m][..]));
+        assert_eq!(k.declared(&[0, 1, m]), [0, 1, 2, 3]);
+        assert_eq!(k.params[1].shape.as_deref(), Some(&[1, 2][..]));
+        assert!(matches!(k.launch, crate::ir::Launch::Rows { axis, .. } if axis == m));
+        let views = k
+            .nodes
+            .iter()
+            .filter(|n| matches!(&n.op, crate::ir::Op::View(1, v) if v.gathers.len() == 1))
+            .count();
+        assert_eq!(views, 1);
+        assert!(k.outputs[0].shape == [0, 1, m]);
+        // Differentiable where every tensor has all the dims or none.
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn norm(x: [f32; b, g, c, s]) -> [f32; b, g, c, s] {
+                let d = x - mean(x, (c, s));
+                d * rsqrt(mean(d * d, (c, s)) + 1e-5)
+            }
+        });
+        assert!(crate::grad::vjp(&k, false, "d").is_ok());
+    }
+
+    #[test]
+    fn what_does_not_merge_says_why() {
+        let cases = [
+            (
+                quote! { fn f(x: [f32; n, c, s]) -> [f32; n] { sum(x, (s, c)) } },
+                "list the dims in the order the operand has them, `(c, s)`",
+            ),
+            (
+                quote! { fn f(x: [f32; c, n, s]) -> [f32; n] { sum(x, (c, s)) } },
+                "dims reduced together must stand next to each other in the operand",
+            ),
+            (
+                quote! { fn f(x: [f32; n, c, s]) -> [f32; n] { sum(x, (c, c)) } },
+                "`c` is listed twice in `sum`'s dims",
+            ),
+            (
+                quote! { fn f(x: [f32; n, c, s]) -> [f32; n] { sum(x, (c, t)) } },
+                "cannot find dim `t`",
+            ),
+            (
+                quote! { fn f(x: [f32; n, c, s]) -> [u32; n] { argmax(x, (c, s)) } },
+                "`argmax` gives a position along one dim",
+            ),
+            (
+                quote! { fn f(x: [f32; n, c, s]) -> ([f32; n], [f32; n, c]) { (sum(x, (c, s)), sum(x, s)) } },
+                "has some of the dims `(c, s)`",
+            ),
+            (
+                quote! {
+                    #[vjp(x, w)]
+                    fn f(x: [f32; n, c, s], w: [f32; c]) -> [f32; n, c, s] { (x - mean(x, (c, s))) * w }
+                },
+                "`#[vjp]` does not yet differentiate a kernel that reads `w`, which has some of the dims `(c, s)`",
+            ),
+        ];
+        for (tokens, want) in cases {
+            let e = errors(tokens.clone());
+            assert!(e.iter().any(|m| m.contains(want)), "{tokens}: {e:?}");
+        }
+    }
+}
