@@ -98,6 +98,7 @@ cases! {
         jsd,
         tvd,
         dyt,
+        group_norm,
         softmax,
         fused_add_rms_norm,
         poly_norm,

@@ -562,6 +562,18 @@ pub mod liger {
             (if ignored { 0.0 } else { loss }, if ignored { 0.0 } else { grad })
         }
 
+        /// `ops/group_norm.py`, `_group_norm_forward_kernel`: `X` of `[batch, channels,
+        /// hidden]` seen as `[b, g, c, s]` (a free reshape), a group's mean and rstd over its
+        /// channels and positions at once, the variance as `E[x^2] - mean^2` as Liger sums it,
+        /// the weight and bias per channel (`[g, c]`): `Y`, `Mean`, `RSTD`.
+        pub fn group_norm(x: [f32; b, g, c, s], w: [f32; g, c], bias: [f32; g, c], eps: f32)
+            -> ([f32; b, g, c, s], [f32; b, g], [f32; b, g])
+        {
+            let m = mean(x, (c, s));
+            let rstd = rsqrt(mean(x * x, (c, s)) - m * m + eps);
+            ((x - m) * rstd * w + bias, m, rstd)
+        }
+
         /// `ops/dyt.py`, `_dyt_fwd_kernel`: `gamma * tanh(alpha * x) + beta`, `alpha` a
         /// one-element tensor.
         pub fn dyt(x: [f32; t, h], alpha: [f32;], gamma: [f32; h], beta: [f32; h]) -> [f32; t, h] {

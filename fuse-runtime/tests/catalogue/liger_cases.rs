@@ -6,6 +6,62 @@ use fuse_runtime::Device;
 
 const NORM_SHAPES: [(usize, usize); 3] = [(1, 1), (5, 37), (3, 1031)];
 
+/// GroupNorm: `[batch, groups, channels a group, positions]`, a group's rows of 1 to 6000.
+pub fn group_norm(dev: &Device, rng: &mut Rng) -> Vec<Out> {
+    let mut outs = vec![];
+    for (b, g, c, s) in [(1, 1, 1, 1), (2, 4, 3, 37), (3, 2, 8, 750), (1, 3, 2, 1)] {
+        let n = c * s;
+        let (x, w, bias) = (
+            rng.f32s(b * g * n, -2.0, 2.0),
+            rng.f32s(g * c, 0.5, 1.5),
+            rng.f32s(g * c, -1.0, 1.0),
+        );
+        let (y, m, rstd) = k::group_norm(
+            dev,
+            &put(dev, &x, &[b, g, c, s]),
+            &put(dev, &w, &[g, c]),
+            &put(dev, &bias, &[g, c]),
+            1e-5,
+        )
+        .unwrap();
+        let (mut wy, mut wm, mut wr) = (vec![], vec![], vec![]);
+        for (group, row) in x.chunks(n).enumerate() {
+            let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;
+            let square = row.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n as f64;
+            let r = 1.0 / (square - mean * mean + 1e-5).sqrt();
+            wy.extend(row.iter().enumerate().map(|(j, &v)| {
+                let ch = (group % g) * c + j / s;
+                (f64::from(v) - mean) * r * f64::from(w[ch]) + f64::from(bias[ch])
+            }));
+            wm.push(mean);
+            wr.push(r);
+        }
+        let shape = format!("[{b}, {g}, {c}, {s}]");
+        outs.push(out(
+            format!("group_norm Y {shape}"),
+            read(&y),
+            wy,
+            1e-4,
+            1e-4,
+        ));
+        outs.push(out(
+            format!("group_norm Mean {shape}"),
+            read(&m),
+            wm,
+            1e-5,
+            1e-6,
+        ));
+        outs.push(out(
+            format!("group_norm RSTD {shape}"),
+            read(&rstd),
+            wr,
+            1e-4,
+            0.0,
+        ));
+    }
+    outs
+}
+
 pub fn rms_norm(dev: &Device, rng: &mut Rng) -> Vec<Out> {
     let mut outs = vec![];
     for (t, h) in NORM_SHAPES {
