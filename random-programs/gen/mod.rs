@@ -137,6 +137,9 @@ struct Gen {
     random_sites: usize,
     /// The choices added after the first batches, drawn apart from `rng` (see `leaf`).
     side: Rng,
+    /// How many dims a row kernel reduces over at once, from its `Scheme::Rows` dim on: 2 in
+    /// some programs of two or three dims (`sum(x, (d0, d1))`), drawn apart from `rng`.
+    span: usize,
     /// Whether a map program writes through `&mut` parameters, and how: drawn apart from `rng`
     /// and `side`, so that a program without writes is the one its seed gave before.
     wrng: Rng,
@@ -256,10 +259,18 @@ pub fn program(name: &str, seed: u64) -> Program {
         need_full_operand: false,
         random_sites: 0,
         side: Rng(seed ^ 0x9a7e_5eed_0000_0001),
+        span: 1,
         wrng: Rng(seed ^ 0x3717_e5ee_d000_0002),
         extra: vec![],
         writes: vec![],
     };
+    // Some row kernels reduce over two adjacent dims at once.
+    if let Scheme::Rows(r) = g.scheme {
+        if ndims >= 2 && Rng(seed ^ 0x5ba2_0d15_0000_0003).percent(25) {
+            g.span = 2;
+            g.scheme = Scheme::Rows(r.min(ndims - 2));
+        }
+    }
     // The first parameter names every dim in order, so that unions of shapes follow it.
     let first = g.pick_ty(false);
     g.new_param(first, Some(g.domain()));
@@ -285,6 +296,23 @@ impl Gen {
 
     fn dim(k: usize) -> String {
         format!("d{k}")
+    }
+
+    /// The dims a row kernel's reductions from dim `r` take, as a mask.
+    fn rmask(&self, r: usize) -> u8 {
+        ((1u8 << self.span) - 1) << r
+    }
+
+    /// Whether `shape` has some of the dims reduced together and not all: a random value over
+    /// it would draw its numbers by positions the merged dim does not keep (an error).
+    fn split_by_reduction(&self, shape: u8) -> bool {
+        match self.scheme {
+            Scheme::Rows(r) if self.span > 1 => {
+                let m = self.rmask(r);
+                shape & m != 0 && shape & m != m
+            }
+            _ => false,
+        }
     }
 
     /// A type for a new value: often one of the program's favourites.
@@ -399,7 +427,7 @@ impl Gen {
                     } else {
                         self.rng.percent(50)
                     };
-                    let shape = if whole { d } else { d & !(1 << r) };
+                    let shape = if whole { d } else { d & !self.rmask(r) };
                     let e = self.expr(ty, shape, 3, Red::Dim(r));
                     let e = self.fit(e, ty, shape, Red::Dim(r));
                     if k == n - 1 && (self.reductions == 0 || self.need_full_operand) {
@@ -533,7 +561,7 @@ impl Gen {
         }
         // Drawn from a stream of its own, so that a program without a gather is the one the
         // seed gave before gathers were generated (their kernels' spill checks stand).
-        if self.side.percent(12) {
+        if self.side.percent(12) && self.span == 1 {
             return self.gather(ty, max);
         }
         let shape = if max == 0 || self.rng.percent(15) {
@@ -955,6 +983,9 @@ impl Gen {
             let shape = self.subshape(max);
             x = self.fit(x, ty, shape, red);
         }
+        if self.split_by_reduction(self.nodes[x].shape) {
+            return x;
+        }
         let p = self.rng.pick(&["0.5", "0.25", "0.125"]);
         let p = self.node(ty, 0, p.into(), format!("lit {p}"), false, true);
         let seed = match (0..self.params.len()).find(|&i| {
@@ -997,13 +1028,14 @@ impl Gen {
             let e = self.reduction(Ty::F32, max, depth, r);
             return self.convert(e, Ty::Bool);
         }
-        let over = (self.subshape(max) & !(1 << r)) | (1 << r);
-        let rows = self.domain() & !(1 << r);
+        let m = self.rmask(r);
+        let over = (self.subshape(max) & !m) | m;
+        let rows = self.domain() & !m;
         let over = if self.need_full_operand && rows & !max == 0 {
             self.need_full_operand = false;
             self.domain()
         } else if self.rng.percent(30) {
-            (max & !(1 << r)) | (1 << r)
+            (max & !m) | m
         } else {
             over
         };
@@ -1016,13 +1048,20 @@ impl Gen {
             e
         };
         self.reductions += 1;
-        let text = format!("{kind}({}, {})", self.t(e), Self::dim(r));
+        let (dims, desc) = match self.span {
+            1 => (Self::dim(r), r.to_string()),
+            n => {
+                let names: Vec<String> = (r..r + n).map(Self::dim).collect();
+                (format!("({})", names.join(", ")), format!("{r}:{n}"))
+            }
+        };
+        let text = format!("{kind}({}, {dims})", self.t(e));
         let full = self.nodes[e].full;
         let id = self.node(
             ty,
-            over & !(1 << r),
+            over & !m,
             text,
-            format!("red {kind} {r} {e}"),
+            format!("red {kind} {desc} {e}"),
             full,
             false,
         );
@@ -1031,7 +1070,8 @@ impl Gen {
 
     /// A reduction that gives `ty`, and the type of its operand.
     fn reduction_kind(&mut self, ty: Ty) -> (&'static str, Ty) {
-        if ty == Ty::U32 && self.rng.percent(40) {
+        // A position is along one dim.
+        if ty == Ty::U32 && self.rng.percent(40) && self.span == 1 {
             let kind = self.rng.pick(&["argmax", "argmin"]);
             let mut from = self.pick_ty(false);
             if from == Ty::Bool {

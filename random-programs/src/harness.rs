@@ -155,7 +155,7 @@ pub fn sizes_with(
         fixed.is_none_or(|(_, len)| len <= budget),
         "{fixed:?} is over {budget}"
     );
-    let reduced: Vec<usize> = desc.reduced_dims().into_iter().flatten().collect();
+    let reduced: Vec<usize> = desc.reduced_dims();
     loop {
         let mut s: Vec<usize> = (0..desc.ndims)
             .map(|k| {

@@ -237,13 +237,26 @@ impl Desc {
         self.params[p].1.unwrap_or(0) & dims
     }
 
-    /// The dims a reduction of this program reduces over (`None` for a full reduction).
-    pub fn reduced_dims(&self) -> Vec<Option<usize>> {
+    /// The dims the reductions of this program reduce over (none for full reductions).
+    pub fn reduced_dims(&self) -> Vec<usize> {
         self.nodes
             .iter()
             .filter(|n| n.op == "red")
-            .map(|n| n.args[1].parse().ok())
+            .filter_map(|n| reduced(&n.args[1]))
+            .flatten()
             .collect()
+    }
+}
+
+/// The dims of a reduction's description: `r`, or `r:k` for the `k` dims from `r` reduced
+/// together (`sum(x, (d1, d2))`); `None` for a reduction over every element.
+pub fn reduced(text: &str) -> Option<Vec<usize>> {
+    match text.split_once(':') {
+        Some((r, k)) => {
+            let (r, k): (usize, usize) = (r.parse().ok()?, k.parse().ok()?);
+            Some((r..r + k).collect())
+        }
+        None => Some(vec![text.parse().ok()?]),
     }
 }
 

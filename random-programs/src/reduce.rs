@@ -46,12 +46,15 @@ pub fn reduce(desc: &Desc, node: &Node, sizes: &[usize], vals: &[Vec<V>]) -> Vec
     let from = desc.nodes[operand].ty;
     let x = &vals[operand];
     let mut row = Vec::new();
-    let (starts, stride, len) = match node.args[1].parse::<usize>() {
-        Ok(r) => {
-            let (starts, stride) = rows(node.shape, of, r, sizes);
-            (starts, stride, sizes[r])
+    // Over dim `r`, over the `k` adjacent dims from `r` (`r:k`, which stand together in the
+    // operand: one run of their sizes' product at the last one's stride), or over everything.
+    let (starts, stride, len) = match crate::oracle::reduced(&node.args[1]) {
+        Some(dims) => {
+            let last = *dims.last().expect("a dim");
+            let (starts, stride) = rows(node.shape, of, last, sizes);
+            (starts, stride, dims.iter().map(|&d| sizes[d]).product())
         }
-        Err(_) => (vec![0], 1, count(of, sizes)),
+        None => (vec![0], 1, count(of, sizes)),
     };
     starts
         .iter()

@@ -76,6 +76,12 @@ impl Checker<'_> {
                     self.cx.spanned(&node.tokens, format!("this slice has some of the dims {together} that {} takes together: slices of dims reduced together are not supported yet; reduce over one dim at a time in `fn`s of their own", reduction));
                     return None;
                 }
+                // A random value's position is its place in its own shape: over `m` it would
+                // be another number.
+                Op::Random(..) if merged_shape(&node.shape, parts, m).is_none() => {
+                    self.cx.spanned(&node.tokens, format!("this random value is over some of the dims {together} that {} takes together, and not all: draw it over all of them or none (its numbers follow its shape)", reduction));
+                    return None;
+                }
                 Op::Index(d) if parts.contains(d) => {
                     let at = parts.iter().position(|p| p == d).expect("a part");
                     let index = coordinate(&mut nodes, &mut coords, parts, at, m);
@@ -312,6 +318,10 @@ mod tests {
             (
                 quote! { fn f(x: [f32; n, c, s]) -> ([f32; n], [f32; n, c]) { (sum(x, (c, s)), sum(x, s)) } },
                 "has some of the dims `(c, s)`",
+            ),
+            (
+                quote! { fn f(x: [f32; n, c, s], w: [f32; c], seed: u64) -> [f32; n] { sum(x * (w + rand(seed)), (c, s)) } },
+                "this random value is over some of the dims `(c, s)`",
             ),
             (
                 quote! {
