@@ -318,6 +318,13 @@ fuse! {
     pub fn s3_q_times_c_bf16(q: [bf16; t, h, d], c: [f32; t, d]) -> [bf16; t, h, d] {
         ((q as f32) * c) as bf16
     }
+    /// S2: GroupNorm in bf16, a group's statistics over its channels and positions at once
+    /// (`mean(x, (c, s))`), the f32 weight and bias per channel read at each element's channel.
+    pub fn s2_group_norm_bf16(x: [bf16; b, g, c, s], w: [f32; g, c], bias: [f32; g, c]) -> [bf16; b, g, c, s] {
+        let xf = x as f32;
+        let d = xf - mean(xf, (c, s));
+        (d * rsqrt(mean(d * d, (c, s)) + 1e-5) * w + bias) as bf16
+    }
     /// S3: a per-token f32 vector broadcast over the heads of f16 `q`, multiplied in f32.
     pub fn s3_q_times_c_f16(q: [f16; t, h, d], c: [f32; t, d]) -> [f16; t, h, d] {
         ((q as f32) * c) as f16

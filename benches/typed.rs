@@ -92,6 +92,9 @@ const SUM_REL: f64 = 1e-6;
 const S2_COLS: [usize; 7] = [2, 32, 256, 1024, 4096, 32768, 262144];
 /// S2's column-sum heights (the widths follow from the number of elements).
 const S2_ROWS: [usize; 4] = [256, 4096, 65536, 1 << 20];
+/// S2's GroupNorm `g x c x s` (groups, channels a group, positions): a diffusion UNet's 320
+/// channels at 64 x 64, 64 at 32 x 32, and 512 at 8 x 8; the batch takes the rest.
+const S2_GROUPS: [[usize; 3]; 3] = [[32, 10, 4096], [32, 2, 1024], [32, 16, 64]];
 /// S3's `t x h x d` at 2^28 elements; at fewer, `t` shrinks.
 const S3_SHAPES: [[usize; 3]; 3] = [[65536, 32, 128], [16384, 128, 128], [1 << 20, 4, 64]];
 
@@ -132,6 +135,10 @@ enum Tolerance {
     Ulps,
     /// Sums along `axis` of a two-dim `x`: also [`SUM_REL`] of the magnitudes summed.
     Sum { axis: usize },
+    /// Also this much absolute: an output whose f32 terms cancel (GroupNorm's `d * rstd * w +
+    /// bias` near zero), where the device's f32 and the CPU's f64 statistics part by an ulp of
+    /// the terms, not of the output.
+    Abs(f64),
 }
 
 /// One row: a kernel of element type `T` at one shape.
@@ -213,6 +220,36 @@ pub fn s2(runner: &mut Runner, pool: &mut Pool) {
     column_sums::<f16>(runner, pool, column, &shapes, |dev, x, _, y| {
         s2_column_sum_f16::into(dev, x, y)
     });
+    for gcs in S2_GROUPS {
+        group_norm::<bf16>(runner, pool, gcs, |dev, x, side, y| {
+            s2_group_norm_bf16::into(dev, x, &side[0], &side[1], y)
+        });
+    }
+}
+
+/// GroupNorm over `[b, g, c, s]`, the statistics over `(c, s)`, the weight and bias `[g, c]`
+/// in f32.
+fn group_norm<T: Float>(runner: &mut Runner, pool: &mut Pool, gcs: [usize; 3], launch: Launch<T>) {
+    let [g, c, s] = gcs;
+    // As many groups of rows as fit in S1's elements (2^28 is no multiple of 10 * 4096).
+    let b = (runner.sizes.sweep_total / (g * c * s)).max(1);
+    let shapes = |b| Shapes {
+        x: vec![b, g, c, s],
+        side: vec![vec![g, c], vec![g, c]],
+        out: vec![b, g, c, s],
+    };
+    let case = Case {
+        id: "S2",
+        label: format!("group norm {} {b}x{g}x{c}x{s}", T::NAME),
+        what: "y = (x - mean) * rsqrt(var + 1e-5) * w[g, c] + bias[g, c], mean and var over (c, s), in f32",
+        formula: format!("{}n + 8 g*c", 2 * size_of::<T>()),
+        full: shapes(b),
+        check: shapes(few(b, runner.sizes.check_n / (g * c * s))),
+        // Terms of normals times rstd (up to about 20): 2^-20 of them is 2e-5.
+        tolerance: Tolerance::Abs(2e-5),
+        launch,
+    };
+    run(runner, pool, &case);
 }
 
 /// S3: softplus in bf16 and f16, then `q[t, h, d] * c[t, d]` for each shape in f32, bf16 and
@@ -479,12 +516,14 @@ fn run_once<T: Float>(
 /// [`ULPS`] ulps of `T` (an ulp is at most `EPSILON |want|`, or `TINY` among the subnormals),
 /// and for sums [`SUM_REL`] of the magnitudes of the inputs `x` that each output sums.
 fn bounds<T: Float>(case: &Case<T>, x: &[T], want: &[f32]) -> Vec<f64> {
-    let summed = match case.tolerance {
-        Tolerance::Ulps => vec![0.0; want.len()],
-        Tolerance::Sum { axis } => abs_sums(x, &case.check.x, axis),
+    let (summed, abs) = match case.tolerance {
+        Tolerance::Ulps => (vec![0.0; want.len()], 0.0),
+        Tolerance::Sum { axis } => (abs_sums(x, &case.check.x, axis), 0.0),
+        Tolerance::Abs(abs) => (vec![0.0; want.len()], abs),
     };
-    let bound =
-        |(w, s): (&f32, f64)| ULPS * (T::EPSILON * f64::from(w.abs()) + T::TINY) + SUM_REL * s;
+    let bound = |(w, s): (&f32, f64)| {
+        ULPS * (T::EPSILON * f64::from(w.abs()) + T::TINY) + SUM_REL * s + abs
+    };
     want.iter().zip(summed).map(bound).collect()
 }
 
