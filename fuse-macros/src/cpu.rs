@@ -204,8 +204,18 @@ impl Cpu<'_> {
                 (Reduce::Prod, true) => format!("acc{r} * v{a} as f64"),
                 (Reduce::Sum, false) => format!("acc{r}.wrapping_add(v{a})"),
                 (Reduce::Prod, false) => format!("acc{r}.wrapping_mul(v{a})"),
-                (Reduce::Max, _) => format!("acc{r}.max(v{a})"),
-                (Reduce::Min, _) => format!("acc{r}.min(v{a})"),
+                // `max` as a select (NaN ignored, as `f32::max` does): rustc 1.95's LLVM
+                // crashed (SIGSEGV in SelectionDAG) on a loop that took `f32::max` and
+                // `f64::max` of two rows together, as `(logsumexp(x, c), logsumexp(y, c))`
+                // with `x` f32 and `y` f64 does (p20915 of the random programs).
+                (Reduce::Max, true) => {
+                    format!("if v{a} > acc{r} || acc{r}.is_nan() {{ v{a} }} else {{ acc{r} }}")
+                }
+                (Reduce::Min, true) => {
+                    format!("if v{a} < acc{r} || acc{r}.is_nan() {{ v{a} }} else {{ acc{r} }}")
+                }
+                (Reduce::Max, false) => format!("acc{r}.max(v{a})"),
+                (Reduce::Min, false) => format!("acc{r}.min(v{a})"),
                 (Reduce::Mean, false) => unreachable!("check rejects integer means"),
             };
             self.line(format!("acc{r} = {step};"));

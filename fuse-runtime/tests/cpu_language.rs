@@ -4943,3 +4943,56 @@ mod merged {
         );
     }
 }
+
+/// `mixed_width_extrema`: f32 and f64 maxima and minima of rows in one loop, NaN ignored.
+#[test]
+fn mixed_width_extrema_ignore_nan() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (r, c) in [(1, 1), (3, 7), (5, 130)] {
+        let mut x = rng.floats::<f32>(r * c, -5.0, 5.0);
+        let mut y = rng.floats::<f64>(r * c, -5.0, 5.0);
+        x[0] = f32::NAN;
+        y[r * c - 1] = f64::NAN;
+        let (lx, ly, mx, my) =
+            kernels::mixed_width_extrema(&dev, &put(&dev, &x, &[r, c]), &put(&dev, &y, &[r, c]))
+                .unwrap();
+        let rows =
+            |v: &[f64], f: &dyn Fn(&[f64]) -> f64| -> Vec<f64> { v.chunks(c).map(f).collect() };
+        let (xs, ys): (Vec<f64>, Vec<f64>) = (x.iter().map(|&v| v as f64).collect(), y.clone());
+        let numbers = |row: &[f64]| {
+            row.iter()
+                .copied()
+                .filter(|v| !v.is_nan())
+                .collect::<Vec<f64>>()
+        };
+        let lse = |row: &[f64]| {
+            if row.iter().any(|v| v.is_nan()) {
+                return f64::NAN;
+            }
+            let m = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            m + row.iter().map(|v| (v - m).exp()).sum::<f64>().ln()
+        };
+        let least = |row: &[f64]| numbers(row).into_iter().fold(f64::INFINITY, f64::min);
+        let most = |row: &[f64]| numbers(row).into_iter().fold(f64::NEG_INFINITY, f64::max);
+        let (want_lx, want_ly) = (rows(&xs, &lse), rows(&ys, &lse));
+        for (what, got, want) in [
+            (
+                "f32 logsumexp",
+                host(&lx).iter().map(|&v| v as f64).collect::<Vec<_>>(),
+                want_lx,
+            ),
+            ("f64 logsumexp", host(&ly), want_ly),
+        ] {
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    g.is_nan() == w.is_nan()
+                        && (w.is_nan() || (g - w).abs() <= 1e-5 * w.abs().max(1.0)),
+                    "{what} {r}x{c}: {g} against {w}"
+                );
+            }
+        }
+        let got_mx: Vec<f64> = host(&mx).iter().map(|&v| v as f64).collect();
+        assert_eq!(got_mx, rows(&xs, &least), "f32 min {r}x{c}");
+        assert_eq!(host(&my), rows(&ys, &most), "f64 max {r}x{c}");
+    }
+}

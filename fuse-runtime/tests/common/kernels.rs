@@ -1164,3 +1164,12 @@ pub mod merged {
         }
     }
 }
+
+fuse! {
+    /// Maxima and minima of an f32 and an f64 row in one loop: rustc 1.95's LLVM crashed
+    /// (SIGSEGV) compiling the CPU backend's `f32::max` and `f64::max` side by side in release
+    /// (p20915 of the random programs), which now reduce by a select.
+    pub fn mixed_width_extrema(x: [f32; r, c], y: [f64; r, c]) -> ([f32; r], [f64; r], [f32; r], [f64; r]) {
+        (logsumexp(x, c), logsumexp(y, c), min(x, c), max(y, c))
+    }
+}
