@@ -111,6 +111,7 @@ static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {
 }
 static __device__ __forceinline__ bool fz_u01_below(unsigned int w, unsigned int bound) { return bound >> 24 != 0u || w < bound << 8; }
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
+__constant__ unsigned int fz_zero = 0u;
 extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
     const float* __restrict__ p_x,
     const float* __restrict__ p_bias,
@@ -286,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(
         const float v3 = (v0 + v1);
         const float v4 = fz_gelu(v3);
         const float v6 = fz_rand(rk2, (unsigned long long)(i), 0u);
-        const bool v7 = (v6 < v5);
+        const bool v7 = (v6 < (v5 + __uint_as_float(fz_zero)));
         const float v11 = (v4 * v10);
         const float v13 = (v7 ? v12 : v11);
         out0[o0] = v13;

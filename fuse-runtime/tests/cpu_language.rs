@@ -4996,3 +4996,28 @@ fn mixed_width_extrema_ignore_nan() {
         assert_eq!(host(&my), rows(&ys, &most), "f64 max {r}x{c}");
     }
 }
+
+/// `nonnegative_against_constants` on the CPU: the meaning the GPU test holds it to.
+#[test]
+fn nan_fails_comparisons_with_constants_below_zero() {
+    let dev = Device::cpu();
+    let (x, y, lo) = (
+        vec![0.0f32, 1.0, -6.0],
+        vec![0.0f32, 4.0, 2.0],
+        vec![-3.0f32, 0.5, -9.0],
+    );
+    let (c, a, s, w) = kernels::nonnegative_against_constants(
+        &dev,
+        &put(&dev, &x, &[3]),
+        &put(&dev, &y, &[3]),
+        &put(&dev, &lo, &[3]),
+    )
+    .unwrap();
+    let (c, w) = (host(&c), host(&w));
+    // 0 / 0 is NaN through both clamps; 0.25 is below `lo` = 0.5; 3 is above -2 (and -1).
+    assert!(c[0].is_nan() && w[0].is_nan());
+    assert_eq!((c[1], c[2]), (0.5, -2.0));
+    assert_eq!((w[1], w[2]), (0.5, -1.0));
+    assert_eq!(host(&a), [false, true, true]);
+    assert_eq!(host(&s), [false, true, true]);
+}

@@ -3508,3 +3508,60 @@ fn reductions_over_several_dims_match_the_cpu() {
         &[Tol::close(1e-12, 1e-12)],
     );
 }
+
+/// `nonnegative_against_constants`: NaN from `0 / 0` survives a clamp and fails an ordered
+/// comparison with a constant below zero, on the GPU as on the CPU (ptxas 13.0 folded them).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn nan_survives_comparisons_with_constants_below_zero() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for n in [1usize, 33, 1000, 4099] {
+        // A third of the elements 0 / 0.
+        let mut x = rng.floats::<f32>(n, -3.0, 3.0);
+        let mut y = rng.floats::<f32>(n, -3.0, 3.0);
+        for i in (0..n).step_by(3) {
+            (x[i], y[i]) = (0.0, 0.0);
+        }
+        let lo = rng.floats::<f32>(n, -4.0, 1.0);
+        let run = |dev: &Device| {
+            kernels::nonnegative_against_constants(
+                dev,
+                &put(dev, &x, &[n]),
+                &put(dev, &y, &[n]),
+                &put(dev, &lo, &[n]),
+            )
+        };
+        let (clamped, above, sign, wide) = run(&gpu).unwrap();
+        let (clamped, above, sign, wide) = (host(&clamped), host(&above), host(&sign), host(&wide));
+        for i in 0..n {
+            let nan = i % 3 == 0;
+            assert_eq!(
+                clamped[i].is_nan(),
+                nan,
+                "clamp at {i} of {n}: {}",
+                clamped[i]
+            );
+            assert_eq!(
+                wide[i].is_nan(),
+                nan,
+                "f64 clamp at {i} of {n}: {}",
+                wide[i]
+            );
+            assert_eq!(above[i], !nan, "|q| > -2 at {i} of {n}");
+            assert_eq!(sign[i], !nan, "q >= 0 at {i} of {n}");
+        }
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("nonnegative_against_constants {n}"),
+            run,
+            &[
+                Tol::close(0.0, 0.0),
+                Tol::close(0.0, 0.0),
+                Tol::close(0.0, 0.0),
+                Tol::close(0.0, 0.0),
+            ],
+        );
+    }
+}

@@ -132,6 +132,17 @@ impl Cuda<'_> {
                 self.helpers.insert("fz_zero");
                 self.binary(*op, e, &x, &y)
             }
+            // An ordered comparison of floats with a constant operand takes the constant
+            // through `fz_zero` (plus a zero ptxas cannot see): ptxas 13.0 (sm_80 and sm_90)
+            // folded `setp.gt.f32 |x|, -2.0` to true, losing NaN (p21199 of the random programs:
+            // `(x2 / x0).copysign(0.25).clamp(x4, -2.0)` was -2 for `0 / 0`, not NaN).
+            Op::Binary(op @ (BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge), a, b)
+                if k.nodes[*a].elem().is_float() && (self.constant(*a) || self.constant(*b)) =>
+            {
+                let t = k.nodes[*a].elem().compute();
+                let (x, y) = (self.opaque(*a, t), self.opaque(*b, t));
+                self.binary(*op, t, &x, &y)
+            }
             Op::Binary(op, a, b) => self.binary(*op, k.nodes[*a].elem().compute(), &v(a), &v(b)),
             Op::Cast(a) => {
                 if let Some(converted) = self.float_to_int(*a, e) {
@@ -151,8 +162,18 @@ impl Cuda<'_> {
             }
             Op::Select(c, a, b) => format!("({} ? {} : {})", v(c), v(a), v(b)),
             Op::Call(f, args) => {
-                let args: Vec<String> = args.iter().map(v).collect();
                 let arg_elem = k.nodes[node.op.operands()[0]].elem().compute();
+                let args: Vec<String> = match f {
+                    // Its bounds are compared as above.
+                    crate::func::Func::Clamp if arg_elem.is_float() => {
+                        let (lo, hi) = (
+                            self.opaque(args[1], arg_elem),
+                            self.opaque(args[2], arg_elem),
+                        );
+                        vec![v(&args[0]), lo, hi]
+                    }
+                    _ => args.iter().map(v).collect(),
+                };
                 self.call(*f, arg_elem, &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
@@ -285,6 +306,20 @@ impl Cuda<'_> {
             UnOp::Neg => format!("(({})(0ull - ({}){a}))", e.c_name(), e.c_unsigned()),
             UnOp::Not if e == Elem::Bool => format!("(!{a})"),
             UnOp::Not => format!("(({})~{a})", e.c_name()),
+        }
+    }
+
+    /// `v<n>`, or where `n` is a constant, `v<n>` plus a zero of type `t` (f32 or f64) that
+    /// neither compiler can fold (`fz_zero`, a `__constant__`): a comparison with it is not
+    /// one with a known constant, which ptxas 13.0 folded wrongly for NaN (see `expr`).
+    fn opaque(&mut self, n: NodeId, t: Elem) -> String {
+        if !self.constant(n) {
+            return format!("v{n}");
+        }
+        self.helpers.insert("fz_zero");
+        match t {
+            Elem::F64 => format!("(v{n} + __longlong_as_double((long long)fz_zero))"),
+            _ => format!("(v{n} + __uint_as_float(fz_zero))"),
         }
     }
 

@@ -975,6 +975,26 @@ mod tests {
     /// made `x << 31` a product by -2^31: p11659), folded products too; a 32-bit one, or one of
     /// two values, does not.
     #[test]
+    fn float_comparisons_with_constants_go_through_a_zero() {
+        let text = source(quote! {
+            fn f(x: [f32; n], y: [f32; n], lo: [f32; n], w: [f64; n]) -> ([f32; n], [bool; n], [bool; n], [f64; n]) {
+                (x.abs().clamp(lo, -2.0), x.abs() > -2.0, x < y, w.clamp(-1.0, 1.0))
+            }
+        });
+        // The clamps' constant bounds and the comparison's constant, in f32 and f64.
+        for hidden in [
+            "(v4 < v2 ? v2 : (v4 > (v6 + __uint_as_float(fz_zero)) ? (v6 + __uint_as_float(fz_zero)) : v4))",
+            "(v8 > (v10 + __uint_as_float(fz_zero)))",
+            "(v3 < (v14 + __longlong_as_double((long long)fz_zero))",
+            "(v3 > (v15 + __longlong_as_double((long long)fz_zero))",
+        ] {
+            assert!(text.contains(hidden), "{hidden}: {text}");
+        }
+        // Not a comparison of two tensors, nor the clamp's bound that is one.
+        assert!(text.contains("(v0 < v1)"), "{text}");
+    }
+
+    #[test]
     fn constant_64_bit_products_and_shifts_go_through_a_zero() {
         let text = source(quote! {
             fn f(x: [i64; n], y: [u64; n], z: [i32; n], s: i64) -> ([i64; n], [u64; n], [i32; n], [i64; n]) {

@@ -1173,3 +1173,13 @@ fuse! {
         (logsumexp(x, c), logsumexp(y, c), min(x, c), max(y, c))
     }
 }
+
+fuse! {
+    /// Values ptxas knows are not negative, compared with constants: ptxas 13.0 folded
+    /// `|q| > -2.0` to true and lost NaN (p21199 of the random programs: `(x2 / x0).copysign(
+    /// 0.25).clamp(x4, -2.0)` was -2 for `0 / 0`).
+    pub fn nonnegative_against_constants(x: [f32; n], y: [f32; n], lo: [f32; n]) -> ([f32; n], [bool; n], [bool; n], [f64; n]) {
+        let q = (x / y).copysign(0.25);
+        (q.clamp(lo, -2.0), q.abs() > -2.0, q >= 0.0, ((x as f64) / (y as f64)).abs().clamp(lo as f64, -1.0))
+    }
+}
