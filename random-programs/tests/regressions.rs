@@ -15,7 +15,11 @@
 //! the range that doc/language.md's accuracy section explains and the oracle now allows. p11659
 //! (2026-12-02, the 2,500 programs from p10000) was a fourth: `(s << 95).min(..)` on `i64`
 //! written through `&mut`, which ptxas computed again in an unrolled loop as `s * -2^31`; kept as
-//! `products_by_two_to_the_31_as_ptxas_miscompiled_them` there (item 102).
+//! `products_by_two_to_the_31_as_ptxas_miscompiled_them` there (item 102). p21199 (the 2,500
+//! from p20000) was a fifth: `|q| > -2.0` folded to true, NaN included, in a `clamp`; kept as
+//! `nan_survives_comparisons_with_constants_below_zero` there (item 107). Before it, p20915 of
+//! the same batch crashed rustc 1.95 in release (LLVM, on `f32::max` and `f64::max` reduced in
+//! one loop of the CPU backend); `mixed_width_extrema` of the CPU tests keeps it.
 
 use fuse_runtime::{bf16, f16, fuse, Device, Error};
 use random_programs::harness::{Args, Out};
