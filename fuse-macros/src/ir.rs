@@ -198,6 +198,28 @@ pub enum Random {
 }
 
 impl Op {
+    /// The same operation over other values: `f` of each operand, a view's gathered indices
+    /// included.
+    pub fn map_operands(&self, f: impl Fn(NodeId) -> NodeId) -> Op {
+        match self {
+            Op::Unary(u, a) => Op::Unary(*u, f(*a)),
+            Op::Binary(b, x, y) => Op::Binary(*b, f(*x), f(*y)),
+            Op::Cast(a) => Op::Cast(f(*a)),
+            Op::Select(c, a, b) => Op::Select(f(*c), f(*a), f(*b)),
+            Op::Call(func, args) => Op::Call(*func, args.iter().map(|&a| f(a)).collect()),
+            Op::Reduce(r, a, d) => Op::Reduce(*r, f(*a), *d),
+            Op::Random(r, s, n) => Op::Random(*r, f(*s), *n),
+            Op::View(p, view) => {
+                let mut view = view.clone();
+                for g in &mut view.gathers {
+                    g.index = f(g.index);
+                }
+                Op::View(*p, view)
+            }
+            other => other.clone(),
+        }
+    }
+
     pub fn operands(&self) -> Vec<NodeId> {
         match self {
             Op::Load(_)

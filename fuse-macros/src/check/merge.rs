@@ -94,7 +94,7 @@ impl Checker<'_> {
                     map.push(nodes.len() - 1);
                     continue;
                 }
-                op => remap(op, &map),
+                op => op.map_operands(|i| map[i]),
             };
             nodes.push(Node {
                 op,
@@ -226,27 +226,6 @@ fn coordinate(
     }
     coords[at] = Some(value);
     value
-}
-
-fn remap(op: &Op, map: &[NodeId]) -> Op {
-    let m = |i: &NodeId| map[*i];
-    match op {
-        Op::Unary(u, a) => Op::Unary(*u, m(a)),
-        Op::Binary(b, x, y) => Op::Binary(*b, m(x), m(y)),
-        Op::Cast(a) => Op::Cast(m(a)),
-        Op::Select(c, a, b) => Op::Select(m(c), m(a), m(b)),
-        Op::Call(f, args) => Op::Call(*f, args.iter().map(m).collect()),
-        Op::Reduce(r, a, d) => Op::Reduce(*r, m(a), *d),
-        Op::Random(r, s, n) => Op::Random(*r, m(s), *n),
-        Op::View(p, view) => {
-            let mut view = view.clone();
-            for g in &mut view.gathers {
-                g.index = m(&g.index);
-            }
-            Op::View(*p, view)
-        }
-        other => other.clone(),
-    }
 }
 
 #[cfg(test)]

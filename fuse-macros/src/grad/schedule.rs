@@ -458,18 +458,10 @@ fn build(
 }
 
 fn remap(op: &Op, map: &[usize], param: &dyn Fn(usize) -> usize) -> Op {
-    let m = |i: &NodeId| map[*i];
     match op {
         Op::Load(p) => Op::Load(param(*p)),
         Op::Scalar(p) => Op::Scalar(param(*p)),
-        Op::Unary(u, a) => Op::Unary(*u, m(a)),
-        Op::Binary(b, x, y) => Op::Binary(*b, m(x), m(y)),
-        Op::Cast(a) => Op::Cast(m(a)),
-        Op::Select(c, a, b) => Op::Select(m(c), m(a), m(b)),
-        Op::Call(f, args) => Op::Call(*f, args.iter().map(m).collect()),
-        Op::Reduce(r, a, d) => Op::Reduce(*r, m(a), *d),
-        Op::Random(r, s, n) => Op::Random(*r, m(s), *n),
-        other => other.clone(),
+        op => op.map_operands(|i| map[i]),
     }
 }
 
