@@ -34,12 +34,6 @@ impl Checker<'_> {
     }
 
     fn merge(&mut self, m: DimId, parts: &[DimId], outputs: &mut [OutputInfo]) -> Option<()> {
-        let reduction = self
-            .nodes
-            .iter()
-            .find(|n| matches!(n.op, Op::Reduce(_, _, Some(d)) if d == m))
-            .map(|n| n.tokens.clone())
-            .unwrap_or_default();
         let names: Vec<String> = parts.iter().map(|&p| self.dims[p].to_string()).collect();
         let together = format!("`({})`", names.join(", "));
         // Each parameter: all the parts, in order (one dim fewer), or some (read by gathers).
@@ -73,13 +67,13 @@ impl Checker<'_> {
                     Op::View(*p, Box::new(view))
                 }
                 Op::View(..) if parts.iter().any(|p| node.shape.contains(p)) => {
-                    self.cx.spanned(&node.tokens, format!("this slice has some of the dims {together} that {} takes together: slices of dims reduced together are not supported yet; reduce over one dim at a time in `fn`s of their own", reduction));
+                    self.cx.spanned(&node.tokens, format!("this slice has some of the dims {together} that a reduction takes together: slices of dims reduced together are not supported yet; reduce over one dim at a time in `fn`s of their own"));
                     return None;
                 }
                 // A random value's position is its place in its own shape: over `m` it would
                 // be another number.
                 Op::Random(..) if merged_shape(&node.shape, parts, m).is_none() => {
-                    self.cx.spanned(&node.tokens, format!("this random value is over some of the dims {together} that {} takes together, and not all: draw it over all of them or none (its numbers follow its shape)", reduction));
+                    self.cx.spanned(&node.tokens, format!("this random value is over some of the dims {together} that a reduction takes together, and not all: draw it over all of them or none (its numbers follow its shape)"));
                     return None;
                 }
                 Op::Index(d) if parts.contains(d) => {
@@ -110,7 +104,7 @@ impl Checker<'_> {
             o.shape = match merged_shape(&o.shape, parts, m) {
                 Some(s) => s,
                 None => {
-                    self.cx.spanned(&o.tokens, format!("this output has some of the dims {together} that {} takes together, and not all: an output has all of them or none", reduction));
+                    self.cx.spanned(&o.tokens, format!("this output has some of the dims {together} that a reduction takes together, and not all: an output has all of them or none"));
                     return None;
                 }
             };
