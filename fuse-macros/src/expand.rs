@@ -456,7 +456,9 @@ fn words_text(k: &Kernel, shape: &[usize]) -> String {
 fn launch_text(k: &Kernel) -> String {
     match &k.launch {
         Launch::Map { .. } => "elementwise".into(),
-        Launch::Rows { axis, .. } => format!("reducing over `{}` row by row", k.dims[*axis]),
+        Launch::Rows { axis, .. } => {
+            format!("reducing over `{}` row by row", k.dims[*axis].text(&k.dims))
+        }
         Launch::Full { .. } => "reducing over every element".into(),
     }
 }

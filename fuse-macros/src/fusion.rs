@@ -26,7 +26,8 @@ pub fn launch(k: &Body, cx: &mut Errors) -> Option<Launch> {
             let message = match (first_dim, dim) {
                 (Some(a), Some(b)) => format!(
                     "this reduces over `{}`, but this kernel already reduces over `{}`: one launch reduces over one dim (each block owns a run of that dim), so reductions over two different dims, or a reduction of a reduction over another dim, need two launches; {SPLIT}",
-                    k.dims[b], k.dims[a]
+                    k.dims[b].text(k.dims),
+                    k.dims[a].text(k.dims)
                 ),
                 _ => format!(
                     "this kernel has both a reduction over every element and a reduction over one dim; one launch does only one of the two; {SPLIT}"

@@ -293,6 +293,10 @@ mod tests {
                 "has some of the dims `(c, s)`",
             ),
             (
+                quote! { fn f(x: [f32; n, c, s]) -> [f32; n, c, s] { x - sum(x, (c, s)) - max(x, n) } },
+                "this reduces over `n`, but this kernel already reduces over `(c, s)`",
+            ),
+            (
                 quote! { fn f(x: [f32; n, c, s], w: [f32; c], seed: u64) -> [f32; n] { sum(x * (w + rand(seed)), (c, s)) } },
                 "this random value is over some of the dims `(c, s)`",
             ),

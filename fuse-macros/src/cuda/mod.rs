@@ -253,7 +253,7 @@ fn launch_comment(k: &Kernel) -> String {
             format!(
                 "Reduces {} over `{}`, a strided dim: each thread one point of {}, adjacent threads adjacent points.",
                 k.shape_text(domain),
-                k.dims[*axis],
+                k.dims[*axis].text(&k.dims),
                 k.shape_text(&rows)
             )
         }
@@ -262,7 +262,7 @@ fn launch_comment(k: &Kernel) -> String {
             format!(
                 "Reduces {} over `{}`: one block per point of {} (grid-stride), block reductions by warp shuffle.",
                 k.shape_text(domain),
-                k.dims[*axis],
+                k.dims[*axis].text(&k.dims),
                 k.shape_text(&rows)
             )
         }
