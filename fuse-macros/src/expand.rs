@@ -435,22 +435,25 @@ fn type_text(k: &Kernel, e: Elem, shape: &[usize]) -> String {
     if shape.is_empty() {
         return e.to_string();
     }
+    format!("[{e}; {}]", declared_text(k, shape))
+}
+
+/// A shape's dims as the signature declares them (a merged dim as its parts), `rows, cols`.
+fn declared_text(k: &Kernel, shape: &[usize]) -> String {
     let dims: Vec<String> = k
         .declared(shape)
         .iter()
         .map(|&d| k.dims[d].to_string())
         .collect();
-    format!("[{e}; {}]", dims.join(", "))
+    dims.join(", ")
 }
 
 /// Packed bits' type: `[u32; words of [rows, cols]]`.
 fn words_text(k: &Kernel, shape: &[usize]) -> String {
-    let dims: Vec<String> = k
-        .declared(shape)
-        .iter()
-        .map(|&d| k.dims[d].to_string())
-        .collect();
-    format!("[u32; words of [{}]] (packed bits)", dims.join(", "))
+    format!(
+        "[u32; words of [{}]] (packed bits)",
+        declared_text(k, shape)
+    )
 }
 
 fn launch_text(k: &Kernel) -> String {

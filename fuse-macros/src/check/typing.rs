@@ -634,13 +634,13 @@ impl Checker<'_> {
                 .copied()
                 .filter(|s| parts.contains(s))
                 .collect();
-            let adjacent = shape.windows(parts.len()).any(|w| {
-                let mut w = w.to_vec();
-                w.sort_unstable();
-                let mut p = parts.clone();
-                p.sort_unstable();
-                w == p
-            });
+            // Every part is in `shape` (checked above), each once: together where they span
+            // as many places as there are parts.
+            let places: Vec<usize> = ordered
+                .iter()
+                .map(|d| shape.iter().position(|s| s == d).expect("present"))
+                .collect();
+            let adjacent = places[places.len() - 1] - places[0] + 1 == parts.len();
             let message = match adjacent {
                 true => format!(
                     "list the dims in the order the operand has them, `({})`: it has shape `{}`",

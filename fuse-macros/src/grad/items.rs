@@ -451,9 +451,5 @@ fn saved_doc(kernel: &str, train: Option<&Train>, launches: usize) -> String {
 
 /// Bits as bytes, as the docs say them: `10`, `8.25`.
 fn bytes_text(bits: u32) -> String {
-    let bytes = f64::from(bits) / 8.0;
-    match bits % 8 {
-        0 => format!("{}", bits / 8),
-        _ => format!("{bytes}"),
-    }
+    format!("{}", f64::from(bits) / 8.0)
 }
