@@ -1163,6 +1163,68 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
     }
 }
 
+/// GroupNorm (`mean(x, (c, s))`, the weight and bias gathered at each element's channel), in
+/// f32 and bf16: positions a multiple of eight, of four only, and of neither, so that each
+/// vector reads its channel's weight once where it can (`lane_invariants`) and each element
+/// reads its own where not.
+#[test]
+fn group_norm_runs_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (b, g, c, s) in [(2, 3, 9, 12), (3, 2, 6, 64), (2, 3, 5, 7), (1, 2, 7, 136)] {
+        let shape = [b, g, c, s];
+        let dims = [("b", b), ("g", g), ("c", c), ("s", s)];
+        let x = rng.floats::<f32>(b * g * c * s, -3.0, 3.0);
+        let w = rng.floats::<f32>(g * c, 0.5, 1.5);
+        let bias = rng.floats::<f32>(g * c, -1.0, 1.0);
+        let eps = 1e-5f32;
+        let cpu = kernels::merged::group_norm(
+            &dev,
+            &put(&dev, &x, &shape),
+            &put(&dev, &w, &[g, c]),
+            &put(&dev, &bias, &[g, c]),
+            eps,
+        )
+        .unwrap();
+        emulate(
+            &format!("group_norm {b}x{g}x{c}x{s}"),
+            &kernels::merged::group_norm::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&bias)],
+            vec![Element::to_bits(eps)],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-4, 1e-4)],
+        );
+        let xh: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let wh: Vec<fuse_runtime::bf16> =
+            w.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::merged::group_norm_bf16(
+            &dev,
+            &put(&dev, &xh, &shape),
+            &put(&dev, &wh, &[g, c]),
+        )
+        .unwrap();
+        emulate(
+            &format!("bf16 group_norm {b}x{g}x{c}x{s}"),
+            &kernels::merged::group_norm_bf16::__fuse::PROGRAM,
+            vec![hex(&xh), hex(&wh)],
+            vec![],
+            &dims,
+            &cpu,
+            &["bf16", "f32", "f32"],
+            &[
+                Tol::close(1.0 / 128.0, 1e-2),
+                Tol::close(1e-5, 1e-5),
+                Tol::close(1e-5, 1e-5),
+            ],
+        );
+    }
+}
+
 /// The bf16 and f16 softmax of `x` (`rows x cols`, cast from f32) on the emulated GPU against
 /// the CPU backend, named `what`.
 fn emulate_16_bit_softmax(what: &str, x: &[f32], rows: usize, cols: usize) {

@@ -3436,6 +3436,13 @@ fn reductions_over_several_dims_match_the_cpu() {
         (5, 4, 32, 127),
         (2, 3, 7, 3001),
         (1, 2, 3, 50001),
+        // Positions a multiple of four or eight lanes: each vector's channel, weight and bias
+        // are read once (`lane_invariants`), on each row path.
+        (2, 3, 9, 12),
+        (3, 2, 6, 64),
+        (2, 3, 5, 512),
+        (2, 2, 5, 1024),
+        (1, 2, 3, 40000),
     ] {
         let shape = [b, g, c, s];
         let x = rng.floats::<f32>(b * g * c * s, -3.0, 3.0);

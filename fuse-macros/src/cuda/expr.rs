@@ -335,7 +335,7 @@ impl Cuda<'_> {
         }
     }
 
-    fn binary(&mut self, op: BinOp, e: Elem, a: &str, b: &str) -> String {
+    pub(super) fn binary(&mut self, op: BinOp, e: Elem, a: &str, b: &str) -> String {
         use BinOp::*;
         let (t, u) = (e.c_name(), e.c_unsigned());
         match op {

@@ -130,6 +130,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         row_vectors_now: vec![],
         lanes: crate::plan::rows::lanes(k),
         uniform_divisors: BTreeSet::new(),
+        lane_invariant: vec![],
         exact_products: exact_products(k, plan),
         in_shared: false,
         whole_rows: false,
@@ -354,6 +355,9 @@ struct Cuda<'a> {
     stash: Option<NodeId>,
     /// Values computed once per launch or row whose reciprocal `dv_<id>` is in scope.
     uniform_divisors: BTreeSet<NodeId>,
+    /// The values of a row's vector step computed once before its lanes, which the lanes'
+    /// steps leave out (see `rows::Cuda::lane_invariants`).
+    lane_invariant: Vec<NodeId>,
     /// Float products rounded on their own (`__fmul_rn`), never contracted into a fused
     /// multiply-add: see [`exact_products`].
     exact_products: BTreeSet<NodeId>,

@@ -787,9 +787,105 @@ impl Cuda<'_> {
         }
     }
 
-    /// The four lanes of a vector step, written out: a `#pragma unroll`ed lane loop made ptxas
-    /// spill. `vectors` are the step's `lv_<name>`.
+    /// The lanes of a vector step, written out: a `#pragma unroll`ed lane loop made ptxas
+    /// spill. `vectors` are the step's `lv_<name>`. Values the lanes share where their row's
+    /// divisors allow (`lane_invariants`) come first, once, on a path of their own.
     fn four_lanes(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        in_registers: &[usize],
+        shapes: &[Vec<DimId>],
+        vectors: &[usize],
+    ) {
+        let v = self.step_lanes;
+        let (invariant, quotients) = self.lane_invariants(pass, axis);
+        if !quotients.is_empty() {
+            // Where every divisor is a multiple of the lanes, the quotients of the vector's
+            // positions, and what they pick, are the same in each lane: computed once.
+            let tests: Vec<String> = quotients
+                .iter()
+                .map(|&(_, b)| format!("v{b} % {v} == 0"))
+                .collect();
+            self.open(format!("if ({})", tests.join(" && ")));
+            for &id in &invariant {
+                match quotients.iter().find(|&&(q, _)| q == id) {
+                    Some(&(_, b)) => {
+                        let e = self.k.nodes[id].elem();
+                        let first = format!("(({})(c * {v}))", e.c_name());
+                        let quotient = self.binary(BinOp::Div, e, &first, &format!("v{b}"));
+                        self.line(format!("const {} v{id} = {quotient};", e.c_name()));
+                    }
+                    None => self.values(&[id], Scope::Element),
+                }
+            }
+            self.lane_invariant = invariant;
+            self.lanes(pass, axis, in_registers, shapes, vectors);
+            self.lane_invariant.clear();
+            self.close();
+            self.open("else");
+        }
+        self.lanes(pass, axis, in_registers, shapes, vectors);
+        if !quotients.is_empty() {
+            self.close();
+        }
+    }
+
+    /// The values of `pass` that are the same in each lane of a vector (of `step_lanes`
+    /// consecutive positions from a multiple of them) wherever the divisors found are multiples
+    /// of the lanes, in the order computed, and those quotients of a position by a row's
+    /// unsigned value, each with its divisor: `index((c, s)) / len(s)`, the channel of a
+    /// GroupNorm's element, and the weight gathered by it, each read once a vector rather than
+    /// once an element (the division, a bounds test and a load each). None without such a
+    /// quotient, and none where positions come from `fz_pos` (a tile's rows, not consecutive).
+    fn lane_invariants(&self, pass: &Pass, axis: DimId) -> (Vec<NodeId>, Vec<(NodeId, NodeId)>) {
+        if self.hoisted_positions {
+            return (vec![], vec![]);
+        }
+        let k = self.k;
+        let elems = self.pass_elems(pass);
+        let mut invariant: Vec<NodeId> = vec![];
+        let mut quotients = vec![];
+        for &id in &elems {
+            let node = &k.nodes[id];
+            // A value read from where an earlier pass stored it is read lane by lane.
+            if self.reuse.is_some_and(|(reused, _)| reused == id) {
+                continue;
+            }
+            let known = |n: NodeId| !elems.contains(&n) || invariant.contains(&n);
+            let same = match &node.op {
+                Op::Binary(BinOp::Div, a, b)
+                    if matches!(k.nodes[*a].op, Op::Index(d) if d == axis)
+                        && node.elem().is_int()
+                        && !node.elem().is_signed_int()
+                        && !elems.contains(b) =>
+                {
+                    quotients.push((id, *b));
+                    true
+                }
+                // Moved along the axis by its gathered indices alone.
+                Op::View(_, view) => {
+                    let along = node.shape.iter().position(|&d| d == axis);
+                    along.is_none_or(|i| view.strides[i].is_empty())
+                        && view.gathers.iter().all(|g| known(g.index))
+                }
+                Op::Unary(..) | Op::Binary(..) | Op::Cast(_) | Op::Select(..) => {
+                    node.op.operands().into_iter().all(known)
+                }
+                _ => false,
+            };
+            if same {
+                invariant.push(id);
+            }
+        }
+        if quotients.is_empty() {
+            invariant.clear();
+        }
+        (invariant, quotients)
+    }
+
+    /// A vector step's lanes, one block each.
+    fn lanes(
         &mut self,
         pass: &Pass,
         axis: DimId,
@@ -909,7 +1005,12 @@ impl Cuda<'_> {
             self.line(format!("const long long o{s} = {offset};"));
         }
         self.cached = cached.to_vec();
-        self.values(&elems, Scope::Element);
+        let lanes: Vec<NodeId> = elems
+            .iter()
+            .copied()
+            .filter(|id| !self.lane_invariant.contains(id))
+            .collect();
+        self.values(&lanes, Scope::Element);
         self.cached.clear();
         self.accumulate(&pass.reduces);
         if !gather {
