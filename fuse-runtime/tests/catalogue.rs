@@ -86,6 +86,7 @@ cases! {
         reshape_and_cache,
         copy_blocks,
         concat_and_cache_mla,
+        merge_attn_states,
     ],
     liger => liger_cases [
         rms_norm,

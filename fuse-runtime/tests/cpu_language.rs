@@ -5021,3 +5021,70 @@ fn nan_fails_comparisons_with_constants_below_zero() {
     assert_eq!(host(&a), [false, true, true]);
     assert_eq!(host(&s), [false, true, true]);
 }
+
+/// `permute` reads each element where the parameter's own layout has it: a transpose, LSEs
+/// `[h, t]` beside `[t, h, d]`, a softmax and a sum along the dim whose stride is not one.
+#[test]
+fn permuted_views_read_each_element_where_it_is() {
+    use kernels::permuted;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (r, c) in [(1, 1), (3, 5), (17, 64), (2, 1031)] {
+        let x = rng.floats::<f32>(r * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(c * r, -3.0, 3.0);
+        let yt = |i: usize, j: usize| y[j * r + i] as f64;
+        let got = permuted::transposed_add(&dev, &put(&dev, &x, &[r, c]), &put(&dev, &y, &[c, r]));
+        let want: Vec<f64> = (0..r * c).map(|e| x[e] as f64 + yt(e / c, e % c)).collect();
+        assert_close(
+            "transposed_add",
+            &got.unwrap().to_vec().unwrap(),
+            &want,
+            &Tol::close(1e-6, 1e-6),
+        );
+        let got = permuted::softmax_of_transpose(&dev, &put(&dev, &y, &[c, r])).unwrap();
+        let want: Vec<f64> = (0..r * c)
+            .map(|e| {
+                let (i, j) = (e / c, e % c);
+                let max = (0..c).map(|k| yt(i, k)).fold(f64::MIN, f64::max);
+                let total: f64 = (0..c).map(|k| (yt(i, k) - max).exp()).sum();
+                (yt(i, j) - max).exp() / total
+            })
+            .collect();
+        assert_close(
+            "softmax_of_transpose",
+            &got.to_vec().unwrap(),
+            &want,
+            &Tol::close(1e-5, 1e-6),
+        );
+        let got =
+            permuted::sums_of_products(&dev, &put(&dev, &x, &[r, c]), &put(&dev, &y, &[c, r]));
+        let want: Vec<f64> = (0..r)
+            .map(|i| (0..c).map(|j| x[i * c + j] as f64 * yt(i, j)).sum())
+            .collect();
+        assert_close(
+            "sums_of_products",
+            &got.unwrap().to_vec().unwrap(),
+            &want,
+            &Tol::close(1e-5, 1e-4),
+        );
+    }
+    for (t, h, d) in [(1, 1, 1), (5, 3, 8), (7, 4, 33)] {
+        let q = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let qh: Vec<fuse_runtime::bf16> =
+            q.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let lse = rng.floats::<f32>(h * t, -2.0, 2.0);
+        let got =
+            permuted::scaled_heads(&dev, &put(&dev, &qh, &[t, h, d]), &put(&dev, &lse, &[h, t]));
+        let want: Vec<f64> = (0..t * h * d)
+            .map(|e| {
+                let (token, head) = (e / (h * d), e / d % h);
+                qh[e].to_f32() as f64 * (lse[head * t + token] as f64).exp()
+            })
+            .collect();
+        assert_close(
+            "scaled_heads",
+            &got.unwrap().to_vec().unwrap(),
+            &want,
+            &Tol::close(1.0 / 128.0, 1e-6),
+        );
+    }
+}

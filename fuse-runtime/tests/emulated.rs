@@ -1225,6 +1225,56 @@ fn group_norm_runs_on_an_emulated_gpu() {
     }
 }
 
+/// `permute`: each element read where its parameter's own layout has it, in an elementwise
+/// kernel and in row kernels along the dim whose stride is not one.
+#[test]
+fn permuted_views_run_on_an_emulated_gpu() {
+    use kernels::permuted;
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (r, c) in [(3, 5), (17, 64), (5, 1000)] {
+        let x = rng.floats::<f32>(r * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(c * r, -3.0, 3.0);
+        let dims = [("r", r), ("c", c)];
+        let (bx, by) = (put(&dev, &x, &[r, c]), put(&dev, &y, &[c, r]));
+        let cpu = permuted::transposed_add(&dev, &bx, &by).unwrap();
+        emulate(
+            &format!("transposed_add {r}x{c}"),
+            &permuted::transposed_add::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::EXACT],
+        );
+        let cpu = permuted::softmax_of_transpose(&dev, &by).unwrap();
+        emulate(
+            &format!("softmax_of_transpose {r}x{c}"),
+            &permuted::softmax_of_transpose::__fuse::PROGRAM,
+            vec![hex(&y)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        let cpu = permuted::sums_of_products(&dev, &bx, &by).unwrap();
+        emulate(
+            &format!("sums_of_products {r}x{c}"),
+            &permuted::sums_of_products::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-4)],
+        );
+    }
+}
+
 /// The bf16 and f16 softmax of `x` (`rows x cols`, cast from f32) on the emulated GPU against
 /// the CPU backend, named `what`.
 fn emulate_16_bit_softmax(what: &str, x: &[f32], rows: usize, cols: usize) {

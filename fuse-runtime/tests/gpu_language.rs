@@ -3516,6 +3516,65 @@ fn reductions_over_several_dims_match_the_cpu() {
     );
 }
 
+/// `permute`: a transpose, LSEs `[h, t]` beside `[t, h, d]`, and row kernels along the dim
+/// whose stride is not one, from rows of one element to rows past the shared-memory paths.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn permuted_views_match_the_cpu() {
+    use kernels::permuted;
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for (r, c) in [
+        (1, 1),
+        (3, 5),
+        (17, 64),
+        (2, 1031),
+        (300, 257),
+        (4, 5000),
+        (2, 70001),
+    ] {
+        let x = rng.floats::<f32>(r * c, -3.0, 3.0);
+        let y = rng.floats::<f32>(c * r, -3.0, 3.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("transposed_add {r}x{c}"),
+            |dev: &Device| {
+                permuted::transposed_add(dev, &put(dev, &x, &[r, c]), &put(dev, &y, &[c, r]))
+            },
+            &[Tol::close(0.0, 0.0)],
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("softmax_of_transpose {r}x{c}"),
+            |dev: &Device| permuted::softmax_of_transpose(dev, &put(dev, &y, &[c, r])),
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("sums_of_products {r}x{c}"),
+            |dev: &Device| {
+                permuted::sums_of_products(dev, &put(dev, &x, &[r, c]), &put(dev, &y, &[c, r]))
+            },
+            &[Tol::close(1e-5, 1e-3)],
+        );
+    }
+    for (t, h, d) in [(1, 1, 1), (7, 4, 33), (64, 8, 128), (1000, 3, 8)] {
+        let q = rng.floats::<f32>(t * h * d, -3.0, 3.0);
+        let qh: Vec<fuse_runtime::bf16> =
+            q.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let lse = rng.floats::<f32>(h * t, -2.0, 2.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("scaled_heads {t}x{h}x{d}"),
+            |dev: &Device| {
+                permuted::scaled_heads(dev, &put(dev, &qh, &[t, h, d]), &put(dev, &lse, &[h, t]))
+            },
+            &[Tol::close(1.0 / 128.0, 1e-6)],
+        );
+    }
+}
+
 /// `nonnegative_against_constants`: NaN from `0 / 0` survives a clamp and fails an ordered
 /// comparison with a constant below zero, on the GPU as on the CPU (ptxas 13.0 folded them).
 #[test]

@@ -294,7 +294,12 @@ impl<'a> Checker<'a> {
         }
         if let (Some(attr), Some(at)) = (def.derive.first(), self.first_view()) {
             let mode = if attr.reverse { "vjp" } else { "jvp" };
-            self.cx.spanned(at, format!("`#[{mode}]` does not yet differentiate a kernel that slices a tensor, as here; pass each part as a tensor parameter of its own"));
+            let permutes = matches!(at.clone().into_iter().next(), Some(proc_macro2::TokenTree::Ident(i)) if i == "permute");
+            let message = match permutes {
+                true => format!("`#[{mode}]` does not yet differentiate a kernel that permutes a tensor, as here; pass the tensor in the order read as a parameter of its own"),
+                false => format!("`#[{mode}]` does not yet differentiate a kernel that slices a tensor, as here; pass each part as a tensor parameter of its own"),
+            };
+            self.cx.spanned(at, message);
             return None;
         }
         if let (Some(attr), Some(at)) = (def.derive.first(), self.first_element()) {

@@ -219,6 +219,94 @@ impl Checker<'_> {
         Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), shape, t))
     }
 
+    /// `permute(x, (t, h))`: tensor parameter `x` with its dims in the order listed, every one
+    /// of them once: the same memory read in another order, each element where `x`'s own layout
+    /// has it (a view, like a slice: no arithmetic on the values). vLLM's attention LSEs are
+    /// `[h, t]` beside outputs `[t, h, d]`; dims combine by name in one order, so the LSE is read
+    /// as `permute(lse, (t, h))`.
+    pub fn permute(&mut self, args: &[Expr], t: &TokenStream) -> Option<usize> {
+        let usage = "`permute` takes a tensor parameter and all its dims in the order to read them, as in `permute(lse, (t, h))` with `lse: [f32; h, t]`";
+        let [base, order] = args else {
+            self.cx.spanned(t, usage);
+            return None;
+        };
+        let found = self.named(base);
+        let p = match found.map(|id| (id, self.nodes.get(id).map(|n| &n.op))) {
+            Some((_, Some(&Op::Load(p)))) if !self.params[p].written => p,
+            Some((_, Some(&Op::Load(p)))) => {
+                let name = crate::ir::plain_name(&self.params[p].name);
+                self.cx.spanned(&base.tokens, format!("`{name}` is written through `&mut`, and `permute` reads a parameter the kernel does not write; pass the values to read as a parameter of their own"));
+                return None;
+            }
+            Some((crate::check::POISONED, _)) => return None,
+            _ => {
+                self.cx.spanned(&base.tokens, format!("only a tensor parameter read as a whole can be permuted: it is a view of the parameter's memory; {usage}"));
+                return None;
+            }
+        };
+        let declared = self.params[p].shape.clone().expect("a tensor parameter");
+        let ExprKind::Tuple(items) = &order.kind else {
+            self.cx.spanned(&order.tokens, usage);
+            return None;
+        };
+        let name = crate::ir::plain_name(&self.params[p].name);
+        let mut dims: Vec<DimId> = vec![];
+        for item in items {
+            let ExprKind::Var(ident) = &item.kind else {
+                self.cx.spanned(
+                    &item.tokens,
+                    format!("`{}` is not a dim name; {usage}", item.tokens),
+                );
+                return None;
+            };
+            let d = self.named_dim(ident, None)?;
+            if dims.contains(&d) {
+                self.cx.spanned(
+                    &item.tokens,
+                    format!("`{}` is listed twice in `permute`'s dims", item.tokens),
+                );
+                return None;
+            }
+            if !declared.contains(&d) {
+                let message = format!(
+                    "`{name}` has no dim `{}`: it has shape `{}`",
+                    item.tokens,
+                    self.shape_text(&declared)
+                );
+                self.cx.spanned(&item.tokens, message);
+                return None;
+            }
+            dims.push(d);
+        }
+        if dims.len() != declared.len() {
+            let message = format!("`permute` lists every dim of `{name}`, of shape `{}`, once: a permuted view has all of them", self.shape_text(&declared));
+            self.cx.spanned(&order.tokens, message);
+            return None;
+        }
+        let load = found.expect("a parameter");
+        if dims == declared {
+            return Some(load);
+        }
+        // Each dim's stride is the product of the sizes after it in the parameter's own order.
+        let strides = dims
+            .iter()
+            .map(|d| {
+                let at = declared
+                    .iter()
+                    .position(|x| x == d)
+                    .expect("a dim of the tensor");
+                vec![(1, declared[at + 1..].to_vec())]
+            })
+            .collect();
+        let view = View {
+            offset: vec![],
+            strides,
+            gathers: vec![],
+        };
+        let elem = self.params[p].elem;
+        Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), dims, t))
+    }
+
     /// Reports a read of a `&mut` parameter by its name alone: the kernel reads one through a
     /// slice, as it writes it.
     pub(super) fn written_read(&mut self, p: usize, t: &TokenStream) {
@@ -933,5 +1021,51 @@ mod gather_tests {
         ] {
             assert_error(tokens, prefix);
         }
+    }
+}
+
+#[cfg(test)]
+mod permute_tests {
+    use crate::ir::{Launch, Op};
+    use crate::testing::kernel;
+    use quote::quote;
+
+    /// `permute(lse, (t, h))` of `lse: [h, t]`: a view over `[t, h]` whose stride along `t` is
+    /// one and along `h` is `len(t)`; the kernel is elementwise over `[t, h, d]`.
+    #[test]
+    fn a_permuted_view_strides_by_the_parameters_own_layout() {
+        let k = kernel(quote! {
+            fn f(o: [f32; t, h, d], lse: [f32; h, t]) -> [f32; t, h, d] { o * permute(lse, (t, h)).exp() }
+        });
+        let (t, h, d) = (0, 1, 2);
+        assert_eq!(
+            k.launch,
+            Launch::Map {
+                domain: vec![t, h, d]
+            }
+        );
+        let views: Vec<_> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                Op::View(1, v) => Some((&n.shape, &**v)),
+                _ => None,
+            })
+            .collect();
+        let [(shape, view)] = views.as_slice() else {
+            panic!("one view of `lse`: {views:?}");
+        };
+        assert_eq!(*shape, &vec![t, h]);
+        assert_eq!(view.strides, vec![vec![(1, vec![])], vec![(1, vec![t])]]);
+        assert!(view.offset.is_empty() && view.gathers.is_empty());
+    }
+
+    /// In its own order a permute is the parameter itself.
+    #[test]
+    fn a_permute_in_the_parameters_order_is_a_plain_load() {
+        let k = kernel(quote! {
+            fn f(x: [f32; r, c]) -> [f32; r, c] { permute(x, (r, c)) * 2.0 }
+        });
+        assert!(k.nodes.iter().all(|n| !matches!(n.op, Op::View(..))));
     }
 }

@@ -10,8 +10,9 @@ use crate::parse::{BinOp, Expr, ExprKind};
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
 
-/// The names of this module's functions, for "did you mean" hints.
-pub const NAMES: [&str; 8] = [
+/// The names of this module's functions, and of `permute` (`slice.rs`), for "did you mean"
+/// hints.
+pub const NAMES: [&str; 9] = [
     "index",
     "len",
     "logsumexp",
@@ -20,6 +21,7 @@ pub const NAMES: [&str; 8] = [
     "rand",
     "randn",
     "dropout",
+    "permute",
 ];
 
 impl Checker<'_> {

@@ -307,6 +307,7 @@ impl Checker<'_> {
             "rand" => return self.random(Random::Uniform, "rand", args, t),
             "randn" => return self.random(Random::Normal, "randn", args, t),
             "dropout" => return self.dropout(args, t),
+            "permute" => return self.permute(args, t),
             _ => {}
         }
         match func::lookup(&text) {
@@ -729,15 +730,44 @@ impl Checker<'_> {
                     merge_sorted(&shape, &other)
                 }
                 Err(why) => {
+                    let fix = match why {
+                        Conflict::Order(..) => self.permute_hint(ids),
+                        _ => String::new(),
+                    };
                     let (a, b) = (self.shape_text(&shape), self.shape_text(&other));
                     let why = self.broadcast_reason(why, &shape, &other);
-                    self.cx
-                        .spanned(t, format!("shapes `{a}` and `{b}` cannot broadcast: {why}"));
+                    self.cx.spanned(
+                        t,
+                        format!("shapes `{a}` and `{b}` cannot broadcast: {why}{fix}"),
+                    );
                     return None;
                 }
             };
         }
         Some(shape)
+    }
+
+    /// For dims in different orders, where one operand is a tensor parameter whose type lists
+    /// its dims out of the signature's order: the fix, reading it in that order (`permute`).
+    fn permute_hint(&self, ids: &[usize]) -> String {
+        let permuted = ids.iter().find_map(|&id| match self.nodes[id].op {
+            Op::Load(p) if !self.params[p].written => {
+                let shape = &self.nodes[id].shape;
+                (!shape.windows(2).all(|w| w[0] < w[1])).then_some((p, shape))
+            }
+            _ => None,
+        });
+        let Some((p, shape)) = permuted else {
+            return String::new();
+        };
+        let mut order = shape.clone();
+        order.sort_unstable();
+        let names: Vec<String> = order.iter().map(|&d| self.dims[d].to_string()).collect();
+        let name = crate::ir::plain_name(&self.params[p].name);
+        format!(
+            "; to read `{name}` in the order the signature first names its dims, write `permute({name}, ({}))`",
+            names.join(", ")
+        )
     }
 
     fn broadcast_reason(&self, why: Conflict, a: &[DimId], b: &[DimId]) -> String {

@@ -448,6 +448,35 @@ pub mod vllm {
         ) {
             kv_cache[slot_mapping, r..] = k_pe;
         }
+
+        /// `csrc/attention/merge_attn_states.cu`, `merge_attn_states_kernel`: two partial
+        /// attention results `[t, h, d]` merged by their log-sum-exps, which are `[h, t]`
+        /// (read as `[t, h]` through `permute`); an infinite LSE counts as `-inf`, the scales
+        /// are `exp(lse - max) / sum` in f32. The merged LSE `[h, t]` is a launch of its own,
+        /// `merge_attn_states_lse` (vLLM writes it from the same launch, once a head).
+        pub fn merge_attn_states(
+            prefix_output: [bf16; t, h, d], prefix_lse: [f32; h, t],
+            suffix_output: [bf16; t, h, d], suffix_lse: [f32; h, t],
+        ) -> [bf16; t, h, d] {
+            let p_lse = permute(prefix_lse, (t, h));
+            let s_lse = permute(suffix_lse, (t, h));
+            let p_lse = if p_lse.is_infinite() { f32::NEG_INFINITY } else { p_lse };
+            let s_lse = if s_lse.is_infinite() { f32::NEG_INFINITY } else { s_lse };
+            let max_lse = p_lse.max(s_lse);
+            let p_se = (p_lse - max_lse).exp();
+            let s_se = (s_lse - max_lse).exp();
+            let out_se = p_se + s_se;
+            let p_scale = p_se / out_se;
+            let s_scale = s_se / out_se;
+            ((prefix_output as f32) * p_scale + (suffix_output as f32) * s_scale) as bf16
+        }
+
+        pub fn merge_attn_states_lse(prefix_lse: [f32; h, t], suffix_lse: [f32; h, t]) -> [f32; h, t] {
+            let p_lse = if prefix_lse.is_infinite() { f32::NEG_INFINITY } else { prefix_lse };
+            let s_lse = if suffix_lse.is_infinite() { f32::NEG_INFINITY } else { suffix_lse };
+            let max_lse = p_lse.max(s_lse);
+            ((p_lse - max_lse).exp() + (s_lse - max_lse).exp()).ln() + max_lse
+        }
     }
 }
 

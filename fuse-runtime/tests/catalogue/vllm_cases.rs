@@ -1297,3 +1297,68 @@ pub fn concat_and_cache_mla(dev: &Device, rng: &mut Rng) -> Vec<Out> {
     }
     outs
 }
+
+/// The two results' LSEs `[h, t]` with infinities of both signs (an empty sequence's), and
+/// `-inf` in both at some positions, where vLLM's merge is NaN too.
+pub fn merge_attn_states(dev: &Device, rng: &mut Rng) -> Vec<Out> {
+    let mut outs = vec![];
+    for (t, h, d) in [(1, 1, 8), (5, 3, 64), (37, 4, 136)] {
+        let specials = [f32::INFINITY, f32::NEG_INFINITY];
+        let p_lse = rng.f32s_special(h * t, -5.0, 5.0, &specials);
+        let mut s_lse = rng.f32s_special(h * t, -5.0, 5.0, &specials);
+        s_lse[0] = f32::NEG_INFINITY;
+        let (p_out, s_out) = (
+            rng.bf16s(t * h * d, -3.0, 3.0),
+            rng.bf16s(t * h * d, -3.0, 3.0),
+        );
+        let (bp, bs) = (put(dev, &p_lse, &[h, t]), put(dev, &s_lse, &[h, t]));
+        let got = read(
+            &k::merge_attn_states(
+                dev,
+                &put(dev, &p_out, &[t, h, d]),
+                &bp,
+                &put(dev, &s_out, &[t, h, d]),
+                &bs,
+            )
+            .unwrap(),
+        );
+        let got_lse = read(&k::merge_attn_states_lse(dev, &bp, &bs).unwrap());
+        // One head of one token: its LSE at `[head, token]`, as the kernel reads it.
+        let merged = |i: usize| {
+            let finite = |v: f32| {
+                if v.is_infinite() {
+                    f32::NEG_INFINITY
+                } else {
+                    v
+                }
+            };
+            let (pl, sl) = (finite(p_lse[i]), finite(s_lse[i]));
+            let max = pl.max(sl);
+            let (pe, se) = ((pl - max).exp(), (sl - max).exp());
+            (pe / (pe + se), se / (pe + se), (pe + se).ln() + max)
+        };
+        let want = (0..t * h * d)
+            .map(|e| {
+                let (token, head) = (e / (h * d), e / d % h);
+                let (ps, ss, _) = merged(head * t + token);
+                rb(p_out[e].to_f32() * ps + s_out[e].to_f32() * ss) as f64
+            })
+            .collect();
+        let want_lse = (0..h * t).map(|i| merged(i).2 as f64).collect();
+        outs.push(out(
+            format!("merge_attn_states [{t}, {h}, {d}]"),
+            got,
+            want,
+            BF16_ULP,
+            1e-6,
+        ));
+        outs.push(out(
+            format!("merge_attn_states lse [{h}, {t}]"),
+            got_lse,
+            want_lse,
+            1e-5,
+            1e-5,
+        ));
+    }
+    outs
+}

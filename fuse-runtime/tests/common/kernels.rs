@@ -1123,6 +1123,33 @@ fuse! {
     }
 }
 
+/// Tensor parameters read in another order than their own (`permute`): a transpose, vLLM's
+/// attention LSEs `[h, t]` beside `[t, h, d]`, row kernels along a dim whose stride is not one.
+pub mod permuted {
+    use fuse_runtime::fuse;
+
+    fuse! {
+        pub fn transposed_add(x: [f32; r, c], y: [f32; c, r]) -> [f32; r, c] {
+            x + permute(y, (r, c))
+        }
+
+        pub fn scaled_heads(q: [bf16; t, h, d], lse: [f32; h, t]) -> [bf16; t, h, d] {
+            ((q as f32) * permute(lse, (t, h)).exp()) as bf16
+        }
+
+        /// Only `y`: its own order is the signature's, the view's is another.
+        pub fn softmax_of_transpose(y: [f32; c, r]) -> [f32; r, c] {
+            let v = permute(y, (r, c));
+            let e = (v - max(v, c)).exp();
+            e / sum(e, c)
+        }
+
+        pub fn sums_of_products(x: [f32; r, c], y: [f32; c, r]) -> [f32; r] {
+            sum(x * permute(y, (r, c)), c)
+        }
+    }
+}
+
 /// Reductions over several dims at once (`mean(x, (c, s))`): GroupNorm, and the dims taken
 /// together wherever they stand.
 pub mod merged {
