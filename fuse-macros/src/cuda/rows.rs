@@ -812,7 +812,10 @@ impl Cuda<'_> {
                 match quotients.iter().find(|&&(q, _)| q == id) {
                     Some(&(_, b)) => {
                         let e = self.k.nodes[id].elem();
-                        let first = format!("(({})(c * {v}))", e.c_name());
+                        let first = match self.hoisted_positions {
+                            true => format!("(({})fz_pos[q * {v}])", e.c_name()),
+                            false => format!("(({})(c * {v}))", e.c_name()),
+                        };
                         let quotient = self.binary(BinOp::Div, e, &first, &format!("v{b}"));
                         self.line(format!("const {} v{id} = {quotient};", e.c_name()));
                     }
@@ -837,11 +840,8 @@ impl Cuda<'_> {
     /// unsigned value, each with its divisor: `index((c, s)) / len(s)`, the channel of a
     /// GroupNorm's element, and the weight gathered by it, each read once a vector rather than
     /// once an element (the division, a bounds test and a load each). None without such a
-    /// quotient, and none where positions come from `fz_pos` (a tile's rows, not consecutive).
+    /// quotient. (A row a block's positions `fz_pos[q * 4 + j]` are consecutive too.)
     fn lane_invariants(&self, pass: &Pass, axis: DimId) -> (Vec<NodeId>, Vec<(NodeId, NodeId)>) {
-        if self.hoisted_positions {
-            return (vec![], vec![]);
-        }
         let k = self.k;
         let elems = self.pass_elems(pass);
         let mut invariant: Vec<NodeId> = vec![];
