@@ -5067,6 +5067,28 @@ fn permuted_views_read_each_element_where_it_is() {
             &Tol::close(1e-5, 1e-4),
         );
     }
+    for (a, c, s) in [(1, 1, 1), (3, 5, 7), (2, 17, 64)] {
+        let x = rng.floats::<f32>(a * c * s, -3.0, 3.0);
+        let y = rng.floats::<f32>(s * c * a, -3.0, 3.0);
+        let got =
+            permuted::merged_sums(&dev, &put(&dev, &x, &[a, c, s]), &put(&dev, &y, &[s, c, a]));
+        let want: Vec<f64> = (0..a)
+            .map(|i| {
+                let at =
+                    |j: usize, k: usize| (x[(i * c + j) * s + k] * y[(k * c + j) * a + i]) as f64;
+                (0..c)
+                    .flat_map(|j| (0..s).map(move |k| (j, k)))
+                    .map(|(j, k)| at(j, k))
+                    .sum()
+            })
+            .collect();
+        assert_close(
+            "merged_sums",
+            &got.unwrap().to_vec().unwrap(),
+            &want,
+            &Tol::close(1e-5, 1e-4),
+        );
+    }
     for (t, h, d) in [(1, 1, 1), (5, 3, 8), (7, 4, 33)] {
         let q = rng.floats::<f32>(t * h * d, -3.0, 3.0);
         let qh: Vec<fuse_runtime::bf16> =

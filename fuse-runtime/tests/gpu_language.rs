@@ -3559,6 +3559,18 @@ fn permuted_views_match_the_cpu() {
             &[Tol::close(1e-5, 1e-3)],
         );
     }
+    for (a, c, s) in [(1, 1, 1), (3, 5, 7), (2, 17, 64), (5, 3, 20000)] {
+        let x = rng.floats::<f32>(a * c * s, -3.0, 3.0);
+        let y = rng.floats::<f32>(s * c * a, -3.0, 3.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("merged_sums {a}x{c}x{s}"),
+            |dev: &Device| {
+                permuted::merged_sums(dev, &put(dev, &x, &[a, c, s]), &put(dev, &y, &[s, c, a]))
+            },
+            &[Tol::close(1e-5, 1e-3)],
+        );
+    }
     for (t, h, d) in [(1, 1, 1), (7, 4, 33), (64, 8, 128), (1000, 3, 8)] {
         let q = rng.floats::<f32>(t * h * d, -3.0, 3.0);
         let qh: Vec<fuse_runtime::bf16> =

@@ -66,8 +66,24 @@ impl Checker<'_> {
                     let view = gathered(&mut nodes, &mut coords, &param_shape, &shape, parts, m);
                     Op::View(*p, Box::new(view))
                 }
+                // A slice or a permuted view over parts: each part's coordinate moves the load
+                // by that part's stride in the view, as a gather's index does.
+                Op::View(p, view)
+                    if view.gathers.is_empty() && parts.iter().any(|d| node.shape.contains(d)) =>
+                {
+                    let view = through_coordinates(
+                        &mut nodes,
+                        &mut coords,
+                        view,
+                        &node.shape,
+                        &shape,
+                        parts,
+                        m,
+                    );
+                    Op::View(*p, Box::new(view))
+                }
                 Op::View(..) if parts.iter().any(|p| node.shape.contains(p)) => {
-                    self.cx.spanned(&node.tokens, format!("this slice has some of the dims {together} that a reduction takes together: slices of dims reduced together are not supported yet; reduce over one dim at a time in `fn`s of their own"));
+                    self.cx.spanned(&node.tokens, format!("this gather has some of the dims {together} that a reduction takes together: gathers over dims reduced together are not supported yet; reduce over one dim at a time in `fn`s of their own"));
                     return None;
                 }
                 // A random value's position is its place in its own shape: over `m` it would
@@ -156,6 +172,47 @@ fn gathered(
     }
 }
 
+/// A view without gathers (a slice, a permuted view) of shape `old`, at the coordinates of
+/// `shape` (over the merged dim `m` in place of the parts it has): the same strides for the
+/// other dims, and each part it has gathered by its coordinate, computed from `m`'s, with the
+/// part's stride in the view.
+fn through_coordinates(
+    nodes: &mut Vec<Node>,
+    coords: &mut [Option<NodeId>],
+    view: &View,
+    old: &[DimId],
+    shape: &[DimId],
+    parts: &[DimId],
+    m: DimId,
+) -> View {
+    let stride = |d: DimId| {
+        let at = old.iter().position(|&x| x == d).expect("a dim of the view");
+        view.strides[at].clone()
+    };
+    let strides = shape
+        .iter()
+        .map(|&d| match d == m {
+            true => vec![],
+            false => stride(d),
+        })
+        .collect();
+    let mut gathers = vec![];
+    for (at, &d) in parts.iter().enumerate() {
+        if old.contains(&d) {
+            gathers.push(Gather {
+                index: coordinate(nodes, coords, parts, at, m),
+                stride: stride(d),
+                len: vec![(1, vec![d])],
+            });
+        }
+    }
+    View {
+        offset: view.offset.clone(),
+        strides,
+        gathers,
+    }
+}
+
 /// `shape` with `parts`, standing together in that order, replaced by `m`; `shape` itself where
 /// it has none of them; `None` where it has some, or all in another arrangement.
 fn merged_shape(shape: &[DimId], parts: &[DimId], m: DimId) -> Option<Vec<DimId>> {
@@ -226,6 +283,34 @@ fn coordinate(
 mod tests {
     use crate::testing::{errors, kernel};
     use quote::quote;
+
+    /// A permuted view over the parts (`y: [s, c, a]` read as `[a, c, s]`) reads each part
+    /// through its coordinate, with the part's stride in `y`'s own layout.
+    #[test]
+    fn a_permuted_view_over_dims_reduced_together_reads_by_coordinates() {
+        let k = kernel(quote! {
+            fn f(x: [f32; a, c, s], y: [f32; s, c, a]) -> [f32; a] {
+                sum(x * permute(y, (a, c, s)), (c, s))
+            }
+        });
+        let (a, c) = (0, 1);
+        let m = k.params[0].shape.as_ref().unwrap()[1];
+        // The view read (`[a, (c, s)]`); `y`'s own load, unused, is another.
+        let views: Vec<_> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                crate::ir::Op::View(1, v) if n.shape == [a, m] => Some(&**v),
+                _ => None,
+            })
+            .collect();
+        let [view] = views.as_slice() else {
+            panic!("one view of `y` over `[a, (c, s)]`: {views:?}");
+        };
+        assert_eq!(view.strides, vec![vec![(1, vec![])], vec![]]);
+        let strides: Vec<_> = view.gathers.iter().map(|g| g.stride.clone()).collect();
+        assert_eq!(strides, [vec![(1, vec![a])], vec![(1, vec![c, a])]]);
+    }
 
     /// `x: [b, g, c, s]` becomes `[b, g, (c, s)]`, the reduction one over that dim, and `w`
     /// with only `c` a gather by `index((c, s)) / len(s)`.

@@ -1147,6 +1147,11 @@ pub mod permuted {
         pub fn sums_of_products(x: [f32; r, c], y: [f32; c, r]) -> [f32; r] {
             sum(x * permute(y, (r, c)), c)
         }
+
+        /// Over two dims at once: `y`'s parts read through their coordinates.
+        pub fn merged_sums(x: [f32; a, c, s], y: [f32; s, c, a]) -> [f32; a] {
+            sum(x * permute(y, (a, c, s)), (c, s))
+        }
     }
 }
 
