@@ -57,6 +57,9 @@ struct Param {
     distinct: bool,
     /// A `&mut` parameter: its axes (it has no node: it is never read).
     buffer: Option<Vec<Axis>>,
+    /// A tensor declared with its dims in another order than the signature's (their `K`s, as
+    /// written), read through `permute`.
+    order: Option<Vec<usize>>,
 }
 
 /// An axis of a `&mut` parameter.
@@ -143,6 +146,8 @@ struct Gen {
     /// Whether a map program writes through `&mut` parameters, and how: drawn apart from `rng`
     /// and `side`, so that a program without writes is the one its seed gave before.
     wrng: Rng,
+    /// The stream that picks the parameters read through `permute` and their orders.
+    prng: Rng,
     /// The extra dims, `d{ndims}` on.
     extra: Vec<Extra>,
     writes: Vec<WriteStmt>,
@@ -261,6 +266,7 @@ pub fn program(name: &str, seed: u64) -> Program {
         side: Rng(seed ^ 0x9a7e_5eed_0000_0001),
         span: 1,
         wrng: Rng(seed ^ 0x3717_e5ee_d000_0002),
+        prng: Rng(seed ^ 0x7e3a_17ed_0000_0004),
         extra: vec![],
         writes: vec![],
     };
@@ -342,6 +348,7 @@ impl Gen {
             index: None,
             distinct: false,
             buffer: None,
+            order: None,
         });
         let id = self.node(
             ty,
@@ -570,11 +577,13 @@ impl Gen {
             Some(self.subshape(max))
         };
         if self.rng.percent(70) {
-            self.new_param(ty, shape)
+            let p = self.new_param(ty, shape);
+            self.maybe_permute(p)
         } else {
             // A parameter of another type, converted.
             let from = self.pick_ty(true);
             let p = self.new_param(from, shape);
+            let p = self.maybe_permute(p);
             self.convert(p, ty)
         }
     }
@@ -646,7 +655,32 @@ impl Gen {
             self.pick_ty(true)
         };
         let p = self.new_param(from, Some(shape));
+        let p = self.maybe_permute(p);
         self.convert(p, ty)
+    }
+
+    /// Parameter node `id`, now and then (a stream of its own, so that other programs are the
+    /// ones their seeds gave before) declared with its dims in another order and read through
+    /// `permute(x, (..))` in the signature's: a tensor of two dims or more, never the first
+    /// parameter (which names every dim in order).
+    fn maybe_permute(&mut self, id: usize) -> usize {
+        let p = self.nodes[id].input.expect("a parameter");
+        let shape = self.params[p].shape.unwrap_or(0);
+        let dims: Vec<usize> = (0..self.ndims).filter(|k| shape & (1 << k) != 0).collect();
+        if p == 0 || dims.len() < 2 || !self.prng.percent(10) {
+            return id;
+        }
+        let mut order = dims.clone();
+        while order == dims {
+            for i in (1..order.len()).rev() {
+                let j = self.prng.below(i + 1);
+                order.swap(i, j);
+            }
+        }
+        let names: Vec<String> = dims.iter().map(|&k| Self::dim(k)).collect();
+        self.nodes[id].text = format!("permute({}, ({}))", self.params[p].name, names.join(", "));
+        self.params[p].order = Some(order);
+        id
     }
 
     /// A random non-empty subset of `max`.
@@ -1229,6 +1263,7 @@ impl Gen {
             index: None,
             distinct: false,
             buffer: Some(axes.clone()),
+            order: None,
         });
         let picks = parted.as_ref().map_or(vec![Item::All], |(_, c)| c.clone());
         for pick in picks {
@@ -1353,11 +1388,17 @@ impl Gen {
                     let axes: Vec<String> = axes.iter().map(Self::axis_text).collect();
                     format!("{}: &mut [{}; {}]", p.name, p.ty.name(), axes.join(", "))
                 }
-                None => format!(
-                    "{}: {}",
-                    p.name,
-                    self.tensor_type(p.ty, p.shape.unwrap_or(0))
-                ),
+                None => match &p.order {
+                    Some(order) => {
+                        let dims: Vec<String> = order.iter().map(|&k| Self::dim(k)).collect();
+                        format!("{}: [{}; {}]", p.name, p.ty.name(), dims.join(", "))
+                    }
+                    None => format!(
+                        "{}: {}",
+                        p.name,
+                        self.tensor_type(p.ty, p.shape.unwrap_or(0))
+                    ),
+                },
             })
             .collect();
         let types: Vec<String> = outs
@@ -1415,9 +1456,16 @@ impl Gen {
                     format!("tensor {}", ks.join(" "))
                 }
             };
+            let order = match &p.order {
+                Some(o) => {
+                    let ks: Vec<String> = o.iter().map(|k| k.to_string()).collect();
+                    format!(" order {}", ks.join(" "))
+                }
+                None => String::new(),
+            };
             let index = p.index.map_or(String::new(), |k| format!(" index {k}"));
             let distinct = if p.distinct { " distinct" } else { "" };
-            writeln!(desc, "param {} {dims}{index}{distinct}", p.ty.name()).unwrap();
+            writeln!(desc, "param {} {dims}{order}{index}{distinct}", p.ty.name()).unwrap();
         }
         for l in &self.desc {
             writeln!(desc, "{l}").unwrap();

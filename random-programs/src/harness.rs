@@ -63,6 +63,9 @@ elem! {
 pub struct Args {
     pub data: Vec<Data>,
     pub shapes: Vec<Vec<usize>>,
+    /// For each parameter declared with its dims in another order: the sizes of its dims in
+    /// the signature's order and, for each, its place in the declared order.
+    pub permuted: Vec<Option<(Vec<usize>, Vec<usize>)>>,
 }
 
 impl Args {
@@ -77,10 +80,48 @@ impl Args {
         T::slice(&self.data[i])[0]
     }
 
-    /// Every parameter as the oracle's values.
+    /// Every parameter as the oracle's values, each tensor's in the signature's order of dims.
     pub fn oracle_inputs(&self) -> Vec<Vec<V>> {
-        self.data.iter().map(data_values).collect()
+        self.data
+            .iter()
+            .zip(&self.permuted)
+            .map(|(d, permuted)| {
+                let values = data_values(d);
+                match permuted {
+                    Some((sizes, places)) => in_signature_order(&values, sizes, places),
+                    None => values,
+                }
+            })
+            .collect()
     }
+}
+
+/// `values`, row-major in a declared order of dims, row-major in the signature's: `sizes` are
+/// the dims' sizes in the signature's order, `places[i]` where its dim `i` stands in the
+/// declared order.
+fn in_signature_order(values: &[V], sizes: &[usize], places: &[usize]) -> Vec<V> {
+    let mut declared = vec![0; sizes.len()];
+    for (i, &at) in places.iter().enumerate() {
+        declared[at] = sizes[i];
+    }
+    (0..values.len())
+        .map(|e| {
+            let (mut rest, mut coords) = (e, vec![0; sizes.len()]);
+            for i in (0..sizes.len()).rev() {
+                coords[i] = rest % sizes[i];
+                rest /= sizes[i];
+            }
+            let mut at = 0;
+            for (place, &size) in declared.iter().enumerate() {
+                let i = places
+                    .iter()
+                    .position(|&p| p == place)
+                    .expect("a permutation");
+                at = at * size + coords[i];
+            }
+            values[at]
+        })
+        .collect()
 }
 
 fn data_values(d: &Data) -> Vec<V> {
@@ -222,6 +263,7 @@ pub fn size_choices() -> impl Iterator<Item = usize> {
 pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args {
     let mut data = vec![];
     let mut shapes = vec![];
+    let mut permuted = vec![];
     for (p, &(ty, shape)) in desc.params.iter().enumerate() {
         let (n, dims) = match (&desc.buffers[p], shape) {
             (Some(axes), _) => {
@@ -249,9 +291,35 @@ pub fn args(desc: &Desc, sizes: &[usize], rng: &mut Rng, special: bool) -> Args 
             Some(k) => indices(ty, n, sizes[k], rng),
             None => values(ty, n, rng, special),
         });
-        shapes.push(dims);
+        // Declared in another order: the buffer's shape is in that order.
+        match &desc.orders[p] {
+            Some(order) => {
+                let ks: Vec<usize> = (0..sizes.len())
+                    .filter(|k| shape.unwrap_or(0) & (1 << k) != 0)
+                    .collect();
+                let places: Vec<usize> = ks
+                    .iter()
+                    .map(|k| {
+                        order
+                            .iter()
+                            .position(|o| o == k)
+                            .expect("a dim of the tensor")
+                    })
+                    .collect();
+                shapes.push(order.iter().map(|&k| sizes[k]).collect());
+                permuted.push(Some((dims, places)));
+            }
+            None => {
+                shapes.push(dims);
+                permuted.push(None);
+            }
+        }
     }
-    Args { data, shapes }
+    Args {
+        data,
+        shapes,
+        permuted,
+    }
 }
 
 /// The indices of a scatter into `len` rows, one an element of `group` (its group: the place

@@ -55,6 +55,9 @@ pub struct Desc {
     pub distinct: Vec<bool>,
     /// For each `&mut` parameter, its axes.
     pub buffers: Vec<Option<Vec<Axis>>>,
+    /// For each tensor parameter declared with its dims in another order (and read through
+    /// `permute`), that order: its dims' `K`s as written.
+    pub orders: Vec<Option<Vec<usize>>>,
     pub nodes: Vec<Node>,
     pub outs: Vec<(usize, u8)>,
     /// The writes through `&mut` parameters, in the text's order.
@@ -144,6 +147,7 @@ impl Desc {
             index_of: vec![],
             distinct: vec![],
             buffers: vec![],
+            orders: vec![],
             nodes: vec![],
             outs: vec![],
             writes: vec![],
@@ -158,8 +162,16 @@ impl Desc {
                 }),
                 "param" => {
                     // `param TY scalar`, `param TY tensor K..` or `param TY buffer AXIS..`, then
-                    // `index K` for an index, and `distinct` for a scatter's.
-                    let end = w.iter().position(|&x| x == "index").unwrap_or(w.len());
+                    // `order K..` for a tensor declared in another order, `index K` for an
+                    // index, and `distinct` for a scatter's.
+                    let index = w.iter().position(|&x| x == "index").unwrap_or(w.len());
+                    let end = w.iter().position(|&x| x == "order").unwrap_or(index);
+                    d.orders.push((end < index).then(|| {
+                        w[end + 1..index]
+                            .iter()
+                            .map(|k| k.parse().unwrap())
+                            .collect()
+                    }));
                     let (shape, buffer) = match w[2] {
                         "scalar" => (None, None),
                         "buffer" => (None, Some(w[3..].iter().map(|a| axis(a)).collect())),
@@ -174,8 +186,9 @@ impl Desc {
                     };
                     d.params.push((ty_of(w[1]), shape));
                     d.buffers.push(buffer);
-                    d.index_of.push(w.get(end + 1).map(|k| k.parse().unwrap()));
-                    d.distinct.push(w.get(end + 2) == Some(&"distinct"));
+                    d.index_of
+                        .push(w.get(index + 1).map(|k| k.parse().unwrap()));
+                    d.distinct.push(w.get(index + 2) == Some(&"distinct"));
                 }
                 "write" => d.writes.push(Write {
                     buffer: w[1].parse().unwrap(),
