@@ -10,7 +10,7 @@
 //! so is `index(c)`. Slices of the parts are not taken apart: an error.
 
 use super::Checker;
-use crate::ir::{Dim, DimId, Gather, Linear, Node, NodeId, Op, OutputInfo, View};
+use crate::ir::{Dim, DimId, Gather, Node, NodeId, Op, OutputInfo, View};
 use crate::parse::BinOp;
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -63,7 +63,18 @@ impl Checker<'_> {
             let op = match &node.op {
                 Op::Load(p) if partial[*p] => {
                     let param_shape = self.params[*p].shape.clone().expect("a tensor");
-                    let view = gathered(&mut nodes, &mut coords, &param_shape, &shape, parts, m);
+                    // The parameter's own layout, each part then gathered by its coordinate.
+                    let strides = (0..param_shape.len())
+                        .map(|at| vec![(1, param_shape[at + 1..].to_vec())])
+                        .collect();
+                    let own = View {
+                        offset: vec![],
+                        strides,
+                        gathers: vec![],
+                    };
+                    let (old, new) = (&param_shape, &shape);
+                    let view =
+                        through_coordinates(&mut nodes, &mut coords, &own, old, new, parts, m);
                     Op::View(*p, Box::new(view))
                 }
                 // A slice or a permuted view over parts: each part's coordinate moves the load
@@ -126,49 +137,6 @@ impl Checker<'_> {
             };
         }
         Some(())
-    }
-}
-
-/// The view of a tensor of shape `param` (some of `parts`, the other dims as `shape` has them)
-/// at the coordinates of `shape` (over the merged dim `m`): each part gathered by its
-/// coordinate, computed from `m`'s.
-fn gathered(
-    nodes: &mut Vec<Node>,
-    coords: &mut [Option<NodeId>],
-    param: &[DimId],
-    shape: &[DimId],
-    parts: &[DimId],
-    m: DimId,
-) -> View {
-    let stride = |d: DimId| -> Linear {
-        let at = param
-            .iter()
-            .position(|&x| x == d)
-            .expect("a dim of the tensor");
-        let after: Vec<DimId> = param[at + 1..].to_vec();
-        vec![(1, after)]
-    };
-    let strides: Vec<Linear> = shape
-        .iter()
-        .map(|&d| match d == m {
-            true => vec![],
-            false => stride(d),
-        })
-        .collect();
-    let mut gathers = vec![];
-    for &d in param.iter().filter(|d| parts.contains(d)) {
-        let at = parts.iter().position(|&p| p == d).expect("a part");
-        let index = coordinate(nodes, coords, parts, at, m);
-        gathers.push(Gather {
-            index,
-            stride: stride(d),
-            len: vec![(1, vec![d])],
-        });
-    }
-    View {
-        offset: vec![],
-        strides,
-        gathers,
     }
 }
 
