@@ -112,7 +112,8 @@ pub type Linear = Vec<(u64, Vec<DimId>)>;
 pub struct View {
     pub offset: Linear,
     pub strides: Vec<Linear>,
-    /// The gathered dims, in the parameter's order; empty for a slice.
+    /// The gathered dims (a gather's in the parameter's order; the parts of dims reduced
+    /// together in theirs); empty for a slice.
     pub gathers: Vec<Gather>,
 }
 
