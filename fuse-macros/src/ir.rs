@@ -117,6 +117,28 @@ pub struct View {
     pub gathers: Vec<Gather>,
 }
 
+impl View {
+    /// A tensor laid out row-major over `layout`, read at the coordinates of `order` (the same
+    /// dims, in any order): each dim's stride is the product of the sizes after it in `layout`.
+    pub fn of_layout(layout: &[DimId], order: &[DimId]) -> View {
+        let strides = order
+            .iter()
+            .map(|d| {
+                let at = layout
+                    .iter()
+                    .position(|x| x == d)
+                    .expect("a dim of the layout");
+                vec![(1, layout[at + 1..].to_vec())]
+            })
+            .collect();
+        View {
+            offset: vec![],
+            strides,
+            gathers: vec![],
+        }
+    }
+}
+
 /// The dim of a slice picked by an index value: `p[.. + index * stride + ..]` where
 /// `0 <= index < len`, and zero (of the parameter's type) without a load where it is not.
 #[derive(Clone, Debug, PartialEq)]

@@ -100,24 +100,21 @@ impl Args {
 /// the dims' sizes in the signature's order, `places[i]` where its dim `i` stands in the
 /// declared order.
 fn in_signature_order(values: &[V], sizes: &[usize], places: &[usize]) -> Vec<V> {
-    let mut declared = vec![0; sizes.len()];
-    for (i, &at) in places.iter().enumerate() {
-        declared[at] = sizes[i];
-    }
+    // Each dim's stride in the declared layout: the product of the sizes placed after it.
+    let strides: Vec<usize> = places
+        .iter()
+        .map(|&at| {
+            let after = places.iter().zip(sizes).filter(|&(&p, _)| p > at);
+            after.map(|(_, &size)| size).product()
+        })
+        .collect();
     (0..values.len())
         .map(|e| {
-            let (mut rest, mut coords) = (e, vec![0; sizes.len()]);
-            for i in (0..sizes.len()).rev() {
-                coords[i] = rest % sizes[i];
-                rest /= sizes[i];
-            }
+            let mut rest = e;
             let mut at = 0;
-            for (place, &size) in declared.iter().enumerate() {
-                let i = places
-                    .iter()
-                    .position(|&p| p == place)
-                    .expect("a permutation");
-                at = at * size + coords[i];
+            for i in (0..sizes.len()).rev() {
+                at += rest % sizes[i] * strides[i];
+                rest /= sizes[i];
             }
             values[at]
         })

@@ -64,14 +64,7 @@ impl Checker<'_> {
                 Op::Load(p) if partial[*p] => {
                     let param_shape = self.params[*p].shape.clone().expect("a tensor");
                     // The parameter's own layout, each part then gathered by its coordinate.
-                    let strides = (0..param_shape.len())
-                        .map(|at| vec![(1, param_shape[at + 1..].to_vec())])
-                        .collect();
-                    let own = View {
-                        offset: vec![],
-                        strides,
-                        gathers: vec![],
-                    };
+                    let own = View::of_layout(&param_shape, &param_shape);
                     let (old, new) = (&param_shape, &shape);
                     let view =
                         through_coordinates(&mut nodes, &mut coords, &own, old, new, parts, m);

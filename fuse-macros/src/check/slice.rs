@@ -250,33 +250,17 @@ impl Checker<'_> {
             return None;
         };
         let name = crate::ir::plain_name(&self.params[p].name);
-        let mut dims: Vec<DimId> = vec![];
-        for item in items {
-            let ExprKind::Var(ident) = &item.kind else {
-                self.cx.spanned(
-                    &item.tokens,
-                    format!("`{}` is not a dim name; {usage}", item.tokens),
-                );
-                return None;
-            };
-            let d = self.named_dim(ident, None)?;
-            if dims.contains(&d) {
-                self.cx.spanned(
-                    &item.tokens,
-                    format!("`{}` is listed twice in `permute`'s dims", item.tokens),
-                );
-                return None;
-            }
-            if !declared.contains(&d) {
-                let message = format!(
-                    "`{name}` has no dim `{}`: it has shape `{}`",
-                    item.tokens,
-                    self.shape_text(&declared)
-                );
-                self.cx.spanned(&item.tokens, message);
-                return None;
-            }
-            dims.push(d);
+        let dims = self.listed_dims(items, "permute", |d| {
+            format!("`{d}` is not a dim name; {usage}")
+        })?;
+        if let Some(i) = dims.iter().position(|d| !declared.contains(d)) {
+            let shape = self.shape_text(&declared);
+            let message = format!(
+                "`{name}` has no dim `{}`: it has shape `{shape}`",
+                items[i].tokens
+            );
+            self.cx.spanned(&items[i].tokens, message);
+            return None;
         }
         if dims.len() != declared.len() {
             let message = format!("`permute` lists every dim of `{name}`, of shape `{}`, once: a permuted view has all of them", self.shape_text(&declared));
@@ -287,22 +271,7 @@ impl Checker<'_> {
         if dims == declared {
             return Some(load);
         }
-        // Each dim's stride is the product of the sizes after it in the parameter's own order.
-        let strides = dims
-            .iter()
-            .map(|d| {
-                let at = declared
-                    .iter()
-                    .position(|x| x == d)
-                    .expect("a dim of the tensor");
-                vec![(1, declared[at + 1..].to_vec())]
-            })
-            .collect();
-        let view = View {
-            offset: vec![],
-            strides,
-            gathers: vec![],
-        };
+        let view = View::of_layout(&declared, &dims);
         let elem = self.params[p].elem;
         Some(self.push(Op::View(p, Box::new(view)), Ty::Elem(elem), dims, t))
     }

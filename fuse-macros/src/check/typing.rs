@@ -575,25 +575,9 @@ impl Checker<'_> {
     /// The dim that stands for `dims` reduced together ([`crate::ir::Dim::Merged`]): each a
     /// dim name, none twice.
     fn merged_dim(&mut self, text: &str, dims: &[Expr]) -> Option<DimId> {
-        let mut parts = vec![];
-        for d in dims {
-            let ExprKind::Var(ident) = &d.kind else {
-                self.cx.spanned(
-                    &d.tokens,
-                    format!("`{text}(x, (a, b))` reduces over the dims named in the tuple, and `{}` is not a dim name", d.tokens),
-                );
-                return None;
-            };
-            let id = self.named_dim(ident, None)?;
-            if parts.contains(&id) {
-                self.cx.spanned(
-                    &d.tokens,
-                    format!("`{}` is listed twice in `{text}`'s dims", d.tokens),
-                );
-                return None;
-            }
-            parts.push(id);
-        }
+        let parts = self.listed_dims(dims, text, |d| {
+            format!("`{text}(x, (a, b))` reduces over the dims named in the tuple, and `{d}` is not a dim name")
+        })?;
         let merged = crate::ir::Dim::Merged(parts);
         Some(match self.dims.iter().position(|x| *x == merged) {
             Some(id) => id,
@@ -602,6 +586,31 @@ impl Checker<'_> {
                 self.dims.len() - 1
             }
         })
+    }
+
+    /// The dims a tuple's `items` name, in order, each once: `not_dim` is the error for an item
+    /// that is not a dim name, and a dim listed twice is an error naming function `what`.
+    pub(super) fn listed_dims(
+        &mut self,
+        items: &[Expr],
+        what: &str,
+        not_dim: impl Fn(&TokenStream) -> String,
+    ) -> Option<Vec<DimId>> {
+        let mut dims = vec![];
+        for item in items {
+            let ExprKind::Var(ident) = &item.kind else {
+                self.cx.spanned(&item.tokens, not_dim(&item.tokens));
+                return None;
+            };
+            let d = self.named_dim(ident, None)?;
+            if dims.contains(&d) {
+                let message = format!("`{}` is listed twice in `{what}`'s dims", item.tokens);
+                self.cx.spanned(&item.tokens, message);
+                return None;
+            }
+            dims.push(d);
+        }
+        Some(dims)
     }
 
     /// The shape of a reduction over `d` of an operand of shape `shape`, or an error at `at`:
