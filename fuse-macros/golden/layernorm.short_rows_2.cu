@@ -2,7 +2,7 @@
 // Reduces [rows, cols] over `cols`: one block per point of [rows] (grid-stride), block reductions by warp shuffle.
 // Path `short_rows`: rows of 1 to 2 elements: tiles of whole rows through shared memory, 16-byte loads and stores.
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
-template <int width, bool fours, bool full, int exact>
+template <int width, bool fours, bool full, int exact, int lanes = 4>
 static __device__ __forceinline__ void fz_short_rows(
     const float* __restrict__ p_x,
     const float* __restrict__ p_gamma,
@@ -60,7 +60,130 @@ static __device__ __forceinline__ void fz_short_rows(
             const float* __restrict__ p_x = ts_p_x + fz_row * (int)len;
             float* __restrict__ out0 = ts_out0 + fz_row * (int)len;
             const float v3 = p_eps;
-            if constexpr (fours) {
+            if constexpr (fours && lanes == 2) {
+                const bool fz_in = full || lane * 2 < (int)len;
+                const int c = fz_in ? lane : 0;
+                const int q = 0;
+                const fz_vec<float, 2> rc_x[1] = {reinterpret_cast<const fz_vec<float, 2>*>(p_x)[c]};
+                float acc4 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc4 = acc4 + v0;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = rc_x[q].v[j];
+                        acc4 = acc4 + v0;
+                    }
+                }
+                if (!fz_in) {
+                    acc4 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4 * inv_len_f32;
+                float acc7 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v5 = (v0 - v4);
+                        const float v6 = (v5 * v5);
+                        acc7 = acc7 + v6;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v5 = (v0 - v4);
+                        const float v6 = (v5 * v5);
+                        acc7 = acc7 + v6;
+                    }
+                }
+                if (!fz_in) {
+                    acc7 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc7, off);
+                        acc7 = acc7 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red7[threadIdx.x >> 5] = acc7;
+                    }
+                    __syncthreads();
+                    acc7 = red7[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc7 = acc7 + red7[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v7 = acc7 * inv_len_f32;
+                const float v8 = (v7 + v3);
+                const float v9 = rsqrtf(v8);
+                {
+                    fz_vec<float, 2> s0;
+                    const fz_vec<float, 2> lv_gamma = *(reinterpret_cast<const fz_vec<float, 2>*>(p_gamma + b1) + c);
+                    const fz_vec<float, 2> lv_beta = *(reinterpret_cast<const fz_vec<float, 2>*>(p_beta + b1) + c);
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
+                        const float v5 = (v0 - v4);
+                        const float v10 = (v5 * v9);
+                        const float v11 = (v10 * v1);
+                        const float v12 = (v11 + v2);
+                        s0.v[j] = v12;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = rc_x[q].v[j];
+                        const float v1 = lv_gamma.v[j];
+                        const float v2 = lv_beta.v[j];
+                        const float v5 = (v0 - v4);
+                        const float v10 = (v5 * v9);
+                        const float v11 = (v10 * v1);
+                        const float v12 = (v11 + v2);
+                        s0.v[j] = v12;
+                    }
+                    *(reinterpret_cast<fz_vec<float, 2>*>(out0 + b0) + c) = s0;
+                }
+                if (live && lane == 0) {
+                    out1[b2] = v9;
+                }
+            }
+            else if constexpr (fours) {
                 const bool fz_in = full || lane * 4 < (int)len;
                 const int c = fz_in ? lane : 0;
                 const int q = 0;
@@ -371,7 +494,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_short_rows_2
 ) {
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
-    {
-        { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile); }
+    if (len == 2 && ((unsigned long long)p_gamma & (4 * sizeof(float) - 1)) == 0 && ((unsigned long long)p_beta & (4 * sizeof(float) - 1)) == 0) fz_short_rows<1, true, true, 2, 2>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile);
+    else {
+        {
+            { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, p_gamma, p_beta, out0, out1, p_eps, d_rows, d_cols, fz_tile); }
+        }
     }
 }

@@ -57,7 +57,7 @@ template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec
         return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
     }
 }
-template <int width, bool fours, bool full, int exact>
+template <int width, bool fours, bool full, int exact, int lanes = 4>
 static __device__ __forceinline__ void fz_short_rows(
     const unsigned short* __restrict__ p_x,
     const unsigned short* __restrict__ p_w,
@@ -116,7 +116,148 @@ static __device__ __forceinline__ void fz_short_rows(
             const float v2 = p_eps;
             const float v13 = 448.0f;
             const float v15 = 1.0f;
-            if constexpr (fours) {
+            if constexpr (fours && lanes == 2) {
+                const bool fz_in = full || lane * 2 < (int)len;
+                const int c = fz_in ? lane : 0;
+                const int q = 0;
+                const fz_vec<unsigned short, 2> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 2>*>(p_x)[c]};
+                float acc5 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_bf16_at(rc_x[q], j);
+                        const float v3 = v0;
+                        const float v4 = (v3 * v3);
+                        acc5 = acc5 + v4;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_bf16_at(rc_x[q], j);
+                        const float v3 = v0;
+                        const float v4 = (v3 * v3);
+                        acc5 = acc5 + v4;
+                    }
+                }
+                if (!fz_in) {
+                    acc5 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc5, off);
+                        acc5 = acc5 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red5[threadIdx.x >> 5] = acc5;
+                    }
+                    __syncthreads();
+                    acc5 = red5[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc5 = acc5 + red5[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v5 = acc5 * inv_len_f32;
+                const float v6 = (v5 + v2);
+                const float v7 = rsqrtf(v6);
+                float acc12 = (-__int_as_float(0x7f800000));
+                {
+                    const fz_vec<unsigned short, 2> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 2>*>(p_w + b1) + c);
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_bf16_at(rc_x[q], j);
+                        const float v1 = fz_bf16_at(lv_w, j);
+                        const float v3 = v0;
+                        const float v8 = __fmul_rn(v3, v7);
+                        const float v9 = v1;
+                        const float v10 = __fmul_rn(v8, v9);
+                        const float v11 = fabsf(v10);
+                        acc12 = fmaxf(acc12, v11);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_bf16_at(rc_x[q], j);
+                        const float v1 = fz_bf16_at(lv_w, j);
+                        const float v3 = v0;
+                        const float v8 = __fmul_rn(v3, v7);
+                        const float v9 = v1;
+                        const float v10 = __fmul_rn(v8, v9);
+                        const float v11 = fabsf(v10);
+                        acc12 = fmaxf(acc12, v11);
+                    }
+                }
+                if (!fz_in) {
+                    acc12 = (-__int_as_float(0x7f800000));
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc12, off);
+                        acc12 = fmaxf(acc12, other);
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red12[threadIdx.x >> 5] = acc12;
+                    }
+                    __syncthreads();
+                    acc12 = red12[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc12 = fmaxf(acc12, red12[(threadIdx.x / width) * (width >> 5) + w]);
+                        }
+                    }
+                }
+                const float v12 = acc12;
+                const float v14 = (v12 / v13);
+                const float v16 = (v15 / v14);
+                {
+                    fz_vec<unsigned char, 2> s0;
+                    const fz_vec<unsigned short, 2> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 2>*>(p_w + b1) + c);
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_bf16_at(rc_x[q], j);
+                        const float v1 = fz_bf16_at(lv_w, j);
+                        const float v3 = v0;
+                        const float v8 = __fmul_rn(v3, v7);
+                        const float v9 = v1;
+                        const float v10 = __fmul_rn(v8, v9);
+                        const float v17 = (v10 * v16);
+                        const unsigned char h18 = fz_f32_to_f8e4m3(v17);
+                        const float v18 = fz_f8e4m3_to_f32(h18);
+                        s0.v[j] = h18;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_bf16_at(rc_x[q], j);
+                        const float v1 = fz_bf16_at(lv_w, j);
+                        const float v3 = v0;
+                        const float v8 = __fmul_rn(v3, v7);
+                        const float v9 = v1;
+                        const float v10 = __fmul_rn(v8, v9);
+                        const float v17 = (v10 * v16);
+                        const unsigned char h18 = fz_f32_to_f8e4m3(v17);
+                        const float v18 = fz_f8e4m3_to_f32(h18);
+                        s0.v[j] = h18;
+                    }
+                    *(reinterpret_cast<fz_vec<unsigned char, 2>*>(out0 + b0) + c) = s0;
+                }
+                if (live && lane == 0) {
+                    out1[b2] = v14;
+                }
+            }
+            else if constexpr (fours) {
                 const bool fz_in = full || lane * 4 < (int)len;
                 const int c = fz_in ? lane : 0;
                 const int q = 0;
@@ -480,7 +621,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_rmsnorm_quant_fp8_shor
 ) {
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [1536];
     const long long len = d_h;
-    {
-        { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, p_w, out0, out1, p_eps, d_t, d_h, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, p_w, out0, out1, p_eps, d_t, d_h, fz_tile); }
+    if (len == 2 && ((unsigned long long)p_w & (4 * sizeof(unsigned short) - 1)) == 0) fz_short_rows<1, true, true, 2, 2>(p_x, p_w, out0, out1, p_eps, d_t, d_h, fz_tile);
+    else {
+        {
+            { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, p_w, out0, out1, p_eps, d_t, d_h, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, p_w, out0, out1, p_eps, d_t, d_h, fz_tile); }
+        }
     }
 }

@@ -50,7 +50,7 @@ template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N :
 FZ_PACKED(fz_max_f16, fmaxf, "max.f16x2")
 FZ_PACKED(fz_min_f16, fminf, "min.f16x2")
 #undef FZ_PACKED
-template <int width, bool fours, bool full, int exact>
+template <int width, bool fours, bool full, int exact, int lanes = 4>
 static __device__ __forceinline__ void fz_short_rows(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
@@ -100,7 +100,128 @@ static __device__ __forceinline__ void fz_short_rows(
             const long long b0 = 0;
             const unsigned short* __restrict__ p_x = ts_p_x + fz_row * (int)len;
             unsigned short* __restrict__ out0 = ts_out0 + fz_row * (int)len;
-            if constexpr (fours) {
+            if constexpr (fours && lanes == 2) {
+                const bool fz_in = full || lane * 2 < (int)len;
+                const int c = fz_in ? lane : 0;
+                const int q = 0;
+                const fz_vec<unsigned short, 2> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 2>*>(p_x)[c]};
+                float acc1 = (-__int_as_float(0x7f800000));
+                {
+                    acc1 = fz_max_f16(acc1, rc_x[q]);
+                }
+                if (!fz_in) {
+                    acc1 = (-__int_as_float(0x7f800000));
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc1, off);
+                        acc1 = fmaxf(acc1, other);
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red1[threadIdx.x >> 5] = acc1;
+                    }
+                    __syncthreads();
+                    acc1 = red1[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc1 = fmaxf(acc1, red1[(threadIdx.x / width) * (width >> 5) + w]);
+                        }
+                    }
+                }
+                const float v1 = acc1;
+                float acc4 = (float)0;
+                {
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+                if (!fz_in) {
+                    acc4 = (float)0;
+                }
+                #pragma unroll
+                for (int off = 16; off > 0; off >>= 1) {
+                    if (off < width) {
+                        const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+                        acc4 = acc4 + other;
+                    }
+                }
+                if (width > 32) {
+                    if ((threadIdx.x & 31) == 0) {
+                        red4[threadIdx.x >> 5] = acc4;
+                    }
+                    __syncthreads();
+                    acc4 = red4[(threadIdx.x / width) * (width >> 5)];
+                    #pragma unroll
+                    for (int w = 1; w < 8; ++w) {
+                        if (w < (width >> 5)) {
+                            acc4 = acc4 + red4[(threadIdx.x / width) * (width >> 5) + w];
+                        }
+                    }
+                }
+                const float v4 = acc4;
+                const fz_divider dv_4 = fz_divider_of(v4);
+                {
+                    fz_vec<unsigned short, 2> s0;
+                    bool fz_bad = false;
+                    {
+                        const int j = 0;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 2 + j;
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    if (fz_bad) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 2 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 2 + j;
+                            const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                    }
+                    *(reinterpret_cast<fz_vec<unsigned short, 2>*>(out0 + b0) + c) = s0;
+                }
+            }
+            else if constexpr (fours) {
                 const bool fz_in = full || lane * 4 < (int)len;
                 const int c = fz_in ? lane : 0;
                 const int q = 0;
@@ -393,7 +514,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_short_rows
 ) {
     __shared__ fz_vec<unsigned int, 4> fz_tile alignas(128) [2048];
     const long long len = d_cols;
-    {
-        { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, out0, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, out0, d_rows, d_cols, fz_tile); }
+    if (len == 2) fz_short_rows<1, true, true, 2, 2>(p_x, out0, d_rows, d_cols, fz_tile);
+    else {
+        {
+            { if (len == 2) fz_short_rows<1, false, false, 2>(p_x, out0, d_rows, d_cols, fz_tile); else fz_short_rows<1, false, false, 0>(p_x, out0, d_rows, d_cols, fz_tile); }
+        }
     }
 }

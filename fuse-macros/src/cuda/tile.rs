@@ -48,7 +48,14 @@ impl Cuda<'_> {
         let (min, max) = (entry.when.min_len, entry.when.max_len);
         let eights =
             self.tile_eights(plan, domain, *axis, &tiled, tile) && (min..=max).any(|l| l % 8 == 0);
-        let function = self.short_rows_function(domain, *axis, plan, &tiled, tile, eights);
+        // Rows of two take a vector of two a thread, where no random value asks for blocks of
+        // four lanes (`draw_lane_randoms`).
+        let twos = (min..=max).contains(&2) && !self.k.draws_random();
+        let lanes: Vec<u32> = [(eights, 8), (twos, 2)]
+            .into_iter()
+            .filter_map(|(on, l)| on.then_some(l))
+            .collect();
+        let function = self.short_rows_function(domain, *axis, plan, &tiled, tile, &lanes);
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
         let bytes: u32 = tiled.iter().map(|t| t.size).sum();
@@ -63,7 +70,22 @@ impl Cuda<'_> {
             "const long long len = {};",
             self.layout.size(*axis)
         ));
+        if twos {
+            // A thread a row of two, its two elements one vector: no second element's test, the
+            // divisions by the row's sum checked once, and the pair rounded and stored at once.
+            // (S2's bf16 softmax at two columns issued 49 instructions an element as two
+            // elements a thread, `pair_passes`.)
+            let aligned = self.aligned_row_vectors(plan, domain, *axis);
+            let args = self.param_names().join(", ");
+            self.line(format!(
+                "if (len == 2{aligned}) fz_short_rows<1, true, true, 2, 2>({args}, fz_tile);"
+            ));
+            self.open("else");
+        }
         self.dispatch(plan, domain, *axis, (min, max), eights);
+        if twos {
+            self.close();
+        }
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!("{function}{}", self.global(entry, &body))
@@ -176,14 +198,7 @@ impl Cuda<'_> {
         };
         let fours: Vec<_> = fours.into_iter().filter(taken).collect();
         let others: Vec<_> = others.into_iter().filter(taken).collect();
-        let aligned: String = self
-            .row_vector_params(plan, domain, axis)
-            .into_iter()
-            .map(|p| {
-                let (t, name) = self.param_text(p);
-                format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
-            })
-            .collect();
+        let aligned = self.aligned_row_vectors(plan, domain, axis);
         if !fours.is_empty() || !eight.is_empty() {
             self.open(format!("if ((len & 3) == 0{aligned})"));
             let both = !eight.is_empty() && !fours.is_empty();
@@ -212,6 +227,18 @@ impl Cuda<'_> {
             self.line(line);
         }
         self.close();
+    }
+
+    /// The tests, each after ` && `, that the tensors along the row which are not tiled start
+    /// on a vector of four of their elements, as a vector step loads them (of four, or fewer).
+    fn aligned_row_vectors(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> String {
+        self.row_vector_params(plan, domain, axis)
+            .into_iter()
+            .map(|p| {
+                let (t, name) = self.param_text(p);
+                format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
+            })
+            .collect()
     }
 
     /// Whether the tiled rows whose length is a multiple of eight take a vector of eight
@@ -271,7 +298,7 @@ impl Cuda<'_> {
         plan: &Plan,
         tiled: &[Tiled],
         tile: u32,
-        eights: bool,
+        lanes: &[u32],
     ) -> String {
         let (kernel_body, kernel_indent) = (std::mem::take(&mut self.out), self.indent);
         self.indent = 1;
@@ -295,13 +322,13 @@ impl Cuda<'_> {
         self.line("const long long fz_e0 = fz_t0 * len;");
         self.copy_in(tiled, tile);
         self.line("__syncthreads();");
-        self.tile_row_passes(domain, &rows, axis, plan, tiled, eights);
+        self.tile_row_passes(domain, &rows, axis, plan, tiled, lanes);
         self.line("__syncthreads();");
         self.copy_out(tiled, tile);
         self.close();
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
-        let lanes = if eights { ", int lanes = 4" } else { "" };
+        let lanes = if lanes.is_empty() { "" } else { ", int lanes = 4" };
         format!(
             "template <int width, bool fours, bool full, int exact{lanes}>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
             self.params().trim_end()
@@ -432,7 +459,7 @@ mod tests {
         assert_eq!(program.entries[short].symbol, "fuse_f_short_rows_2");
         let text = &sources[short];
         let function = text
-            .find("template <int width, bool fours, bool full, int exact>")
+            .find("template <int width, bool fours, bool full, int exact, int lanes = 4>")
             .expect("the tiled path");
         let entry = text
             .find("void __launch_bounds__(256, 4) fuse_f_short_rows_2(")
@@ -456,9 +483,17 @@ mod tests {
             .filter(|(e, _)| e.path == crate::plan::Path::ShortRows)
             .collect();
         assert_eq!(shorts.len(), 8);
+        // Rows of two also take a vector of two a thread where every row vector is aligned.
+        let twos = "fz_short_rows<1, true, true, 2, 2>";
         for (entry, text) in &shorts {
-            let instances = text.matches("fz_short_rows<").count();
+            let instances = text.replace(twos, "").matches("fz_short_rows<").count();
             assert!((1..=2).contains(&instances), "{}: {text}", entry.symbol);
+            assert_eq!(
+                text.contains(twos),
+                entry.when.min_len <= 2 && entry.when.max_len >= 2,
+                "{}",
+                entry.symbol
+            );
         }
         // Each instantiation with the lengths it takes.
         let wanted = [
@@ -479,7 +514,7 @@ mod tests {
             for (entry, text) in &shorts {
                 let range = entry.when.min_len..=entry.when.max_len;
                 assert_eq!(
-                    text.contains(&call(w, fours, full)),
+                    text.replace(twos, "").contains(&call(w, fours, full)),
                     lens.iter().any(|l| range.contains(l)),
                     "<{w}, {fours}, {full}> in {}",
                     entry.symbol
@@ -504,6 +539,9 @@ mod tests {
         assert!(exact(entry(4), 1, true, true, 4) && exact(entry(4), 2, false, false, 0));
         assert!(exact(entry(28), 8, true, false, 28) && exact(entry(24), 8, true, false, 0));
         assert!(entry(2).contains("if (len == 2) fz_short_rows<1, false, false, 2>"));
+        assert!(entry(2).contains(
+            "if (len == 2) fz_short_rows<1, true, true, 2, 2>(p_x, out0, d_r, d_c, fz_tile);"
+        ));
         assert!(text.contains("if ((len & 3) == 0) {"), "{text}");
         assert!(
             text.contains("(4096 / (int)len)"),
@@ -632,8 +670,18 @@ mod tests {
         let text = source(quote! {
             fn f(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
         });
+        assert!(!text.contains("lanes == 8"), "{text}");
+        // Rows of two take a vector of two in every element type, but beside random values,
+        // whose Philox blocks serve four lanes.
         assert!(
-            !text.contains("lanes == 8") && !text.contains("int lanes"),
+            text.contains("if constexpr (fours && lanes == 2)"),
+            "{text}"
+        );
+        let text = source(quote! {
+            fn f(x: [f32; r, c], seed: u64) -> [f32; r, c] { dropout(x / sum(x, c), 0.1, seed) }
+        });
+        assert!(
+            text.contains("fz_short_rows<") && !text.contains("lanes == 2"),
             "{text}"
         );
         let text = source(quote! {

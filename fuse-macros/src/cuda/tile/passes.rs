@@ -19,7 +19,7 @@ impl Cuda<'_> {
         axis: DimId,
         plan: &Plan,
         tiled: &[Tiled],
-        eights: bool,
+        lanes: &[u32],
     ) {
         // Not unrolled: ptxas interleaved rows where the register bound allowed, raising row
         // kernels bounded at 128 registers (a sum over rows: 46 to 56) and so lowering the
@@ -55,14 +55,17 @@ impl Cuda<'_> {
         }
         self.values(&plan.prologue, Scope::Row);
         // Each branch ends with the row's writes, of the values its passes declared.
-        if eights {
-            self.open("if constexpr (fours && lanes == 8)");
-            self.vector_passes(axis, plan, tiled, &shapes, 8);
+        // The vectors of other than four elements (`fz_short_rows`' `lanes`), then four.
+        for (i, &l) in lanes.iter().enumerate() {
+            let branch = if i == 0 { "if" } else { "else if" };
+            self.open(format!("{branch} constexpr (fours && lanes == {l})"));
+            self.vector_passes(axis, plan, tiled, &shapes, l);
             self.group_writes(plan);
             self.close();
-            self.open("else if constexpr (fours)");
-        } else {
-            self.open("if constexpr (fours)");
+        }
+        match lanes.is_empty() {
+            true => self.open("if constexpr (fours)"),
+            false => self.open("else if constexpr (fours)"),
         }
         self.vector_passes(axis, plan, tiled, &shapes, 4);
         self.group_writes(plan);
