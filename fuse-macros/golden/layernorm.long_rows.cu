@@ -2,6 +2,17 @@
 // Reduces [rows, cols] over `cols`: one block per point of [rows] (grid-stride), block reductions by warp shuffle.
 // Path `long_rows`: rows of over 4096 elements, when the device has the shared memory: the row in the dynamic shared memory of a block or a cluster.
 #ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+#else
+    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+#endif
+}
+#endif
+#ifdef __CUDA_ARCH__
 static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }
 static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
 template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {
@@ -24,15 +35,6 @@ static __device__ __forceinline__ void fz_copy_wait() {
 #endif
 }
 static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile("" : "+r"(x)); }
-static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
-    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
-#if __CUDA_ARCH__ >= 900
-    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
-    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
-#else
-    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
-#endif
-}
 #if __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
 static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }

@@ -30,6 +30,17 @@ static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {
     return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);
 #endif
 }
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+#else
+    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+#endif
+}
+#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
@@ -100,6 +111,13 @@ static __device__ __forceinline__ void fz_short_rows(
         #pragma unroll 1
         for (int e = fz_nv0 * 8 + threadIdx.x; e < fz_n; e += 256) {
             ts_p_x[e] = p_x[fz_e0 + e];
+        }
+        {
+            const long long fz_next = fz_t0 + (long long)gridDim.x * fz_tile_rows;
+            const long long fz_next_rows = groups - fz_next < fz_tile_rows ? groups - fz_next : fz_tile_rows;
+            if (fz_next_rows > 0) {
+                fz_prefetch_l2(p_x + fz_next * len, fz_next_rows * len * (long long)sizeof(unsigned short));
+            }
         }
         __syncthreads();
         #pragma unroll 1

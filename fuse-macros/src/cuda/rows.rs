@@ -349,6 +349,7 @@ impl Cuda<'_> {
     fn prefetch_buffers(&mut self, cached: &[usize]) {
         // `fz_copy_async` and `fz_copy_wait`, which the long-row path uses too.
         self.helpers.insert("fz_long_rows");
+        self.helpers.insert("fz_l2_prefetch");
         self.helpers.insert("fz_vec");
         for &p in cached {
             let ((t, name), l) = (self.param_text(p), self.cache_lanes);

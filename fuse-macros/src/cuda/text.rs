@@ -767,6 +767,7 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ void fz_lse_merge(float &m, float &s, float m2, float s2) { const float t = fmaxf(m, m2); s = s * (m == t ? 1.0f : expf(m - t)) + s2 * (m2 == t ? 1.0f : expf(m2 - t)); m = t; }\n",
             "static __device__ __forceinline__ void fz_lse_merge(double &m, double &s, double m2, double s2) { const double t = fmax(m, m2); s = s * (m == t ? 1.0 : exp(m - t)) + s2 * (m2 == t ? 1.0 : exp(m2 - t)); m = t; }\n",
         ),
+        "fz_l2_prefetch" => super::rows::long_rows::L2_PREFETCH,
         "fz_long_rows" => super::rows::long_rows::HELPERS,
         "fz_row_copy" => super::rows::long_rows::ROW_COPY_HELPERS,
         _ => unreachable!("unknown helper {name}"),

@@ -321,6 +321,7 @@ impl Cuda<'_> {
         self.line("const int fz_n = fz_rows_here * (int)len;");
         self.line("const long long fz_e0 = fz_t0 * len;");
         self.copy_in(tiled, tile);
+        self.prefetch_next(tiled);
         self.line("__syncthreads();");
         self.tile_row_passes(domain, &rows, axis, plan, tiled, lanes);
         self.line("__syncthreads();");
@@ -328,7 +329,11 @@ impl Cuda<'_> {
         self.close();
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
-        let lanes = if lanes.is_empty() { "" } else { ", int lanes = 4" };
+        let lanes = if lanes.is_empty() {
+            ""
+        } else {
+            ", int lanes = 4"
+        };
         format!(
             "template <int width, bool fours, bool full, int exact{lanes}>\nstatic __device__ __forceinline__ void fz_short_rows(\n{},\n    fz_vec<unsigned int, 4>* __restrict__ fz_tile\n) {{\n{body}}}\n",
             self.params().trim_end()
@@ -390,6 +395,31 @@ impl Cuda<'_> {
                 &format!("{}[e] = {}[fz_e0 + e];", t.shared(), t.global),
             );
         }
+    }
+
+    /// Asks L2 for the block's next tile of each input while this one's rows are computed and
+    /// stored, so that its loads wait for L2 rather than for memory: a block's loads and its
+    /// passes alternate, each tile's loads in flight only between two barriers. Only where the
+    /// tile holds an output: S2's 16-bit softmax at 2 columns ran 7% faster with it (78% of
+    /// copy speed), at 32 2-3%, but the row sums at 32 columns, which only read, 5% slower
+    /// (benches/NOTES.md item 111).
+    fn prefetch_next(&mut self, tiled: &[Tiled]) {
+        if tiled.iter().all(|t| t.input()) {
+            return;
+        }
+        self.helpers.insert("fz_l2_prefetch");
+        self.open("");
+        self.line("const long long fz_next = fz_t0 + (long long)gridDim.x * fz_tile_rows;");
+        self.line("const long long fz_next_rows = groups - fz_next < fz_tile_rows ? groups - fz_next : fz_tile_rows;");
+        self.open("if (fz_next_rows > 0)");
+        for t in tiled.iter().filter(|t| t.input()) {
+            self.line(format!(
+                "fz_prefetch_l2({} + fz_next * len, fz_next_rows * len * (long long)sizeof({}));",
+                t.global, t.storage
+            ));
+        }
+        self.close();
+        self.close();
     }
 
     /// Stores this tile of each output from shared memory: whole 16-byte vectors, then the
@@ -555,6 +585,18 @@ mod tests {
         // A row reduction's tile holds 16 KB of input, what a block loads at once.
         let text = source(quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) } });
         assert_eq!(tile_vectors(&text), Some(1024), "{text}");
+        // A tile with an output asks L2 for the block's next tile of each input; one that only
+        // reads does not.
+        assert!(!text.contains("fz_prefetch_l2"), "{text}");
+        let text = source(
+            quote! { fn f(x: [f32; r, c], y: [f32; r, c]) -> [f32; r, c] { x / sum(y, c) } },
+        );
+        for name in ["p_x", "p_y"] {
+            assert!(
+                text.contains(&format!("fz_prefetch_l2({name} + fz_next * len, fz_next_rows * len * (long long)sizeof(float));")),
+                "{text}"
+            );
+        }
     }
 
     /// The vector passes read each tiled input's row once and load the other tensors along the

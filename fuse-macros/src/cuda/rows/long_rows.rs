@@ -35,6 +35,7 @@ impl Cuda<'_> {
     fn long_rows(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
         let cached = shared_params(self.k, plan);
         self.helpers.insert("fz_long_rows");
+        self.helpers.insert("fz_l2_prefetch");
         self.helpers.insert("fz_vec");
         self.line("// Long rows: read once into the dynamic shared memory the launch gave, split over the");
         self.line("// blocks of a cluster (`blocks`, each caching `part` elements), every pass from there.");
@@ -357,6 +358,25 @@ pub const ROW_COPY_HELPERS: &str = concat!(
     "#endif\n",
 );
 
+/// `fz_prefetch_l2`, for the GPU only (the emulation of `fuse-runtime/tests/emulate` supplies
+/// its own): the long rows' copies and the tiled short rows take it.
+pub const L2_PREFETCH: &str = concat!(
+    "#ifdef __CUDA_ARCH__\n",
+    // A hint that L2 should hold `bytes` from `from` soon; nothing waits for it. On sm_90 one
+    // bulk prefetch by thread 0, of the 16-byte-aligned bytes within the range (the instruction
+    // asks that alignment); before, each thread a line of 128 bytes in turn.
+    "static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {\n",
+    "    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);\n",
+    "#if __CUDA_ARCH__ >= 900\n",
+    "    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;\n",
+    "    if (threadIdx.x == 0 && last > first) asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" :: \"l\"(first), \"r\"((unsigned int)(last - first)));\n",
+    "#else\n",
+    "    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(line));\n",
+    "#endif\n",
+    "}\n",
+    "#endif\n",
+);
+
 /// The helper functions of the shared-memory path: those within `__CUDA_ARCH__` for the GPU
 /// only (the emulation of `fuse-runtime/tests/emulate` supplies its own), then the arithmetic
 /// both share.
@@ -392,18 +412,6 @@ pub const HELPERS: &str = concat!(
     "}\n",
     // Hides `x`'s value from the compiler, so that what is computed from it is computed again.
     "static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile(\"\" : \"+r\"(x)); }\n",
-    // A hint that L2 should hold `bytes` from `from` soon; nothing waits for it. On sm_90 one
-    // bulk prefetch by thread 0, of the 16-byte-aligned bytes within the range (the instruction
-    // asks that alignment); before, each thread a line of 128 bytes in turn.
-    "static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {\n",
-    "    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);\n",
-    "#if __CUDA_ARCH__ >= 900\n",
-    "    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;\n",
-    "    if (threadIdx.x == 0 && last > first) asm volatile(\"cp.async.bulk.prefetch.L2.global [%0], %1;\" :: \"l\"(first), \"r\"((unsigned int)(last - first)));\n",
-    "#else\n",
-    "    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile(\"prefetch.global.L2 [%0];\" :: \"l\"(line));\n",
-    "#endif\n",
-    "}\n",
     "#if __CUDA_ARCH__ >= 900\n",
     "static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(r)); return r; }\n",
     // The last barrier orders nothing (every slot read has been used): a relaxed arrival, so
