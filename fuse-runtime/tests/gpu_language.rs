@@ -1315,6 +1315,17 @@ fn short_rows_in_tiles() {
         };
         let tol = Tol::close(2e-5, 2e-5);
         assert_gpu_matches_cpu(&gpu, &format!("cross_entropy, {what}"), run, &[tol]);
+        // 16-bit rows: a row of two is a vector of two a thread, a multiple of eight vectors of
+        // eight, in tiles whose next one each block asks L2 for.
+        let h: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let run = |d: &Device| kernels::bf16s::softmax(d, &put(d, &h, &[rows, cols]));
+        let tol = Tol::close(1e-2, 1e-6);
+        assert_gpu_matches_cpu(&gpu, &format!("bf16 softmax, {what}"), run, &[tol]);
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let run = |d: &Device| kernels::f16s::softmax(d, &put(d, &h, &[rows, cols]));
+        let tol = Tol::close(2e-3, 1e-6);
+        assert_gpu_matches_cpu(&gpu, &format!("f16 softmax, {what}"), run, &[tol]);
         let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let run = |d: &Device| kernels::softmax_f64(d, &put(d, &x64, &[rows, cols]));
         let tol = Tol::close(1e-12, 0.0);
@@ -1588,6 +1599,46 @@ fn powers_under_a_logsumexp_round_alike_in_every_pass() {
             &format!("lse_of_powi_f64, {r} x {c}"),
             run,
             &[Tol::close(1e-12, 0.0)],
+        );
+    }
+}
+
+/// `to_degrees`, `to_radians` and `gelu` near 1e30 in f64 under a `logsumexp` over the leading
+/// dim: their last products are rounded alike in every pass, so the maximum's `exp` is 1 and the
+/// results finite (p26365 of the 2,500 programs from p25000 was `-inf` on the GPU, a column of
+/// `x.to_degrees()` holding `1e30` and `-inf`).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn functions_ending_in_products_under_a_logsumexp() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for &(r, c) in &[(66usize, 61usize), (5, 1000), (300, 7)] {
+        let mut x: Vec<f64> = rng.floats(r * c, -3.0, 3.0);
+        // A huge inexact value and a -inf in every column.
+        for j in 0..c {
+            x[(j % r) * c + j] = 1e30 * (1.0 + rng.floats::<f64>(1, 0.0, 0.5)[0]);
+            x[((j + 1) % r) * c + j] = f64::NEG_INFINITY;
+        }
+        let run = |d: &Device| kernels::lse_of_products_f64(d, &put(d, &x, &[r, c]));
+        let (degrees, radians, gelu) = run(&gpu).expect("on the GPU");
+        for (name, out) in [
+            ("to_degrees", degrees),
+            ("to_radians", radians),
+            ("gelu", gelu),
+        ] {
+            assert!(
+                host(&out).iter().all(|v| v.is_finite() && *v > 1e27),
+                "lse_of_products_f64 {name}, {r} x {c}: {:?}",
+                &host(&out)[..4]
+            );
+        }
+        let tol = || Tol::close(1e-12, 0.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("lse_of_products_f64, {r} x {c}"),
+            run,
+            &[tol(), tol(), tol()],
         );
     }
 }

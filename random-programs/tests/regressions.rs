@@ -19,7 +19,10 @@
 //! from p20000) was a fifth: `|q| > -2.0` folded to true, NaN included, in a `clamp`; kept as
 //! `nan_survives_comparisons_with_constants_below_zero` there (item 107). Before it, p20915 of
 //! the same batch crashed rustc 1.95 in release (LLVM, on `f32::max` and `f64::max` reduced in
-//! one loop of the CPU backend); `mixed_width_extrema` of the CPU tests keeps it.
+//! one loop of the CPU backend); `mixed_width_extrema` of the CPU tests keeps it. p26365 (the
+//! 2,500 from p25000) was a sixth: `logsumexp` over columns of `x.to_degrees()`, `-inf` where a
+//! column held `1e30`, its last product fused into one pass's subtraction of the maximum; kept as
+//! `functions_ending_in_products_under_a_logsumexp` there (item 111).
 
 use fuse_runtime::{bf16, f16, fuse, Device, Error};
 use random_programs::harness::{Args, Out};

@@ -174,6 +174,11 @@ impl Cuda<'_> {
                     }
                     _ => args.iter().map(v).collect(),
                 };
+                if self.exact_products.contains(&id) && !self.k.fast_math {
+                    if let Some(text) = self.exact_call(*f, arg_elem, &args) {
+                        return text;
+                    }
+                }
                 self.call(*f, arg_elem, &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
@@ -359,6 +364,40 @@ impl Cuda<'_> {
             }
             _ => format!("({a} {} {b})", op.symbol()),
         }
+    }
+
+    /// A function whose last step is a product, its product rounded on its own (see
+    /// `exact_products`); `None` for the others.
+    fn exact_call(&mut self, f: Func, e: Elem, a: &[String]) -> Option<String> {
+        use Func::*;
+        let x = &a[0];
+        let mul = if e == Elem::F64 {
+            "__dmul_rn"
+        } else {
+            "__fmul_rn"
+        };
+        Some(match (f, e) {
+            (ToDegrees, Elem::F32) => format!("{mul}({x}, 57.2957795130823208767981548141051703f)"),
+            (ToDegrees, _) => {
+                format!("{mul}({x}, (180.0 / 3.14159265358979323846264338327950288))")
+            }
+            (ToRadians, Elem::F32) => {
+                format!("{mul}({x}, (3.14159265358979323846264338327950288f / 180.0f))")
+            }
+            (ToRadians, _) => {
+                format!("{mul}({x}, (3.14159265358979323846264338327950288 / 180.0))")
+            }
+            (Gelu | GeluTanh, _) => {
+                let name = if f == Gelu {
+                    "fz_gelu_rn"
+                } else {
+                    "fz_gelu_tanh_rn"
+                };
+                self.helpers.insert(name);
+                format!("{name}({x})")
+            }
+            _ => return None,
+        })
     }
 
     fn call(&mut self, f: Func, e: Elem, a: &[String]) -> String {

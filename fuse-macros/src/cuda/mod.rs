@@ -3,6 +3,7 @@
 //! schedule question: which paths exist, their parameters, bounds and length rules are the
 //! program's. The text is written through an infallible `String` writer.
 
+use crate::func::Func;
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::{Divisor, Entry, Layout, Param, Path, Plan, Program, Syntax};
@@ -51,7 +52,9 @@ pub fn sources(k: &Kernel, program: &Program) -> Vec<String> {
 /// rounded in the pass that took the maximum, the difference is the product's rounding error,
 /// which for products near 1e30 is 1e22, and `exp` of it 0 or infinity (a random program's
 /// `logsumexp(prod(..) * x)` gave `-inf` for `1e30`). NVRTC contracts what it may; `__fmul_rn`
-/// it may not. Values are told apart by what they compute, not by node: `max(x * y, c)` and the
+/// it may not. The functions whose last step is a product count too: `to_degrees`,
+/// `to_radians`, `gelu` and `gelu_tanh` (p26365: `logsumexp` over columns of `x.to_degrees()`
+/// gave `-inf` where a column held `1e30`). Values are told apart by what they compute, not by node: `max(x * y, c)` and the
 /// `x * y` beside it are two nodes of one value. (Sums take the documented difference a
 /// contraction makes.)
 fn exact_products(k: &Kernel, plan: &Plan) -> BTreeSet<NodeId> {
@@ -107,7 +110,14 @@ fn exact_products(k: &Kernel, plan: &Plan) -> BTreeSet<NodeId> {
         .filter(|&id| {
             passes.get(&value[id]).is_some_and(|&n| n > 1)
                 && under[value[id]]
-                && matches!(k.nodes[id].op, Op::Binary(BinOp::Mul, ..))
+                && matches!(
+                    k.nodes[id].op,
+                    Op::Binary(BinOp::Mul, ..)
+                        | Op::Call(
+                            Func::ToDegrees | Func::ToRadians | Func::Gelu | Func::GeluTanh,
+                            _
+                        )
+                )
                 && k.nodes[id].elem().is_float()
         })
         .collect()
@@ -1315,6 +1325,27 @@ mod tests {
             }
         });
         assert!(f64s.contains("__dmul_rn("), "{f64s}");
+        // The functions whose last step is a product: p26365's columns of `to_degrees` under a
+        // `logsumexp`, and the GELUs, in every element type.
+        let degrees = source(quote! {
+            fn p26365(x: [f64; r, c], y: [f16; r, c]) -> [f16; r, c] {
+                (logsumexp(x.to_degrees(), r) as f16).min(y)
+            }
+        });
+        assert!(
+            degrees.contains("__dmul_rn(v") && !degrees.contains(" * (180.0 / 3.14"),
+            "{degrees}"
+        );
+        let gelus = source(quote! {
+            fn f(x: [bf16; r, c], y: [f32; r, c]) -> ([bf16; r, c], [f32; r, c], [f32; r, c]) {
+                let g = gelu(x);
+                let t = gelu_tanh(y);
+                (g - max(g, c), t - logsumexp(t, c), y.to_radians() - max(y.to_radians(), c))
+            }
+        });
+        for name in ["fz_gelu_rn(", "fz_gelu_tanh_rn(", "__fmul_rn(v"] {
+            assert!(gelus.contains(name), "{name}: {gelus}");
+        }
         for tokens in [
             quote! { fn f(x: [f32; r, c], y: [f32; r, c]) -> [f32; r, c] { x * y - mean(x * y, c) } },
             quote! { fn f(x: [f32; n], y: [f32; n]) -> (f32, [f32; n]) { (max(x * y), x * y + 1.0) } },

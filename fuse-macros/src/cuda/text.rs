@@ -641,6 +641,16 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ float fz_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.707106781186547524f)); }\n",
             "static __device__ __forceinline__ double fz_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.707106781186547524)); }\n",
         ),
+        // The same, the last product rounded on its own where a row's maximum reads the
+        // value (`exact_products`).
+        "fz_gelu_rn" => concat!(
+            "static __device__ __forceinline__ float fz_gelu_rn(float x) { return __fmul_rn(0.5f * x, 1.0f + erff(x * 0.707106781186547524f)); }\n",
+            "static __device__ __forceinline__ double fz_gelu_rn(double x) { return __dmul_rn(0.5 * x, 1.0 + erf(x * 0.707106781186547524)); }\n",
+        ),
+        "fz_gelu_tanh_rn" => concat!(
+            "static __device__ __forceinline__ float fz_gelu_tanh_rn(float x) { return __fmul_rn(0.5f * x, 1.0f + tanhf(0.797884560802865356f * (x + 0.044715f * x * x * x))); }\n",
+            "static __device__ __forceinline__ double fz_gelu_tanh_rn(double x) { return __dmul_rn(0.5 * x, 1.0 + tanh(0.797884560802865356 * (x + 0.044715 * x * x * x))); }\n",
+        ),
         "fz_gelu_tanh" => concat!(
             "static __device__ __forceinline__ float fz_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.797884560802865356f * (x + 0.044715f * x * x * x))); }\n",
             "static __device__ __forceinline__ double fz_gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(0.797884560802865356 * (x + 0.044715 * x * x * x))); }\n",

@@ -1121,6 +1121,12 @@ fuse! {
     pub fn lse_of_powi_f64(x: [f64; r, c]) -> [f64; c] {
         logsumexp(x.powi(7), r)
     }
+
+    /// Functions whose last step is a product under a `logsumexp` over the leading dim (p26365:
+    /// `to_degrees` of `1e30` fused into the pass's subtraction of the maximum, `-inf`).
+    pub fn lse_of_products_f64(x: [f64; r, c]) -> ([f64; c], [f64; c], [f64; c]) {
+        (logsumexp(x.to_degrees(), r), logsumexp(x.to_radians(), r), logsumexp(gelu(x), r))
+    }
 }
 
 /// Tensor parameters read in another order than their own (`permute`): a transpose, vLLM's
