@@ -1,5 +1,5 @@
 //! The row passes of the tiled short rows, over each tile's rows in shared memory: a vector of
-//! four elements a thread where the length allows, else two elements a thread.
+//! two, four or eight elements a thread where the length allows, else two elements a thread.
 
 use super::super::text::identity;
 use super::super::{Cuda, Scope, SYNTAX};
@@ -86,8 +86,8 @@ impl Cuda<'_> {
         }
     }
 
-    /// The passes over a row whose length is a multiple of `lanes` (four, or eight where
-    /// `tile_eights`), `width * lanes` or (unless `full`) less: each thread takes vector
+    /// The passes over a row whose length is a multiple of `lanes` (four, eight where
+    /// `tile_eights`, or two for a row of two), `width * lanes` or (unless `full`) less: each thread takes vector
     /// `c = lane` of the row, `lanes` elements, from each
     /// tiled input's row in shared memory (`rc_<name>[0]`, as the register cache names them),
     /// and writes its outputs' vectors there. The vectors are read once, before the passes, so
