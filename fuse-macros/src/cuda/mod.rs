@@ -54,9 +54,9 @@ pub fn sources(k: &Kernel, program: &Program) -> Vec<String> {
 /// `logsumexp(prod(..) * x)` gave `-inf` for `1e30`). NVRTC contracts what it may; `__fmul_rn`
 /// it may not. The functions whose last step is a product count too: `to_degrees`,
 /// `to_radians`, `gelu` and `gelu_tanh` (p26365: `logsumexp` over columns of `x.to_degrees()`
-/// gave `-inf` where a column held `1e30`). Values are told apart by what they compute, not by node: `max(x * y, c)` and the
-/// `x * y` beside it are two nodes of one value. (Sums take the documented difference a
-/// contraction makes.)
+/// gave `-inf` where a column held `1e30`). Values are told apart by what they compute, not by
+/// node: `max(x * y, c)` and the `x * y` beside it are two nodes of one value. (Sums take the
+/// documented difference a contraction makes.)
 fn exact_products(k: &Kernel, plan: &Plan) -> BTreeSet<NodeId> {
     // Each node's value: the first node that computes the same from the same values.
     let mut value: Vec<NodeId> = Vec::with_capacity(k.nodes.len());
