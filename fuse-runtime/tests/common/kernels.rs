@@ -1123,9 +1123,11 @@ fuse! {
     }
 
     /// Functions whose last step is a product under a `logsumexp` over the leading dim (p26365:
-    /// `to_degrees` of `1e30` fused into the pass's subtraction of the maximum, `-inf`).
+    /// `to_degrees` of `1e30` fused into the pass's subtraction of the maximum, `-inf`). GELU's
+    /// input is kept finite: `gelu(-inf)` is `-inf * 0`, NaN.
     pub fn lse_of_products_f64(x: [f64; r, c]) -> ([f64; c], [f64; c], [f64; c]) {
-        (logsumexp(x.to_degrees(), r), logsumexp(x.to_radians(), r), logsumexp(gelu(x), r))
+        let g = gelu(x.max(-1e30));
+        (logsumexp(x.to_degrees(), r), logsumexp(x.to_radians(), r), logsumexp(g, r))
     }
 }
 
