@@ -1745,8 +1745,8 @@ fn short_rows_run_on_an_emulated_gpu() {
         }
     }
     // 16-bit rows: a vector of eight a thread where the length is a multiple of eight, four
-    // at the other multiples of four, a vector of two at two, two elements a
-    // thread else (and where misaligned).
+    // at the other multiples of four, one of two at two, two elements a thread else (and
+    // where misaligned).
     for cols in [4usize, 8, 12, 16, 20, 24, 28, 32, 6, 31, 2] {
         let rows = 16384 / cols + 37;
         let d = [("rows", rows), ("cols", cols)];
