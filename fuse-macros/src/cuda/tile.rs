@@ -12,8 +12,9 @@
 //! so that a row's reductions, shuffles and bookkeeping are shared by four elements a thread
 //! (eight, 16 bytes, for 16-bit rows a multiple of eight long where `tile_eights` allows; a
 //! row of two is one vector of two); other rows two elements a thread, `lane` and `lane +
-//! width`. Where the tile holds an output, each block asks L2 for its next tile of the inputs
-//! once this one is in shared memory, so that the next loads wait on L2 (`prefetch_next`).
+//! width`. Where the tile is one input and one output, each block asks L2 for its next tile
+//! of the input once this one is in shared memory, so that the next loads wait on L2
+//! (`prefetch_next`).
 //!
 //! It is a second entry point of the kernel's module, `fuse_<name>_short_rows`, which the
 //! launch picks for those lengths (`expand.rs`); the row kernel itself is unchanged. Its body
