@@ -409,7 +409,8 @@ impl Cuda<'_> {
     /// as those measured: in kernels of more the prefetch's registers made ptxas spill 16 to 36
     /// bytes (random programs p26736 and p27384, short rows of 24, sm_80 and sm_90).
     fn prefetch_next(&mut self, tiled: &[Tiled]) {
-        if tiled.len() > 2 || tiled.iter().all(|t| t.input()) {
+        let inputs = tiled.iter().filter(|t| t.input()).count();
+        if tiled.len() > 2 || inputs == 0 || inputs == tiled.len() {
             return;
         }
         self.helpers.insert("fz_l2_prefetch");
