@@ -366,7 +366,7 @@ impl Cuda<'_> {
         }
     }
 
-    /// A function whose last step is a product, its product rounded on its own (see
+    /// A function of [`ENDS_IN_PRODUCT`], its last product rounded on its own (see
     /// `exact_products`); `None` for the others.
     fn exact_call(&mut self, f: Func, e: Elem, a: &[String]) -> Option<String> {
         use Func::*;
@@ -376,18 +376,9 @@ impl Cuda<'_> {
         } else {
             "__fmul_rn"
         };
-        Some(match (f, e) {
-            (ToDegrees, Elem::F32) => format!("{mul}({x}, 57.2957795130823208767981548141051703f)"),
-            (ToDegrees, _) => {
-                format!("{mul}({x}, (180.0 / 3.14159265358979323846264338327950288))")
-            }
-            (ToRadians, Elem::F32) => {
-                format!("{mul}({x}, (3.14159265358979323846264338327950288f / 180.0f))")
-            }
-            (ToRadians, _) => {
-                format!("{mul}({x}, (3.14159265358979323846264338327950288 / 180.0))")
-            }
-            (Gelu | GeluTanh, _) => {
+        Some(match f {
+            ToDegrees | ToRadians => format!("{mul}({x}, {})", angle_factor(f, e)),
+            Gelu | GeluTanh => {
                 let name = if f == Gelu {
                     "fz_gelu_rn"
                 } else {
@@ -430,14 +421,7 @@ impl Cuda<'_> {
             Rsqrt => format!("({one} / {}({x}))", s("sqrt")),
             Detach => format!("({x})"),
             Fract => format!("({x} - {}({x}))", s("trunc")),
-            ToDegrees if e == Elem::F32 => {
-                format!("({x} * 57.2957795130823208767981548141051703f)")
-            }
-            ToDegrees => format!("({x} * (180.0 / 3.14159265358979323846264338327950288))"),
-            ToRadians if e == Elem::F32 => {
-                format!("({x} * (3.14159265358979323846264338327950288f / 180.0f))")
-            }
-            ToRadians => format!("({x} * (3.14159265358979323846264338327950288 / 180.0))"),
+            ToDegrees | ToRadians => format!("({x} * {})", angle_factor(f, e)),
             Abs if e.is_float() => format!("{}({x})", s("fabs")),
             // std's `log(self, base)` is `self.ln() / base.ln()`.
             Log => format!("({}({x}) / {}({}))", s("log"), s("log"), a[1]),
@@ -529,6 +513,20 @@ fn fast(f: Func, a: &[String]) -> Option<String> {
     })
 }
 
+/// The functions whose last step is a product: where a row's maximum reads one in several
+/// passes, `exact_products` keeps that product apart and `exact_call` rounds it on its own.
+pub(super) const ENDS_IN_PRODUCT: [Func; 4] =
+    [Func::ToDegrees, Func::ToRadians, Func::Gelu, Func::GeluTanh];
+
+/// The constant `to_degrees` (`to_radians`) multiplies by, in `e`'s C type.
+fn angle_factor(f: Func, e: Elem) -> &'static str {
+    match (f, e == Elem::F32) {
+        (Func::ToDegrees, true) => "57.2957795130823208767981548141051703f",
+        (Func::ToDegrees, false) => "(180.0 / 3.14159265358979323846264338327950288)",
+        (_, true) => "(3.14159265358979323846264338327950288f / 180.0f)",
+        (_, false) => "(3.14159265358979323846264338327950288 / 180.0)",
+    }
+}
 #[cfg(test)]
 mod tests {
     /// The planner counts a `#[fast_math]` kernel's f32 functions by `has_fast_intrinsic` when it

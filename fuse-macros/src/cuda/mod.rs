@@ -3,7 +3,6 @@
 //! schedule question: which paths exist, their parameters, bounds and length rules are the
 //! program's. The text is written through an infallible `String` writer.
 
-use crate::func::Func;
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::{Divisor, Entry, Layout, Param, Path, Plan, Program, Syntax};
@@ -110,14 +109,11 @@ fn exact_products(k: &Kernel, plan: &Plan) -> BTreeSet<NodeId> {
         .filter(|&id| {
             passes.get(&value[id]).is_some_and(|&n| n > 1)
                 && under[value[id]]
-                && matches!(
-                    k.nodes[id].op,
-                    Op::Binary(BinOp::Mul, ..)
-                        | Op::Call(
-                            Func::ToDegrees | Func::ToRadians | Func::Gelu | Func::GeluTanh,
-                            _
-                        )
-                )
+                && match &k.nodes[id].op {
+                    Op::Binary(BinOp::Mul, ..) => true,
+                    Op::Call(f, _) => expr::ENDS_IN_PRODUCT.contains(f),
+                    _ => false,
+                }
                 && k.nodes[id].elem().is_float()
         })
         .collect()

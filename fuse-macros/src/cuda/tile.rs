@@ -73,22 +73,7 @@ impl Cuda<'_> {
             "const long long len = {};",
             self.layout.size(*axis)
         ));
-        if twos {
-            // A thread a row of two, its two elements one vector: no second element's test, the
-            // divisions by the row's sum checked once, and the pair rounded and stored at once.
-            // (S2's bf16 softmax at two columns issued 49 instructions an element as two
-            // elements a thread, `pair_passes`.)
-            let aligned = self.aligned_row_vectors(plan, domain, *axis);
-            let args = self.param_names().join(", ");
-            self.line(format!(
-                "if (len == 2{aligned}) fz_short_rows<1, true, true, 2, 2>({args}, fz_tile);"
-            ));
-            self.open("else");
-        }
-        self.dispatch(plan, domain, *axis, (min, max), eights);
-        if twos {
-            self.close();
-        }
+        self.dispatch(plan, domain, *axis, (min, max), eights, twos);
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!("{function}{}", self.global(entry, &body))
@@ -98,7 +83,8 @@ impl Cuda<'_> {
     /// for a multiple of four, a vector of four elements each (a warp reads consecutive vectors
     /// of shared memory, without bank conflicts), rounded up to a power of two; else the fewest
     /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
-    /// `eights`: the entry's multiples of eight take a vector of eight a thread.
+    /// `eights`: the entry's multiples of eight take a vector of eight a thread; `twos`: a row
+    /// of two takes a vector of two.
     fn dispatch(
         &mut self,
         plan: &Plan,
@@ -106,13 +92,17 @@ impl Cuda<'_> {
         axis: DimId,
         lens: (u64, u64),
         eights: bool,
+        twos: bool,
     ) {
         let args = self.param_names().join(", ");
-        // `lanes`: 8 or 4 for a vector a thread, 0 for two elements a thread.
+        // `lanes`: 8, 4 or 2 for a vector a thread, 0 for two elements a thread.
         let call = |w: u32, lanes: u32, full: bool, exact: u64| {
             let fours = lanes > 0;
-            let eight = if lanes == 8 { ", 8" } else { "" };
-            format!("fz_short_rows<{w}, {fours}, {full}, {exact}{eight}>({args}, fz_tile);")
+            let vector = match lanes {
+                8 | 2 => format!(", {lanes}"),
+                _ => String::new(),
+            };
+            format!("fz_short_rows<{w}, {fours}, {full}, {exact}{vector}>({args}, fz_tile);")
         };
         // The lengths a kind of instantiation takes: multiples of eight for vectors of eight,
         // the other multiples of four for vectors of four, any for two elements a thread (a
@@ -201,7 +191,22 @@ impl Cuda<'_> {
         };
         let fours: Vec<_> = fours.into_iter().filter(taken).collect();
         let others: Vec<_> = others.into_iter().filter(taken).collect();
-        let aligned = self.aligned_row_vectors(plan, domain, axis);
+        let aligned: String = self
+            .row_vector_params(plan, domain, axis)
+            .into_iter()
+            .map(|p| {
+                let (t, name) = self.param_text(p);
+                format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
+            })
+            .collect();
+        if twos {
+            // A thread a row of two, its two elements one vector: no second element's test, the
+            // divisions by the row's sum checked once, and the pair rounded and stored at once.
+            // (S2's bf16 softmax at two columns issued 49 instructions an element as two
+            // elements a thread, `pair_passes`.)
+            self.line(format!("if (len == 2{aligned}) {}", call(1, 2, true, 2)));
+            self.open("else");
+        }
         if !fours.is_empty() || !eight.is_empty() {
             self.open(format!("if ((len & 3) == 0{aligned})"));
             let both = !eight.is_empty() && !fours.is_empty();
@@ -230,18 +235,9 @@ impl Cuda<'_> {
             self.line(line);
         }
         self.close();
-    }
-
-    /// The tests, each after ` && `, that the tensors along the row which are not tiled start
-    /// on a vector of four of their elements, as a vector step loads them (of four, or fewer).
-    fn aligned_row_vectors(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> String {
-        self.row_vector_params(plan, domain, axis)
-            .into_iter()
-            .map(|p| {
-                let (t, name) = self.param_text(p);
-                format!(" && ((unsigned long long)p_{name} & (4 * sizeof({t}) - 1)) == 0")
-            })
-            .collect()
+        if twos {
+            self.close();
+        }
     }
 
     /// Whether the tiled rows whose length is a multiple of eight take a vector of eight
