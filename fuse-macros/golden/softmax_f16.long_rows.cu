@@ -119,6 +119,26 @@ template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \
+    if constexpr (N % 2 == 0) { \
+        const union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u = {v}; \
+        unsigned int m = u.w[0]; \
+        _Pragma("unroll") for (int i = 1; i < N / 2; ++i) asm(ptx " %0, %0, %1;" : "+r"(m) : "r"(u.w[i])); \
+        return op(acc, op(fz_f16_to_f32((unsigned short)m), fz_f16_to_f32((unsigned short)(m >> 16)))); \
+    } \
+    _Pragma("unroll") for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \
+    return acc; \
+}
+#else
+#define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \
+    for (int j = 0; j < N; ++j) acc = op(acc, fz_f16_to_f32(v.v[j])); \
+    return acc; \
+}
+#endif
+FZ_PACKED(fz_max_f16, fmaxf, "max.f16x2")
+FZ_PACKED(fz_min_f16, fminf, "min.f16x2")
+#undef FZ_PACKED
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
@@ -180,54 +200,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
             for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
                 const int q = 0;
                 const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c - begin / 8]};
-                {
-                    const int j = 0;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 4;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 5;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 6;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 7;
-                    const long long r = c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
+                acc1 = fz_max_f16(acc1, rc_x[q]);
             }
         }
         else if ((len & 3) == 0) {
@@ -235,30 +208,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;
                 const fz_vec<unsigned short, 4> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x)[c - begin / 4]};
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
+                acc1 = fz_max_f16(acc1, rc_x[q]);
             }
         }
         else {
