@@ -122,13 +122,11 @@ fn emulate_launch<R: Outputs>(
 }
 
 /// A launch shaped as the runtime shapes long rows: `cluster` blocks a row, each given `bytes`
-/// of dynamic shared memory, to the kernel's long-row entry of `path` (`long_rows`, or
-/// `long_rows_wide` with f32 slots), which then caches its rows there.
+/// of dynamic shared memory, to the kernel's long-row entry, which then caches its rows there.
 #[derive(Clone, Copy)]
 struct Shared {
     cluster: u32,
     bytes: u64,
-    path: &'static str,
 }
 
 /// How `emulate.py` runs a kernel: blocks in the grid (clusters, with `shared`), whether
@@ -199,7 +197,7 @@ impl Emulation {
         // With shared memory the long-row entry runs at any length, as its kernel takes the
         // path whenever the launch gives it the memory (the runtime does for long rows only).
         let entry = match self.shared {
-            Some(s) => program.entries.iter().find(|e| e.path == s.path),
+            Some(_) => program.entries.iter().find(|e| e.path == "long_rows"),
             None => program.pick(&sizes, 90, false),
         }
         .expect("an entry takes every shape");
@@ -926,15 +924,6 @@ fn long_rows(cols: usize, cluster: u32, bytes: u32) -> Option<Shared> {
     Some(Shared {
         cluster,
         bytes: need,
-        path: "long_rows",
-    })
-}
-
-/// As [`long_rows`], to the entry with an f32 slot beside each element (`bytes` counts it).
-fn long_rows_wide(cols: usize, cluster: u32, bytes: u32) -> Option<Shared> {
-    long_rows(cols, cluster, bytes).map(|s| Shared {
-        path: "long_rows_wide",
-        ..s
     })
 }
 
@@ -977,23 +966,17 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
         let b: Vec<fuse_runtime::bf16> =
             x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
         let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &[rows, cols])).unwrap();
-        // Both entries: `exp(x - max)` computed again, and kept in f32 slots.
-        for (entry, shared) in [
-            ("", long_rows(cols, cluster, 2)),
-            (" with f32 slots", long_rows_wide(cols, cluster, 6)),
-        ] {
-            emulate_launch(
-                &format!("long bf16 softmax {rows}x{cols} in {cluster}{entry}"),
-                &kernels::bf16s::softmax::__fuse::PROGRAM,
-                vec![hex(&b)],
-                vec![],
-                &[("rows", rows), ("cols", cols)],
-                &cpu,
-                &["bf16"],
-                &[Tol::close(1e-2, 1e-6)],
-                shared,
-            );
-        }
+        emulate_launch(
+            &format!("long bf16 softmax {rows}x{cols} in {cluster}"),
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            vec![hex(&b)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16"],
+            &[Tol::close(1e-2, 1e-6)],
+            long_rows(cols, cluster, 2),
+        );
     }
     for (rows, cols, cluster) in [(5, 4100, 3), (4, 37, 4), (2, 41, 1)] {
         let n = rows * cols;

@@ -165,9 +165,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
     };
     let kernel = match (&k.launch, entry.path) {
         (Launch::Rows { .. }, Path::ShortRows) => w.short_rows_kernel(plan, entry),
-        (Launch::Rows { .. }, Path::LongRows | Path::LongRowsWide) => {
-            w.long_rows_kernel(plan, entry)
-        }
+        (Launch::Rows { .. }, Path::LongRows) => w.long_rows_kernel(plan, entry),
         (Launch::Rows { domain, axis }, Path::Columns | Path::ColumnPairs) => {
             let split = matches!(entry.grid, crate::plan::Grid::Columns { split: true, .. });
             match entry.path {
@@ -244,10 +242,6 @@ fn path_comment(entry: &Entry) -> String {
         ),
         Path::LongRows => format!(
             "rows of over {} elements, when the device has the shared memory: the row in the dynamic shared memory of a block or a cluster.",
-            w.min_len - 1
-        ),
-        Path::LongRowsWide => format!(
-            "rows of over {} elements, when the device has the shared memory: the row in the dynamic shared memory of a block or a cluster, with an f32 slot an element for a value a later pass reads.",
             w.min_len - 1
         ),
         Path::Columns => match entry.grid {

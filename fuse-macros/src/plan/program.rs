@@ -6,8 +6,8 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, direct_row_cost, long_f32_slots, needs_divisors, seed_params,
-    slot_count, tiling, wide_cache, wide_copies_ahead, SHORT,
+    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count, tiling,
+    wide_cache, wide_copies_ahead, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -86,11 +86,6 @@ pub enum Path {
     RowBlockExact,
     /// Rows of 1 to `SHORT` elements, tiles of whole rows through shared memory.
     ShortRows,
-    /// As `LongRows`, with four bytes more an element: an f32 slot beside each element of a
-    /// row of narrow floats, where a pass keeps a value for the next (softmax's
-    /// `exp(x - max)`, [`long_f32_slots`]) instead of the next computing it again. Tried
-    /// first; rows too long for its memory take `LongRows`.
-    LongRowsWide,
     /// Rows longer than the register cache, in the dynamic shared memory of a block or a
     /// cluster, when the device has it.
     LongRows,
@@ -114,7 +109,6 @@ impl Path {
             Path::RowBlock => "_block_rows",
             Path::RowBlockExact => "_exact_rows",
             Path::ShortRows => "_short_rows",
-            Path::LongRowsWide => "_long_rows_wide",
             Path::LongRows => "_long_rows",
             Path::ColumnPairs => "_column_pairs",
         }
@@ -131,7 +125,6 @@ impl Path {
             Path::RowBlock => "block_rows",
             Path::RowBlockExact => "exact_rows",
             Path::ShortRows => "short_rows",
-            Path::LongRowsWide => "long_rows_wide",
             Path::LongRows => "long_rows",
             Path::Columns => "columns",
             Path::ColumnPairs => "column_pairs",
@@ -445,16 +438,6 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     long_rows: true,
                     ..rows_of(register_row + 1, u64::MAX, 1, 0)
                 };
-                if long_f32_slots(k, plan) {
-                    entries.push(entry(
-                        Path::LongRowsWide,
-                        bound,
-                        Grid::LongRows {
-                            cache_bytes: cache_bytes + 4,
-                        },
-                        when,
-                    ));
-                }
                 entries.push(entry(
                     Path::LongRows,
                     bound,
@@ -474,12 +457,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // Their blocks stay for the whole launch, as many an SM as the entry's register
                 // bound guarantees room for: a grid of a block a row, as light rows have, would
                 // be clamped to `parts` and leave part of its last wave idle.
-                entries.retain(|e| {
-                    !matches!(
-                        e.path,
-                        Path::ShortRows | Path::LongRows | Path::LongRowsWide
-                    )
-                });
+                entries.retain(|e| !matches!(e.path, Path::ShortRows | Path::LongRows));
                 for e in &mut entries {
                     if let Grid::Rows { blocks_per_sm } = e.grid {
                         e.grid = Grid::Parts {
@@ -526,7 +504,7 @@ fn map_divisors(k: &Kernel, plan: &Plan, domain: &[DimId]) -> Vec<Divisor> {
 
 #[cfg(test)]
 mod tests {
-    use super::{program, Grid, Param, Path};
+    use super::{program, Param, Path};
     use crate::testing::kernel;
     use quote::quote;
 
@@ -659,55 +637,23 @@ mod tests {
         assert!(!mixed.contains(&Path::RowsCachedWide));
     }
 
-    /// A 16-bit softmax's long rows keep `exp(x - max)` in f32 slots beside the row where the
-    /// device has the memory (six bytes an element), before the entry that computes it again
-    /// (two); an f32 softmax and an RMSNorm, whose kept value is a product, have no such entry.
+    /// A 16-bit softmax's long rows take the row's maximum two elements an instruction, as the
+    /// register paths and the tiled short rows do, from the vector read out of shared memory.
     #[test]
-    fn sixteen_bit_long_rows_keep_a_routine_in_f32_slots() {
-        let bf16 = program(&kernel(quote! {
+    fn sixteen_bit_long_rows_take_their_maximum_in_pairs() {
+        let k = kernel(quote! {
             fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
-        }));
-        let long: Vec<_> = bf16
+        });
+        let program = program(&k);
+        let long = program
             .entries
             .iter()
-            .filter(|e| e.when.long_rows)
-            .map(|e| (e.path, e.grid))
-            .collect();
-        assert_eq!(
-            long,
-            [
-                (Path::LongRowsWide, Grid::LongRows { cache_bytes: 6 }),
-                (Path::LongRows, Grid::LongRows { cache_bytes: 2 })
-            ]
-        );
-        let text = crate::cuda::text(&kernel(quote! {
-            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
-        }));
-        assert!(
-            text.contains("float* const ss_x = (float*)(fz_shared() + part * 2);"),
-            "{text}"
-        );
-        assert!(
-            text.contains("reinterpret_cast<fz_vec<float, 8>*>(ss_x)[c - begin / 8] = fz_st;"),
-            "{text}"
-        );
-        // Its first pass takes the maximum two elements an instruction.
+            .position(|e| e.path == Path::LongRows);
+        let text = &crate::cuda::sources(&k, &program)[long.expect("a long-row entry")];
         assert!(
             text.contains("acc1 = fz_max_bf16(acc1, rc_x[q]);"),
             "{text}"
         );
-        for tokens in [
-            quote! { fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) } },
-            quote! {
-                fn n(x: [bf16; t, h], w: [bf16; h]) -> [bf16; t, h] {
-                    x * rsqrt(mean(x * x, h) + 1e-6) * w
-                }
-            },
-        ] {
-            let paths = paths(tokens);
-            assert!(paths.contains(&Path::LongRows), "{paths:?}");
-            assert!(!paths.contains(&Path::LongRowsWide), "{paths:?}");
-        }
     }
 
     /// Every length and architecture has exactly one first entry, and the general path is

@@ -142,7 +142,7 @@ fn op_cost(k: &Kernel, n: NodeId) -> u32 {
     match &k.nodes[n].op {
         Op::Scalar(_) | Op::Int(_) | Op::Float(_) | Op::Bool(_) => 0,
         Op::Binary(BinOp::Div | BinOp::Rem, ..) => 4,
-        Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => ROUTINE_COST,
+        Op::Call(Exp | Exp2 | ExpM1 | Ln | Ln1p | Log | Log2 | Log10 | Sigmoid, _) => 8,
         Op::Call(f, _) if f.is_routine() => 20,
         Op::Random(..) => 16,
         _ => 1,
@@ -164,34 +164,6 @@ pub(crate) const MAX_CLUSTER: usize = crate::abi::MAX_CLUSTER as usize;
 pub(crate) fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
     bytes(k, &shared_params(k, plan))
 }
-
-/// Whether the passes over a long row in shared memory can keep an f32 value beside each
-/// element of a row of narrow floats for a later pass ([`f32_slots`]), and the value saves a
-/// math routine (`exp`, [`ROUTINE_COST`]): then the kernel has an entry that does
-/// (`Path::LongRowsWide`, four bytes more an element), tried before the one that computes the
-/// value again. S2's bf16 softmax computed `exp(x - max)` twice an element, in its sum's pass
-/// and in its write pass, at 61% and 72% of copy speed at 262144 and 32768 columns on an H200
-/// (benches/NOTES.md item 112). The slots triple a bf16 row's shared memory, and with it
-/// the blocks an SM: a product or two (an RMSNorm's `x * rstd * w`) is left to compute again.
-pub(crate) fn long_f32_slots(k: &Kernel, plan: &Plan) -> bool {
-    let cached = shared_params(k, plan);
-    if cached.is_empty() || !f32_slots(k, plan, &cached) {
-        return false;
-    }
-    let (Some(p), passes) = pass_stashes(k, plan, &cached, true) else {
-        return false;
-    };
-    let element = |m: NodeId| matches!(k.nodes[m].op, Op::Load(q) if q == p);
-    plan.passes.iter().zip(passes).any(|(pass, (_, stash))| {
-        stash.is_some_and(|n| {
-            let (values, _) = subtree(k, pass, n, &element);
-            values.iter().map(|&m| op_cost(k, m)).sum::<u32>() >= ROUTINE_COST
-        })
-    })
-}
-
-/// The [`op_cost`] of the cheapest math routine (`exp`, `ln`, `sigmoid`).
-const ROUTINE_COST: u32 = 8;
 
 /// The bytes an element of each of `params` takes, summed.
 pub(crate) fn bytes(k: &Kernel, params: &[usize]) -> u32 {

@@ -11,7 +11,7 @@
 use super::super::{Cuda, Scope, BLOCK};
 use crate::ir::{DimId, Launch, NodeId};
 use crate::plan::rows::{bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER};
-use crate::plan::{Entry, Pass, Path, Plan};
+use crate::plan::{Entry, Pass, Plan};
 
 impl Cuda<'_> {
     /// The text of the kernel's entry point for long rows; empty when it has none. An entry of
@@ -25,19 +25,15 @@ impl Cuda<'_> {
         };
         let rows = self.row_counts(domain, *axis, plan);
         self.shared_reduction_buffers(plan);
-        self.long_rows(&rows, *axis, plan, entry.path == Path::LongRowsWide);
+        self.long_rows(&rows, *axis, plan);
         let body = std::mem::take(&mut self.out);
         self.global(entry, &body)
     }
 
     /// The body of the long-row entry after its row counts (`rows` are the dims besides `axis`):
-    /// every row from the dynamic shared memory the launch gave; with `wide`, with an f32 slot
-    /// beside each element of a row of narrow floats for what a pass keeps for the next
-    /// (`plan::rows::long_f32_slots`).
-    fn long_rows(&mut self, rows: &[DimId], axis: DimId, plan: &Plan, wide: bool) {
+    /// every row from the dynamic shared memory the launch gave.
+    fn long_rows(&mut self, rows: &[DimId], axis: DimId, plan: &Plan) {
         let cached = shared_params(self.k, plan);
-        let (slot, _) = pass_stashes(self.k, plan, &cached, wide);
-        let f32_slots = slot.filter(|&p| wide && self.k.params[p].elem.is_narrow_float());
         self.helpers.insert("fz_long_rows");
         self.helpers.insert("fz_l2_prefetch");
         self.helpers.insert("fz_vec");
@@ -53,11 +49,11 @@ impl Cuda<'_> {
         self.line("const unsigned int rank = blockIdx.x % blocks;");
         self.line("int begin, end;");
         self.line("const int part = fz_part(len, blocks, rank, begin, end);");
-        let element = bytes(self.k, &cached) + if f32_slots.is_some() { 4 } else { 0 };
         self.line(format!(
-            "if (blocks > {MAX_CLUSTER} || fz_smem_bytes() < (long long)part * {element}) return;"
+            "if (blocks > {MAX_CLUSTER} || fz_smem_bytes() < (long long)part * {}) return;",
+            bytes(self.k, &cached)
         ));
-        self.shared_layout(&cached, f32_slots);
+        self.shared_layout(&cached);
         self.exchange_start(plan);
         // The runtime launches a cluster per row, or (`FUSE_LONG_ROWS_WAVES`) as many as can be
         // resident, each taking every `clusters`-th row.
@@ -68,17 +64,15 @@ impl Cuda<'_> {
         self.shared_load(&cached);
         self.next_row_prefetch(&cached);
         self.line("fz_copy_wait();");
-        self.shared_passes(plan, axis, &cached, wide);
+        self.shared_passes(plan, axis, &cached);
         self.close();
         // No block may leave while another can still read its slots.
         self.line("if (blocks > 1) fz_cluster_exit();");
     }
 
     /// Where things lie in the dynamic shared memory: this block's part of each cached tensor
-    /// (`sc_<name>`), one after another, then the f32 slots beside `f32_slots`' part
-    /// (`ss_<name>`), if any. Every part starts on 32 bytes at least (a part is a multiple of 32
-    /// elements), as a vector of eight f32 asks.
-    fn shared_layout(&mut self, cached: &[usize], f32_slots: Option<usize>) {
+    /// (`sc_<name>`), one after another.
+    fn shared_layout(&mut self, cached: &[usize]) {
         let mut offset = 0;
         for &p in cached {
             let (t, name) = self.param_text(p);
@@ -88,29 +82,6 @@ impl Cuda<'_> {
             };
             self.line(format!("{t}* const sc_{name} = ({t}*){at};"));
             offset += self.k.params[p].elem.bits() / 8;
-        }
-        if let Some(p) = f32_slots {
-            let (_, name) = self.param_text(p);
-            self.line(format!(
-                "float* const ss_{name} = (float*)(fz_shared() + part * {offset});"
-            ));
-        }
-    }
-
-    /// Where the passes keep values in the place of `p`'s elements: `p`'s own part of the row
-    /// (`sc_<name>`), or where `wide` and `p` is of narrow floats, the f32 slots beside it
-    /// (`ss_<name>`).
-    fn kept_values(&self, p: usize, wide: bool) -> Slots {
-        let (t, name) = self.param_text(p);
-        let beside = wide && self.k.params[p].elem.is_narrow_float();
-        Slots {
-            ty: if beside {
-                "float".into()
-            } else {
-                t.to_string()
-            },
-            array: format!("{}_{name}", if beside { "ss" } else { "sc" }),
-            beside: beside.then_some(name.to_string()),
         }
     }
 
@@ -187,17 +158,16 @@ impl Cuda<'_> {
 
     /// The passes over this block's part of the row, from shared memory: each pass's block
     /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
-    fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize], wide: bool) {
+    fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
         let shapes = self.layout.shapes();
-        let (slot, stashes) = pass_stashes(self.k, plan, cached, wide);
-        let slots = slot.map(|p| self.kept_values(p, wide));
+        let (_, stashes) = pass_stashes(self.k, plan, cached, false);
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
             self.defers_division = !self.k.draws_random();
-            self.shared_vector_loop(pass, axis, cached, &shapes, slots.as_ref());
+            self.shared_vector_loop(pass, axis, cached, &shapes);
             self.defers_division = false;
-            self.shared_element_loop(pass, axis, cached, &shapes, slots.as_ref());
+            self.shared_element_loop(pass, axis, cached, &shapes);
             (self.reuse, self.stash) = (None, None);
             self.block_reduce(&pass.reduces, false);
             self.cluster_reduce(&pass.reduces);
@@ -226,15 +196,13 @@ impl Cuda<'_> {
     }
 
     /// A vector's elements a step, `c` the vector's index in the row: the cached tensors as one
-    /// vector each from shared memory (`rc_<name>[0]`, as the register cache names them), and
-    /// f32 slots a pass reads as `rs_<name>[0]`; `slots` says where the passes keep values.
+    /// vector each from shared memory (`rc_<name>[0]`, as the register cache names them).
     fn shared_vector_loop(
         &mut self,
         pass: &Pass,
         axis: DimId,
         cached: &[usize],
         shapes: &[Vec<DimId>],
-        slots: Option<&Slots>,
     ) {
         for (i, v) in self.long_lanes(cached).into_iter().enumerate() {
             let test = format!("if ((len & {}) == 0)", v - 1);
@@ -250,15 +218,9 @@ impl Cuda<'_> {
                 let (t, name) = self.param_text(p);
                 self.line(format!("const fz_vec<{t}, {v}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}]}};"));
             }
-            if let (Some(s), Some(_)) = (slots, self.reuse) {
-                if let Some(name) = &s.beside {
-                    let (t, array) = (&s.ty, &s.array);
-                    self.line(format!("const fz_vec<{t}, {v}> rs_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>({array})[c - begin / {v}]}};"));
-                }
-            }
-            let stash = slots.filter(|_| self.stash.is_some());
-            if let Some(s) = stash {
-                self.line(format!("fz_vec<{}, {v}> fz_st;", s.ty));
+            let stash = self.stash.map(|_| self.param_text(cached[0]));
+            if let Some((t, _)) = &stash {
+                self.line(format!("fz_vec<{t}, {v}> fz_st;"));
             }
             // `rc_<name>[q]` is the vector, as in a tiled short row: a pass that only takes a
             // 16-bit row's maximum takes it two elements an instruction (`packed_reduction`).
@@ -267,9 +229,9 @@ impl Cuda<'_> {
             self.vector_row_step(pass, axis, cached, shapes, false);
             self.rows_at_q = false;
             self.step_lanes = 4;
-            if let Some(Slots { ty, array, .. }) = stash {
+            if let Some((t, name)) = &stash {
                 self.line(format!(
-                    "reinterpret_cast<fz_vec<{ty}, {v}>*>({array})[c - begin / {v}] = fz_st;"
+                    "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}] = fz_st;"
                 ));
             }
             self.close();
@@ -278,15 +240,13 @@ impl Cuda<'_> {
     }
 
     /// One element a step, for lengths that are not a multiple of four: the cached tensors read
-    /// through `rc_<name>[q].v[j]` (f32 slots through `rs_<name>[q].v[j]`), which here point
-    /// into shared memory.
+    /// through `rc_<name>[q].v[j]`, which here points into shared memory.
     fn shared_element_loop(
         &mut self,
         pass: &Pass,
         axis: DimId,
         cached: &[usize],
         shapes: &[Vec<DimId>],
-        slots: Option<&Slots>,
     ) {
         self.open("else");
         self.line("#pragma unroll 1");
@@ -299,15 +259,10 @@ impl Cuda<'_> {
             let (t, name) = self.param_text(p);
             self.line(format!("const fz_vec<{t}, 4>* const rc_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(sc_{name});"));
         }
-        if let (Some(s), Some(_)) = (slots, self.reuse) {
-            if let Some(name) = &s.beside {
-                let (t, array) = (&s.ty, &s.array);
-                self.line(format!("const fz_vec<{t}, 4>* const rs_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>({array});"));
-            }
-        }
         self.row_step(pass, axis, cached, shapes, false);
-        if let (Some(n), Some(s)) = (self.stash, slots) {
-            self.line(format!("{}[r - begin] = v{n};", s.array));
+        if let Some(n) = self.stash {
+            let (_, name) = self.param_text(cached[0]);
+            self.line(format!("sc_{name}[r - begin] = v{n};"));
         }
         self.close();
         self.close();
@@ -376,18 +331,6 @@ impl Cuda<'_> {
         self.line("phase ^= 1u;");
         self.close();
     }
-}
-
-/// Where the passes over a long row keep the values later passes read ([`pass_stashes`]).
-struct Slots {
-    /// The values' C type.
-    ty: String,
-    /// The array of this block's part of the row that holds them: the cached tensor's own part
-    /// (`sc_<name>`) or the f32 slots beside it (`ss_<name>`).
-    array: String,
-    /// With f32 slots beside a row of narrow floats, the tensor's name, for the slots' vector
-    /// `rs_<name>` that a pass reads them through.
-    beside: Option<String>,
 }
 
 /// The row-a-block loop's bulk copies of its next row, on the transaction barriers of
