@@ -257,6 +257,9 @@ impl Cuda<'_> {
                 self.line("buf ^= 1;");
             } else {
                 self.load_cached_rows(cached, false);
+                if whole {
+                    self.next_row_to_l2(cached);
+                }
                 self.row_passes(plan, axis, cached, false);
             }
         }
@@ -307,6 +310,26 @@ impl Cuda<'_> {
         ));
         self.line(format!("asm volatile(\"\" : \"+r\"(fz_pos[q * {l} + j]));"));
         self.close();
+        self.close();
+    }
+
+    /// In a row a block's loop that reads its row straight into registers, asks L2 for the
+    /// block's next row of each `cached` tensor once this row's loads are issued (one bulk
+    /// prefetch a tensor on sm_90), so that memory keeps fetching while the block's passes run,
+    /// and the next row's loads find it there. Each cached tensor is over the whole domain, its
+    /// reduced dim last (`cached_params`): row `n` starts at `n * len`, the block's next at
+    /// `b<s> + gridDim.x * len`. (The loops that copy their next row into shared memory ahead,
+    /// `prefetches`, have it on its way already.)
+    fn next_row_to_l2(&mut self, cached: &[usize]) {
+        self.helpers.insert("fz_l2_prefetch");
+        self.open("if (g0 + gridDim.x < groups)");
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+            self.line(format!(
+                "fz_prefetch_l2(p_{name} + b{s} + (long long)gridDim.x * len, len * (long long)sizeof({t}));"
+            ));
+        }
         self.close();
     }
 
