@@ -132,19 +132,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
         const long long b1 = 0;
         const long long b2 = c0;
         const float v3 = p_eps;
-        const bool fz_more = g + clusters < groups;
-        if (g == blockIdx.x / blocks) {
-            if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                    fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-                }
+        if ((len & 3) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
             }
-            else {
-                #pragma unroll 2
-                for (int r = begin + threadIdx.x; r < end; r += 256) {
-                    fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
-                }
+        }
+        else {
+            #pragma unroll 2
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
             }
         }
         if (g + fz_ahead < groups) {
@@ -367,9 +364,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                     s0.v[j] = v12;
                 }
                 *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
-                if (fz_more) {
-                    fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + clusters * len + c * 4);
-                }
             }
         }
         else {
@@ -387,9 +381,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 const float v11 = (v10 * v1);
                 const float v12 = (v11 + v2);
                 out0[o0] = v12;
-                if (fz_more) {
-                    fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + clusters * len + r);
-                }
             }
         }
         if (rank == 0 && threadIdx.x == 0) {

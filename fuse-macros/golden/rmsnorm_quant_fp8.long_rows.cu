@@ -188,25 +188,22 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
         const float v2 = p_eps;
         const float v13 = 448.0f;
         const float v15 = 1.0f;
-        const bool fz_more = g + clusters < groups;
-        if (g == blockIdx.x / blocks) {
-            if ((len & 7) == 0) {
-                #pragma unroll 2
-                for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
-                    fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + c * 8);
-                }
+        if ((len & 7) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
+                fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + c * 8);
             }
-            else if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                    fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-                }
+        }
+        else if ((len & 3) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
             }
-            else {
-                #pragma unroll 2
-                for (int r = begin + threadIdx.x; r < end; r += 256) {
-                    fz_copy_async<sizeof(unsigned short)>(sc_x + (r - begin), p_x + b0 + r);
-                }
+        }
+        else {
+            #pragma unroll 2
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                fz_copy_async<sizeof(unsigned short)>(sc_x + (r - begin), p_x + b0 + r);
             }
         }
         if (g + fz_ahead < groups) {
@@ -698,9 +695,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     s0.v[j] = h18;
                 }
                 *(reinterpret_cast<fz_vec<unsigned char, 8>*>(out0 + b0) + c) = s0;
-                if (fz_more) {
-                    fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + clusters * len + c * 8);
-                }
             }
         }
         else if ((len & 3) == 0) {
@@ -767,9 +761,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     s0.v[j] = h18;
                 }
                 *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = s0;
-                if (fz_more) {
-                    fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + clusters * len + c * 4);
-                }
             }
         }
         else {
@@ -790,9 +781,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                 const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                 const float v18 = fz_f8e4m3_to_f32(h18);
                 out0[o0] = h18;
-                if (fz_more) {
-                    fz_copy_async<sizeof(unsigned short)>(sc_x + (r - begin), p_x + b0 + clusters * len + r);
-                }
             }
         }
         if (rank == 0 && threadIdx.x == 0) {

@@ -150,19 +150,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
     for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
-        const bool fz_more = g + clusters < groups;
-        if (g == blockIdx.x / blocks) {
-            if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                    fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-                }
+        if ((len & 3) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
             }
-            else {
-                #pragma unroll 2
-                for (int r = begin + threadIdx.x; r < end; r += 256) {
-                    fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
-                }
+        }
+        else {
+            #pragma unroll 2
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
             }
         }
         if (g + fz_ahead < groups) {
@@ -397,9 +394,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                     }
                 }
                 *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
-                if (fz_more) {
-                    fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + clusters * len + c * 4);
-                }
             }
         }
         else {
@@ -412,9 +406,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
                 const float v3 = rc_x[q].v[j];
                 const float v5 = fz_div_by(v3, v4, dv_4);
                 out0[o0] = v5;
-                if (fz_more) {
-                    fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + clusters * len + r);
-                }
             }
         }
     }

@@ -172,25 +172,22 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
     for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
-        const bool fz_more = g + clusters < groups;
-        if (g == blockIdx.x / blocks) {
-            if ((len & 7) == 0) {
-                #pragma unroll 2
-                for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
-                    fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + c * 8);
-                }
+        if ((len & 7) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
+                fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + c * 8);
             }
-            else if ((len & 3) == 0) {
-                #pragma unroll 2
-                for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                    fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-                }
+        }
+        else if ((len & 3) == 0) {
+            #pragma unroll 2
+            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
+                fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
             }
-            else {
-                #pragma unroll 2
-                for (int r = begin + threadIdx.x; r < end; r += 256) {
-                    fz_copy_async<sizeof(unsigned short)>(sc_x + (r - begin), p_x + b0 + r);
-                }
+        }
+        else {
+            #pragma unroll 2
+            for (int r = begin + threadIdx.x; r < end; r += 256) {
+                fz_copy_async<sizeof(unsigned short)>(sc_x + (r - begin), p_x + b0 + r);
             }
         }
         if (g + fz_ahead < groups) {
@@ -562,9 +559,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                     }
                 }
                 *(reinterpret_cast<fz_vec<unsigned short, 8>*>(out0 + b0) + c) = s0;
-                if (fz_more) {
-                    fz_copy_async<8 * sizeof(unsigned short)>(sc_x + (c * 8 - begin), p_x + b0 + clusters * len + c * 8);
-                }
             }
         }
         else if ((len & 3) == 0) {
@@ -649,9 +643,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                     }
                 }
                 *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + c) = s0;
-                if (fz_more) {
-                    fz_copy_async<4 * sizeof(unsigned short)>(sc_x + (c * 4 - begin), p_x + b0 + clusters * len + c * 4);
-                }
             }
         }
         else {
@@ -666,9 +657,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                 const float v3 = expf(v2);
                 const float v5 = fz_div_by(v3, v4, dv_4);
                 out0[o0] = fz_f32_to_f16(v5);
-                if (fz_more) {
-                    fz_copy_async<sizeof(unsigned short)>(sc_x + (r - begin), p_x + b0 + clusters * len + r);
-                }
             }
         }
     }

@@ -61,12 +61,7 @@ impl Cuda<'_> {
         self.row_ahead(&cached);
         self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
         self.row_start(rows, axis, plan);
-        // A cluster that goes on to row `g + clusters` has its copies under way already: each
-        // thread started them in the last pass over this row (`copy_next`).
-        self.line("const bool fz_more = g + clusters < groups;");
-        self.open("if (g == blockIdx.x / blocks)");
         self.shared_load(&cached);
-        self.close();
         self.next_row_prefetch(&cached);
         self.line("fz_copy_wait();");
         self.shared_passes(plan, axis, &cached);
@@ -166,14 +161,13 @@ impl Cuda<'_> {
     fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
         let shapes = self.layout.shapes();
         let (_, stashes) = pass_stashes(self.k, plan, cached, false);
-        let last = plan.passes.len() - 1;
-        for (i, (pass, (reuse, stash))) in plan.passes.iter().zip(stashes).enumerate() {
+        for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
             self.defers_division = !self.k.draws_random();
-            self.shared_vector_loop(pass, axis, cached, &shapes, i == last);
+            self.shared_vector_loop(pass, axis, cached, &shapes);
             self.defers_division = false;
-            self.shared_element_loop(pass, axis, cached, &shapes, i == last);
+            self.shared_element_loop(pass, axis, cached, &shapes);
             (self.reuse, self.stash) = (None, None);
             self.block_reduce(&pass.reduces, false);
             self.cluster_reduce(&pass.reduces);
@@ -202,15 +196,13 @@ impl Cuda<'_> {
     }
 
     /// A vector's elements a step, `c` the vector's index in the row: the cached tensors as one
-    /// vector each from shared memory (`rc_<name>[0]`, as the register cache names them); in
-    /// the `last` pass, then the copies of the same vector of the cluster's next row.
+    /// vector each from shared memory (`rc_<name>[0]`, as the register cache names them).
     fn shared_vector_loop(
         &mut self,
         pass: &Pass,
         axis: DimId,
         cached: &[usize],
         shapes: &[Vec<DimId>],
-        last: bool,
     ) {
         for (i, v) in self.long_lanes(cached).into_iter().enumerate() {
             let test = format!("if ((len & {}) == 0)", v - 1);
@@ -242,24 +234,19 @@ impl Cuda<'_> {
                     "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}] = fz_st;"
                 ));
             }
-            if last {
-                self.copy_next(cached, v);
-            }
             self.close();
             self.close();
         }
     }
 
     /// One element a step, for lengths that are not a multiple of four: the cached tensors read
-    /// through `rc_<name>[q].v[j]`, which here points into shared memory; in the `last` pass,
-    /// then the copies of the same element of the cluster's next row.
+    /// through `rc_<name>[q].v[j]`, which here points into shared memory.
     fn shared_element_loop(
         &mut self,
         pass: &Pass,
         axis: DimId,
         cached: &[usize],
         shapes: &[Vec<DimId>],
-        last: bool,
     ) {
         self.open("else");
         self.line("#pragma unroll 1");
@@ -277,34 +264,7 @@ impl Cuda<'_> {
             let (_, name) = self.param_text(cached[0]);
             self.line(format!("sc_{name}[r - begin] = v{n};"));
         }
-        if last {
-            self.copy_next(cached, 1);
-        }
         self.close();
-        self.close();
-    }
-
-    /// In the last pass over a row, once a step has read its `v` elements (vector `c`, or
-    /// element `r` where `v` is 1) and stored what it computed from them, starts copying the
-    /// same elements of the cluster's next row into their place (`fz_more`): no later pass
-    /// reads them, and each thread copies exactly the elements it reads (as `shared_load`
-    /// does), so the copies of the next row overlap this row's last pass instead of following
-    /// the row. The step's stores depend on the values read, and a warp issues in order: each
-    /// read is done before its element is overwritten. Every cached tensor is dense, its rows
-    /// `len` apart: the next row's start is `b<s> + clusters * len`.
-    fn copy_next(&mut self, cached: &[usize], v: u32) {
-        self.open("if (fz_more)");
-        for &p in cached {
-            let (t, name) = self.param_text(p);
-            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-            let (at, size) = match v {
-                1 => ("r".to_string(), format!("sizeof({t})")),
-                v => (format!("c * {v}"), format!("{v} * sizeof({t})")),
-            };
-            self.line(format!(
-                "fz_copy_async<{size}>(sc_{name} + ({at} - begin), p_{name} + b{s} + clusters * len + {at});"
-            ));
-        }
         self.close();
     }
 
