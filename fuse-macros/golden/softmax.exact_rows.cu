@@ -48,17 +48,6 @@ template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, co
 template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
-#ifdef __CUDA_ARCH__
-static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
-    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
-#if __CUDA_ARCH__ >= 900
-    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
-    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
-#else
-    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
-#endif
-}
-#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_exact_rows(
     const float* __restrict__ p_x,
@@ -85,9 +74,6 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_exact_rows(
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
-        }
-        if (g0 + gridDim.x < groups) {
-            fz_prefetch_l2(p_x + b0 + (long long)gridDim.x * len, len * (long long)sizeof(float));
         }
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll

@@ -6,7 +6,8 @@ use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
-    cached_params, direct_row_cost, f32_slots, needed, pass_stashes, prefetches, wide_copies_ahead,
+    cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2, pass_stashes, prefetches,
+    wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -257,7 +258,7 @@ impl Cuda<'_> {
                 self.line("buf ^= 1;");
             } else {
                 self.load_cached_rows(cached, false);
-                if whole {
+                if whole && next_row_to_l2(self.k, cached) {
                     self.next_row_to_l2(cached);
                 }
                 self.row_passes(plan, axis, cached, false);
@@ -316,7 +317,7 @@ impl Cuda<'_> {
     /// In a row a block's loop that reads its row straight into registers, asks L2 for the
     /// block's next row of each `cached` tensor once this row's loads are issued (one bulk
     /// prefetch a tensor on sm_90), so that memory keeps fetching while the block's passes run,
-    /// and the next row's loads find it there. Each cached tensor is over the whole domain, its
+    /// and the next row's loads find it there (where `plan::rows::next_row_to_l2` says). Each cached tensor is over the whole domain, its
     /// reduced dim last (`cached_params`): row `n` starts at `n * len`, the block's next at
     /// `b<s> + gridDim.x * len`. (The loops that copy their next row into shared memory ahead,
     /// `prefetches`, have it on its way already.)
@@ -1051,8 +1052,48 @@ impl Cuda<'_> {
 #[cfg(test)]
 mod tests {
     use crate::plan::rows::{cached_params, direct_row_cost, element_cost};
+    use crate::plan::Path;
     use crate::testing::kernel;
     use quote::quote;
+
+    /// The text of `tokens`' row-a-block entry for rows of exactly 4096.
+    fn exact_rows(tokens: proc_macro2::TokenStream) -> String {
+        let k = kernel(tokens);
+        let program = crate::plan::program(&k);
+        let at = program
+            .entries
+            .iter()
+            .position(|e| e.path == Path::RowBlockExact);
+        crate::cuda::sources(&k, &program)[at.expect("an exact_rows entry")].clone()
+    }
+
+    /// A row a block that loads its rows straight into registers asks L2 for the block's next
+    /// row where that was measured faster: rows of 16-bit floats, or of two cached tensors; not
+    /// one f32 row, nor beside Philox's rounds.
+    #[test]
+    fn the_next_row_is_asked_of_l2_where_it_pays() {
+        let asks =
+            |text: &str| text.contains("fz_prefetch_l2(p_x + b0 + (long long)gridDim.x * len");
+        let bf16 = exact_rows(quote! {
+            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        assert!(asks(&bf16), "{bf16}");
+        let two = exact_rows(quote! {
+            fn d(x: [f32; r, c], dy: [f32; r, c]) -> [f32; r, c] { dy * x - x * sum(dy * x, c) }
+        });
+        assert!(asks(&two), "{two}");
+        assert!(two.contains("fz_prefetch_l2(p_dy + b0"), "{two}");
+        let f32 = exact_rows(quote! {
+            fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        assert!(!asks(&f32), "{f32}");
+        let random = exact_rows(quote! {
+            fn s(x: [bf16; r, c], dy: [bf16; r, c], seed: u64) -> [bf16; r, c] {
+                dropout(dy * (x - mean(x, c)), 0.1, seed)
+            }
+        });
+        assert!(!asks(&random), "{random}");
+    }
 
     /// The benchmark's row kernels (benches/kernels.rs): their cost an element, and whether a
     /// row a block loads their rows directly.
