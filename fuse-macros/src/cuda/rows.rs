@@ -259,7 +259,7 @@ impl Cuda<'_> {
             } else {
                 self.load_cached_rows(cached, false);
                 if whole && next_row_to_l2(self.k, cached) {
-                    self.next_row_to_l2(cached);
+                    self.ask_l2_for_next_row(cached);
                 }
                 self.row_passes(plan, axis, cached, false);
             }
@@ -317,11 +317,11 @@ impl Cuda<'_> {
     /// In a row a block's loop that reads its row straight into registers, asks L2 for the
     /// block's next row of each `cached` tensor once this row's loads are issued (one bulk
     /// prefetch a tensor on sm_90), so that memory keeps fetching while the block's passes run,
-    /// and the next row's loads find it there (where `plan::rows::next_row_to_l2` says). Each cached tensor is over the whole domain, its
-    /// reduced dim last (`cached_params`): row `n` starts at `n * len`, the block's next at
-    /// `b<s> + gridDim.x * len`. (The loops that copy their next row into shared memory ahead,
-    /// `prefetches`, have it on its way already.)
-    fn next_row_to_l2(&mut self, cached: &[usize]) {
+    /// and the next row's loads find it there; where `plan::rows::next_row_to_l2` says. Each
+    /// cached tensor is over the whole domain, its reduced dim last (`cached_params`): row `n`
+    /// starts at `n * len`, the block's next at `b<s> + gridDim.x * len`. (The loops that copy
+    /// their next row into shared memory ahead, `prefetches`, have it on its way already.)
+    fn ask_l2_for_next_row(&mut self, cached: &[usize]) {
         self.helpers.insert("fz_l2_prefetch");
         self.open("if (g0 + gridDim.x < groups)");
         for &p in cached {
@@ -1068,8 +1068,8 @@ mod tests {
     }
 
     /// A row a block that loads its rows straight into registers asks L2 for the block's next
-    /// row where that was measured faster: rows of 16-bit floats, or of two cached tensors; not
-    /// one f32 row, nor beside Philox's rounds.
+    /// row where that was measured faster: rows of 2-byte elements, or of two cached tensors;
+    /// not one f32 row, nor beside Philox's rounds.
     #[test]
     fn the_next_row_is_asked_of_l2_where_it_pays() {
         let asks =
