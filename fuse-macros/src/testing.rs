@@ -22,6 +22,15 @@ pub fn kernel(tokens: TokenStream) -> Kernel {
     }
 }
 
+/// The CUDA C of `tokens`' entry point for `path`, which its program must have.
+pub fn entry_source(tokens: TokenStream, path: crate::plan::Path) -> String {
+    let k = kernel(tokens);
+    let program = crate::plan::program(&k);
+    let at = program.entries.iter().position(|e| e.path == path);
+    let at = at.unwrap_or_else(|| panic!("no {} entry", path.name()));
+    crate::cuda::sources(&k, &program).swap_remove(at)
+}
+
 /// The error messages for `tokens`, which must not check.
 pub fn errors(tokens: TokenStream) -> Vec<String> {
     match kernels(tokens) {

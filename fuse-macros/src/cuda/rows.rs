@@ -1053,18 +1053,12 @@ impl Cuda<'_> {
 mod tests {
     use crate::plan::rows::{cached_params, direct_row_cost, element_cost};
     use crate::plan::Path;
-    use crate::testing::kernel;
+    use crate::testing::{entry_source, kernel};
     use quote::quote;
 
     /// The text of `tokens`' row-a-block entry for rows of exactly 4096.
     fn exact_rows(tokens: proc_macro2::TokenStream) -> String {
-        let k = kernel(tokens);
-        let program = crate::plan::program(&k);
-        let at = program
-            .entries
-            .iter()
-            .position(|e| e.path == Path::RowBlockExact);
-        crate::cuda::sources(&k, &program)[at.expect("an exact_rows entry")].clone()
+        entry_source(tokens, Path::RowBlockExact)
     }
 
     /// A row a block that loads its rows straight into registers asks L2 for the block's next

@@ -641,15 +641,12 @@ mod tests {
     /// register paths and the tiled short rows do, from the vector read out of shared memory.
     #[test]
     fn sixteen_bit_long_rows_take_their_maximum_in_pairs() {
-        let k = kernel(quote! {
-            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
-        });
-        let program = program(&k);
-        let long = program
-            .entries
-            .iter()
-            .position(|e| e.path == Path::LongRows);
-        let text = &crate::cuda::sources(&k, &program)[long.expect("a long-row entry")];
+        let text = crate::testing::entry_source(
+            quote! {
+                fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+            },
+            Path::LongRows,
+        );
         assert!(
             text.contains("acc1 = fz_max_bf16(acc1, rc_x[q]);"),
             "{text}"

@@ -22,12 +22,11 @@ pub(crate) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
 
 /// Whether a row-a-block loop that reads its rows straight into registers (not copied ahead,
 /// [`prefetches`]) asks L2 for the block's next row while its passes run: for rows of two
-/// cached tensors or more, or of elements of at most 2 bytes (bf16 and f16 measured), in kernels
-/// that draw no random numbers. Measured
-/// on an H200 (benches/NOTES.md item 113): S2's bf16 softmax at 4096 columns 85 -> 94% of copy
-/// speed, f16 87 -> 96%, G1 71 -> 81%, G2 61 -> 75%, G6 69 -> 78%, G7 61 -> 66%, V2 61 -> 63%;
-/// but W5's f32 softmax, one f32 row already at the copy ceiling, 1.3% slower, and G8, whose
-/// Philox rounds bound it, 2.5% slower.
+/// cached tensors or more, or of elements of at most 2 bytes (bf16 and f16 measured), in
+/// kernels that draw no random numbers. Measured on an H200 (benches/NOTES.md item 113): S2's
+/// bf16 softmax at 4096 columns 85 -> 94% of copy speed, f16 87 -> 96%, G1 71 -> 81%, G2 61 ->
+/// 75%, G6 69 -> 78%, G7 61 -> 66%, V2 61 -> 63%; but W5's f32 softmax, one f32 row already at
+/// the copy ceiling, 1.3% slower, and G8, whose Philox rounds bound it, 2.5% slower.
 pub(crate) fn next_row_to_l2(k: &Kernel, cached: &[usize]) -> bool {
     let narrow = cached.iter().all(|&p| k.params[p].elem.bits() <= 16);
     !cached.is_empty() && !k.draws_random() && (cached.len() >= 2 || narrow)
