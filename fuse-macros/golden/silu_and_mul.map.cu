@@ -92,19 +92,19 @@ extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
 ) {
     const long long n = d_t * d_d;
     long long i0 = 0;
-    if (d_d % 4 == 0 && (2 * d_d) % 4 == 0) {
-        const long long nv = n / 4;
+    if (d_d % 8 == 0 && (2 * d_d) % 8 == 0) {
+        const long long nv = n / 8;
         const long long js = (long long)gridDim.x * blockDim.x;
         const bool small = nv + js <= 0xffffffffll;
-        const fz_divisor vw = {(unsigned long long)(d_d) / 4, fz_recip_0};
+        const fz_divisor vw = {(unsigned long long)(d_d) / 8, fz_recip_0};
         fz_run<unsigned long long> jqw = fz_run_of<unsigned long long>((long long)blockIdx.x * blockDim.x + threadIdx.x, vw, small);
         const fz_run<unsigned long long> jdw = fz_run_of<unsigned long long>(js, vw, small);
         const unsigned long long jew = (unsigned long long)vw.d - jdw.r;
         #pragma unroll 1
         for (long long j = (long long)blockIdx.x * blockDim.x + threadIdx.x; j < nv; j += js, jqw = fz_run_next(jqw, jdw, jew)) {
-            const fz_vec<unsigned short, 4> l_w1 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 4) + jqw.r));
-            const fz_vec<unsigned short, 4> l_w3 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 4) + jqw.r + d_d / 4));
-            fz_vec<float, 4> s0;
+            const fz_vec<unsigned short, 8> l_w1 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 8) + jqw.r));
+            const fz_vec<unsigned short, 8> l_w3 = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_x) + ((long long)jqw.q * ((2 * d_d) / 8) + jqw.r + d_d / 8));
+            fz_vec<float, 8> s0;
             {
                 const int l = 0;
                 const float v1 = fz_bf16_to_f32(l_w1.v[l]);
@@ -137,9 +137,41 @@ extern "C" __global__ void __launch_bounds__(256) fuse_silu_and_mul(
                 const float v4 = (v2 * v3);
                 s0.v[l] = v4;
             }
-            reinterpret_cast<fz_vec<unsigned short, 4>*>(out0)[j] = fz_round_bf16(s0);
+            {
+                const int l = 4;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = v4;
+            }
+            {
+                const int l = 5;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = v4;
+            }
+            {
+                const int l = 6;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = v4;
+            }
+            {
+                const int l = 7;
+                const float v1 = fz_bf16_to_f32(l_w1.v[l]);
+                const float v2 = fz_silu(v1);
+                const float v3 = fz_bf16_to_f32(l_w3.v[l]);
+                const float v4 = (v2 * v3);
+                s0.v[l] = v4;
+            }
+            reinterpret_cast<fz_vec<unsigned short, 8>*>(out0)[j] = fz_round_bf16(s0);
         }
-        i0 = nv * 4;
+        i0 = nv * 8;
     }
     const fz_divisor dv1 = {(unsigned long long)d_d, fz_recip_1};
     for (long long i = i0 + (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {

@@ -1200,8 +1200,8 @@ mod tests {
         );
         let text = source(quote! { fn f(a: [f16; n], b: [f16; n]) -> [f16; n] { a / b } });
         assert!(
-            text.contains("fz_vec<unsigned short, 4> l_a"),
-            "f16 division keeps four lanes: {text}"
+            text.contains("fz_vec<unsigned short, 8> l_a"),
+            "an elementwise f16 division loads 16 bytes too: {text}"
         );
         let text = source(quote! { fn f(a: [i8; n]) -> [f32; n] { a as f32 } });
         assert!(
