@@ -22,8 +22,13 @@ pub const ARCHS_VAR: &str = "FUSE_CUBIN_ARCHS";
 
 /// The NVRTC options of every kernel, `{arch}` standing for the architecture number (`90` for
 /// `sm_90`). The runtime reads this same list through `__nvrtc_options!`, so a CUBIN embedded now
-/// and one compiled at run time come from the same compile.
-pub const OPTIONS: [&str; 2] = ["--gpu-architecture=sm_{arch}", "--std=c++17"];
+/// and one compiled at run time come from the same compile. ptxas's report (`-v`) is read for
+/// spills (`bounds.rs`).
+pub const OPTIONS: [&str; 3] = [
+    "--gpu-architecture=sm_{arch}",
+    "--std=c++17",
+    "--ptxas-options=-v",
+];
 
 /// [`OPTIONS`] for `sm_{arch}`.
 pub fn options(arch: u32) -> Vec<String> {
@@ -239,8 +244,20 @@ impl Nvrtc {
         }
     }
 
-    /// The CUBIN of `source` for `sm_{arch}`, or the message to show.
+    /// The CUBIN of `source` for `sm_{arch}`, its register bound lowered where ptxas spills
+    /// under it (`bounds.rs`, as the runtime compiles it), or the message to show.
     fn compile(&self, source: &str, kernel: &str, arch: u32) -> Result<Vec<u8>, String> {
+        let compile = |text: &str| self.compile_once(text, kernel, arch);
+        crate::bounds::compile_relaxed(source, compile).map(|(cubin, _, _)| cubin)
+    }
+
+    /// The CUBIN of `source` for `sm_{arch}` and NVRTC's log, or the message to show.
+    fn compile_once(
+        &self,
+        source: &str,
+        kernel: &str,
+        arch: u32,
+    ) -> Result<(Vec<u8>, String), String> {
         let options = options(arch);
         let program = self.program(source, kernel)?;
         let c_options: Vec<CString> = options
@@ -252,11 +269,11 @@ impl Nvrtc {
         // strings, owned by `c_options`, which outlives the call.
         let status =
             unsafe { (self.compile)(program.raw, pointers.len() as c_int, pointers.as_ptr()) };
+        let log = self
+            .read(program.raw, self.log_size, self.log)
+            .unwrap_or_default();
+        let log = String::from_utf8_lossy(log.strip_suffix(b"\0").unwrap_or(&log)).into_owned();
         if status != 0 {
-            let log = self
-                .read(program.raw, self.log_size, self.log)
-                .unwrap_or_default();
-            let log = String::from_utf8_lossy(log.strip_suffix(b"\0").unwrap_or(&log)).into_owned();
             return Err(error::cubin_compile(
                 kernel,
                 arch,
@@ -265,6 +282,7 @@ impl Nvrtc {
             ));
         }
         self.read(program.raw, self.cubin_size, self.cubin)
+            .map(|cubin| (cubin, log))
             .map_err(|status| self.call_error("nvrtcGetCUBIN", status, Some(kernel)))
     }
 
@@ -393,7 +411,14 @@ mod tests {
 
     #[test]
     fn options_name_the_arch() {
-        assert_eq!(options(90), ["--gpu-architecture=sm_90", "--std=c++17"]);
+        assert_eq!(
+            options(90),
+            [
+                "--gpu-architecture=sm_90",
+                "--std=c++17",
+                "--ptxas-options=-v"
+            ]
+        );
         assert_eq!(options(120)[0], "--gpu-architecture=sm_120");
         assert!(
             !OPTIONS.iter().any(|o| o.contains("fast-math")),

@@ -9,6 +9,7 @@
 //! `FUSE_CUBIN_ARCHS` set, `expand` also embeds CUBINs that `cubin` compiles with NVRTC.
 
 mod abi;
+mod bounds;
 mod check;
 mod consts;
 mod cpu;
@@ -59,4 +60,24 @@ pub fn __abi(input: proc_macro::TokenStream) -> proc_macro::TokenStream {
 pub fn __nvrtc_options(_input: proc_macro::TokenStream) -> proc_macro::TokenStream {
     let options = cubin::OPTIONS;
     quote::quote!([#(#options),*]).into()
+}
+
+/// The items of the macro's `bounds.rs` (`spills`, `relax_bound`, `compile_relaxed`): the
+/// runtime compiles each entry through them, as the macro does its build-time CUBINs, so the two
+/// paths lower a spilling entry's register bound the same way, written once.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __compile_steps(_input: proc_macro::TokenStream) -> proc_macro::TokenStream {
+    compile_steps().parse().expect("bounds.rs is Rust")
+}
+
+/// `bounds.rs` as `__compile_steps!` gives it: without the module's own docs (`//!`), inner
+/// attributes, which an item list cannot hold, nor its tests, which call the macro crate.
+fn compile_steps() -> String {
+    include_str!("bounds.rs")
+        .lines()
+        .take_while(|line| *line != "#[cfg(test)]")
+        .filter(|line| !line.starts_with("//!"))
+        .map(|line| format!("{line}\n"))
+        .collect()
 }

@@ -185,7 +185,7 @@ pub fn entry_path(source: &str, arch: u32) -> Result<Option<PathBuf>, Error> {
 }
 
 fn compile_and_store(key: &Key, program: &str, dir: Option<&Path>) -> Result<Cubin, Error> {
-    let compiled = nvrtc::compile(key.source, program, key.arch, &[])?;
+    let compiled = nvrtc::compile_entry(key.source, program, key.arch)?;
     if let Some(dir) = dir {
         write_entry(dir, key, &compiled.cubin);
     }

@@ -1,14 +1,16 @@
 //! NVRTC: compiles CUDA C straight to CUBIN, so the driver has nothing left to JIT.
 //!
-//! Kernels are compiled with `--gpu-architecture=sm_XY --std=c++17` and NVRTC's IEEE defaults
-//! (no fast math). This module is public so tests can compile every kernel for several
-//! architectures and read the `ptxas` report:
+//! Kernels are compiled with `--gpu-architecture=sm_XY --std=c++17 --ptxas-options=-v` and
+//! NVRTC's IEEE defaults (no fast math). ptxas's report is read: an entry point that spills
+//! registers under its `__launch_bounds__` is compiled again with a lower bound
+//! ([`compile_entry`]). This module is public so tests can compile every kernel for several
+//! architectures and read the report:
 //!
 //! ```no_run
 //! # fn main() -> Result<(), fuse_runtime::Error> {
 //! use fuse_runtime::nvrtc;
 //! let source = r#"extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.0f; }"#;
-//! let compiled = nvrtc::compile(source, "k.cu", 90, &["--ptxas-options=-v"])?;
+//! let compiled = nvrtc::compile(source, "k.cu", 90, &[])?;
 //! assert!(compiled.cubin.starts_with(b"\x7fELF"));
 //! assert_eq!(nvrtc::spills(&compiled.log), None);
 //! # Ok(())
@@ -28,8 +30,11 @@ use crate::error::Error;
 pub struct Compiled {
     /// The CUBIN: an ELF image the driver loads without further compilation.
     pub cubin: Vec<u8>,
-    /// NVRTC's log: warnings, and the `ptxas` report when `--ptxas-options=-v` was given.
+    /// NVRTC's log: warnings, and `ptxas`'s report of each entry's registers and spills.
     pub log: String,
+    /// The blocks an SM that [`compile_entry`] took off the entry's declared
+    /// `__launch_bounds__` minimum, where ptxas spilled under it; 0 from [`compile`].
+    pub lowered: u32,
 }
 
 /// Whether the NVRTC library can be loaded, asked once per process.
@@ -137,6 +142,7 @@ pub fn compile(
         Ok(()) => Ok(Compiled {
             cubin: program.cubin()?,
             log,
+            lowered: 0,
         }),
         Err(_) => Err(Error::Compile {
             kernel: program_name.to_string(),
@@ -146,30 +152,27 @@ pub fn compile(
     }
 }
 
-/// The first `ptxas` report line with a non-zero spill, as in `8 bytes spill stores`, if any,
-/// after the entry point it is about (`fuse_f: ptxas ...`) when the report names it. Give it
-/// the log of a compile with `--ptxas-options=-v`.
-pub fn spills(log: &str) -> Option<String> {
-    let spills_bytes = |part: &str| {
-        let part = part.trim();
-        let count = part
-            .strip_suffix("bytes spill stores")
-            .or_else(|| part.strip_suffix("bytes spill loads"))?;
-        count.trim().parse::<u64>().ok()
-    };
-    let mut entry = None;
-    for line in log.lines() {
-        if let Some((_, name)) = line.split_once("Function properties for ") {
-            entry = Some(name.trim());
-        }
-        if line.split(',').filter_map(spills_bytes).any(|n| n > 0) {
-            return Some(match entry {
-                Some(name) => format!("{name}: {}", line.trim()),
-                None => line.trim().to_string(),
-            });
-        }
-    }
-    None
+/// The spill check and the steps that lower a spilling entry's register bound, written once in
+/// the macro's `bounds.rs` (the macro compiles its build-time CUBINs through them too).
+mod steps {
+    fuse_macros::__compile_steps!();
+}
+
+pub use steps::spills;
+
+/// Compiles the CUDA C of one `fuse!` entry point (`program_name` naming it in the log) for
+/// `sm_{arch}` as the runtime loads it: as [`compile`] does, then, while ptxas reports a spill,
+/// again with the entry's `__launch_bounds__` minimum of blocks per SM one lower (one, the most
+/// registers, for an entry that declares none), down to one block. [`Compiled::lowered`] says by
+/// how many blocks; [`Compiled::log`] is the last compile's.
+pub fn compile_entry(source: &str, program_name: &str, arch: u32) -> Result<Compiled, Error> {
+    let compile = |text: &str| compile(text, program_name, arch, &[]).map(|c| (c.cubin, c.log));
+    let (cubin, log, lowered) = steps::compile_relaxed(source, compile)?;
+    Ok(Compiled {
+        cubin,
+        log,
+        lowered,
+    })
 }
 
 /// The source lines that NVRTC's `name(LINE): error ...` log lines point at, in log order,
@@ -340,13 +343,14 @@ mod tests {
 
     #[test]
     fn options_keep_ieee_defaults() {
-        let options = options(80, &["--ptxas-options=-v"]);
+        let options = options(80, &["--maxrregcount=64"]);
         assert_eq!(
             options,
             [
                 "--gpu-architecture=sm_80",
                 "--std=c++17",
-                "--ptxas-options=-v"
+                "--ptxas-options=-v",
+                "--maxrregcount=64"
             ]
         );
         assert!(!options.iter().any(|o| o.contains("fast-math")));

@@ -42,7 +42,7 @@ fn compiles_to_cubin_for_sm80_and_sm90() {
     let (major, minor) = nvrtc::version().unwrap();
     assert!(major >= 11, "NVRTC {major}.{minor}");
     for arch in [80, 90] {
-        let compiled = nvrtc::compile(SAXPY, "saxpy.cu", arch, &["--ptxas-options=-v"]).unwrap();
+        let compiled = nvrtc::compile(SAXPY, "saxpy.cu", arch, &[]).unwrap();
         assert!(
             compiled.cubin.len() > 64,
             "sm_{arch}: {} bytes",
@@ -59,6 +59,46 @@ fn compiles_to_cubin_for_sm80_and_sm90() {
             None,
             "sm_{arch} log: {}",
             compiled.log
+        );
+    }
+}
+
+/// A kernel that holds 48 values a thread, declared at eight blocks an SM (32 registers).
+const HELD: &str = r#"
+extern "C" __global__ void __launch_bounds__(256, 8) fuse_held(const float* __restrict__ x,
+                                                               float* __restrict__ out) {
+    const unsigned long long base = (blockIdx.x * 256ull + threadIdx.x) * 48ull;
+    float v[48];
+    float s = 0.0f;
+    #pragma unroll
+    for (int j = 0; j < 48; ++j) { v[j] = x[base + j]; s += v[j] * v[j]; }
+    const float r = 1.0f / s;
+    #pragma unroll
+    for (int j = 0; j < 48; ++j) out[base + j] = v[j] * r;
+}
+"#;
+
+#[test]
+fn an_entry_that_spills_under_its_bound_is_compiled_under_a_lower_one() {
+    if !nvrtc_present() {
+        return;
+    }
+    for arch in [80, 90] {
+        let declared = nvrtc::compile(HELD, "held.cu", arch, &[]).unwrap();
+        assert!(nvrtc::spills(&declared.log).is_some(), "{}", declared.log);
+        let entry = nvrtc::compile_entry(HELD, "held.cu", arch).unwrap();
+        assert_eq!(nvrtc::spills(&entry.log), None, "sm_{arch}: {}", entry.log);
+        assert!(
+            (1..8).contains(&entry.lowered),
+            "sm_{arch}: {}",
+            entry.lowered
+        );
+        assert!(entry.log.contains("fuse_held") && entry.cubin.starts_with(b"\x7fELF"));
+        let saxpy = nvrtc::compile_entry(SAXPY, "saxpy.cu", arch).unwrap();
+        assert_eq!(saxpy.lowered, 0, "no spill, nothing lowered");
+        assert_eq!(
+            saxpy.cubin,
+            nvrtc::compile(SAXPY, "saxpy.cu", arch, &[]).unwrap().cubin
         );
     }
 }

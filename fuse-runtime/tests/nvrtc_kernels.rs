@@ -1,5 +1,7 @@
 //! Every kernel of the tests, examples and benches, compiled by NVRTC to CUBIN for sm_80 and
-//! sm_90, failing on any ptxas spill. The kernels reach this binary by including their files as
+//! sm_90, failing on any ptxas spill at the register bound the planner declared: the runtime
+//! would lower a spilling entry's bound (`nvrtc::compile_entry`), and these kernels, which the
+//! bounds are tuned on, must not need it. The kernels reach this binary by including their files as
 //! modules; each registers itself with `fuse_runtime::kernels()`.
 //!
 //! NVRTC is loaded at run time: without it this test says why and passes, except under `CI=true`,
@@ -120,7 +122,7 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
     let mut failures = vec![];
     for (k, file) in kernels.iter().zip(&files) {
         for arch in [80, 90] {
-            match nvrtc::compile(k.source, k.symbol, arch, &["--ptxas-options=-v"]) {
+            match nvrtc::compile(k.source, k.symbol, arch, &[]) {
                 Ok(c) => {
                     assert!(
                         c.cubin.starts_with(b"\x7fELF"),
