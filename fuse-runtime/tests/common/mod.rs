@@ -615,6 +615,13 @@ pub fn gpu() -> Option<Device> {
     }
 }
 
+/// Whether the tests run under a compute-sanitizer (`gpu/sanitize` sets `FUSE_SANITIZE=1`),
+/// where a test may leave out sizes that only its run time grows with: racecheck traces every
+/// shared-memory access, and the short rows' 2^24-element shapes alone ran past 60 s.
+pub fn sanitized() -> bool {
+    std::env::var("FUSE_SANITIZE").as_deref() == Ok("1")
+}
+
 /// One output read back from a device, for comparing two devices without naming its type.
 pub struct Output {
     pub shape: Vec<usize>,
