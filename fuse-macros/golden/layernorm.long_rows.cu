@@ -183,9 +183,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const float v0 = rc_x[q].v[j];
                 acc4 = acc4 + v0;
             }
@@ -269,9 +269,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const float v0 = rc_x[q].v[j];
                 const float v5 = (v0 - v4);
                 const float v6 = (v5 * v5);
@@ -369,9 +369,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;
                 const float v1 = p_gamma[o1];

@@ -324,9 +324,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
                 const float v0 = fz_bf16_at(rc_x[q], j);
                 const float v3 = v0;
                 const float v4 = (v3 * v3);
@@ -529,9 +529,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
                 const long long o1 = b1 + r;
                 const float v0 = fz_bf16_at(rc_x[q], j);
                 const float v1 = fz_bf16_to_f32(p_w[o1]);
@@ -766,9 +766,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
                 const long long o0 = b0 + r;
                 const long long o1 = b1 + r;
                 const float v0 = fz_bf16_at(rc_x[q], j);

@@ -201,9 +201,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const float v0 = rc_x[q].v[j];
                 acc1 = fmaxf(acc1, v0);
             }
@@ -287,9 +287,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const float v0 = rc_x[q].v[j];
                 const float v2 = (v0 - v1);
                 const float v3 = expf(v2);
@@ -399,9 +399,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<float, 4>* const rc_x = reinterpret_cast<const fz_vec<float, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const long long o0 = b0 + r;
                 const float v3 = rc_x[q].v[j];
                 const float v5 = fz_div_by(v3, v4, dv_4);

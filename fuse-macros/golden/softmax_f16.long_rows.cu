@@ -214,9 +214,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
                 const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                 acc1 = fmaxf(acc1, v0);
             }
@@ -365,9 +365,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
                 const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                 const float v2 = (v0 - v1);
                 const float v3 = expf(v2);
@@ -648,9 +648,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         else {
             #pragma unroll 1
             for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = (r - begin) >> 2;
-                const int j = (r - begin) & 3;
-                const fz_vec<unsigned short, 4>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x);
+                const int q = r - begin;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
                 const long long o0 = b0 + r;
                 const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
                 const float v2 = (v0 - v1);

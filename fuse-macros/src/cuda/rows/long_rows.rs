@@ -240,7 +240,10 @@ impl Cuda<'_> {
     }
 
     /// One element a step, for lengths that are not a multiple of four: the cached tensors read
-    /// through `rc_<name>[q].v[j]`, which here points into shared memory.
+    /// through `rc_<name>[q].v[j]`, which here points into shared memory, a vector of one element
+    /// (`j` is 0): each thread reads only the elements it copied, before any barrier. Read as
+    /// vectors of four, around its own, racecheck found every 16-bit odd-length row reading what
+    /// other threads' copies were writing (the values unused, but a race).
     fn shared_element_loop(
         &mut self,
         pass: &Pass,
@@ -253,11 +256,11 @@ impl Cuda<'_> {
         self.open(format!(
             "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
         ));
-        self.line("const int q = (r - begin) >> 2;");
-        self.line("const int j = (r - begin) & 3;");
+        self.line("const int q = r - begin;");
+        self.line("const int j = 0;");
         for &p in cached {
             let (t, name) = self.param_text(p);
-            self.line(format!("const fz_vec<{t}, 4>* const rc_{name} = reinterpret_cast<const fz_vec<{t}, 4>*>(sc_{name});"));
+            self.line(format!("const fz_vec<{t}, 1>* const rc_{name} = reinterpret_cast<const fz_vec<{t}, 1>*>(sc_{name});"));
         }
         self.row_step(pass, axis, cached, shapes, false);
         if let Some(n) = self.stash {
