@@ -273,17 +273,20 @@ mod tests {
         assert_eq!(column_parts(columns(256, 1 << 20, false), 132), (8, 1));
         assert_eq!(column_parts(columns(33, 0, true), 132), (2, 1));
         assert_eq!(grid(columns(33, 1 << 20, false), 132, 9), Some(2));
-        // Two columns a lane: tiles of 64, as many parts again.
-        let pairs = |groups, len| Geometry::Columns {
+        // Two or four columns a lane: tiles of 64 or 128, and more parts to each.
+        let vectors = |groups, len, width| Geometry::Columns {
             groups,
             len,
             slots: 1,
             split: true,
             blocks_per_sm: 8,
-            width: 2,
+            width,
         };
-        assert_eq!(column_parts(pairs(4096, 65536), 132), (64, 16));
-        assert_eq!(column_parts(pairs(34, 1 << 20), 132), (1, 1056));
+        assert_eq!(column_parts(vectors(4096, 65536, 2), 132), (64, 16));
+        assert_eq!(column_parts(vectors(34, 1 << 20, 2), 132), (1, 1056));
+        assert_eq!(column_parts(vectors(4096, 65536, 4), 132), (32, 33));
+        assert_eq!(column_parts(vectors(36, 1 << 20, 4), 132), (1, 1056));
+        assert_eq!(column_parts(vectors(1 << 20, 256, 4), 132), (8192, 1));
     }
 
     #[test]

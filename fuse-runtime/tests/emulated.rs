@@ -1593,8 +1593,9 @@ fn column_reductions_run_on_an_emulated_gpu() {
             &[Tol::close(1e-2, 1e-2), Tol::EXACT, Tol::EXACT],
         );
     }
-    // 16-bit columns, two a lane where they are even (`column_pairs`), split across blocks
-    // where the grid has more blocks than tiles, and one a lane where they are odd.
+    // 16-bit columns, four a lane where they are a multiple of four (`column_quads`), two where
+    // they are even (`column_pairs`), split across blocks where the grid has more blocks than
+    // tiles, and one a lane where they are odd.
     for (rows, cols) in [
         (1000, 64),
         (300, 34),
@@ -1602,6 +1603,8 @@ fn column_reductions_run_on_an_emulated_gpu() {
         (9, 2),
         (500, 33),
         (64, 127),
+        (201, 132),
+        (7, 4),
     ] {
         let n = rows * cols;
         let x: Vec<fuse_runtime::bf16> = rng
@@ -1614,14 +1617,12 @@ fn column_reductions_run_on_an_emulated_gpu() {
             .unwrap();
         let program = &kernels::pairs_bf16::__fuse::PROGRAM;
         let taken = program.pick(&[rows, cols], 90, false).unwrap().path;
-        assert_eq!(
-            taken,
-            if cols % 2 == 0 {
-                "column_pairs"
-            } else {
-                "columns"
-            }
-        );
+        let expected = match cols % 4 {
+            0 => "column_quads",
+            2 => "column_pairs",
+            _ => "columns",
+        };
+        assert_eq!(taken, expected);
         emulate_on(
             7,
             &format!("pairs_bf16 {rows}x{cols}"),

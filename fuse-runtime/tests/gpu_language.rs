@@ -1359,9 +1359,9 @@ fn short_rows_in_tiles() {
     }
 }
 
-/// 16-bit column reductions at even and odd column counts: two adjacent columns a lane where
-/// they are even (`column_pairs`), tiles split across blocks where the columns are few, and one
-/// column a lane where they are odd.
+/// 16-bit column reductions at every column count: four adjacent columns a lane where they are
+/// a multiple of four (`column_quads`), two where they are even (`column_pairs`), tiles split
+/// across blocks where the columns are few, and one column a lane where they are odd.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn sixteen_bit_columns_in_pairs() {
@@ -1377,6 +1377,9 @@ fn sixteen_bit_columns_in_pairs() {
         (1000, 33),
         (777, 1031),
         (1 << 20, 2),
+        (301, 132),
+        (2, 4),
+        (20_000, 36),
     ];
     for &(rows, cols) in &shapes {
         let x: Vec<fuse_runtime::bf16> = rng
@@ -1396,6 +1399,7 @@ fn sixteen_bit_columns_in_pairs() {
         (2, 9, 4096),
         (5, 100_000, 2),
         (3, 7, 21),
+        (4, 333, 36),
     ] {
         let x: Vec<fuse_runtime::f16> = rng
             .floats::<f32>(b * t * c, -3.0, 3.0)

@@ -103,31 +103,35 @@ impl Cuda<'_> {
         }
     }
 
-    /// The column reduction of `Path::ColumnPairs`: as [`Cuda::columns_body`], with two
-    /// adjacent columns a lane, `g` and `g + 1`, so that a tile is `2 * COLUMN_TILE` columns
-    /// and a warp's load of a row one pair a lane (a 128-byte line of 16-bit elements). Each
-    /// column keeps its accumulators in `fz_acc<r>[j]`; the loop, the warps' combination, the
-    /// parts' and the writes take one column at a time through `acc<r>`, a reference to the
-    /// column's. One pass, no element writes, and nothing per column before the loop but what
-    /// reads no tensor ([`crate::plan::column_pairs`]), so the pair shares it.
-    pub(super) fn column_pairs_body(
+    /// The column reduction of `Path::ColumnPairs` (`n` = 2) and `Path::ColumnQuads` (4): as
+    /// [`Cuda::columns_body`], with `n` adjacent columns a lane, `g` to `g + n - 1`, so that a
+    /// tile is `n * COLUMN_TILE` columns and a warp's load of a row one vector of `n` a lane (a
+    /// 128- or 256-byte stretch of 16-bit elements). Each column keeps its accumulators in
+    /// `fz_acc<r>[j]`; the loop, the warps' combination, the parts' and the writes take one
+    /// column at a time through `acc<r>`, a reference to the column's. One pass, no element
+    /// writes, and nothing per column before the loop but what reads no tensor
+    /// ([`crate::plan::column_pairs`]), so the lane's columns share it.
+    pub(super) fn column_vectors_body(
         &mut self,
         domain: &[DimId],
         axis: DimId,
         plan: &Plan,
         split: bool,
+        n: usize,
     ) {
         let rows = self.row_counts(domain, axis, plan);
         let pass = &plan.passes[0];
         let inner = *domain.last().expect("a column reduction has columns");
+        // A slot of each column of each thread: the warps' combination takes the lane's columns
+        // together, two barriers a tile.
         for &r in &pass.reduces {
             let t = self.k.nodes[r].elem().c_name();
-            self.line(format!("__shared__ {t} red{r}[{BLOCK}];"));
+            self.line(format!("__shared__ {t} red{r}[{}];", n as u32 * BLOCK));
             if self.reduction(r).0 == Reduce::LogSumExp {
-                self.line(format!("__shared__ {t} rds{r}[{BLOCK}];"));
+                self.line(format!("__shared__ {t} rds{r}[{}];", n as u32 * BLOCK));
             }
         }
-        let (warps, width) = (BLOCK / 32, 2 * COLUMN_TILE);
+        let (warps, width) = (BLOCK / 32, n as u32 * COLUMN_TILE);
         self.line(format!(
             "const int lane = threadIdx.x & {};",
             COLUMN_TILE - 1
@@ -141,11 +145,11 @@ impl Cuda<'_> {
         self.open("for (long long fz_b = blockIdx.x; fz_b < tiles * splits; fz_b += gridDim.x)");
         self.line("const long long tile = fz_b / splits;");
         self.line("const long long part = fz_b - tile * splits;");
-        self.line(format!("const long long gl = tile * {width} + lane * 2;"));
-        // The innermost dim is even, so a pair is live or not as a whole; a lane past the last
-        // pair computes on the last one (valid memory) and writes nothing.
+        self.line(format!("const long long gl = tile * {width} + lane * {n};"));
+        // The innermost dim is a multiple of `n`, so a lane's columns are live or not as a
+        // whole; a lane past the last computes on the last `n` (valid memory) and writes nothing.
         self.line("const bool live = gl < groups;");
-        self.line("const long long g = live ? gl : groups - 2;");
+        self.line(format!("const long long g = live ? gl : groups - {n};"));
         self.row_start(&rows, axis, plan);
         let shapes = self.layout.shapes();
         self.line("const long long r0 = part * per_split;");
@@ -153,10 +157,12 @@ impl Cuda<'_> {
         for &r in &pass.reduces {
             let (op, e) = self.reduction(r);
             let (t, id) = (e.c_name(), identity(op, e));
-            self.line(format!("{t} fz_acc{r}[2] = {{{id}, {id}}};"));
+            let ids = vec![id; n].join(", ");
+            self.line(format!("{t} fz_acc{r}[{n}] = {{{ids}}};"));
             if op == Reduce::LogSumExp {
                 self.helpers.insert("fz_lse");
-                self.line(format!("{t} fz_acs{r}[2] = {{0, 0}};"));
+                let zeros = vec!["0"; n].join(", ");
+                self.line(format!("{t} fz_acs{r}[{n}] = {{{zeros}}};"));
             }
         }
         let mut vectors: Vec<usize> = vec![];
@@ -182,10 +188,10 @@ impl Cuda<'_> {
             let (t, name) = self.param_text(p);
             let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
             self.line(format!(
-                "const fz_vec<{t}, 2> lv_{name} = *reinterpret_cast<const fz_vec<{t}, 2>*>(p_{name} + o{s});"
+                "const fz_vec<{t}, {n}> lv_{name} = *reinterpret_cast<const fz_vec<{t}, {n}>*>(p_{name} + o{s});"
             ));
         }
-        for j in 0..2 {
+        for j in 0..n {
             self.open("");
             self.line(format!("const int j = {j};"));
             self.column_of_pair(&pass.reduces, j);
@@ -200,16 +206,11 @@ impl Cuda<'_> {
         for s in 0..shapes.len() {
             self.line(format!("const long long fz_b{s} = b{s};"));
         }
-        for j in 0..2 {
-            self.open("");
-            self.column_of_pair(&pass.reduces, j);
-            self.combine_slices(&pass.reduces);
-            self.close();
-        }
+        self.combine_vector_slices(&pass.reduces, n);
         if split {
-            self.combine_parts(&pass.reduces, 2);
+            self.combine_parts(&pass.reduces, n);
         }
-        for j in 0..2 {
+        for j in 0..n {
             self.open("");
             self.column_of_pair(&pass.reduces, j);
             self.line(format!("const long long g = fz_g + {j};"));
@@ -229,8 +230,8 @@ impl Cuda<'_> {
         self.close();
     }
 
-    /// In a scope of column `j` of a lane's pair: `acc<r>` (and `acs<r>`) name that column's
-    /// accumulators.
+    /// In a scope of column `j` of a lane's pair (or four): `acc<r>` (and `acs<r>`) name that
+    /// column's accumulators.
     fn column_of_pair(&mut self, reduces: &[NodeId], j: usize) {
         for &r in reduces {
             let (op, e) = self.reduction(r);
@@ -256,6 +257,34 @@ impl Cuda<'_> {
         }
     }
 
+    /// As [`Cuda::combine_slices`] for the `n` columns of each lane of `column_vectors_body`,
+    /// all at once: column `j`'s slots are `red<r>[j * BLOCK ..]`, and each column is combined
+    /// in the same order as one column alone.
+    fn combine_vector_slices(&mut self, reduces: &[NodeId], n: usize) {
+        if reduces.is_empty() {
+            return;
+        }
+        self.line("__syncthreads();");
+        for j in 0..n {
+            let at = format!("[{} + threadIdx.x]", j as u32 * BLOCK);
+            for &r in reduces {
+                self.line(format!("red{r}{at} = fz_acc{r}[{j}];"));
+                if self.reduction(r).0 == Reduce::LogSumExp {
+                    self.line(format!("rds{r}{at} = fz_acs{r}[{j}];"));
+                }
+            }
+        }
+        self.line("__syncthreads();");
+        for j in 0..n {
+            self.open("");
+            self.column_of_pair(reduces, j);
+            for &r in reduces {
+                self.fold_warps(r, &format!("{} + ", j as u32 * BLOCK));
+            }
+            self.close();
+        }
+    }
+
     /// Combines each column's accumulators across the block's warps, warp 0's first: every
     /// thread ends with its column's value.
     fn combine_slices(&mut self, reduces: &[NodeId]) {
@@ -272,31 +301,37 @@ impl Cuda<'_> {
         }
         self.line("__syncthreads();");
         for &r in reduces {
-            let (op, e) = self.reduction(r);
-            self.line(format!("acc{r} = red{r}[lane];"));
-            if op == Reduce::LogSumExp {
-                self.line(format!("acs{r} = rds{r}[lane];"));
-            }
-            self.line("#pragma unroll");
-            self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
-            let at = format!("w * {COLUMN_TILE} + lane");
-            if op == Reduce::LogSumExp {
-                self.line(format!(
-                    "fz_lse_merge(acc{r}, acs{r}, red{r}[{at}], rds{r}[{at}]);"
-                ));
-            } else {
-                let other = format!("red{r}[{at}]");
-                self.line(format!(
-                    "acc{r} = {};",
-                    combine(op, e, &format!("acc{r}"), &other)
-                ));
-            }
-            self.close();
+            self.fold_warps(r, "");
         }
     }
 
+    /// `acc<r>` (and `acs<r>`) from the warps' slots of the lane's column at `red<r>[base ..]`
+    /// (`base` empty or ending in ` + `), warp 0's first.
+    fn fold_warps(&mut self, r: NodeId, base: &str) {
+        let (op, e) = self.reduction(r);
+        self.line(format!("acc{r} = red{r}[{base}lane];"));
+        if op == Reduce::LogSumExp {
+            self.line(format!("acs{r} = rds{r}[{base}lane];"));
+        }
+        self.line("#pragma unroll");
+        self.open(format!("for (int w = 1; w < {}; ++w)", BLOCK / 32));
+        let at = format!("{base}w * {COLUMN_TILE} + lane");
+        if op == Reduce::LogSumExp {
+            self.line(format!(
+                "fz_lse_merge(acc{r}, acs{r}, red{r}[{at}], rds{r}[{at}]);"
+            ));
+        } else {
+            let other = format!("red{r}[{at}]");
+            self.line(format!(
+                "acc{r} = {};",
+                combine(op, e, &format!("acc{r}"), &other)
+            ));
+        }
+        self.close();
+    }
+
     /// With the reduced dim split across blocks: stores this part's partials of the lane's
-    /// `columns` columns (one, `acc<r>`, or a pair's two, `fz_acc<r>[j]`), and in the tile's last
+    /// `columns` columns (one, `acc<r>`, or a vector's two or four, `fz_acc<r>[j]`), and in the tile's last
     /// block combines every part's, each warp every eighth part in order, then the warps in
     /// order, a column at a time. Other blocks go on to their next tile.
     fn combine_parts(&mut self, reduces: &[NodeId], columns: usize) {

@@ -166,10 +166,11 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
     let kernel = match (&k.launch, entry.path) {
         (Launch::Rows { .. }, Path::ShortRows) => w.short_rows_kernel(plan, entry),
         (Launch::Rows { .. }, Path::LongRows) => w.long_rows_kernel(plan, entry),
-        (Launch::Rows { domain, axis }, Path::Columns | Path::ColumnPairs) => {
+        (Launch::Rows { domain, axis }, Path::Columns | Path::ColumnPairs | Path::ColumnQuads) => {
             let split = matches!(entry.grid, crate::plan::Grid::Columns { split: true, .. });
             match entry.path {
-                Path::ColumnPairs => w.column_pairs_body(domain, *axis, plan, split),
+                Path::ColumnPairs => w.column_vectors_body(domain, *axis, plan, split, 2),
+                Path::ColumnQuads => w.column_vectors_body(domain, *axis, plan, split, 4),
                 _ => w.columns_body(domain, *axis, plan, split),
             }
             let body = std::mem::take(&mut w.out);
@@ -249,6 +250,7 @@ fn path_comment(entry: &Entry) -> String {
             _ => "every launch: a block a tile of 32 adjacent rows, its warps splitting the reduced dim.".into(),
         },
         Path::ColumnPairs => "an even innermost column dim: as `columns`, two adjacent columns a lane, loaded as one pair (a tile of 64).".into(),
+        Path::ColumnQuads => "an innermost column dim a multiple of four: as `columns`, four adjacent columns a lane, loaded as one vector (a tile of 128).".into(),
     }
 }
 

@@ -97,6 +97,9 @@ pub enum Path {
     /// 16-bit elements covers a whole 128-byte line (NOTES.md item 87): where the innermost
     /// column dim is even ([`column_pairs`]).
     ColumnPairs,
+    /// As `ColumnPairs`, four adjacent columns a lane (an 8-byte load of 16-bit elements, a
+    /// tile of 128 columns), where the innermost column dim is a multiple of four.
+    ColumnQuads,
 }
 
 impl Path {
@@ -111,6 +114,7 @@ impl Path {
             Path::ShortRows => "_short_rows",
             Path::LongRows => "_long_rows",
             Path::ColumnPairs => "_column_pairs",
+            Path::ColumnQuads => "_column_quads",
         }
     }
 
@@ -128,6 +132,7 @@ impl Path {
             Path::LongRows => "long_rows",
             Path::Columns => "columns",
             Path::ColumnPairs => "column_pairs",
+            Path::ColumnQuads => "column_quads",
         }
     }
 }
@@ -261,7 +266,8 @@ pub fn columns(k: &Kernel) -> bool {
 }
 
 /// Whether the column reduction `k` has an entry that takes two adjacent columns a lane
-/// (`Path::ColumnPairs`, for an even innermost column dim): one column a lane of 16-bit
+/// (`Path::ColumnPairs`, for an even innermost column dim; `Path::ColumnQuads`, four, for one
+/// that is a multiple of four): one column a lane of 16-bit
 /// elements loads half a 128-byte line a warp, and ran at 74-79% of copy speed where two
 /// reach 93-100% (NOTES.md item 87). Where every tensor along the columns has elements of at
 /// most two bytes, in one pass that writes no elements, whose per-column values before the
@@ -346,12 +352,17 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             let bound = Some(tuning::COLUMN_MIN_BLOCKS);
             let mut entries = vec![];
             if column_pairs(k, plan) {
-                let when = When {
-                    inner_multiple_of: 2,
-                    ..When::ALWAYS
-                };
-                let bound = Some(tuning::column_pair_min_blocks(reduction_slots(k)));
-                entries.push(entry(Path::ColumnPairs, bound, grid(2), when));
+                let slots = reduction_slots(k);
+                for (path, width, bound) in [
+                    (Path::ColumnQuads, 4, tuning::column_quad_min_blocks(slots)),
+                    (Path::ColumnPairs, 2, tuning::column_pair_min_blocks(slots)),
+                ] {
+                    let when = When {
+                        inner_multiple_of: width as u64,
+                        ..When::ALWAYS
+                    };
+                    entries.push(entry(path, Some(bound), grid(width), when));
+                }
             }
             entries.push(entry(Path::Columns, bound, grid(1), When::ALWAYS));
             entries
@@ -543,13 +554,14 @@ mod tests {
         );
         let column = paths(quote! { fn f(x: [f32; r, c]) -> [f32; c] { sum(x, r) } });
         assert_eq!(column, [Columns]);
-        // 16-bit columns: two a lane where the columns are even, one otherwise.
+        // 16-bit columns: four a lane where the columns are a multiple of four, two where they
+        // are even, one otherwise.
         for tokens in [
             quote! { fn f(x: [bf16; r, c]) -> [bf16; c] { sum(x, r) } },
             quote! { fn f(x: [f16; b, t, c], s: [f32; t]) -> ([f32; b, c], [f16; b, c]) { (sum((x as f32) * s, t), max(x, t)) } },
             quote! { fn f(x: [u8; r, c]) -> [u32; c] { sum(x as u32, r) } },
         ] {
-            assert_eq!(paths(tokens), [ColumnPairs, Columns]);
+            assert_eq!(paths(tokens), [ColumnQuads, ColumnPairs, Columns]);
         }
         // Not where a column needs its own value before the loop (`w`), its position, a
         // second pass (`logsumexp`'s shift, a maximum used again), or where a tensor along the
