@@ -257,6 +257,53 @@ impl Cuda<'_> {
         }
     }
 
+    /// The tile's last block's combination of the parts' partials for the `n` columns of each
+    /// lane of `column_vectors_body` (`slots` as `combine_parts`): each warp's loop over its
+    /// parts loads all of the lane's columns' partials of a part before it combines any, so
+    /// that a part costs one trip to L2, not `n`; then the warps, as `combine_vector_slices`.
+    /// Each column's partials are combined in the same order as one column's alone.
+    fn combine_vector_parts(&mut self, reduces: &[NodeId], slots: &[usize], n: usize) {
+        for j in 0..n {
+            for &r in reduces {
+                let (op, e) = self.reduction(r);
+                self.line(format!("fz_acc{r}[{j}] = {};", identity(op, e)));
+                if op == Reduce::LogSumExp {
+                    self.line(format!("fz_acs{r}[{j}] = 0;"));
+                }
+            }
+        }
+        self.open(format!(
+            "for (long long s = slice; s < splits; s += {})",
+            BLOCK / 32
+        ));
+        for j in 0..n {
+            for (&r, &slot) in reduces.iter().zip(slots) {
+                let (op, e) = self.reduction(r);
+                let t = e.c_name();
+                let partial = |slot: usize| format!("{}[s * groups + g + {j}]", volatile(t, slot));
+                self.line(format!("const {t} pm{r}_{j} = {};", partial(slot)));
+                if op == Reduce::LogSumExp {
+                    self.line(format!("const {t} ps{r}_{j} = {};", partial(slot + 1)));
+                }
+            }
+        }
+        for j in 0..n {
+            for &r in reduces {
+                let (op, e) = self.reduction(r);
+                if op == Reduce::LogSumExp {
+                    self.line(format!(
+                        "fz_lse_merge(fz_acc{r}[{j}], fz_acs{r}[{j}], pm{r}_{j}, ps{r}_{j});"
+                    ));
+                } else {
+                    let (acc, other) = (format!("fz_acc{r}[{j}]"), format!("pm{r}_{j}"));
+                    self.line(format!("{acc} = {};", combine(op, e, &acc, &other)));
+                }
+            }
+        }
+        self.close();
+        self.combine_vector_slices(reduces, n);
+    }
+
     /// As [`Cuda::combine_slices`] for the `n` columns of each lane of `column_vectors_body`,
     /// all at once: column `j`'s slots are `red<r>[j * BLOCK ..]`, and each column is combined
     /// in the same order as one column alone.
@@ -374,11 +421,9 @@ impl Cuda<'_> {
         self.line("__syncthreads();");
         self.line("if (!fz_last) continue;");
         self.line("__threadfence();");
-        for j in 0..columns {
-            if columns > 1 {
-                self.open("");
-                self.column_of_pair(reduces, j);
-            }
+        if columns > 1 {
+            self.combine_vector_parts(reduces, &slots, columns);
+        } else {
             for (&r, &slot) in reduces.iter().zip(&slots) {
                 let (op, e) = self.reduction(r);
                 let t = e.c_name();
@@ -386,9 +431,7 @@ impl Cuda<'_> {
                 if op == Reduce::LogSumExp {
                     self.line(format!("acs{r} = 0;"));
                 }
-                let g = column(j);
-                let partial =
-                    |slot: usize| format!("((volatile {t}*)({}))[s * groups + {g}]", region(slot));
+                let partial = |slot: usize| format!("{}[s * groups + g]", volatile(t, slot));
                 self.open(format!(
                     "for (long long s = slice; s < splits; s += {})",
                     BLOCK / 32
@@ -409,11 +452,14 @@ impl Cuda<'_> {
                 self.close();
             }
             self.combine_slices(reduces);
-            if columns > 1 {
-                self.close();
-            }
         }
         self.line("if (threadIdx.x == 0) fz_counter[tile] = 0u;");
         self.close();
     }
+}
+
+/// The scratch region of reduction slot `slot` as `volatile t*`: the parts' partials, which other
+/// blocks wrote (seen here after their fence and the tile's counter).
+fn volatile(t: &str, slot: usize) -> String {
+    format!("((volatile {t}*)(fz_scratch + {slot} * splits * groups))")
 }
