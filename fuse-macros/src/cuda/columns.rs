@@ -378,9 +378,10 @@ impl Cuda<'_> {
     }
 
     /// With the reduced dim split across blocks: stores this part's partials of the lane's
-    /// `columns` columns (one, `acc<r>`, or a vector's two or four, `fz_acc<r>[j]`), and in the tile's last
-    /// block combines every part's, each warp every eighth part in order, then the warps in
-    /// order, a column at a time. Other blocks go on to their next tile.
+    /// `columns` columns (one, `acc<r>`, or a vector's two or four, `fz_acc<r>[j]`), and in the
+    /// tile's last block combines every part's, each warp every eighth part in order, then the
+    /// warps in order (a vector's columns together, [`Cuda::combine_vector_parts`]). Other
+    /// blocks go on to their next tile.
     fn combine_parts(&mut self, reduces: &[NodeId], columns: usize) {
         self.open("if (splits > 1)");
         let slots = self.slots(reduces);

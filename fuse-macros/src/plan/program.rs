@@ -265,11 +265,11 @@ pub fn columns(k: &Kernel) -> bool {
     matches!(&k.launch, Launch::Rows { domain, axis } if domain.last() != Some(axis))
 }
 
-/// Whether the column reduction `k` has an entry that takes two adjacent columns a lane
-/// (`Path::ColumnPairs`, for an even innermost column dim; `Path::ColumnQuads`, four, for one
-/// that is a multiple of four): one column a lane of 16-bit
-/// elements loads half a 128-byte line a warp, and ran at 74-79% of copy speed where two
-/// reach 93-100% (NOTES.md item 87). Where every tensor along the columns has elements of at
+/// Whether the column reduction `k` has entries that take two adjacent columns a lane
+/// (`Path::ColumnPairs`, for an even innermost column dim) and four (`Path::ColumnQuads`, for
+/// one that is a multiple of four): one column a lane of 16-bit elements loads half a 128-byte
+/// line a warp, and ran at 74-79% of copy speed where two reach 93-100% (NOTES.md item 87) and
+/// four up to 99% (item 115). Where every tensor along the columns has elements of at
 /// most two bytes, in one pass that writes no elements, whose per-column values before the
 /// loop read no tensor (the pair shares them) and which needs no column's own position
 /// (`index`, a random draw, a slice's coordinates): the bias and weight gradients' column sums.
