@@ -256,12 +256,12 @@ pub(crate) const COLUMN_BLOCKS_PER_SM: u32 = 8;
 pub(crate) const COLUMN_MIN_BLOCKS: u32 = MIN_BLOCKS;
 
 /// The `__launch_bounds__` minimum of blocks per SM of a column reduction that takes two
-/// columns a lane (`Path::ColumnPairs`) or four (`Path::ColumnQuads`) with `slots` reduction
-/// slots: four (64 registers) for up to [`PAIR_LIGHT_SLOTS`], else [`COLUMN_MIN_BLOCKS`]. At [`COLUMN_MIN_BLOCKS`] a 16-bit column
+/// columns a lane (`Path::ColumnPairs`) with `slots` reduction slots: four (64 registers) for up
+/// to [`PAIR_LIGHT_SLOTS`], else [`COLUMN_MIN_BLOCKS`]. At [`COLUMN_MIN_BLOCKS`] a 16-bit column
 /// sum took 72 registers, three blocks an SM, where the standalone kernel of NOTES.md item 87 ran
 /// at 94-99% of copy speed with four; at four, the tests' kernels of four and five reductions
 /// (`reduce_cols`, `reduce_mid`, `pairs_bf16`) spilled 8-56 bytes on sm_90, two columns' partials
-/// of each in registers.
+/// of each in registers. Four columns a lane: [`column_quad_min_blocks`].
 pub(crate) fn column_pair_min_blocks(slots: u32) -> u32 {
     if slots <= PAIR_LIGHT_SLOTS {
         4
