@@ -398,7 +398,8 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 }
                 debug_assert_eq!(min_len, u64::from(SHORT) + 1);
             }
-            if wide_cache(k, plan) {
+            let fit = tuning::rows_fit_registers(k, plan);
+            if wide_cache(k, plan) && fit {
                 let blocks = bound.map(|b| tuning::wide_min_blocks(k, plan, b));
                 let grid = match wide_copies_ahead(k, plan) {
                     true => Grid::Rows {
@@ -413,7 +414,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     rows_of(1, tuning::WIDE_CACHED_ROW, 8, 0),
                 ));
             }
-            if !cached_params(k, plan).is_empty() {
+            if !cached_params(k, plan).is_empty() && fit {
                 let bound = Some(tuning::register_min_blocks(k, plan));
                 // Light rows load straight into registers, with a grid of their own.
                 let block = match direct_row_cost(k, plan) {
@@ -554,6 +555,25 @@ mod tests {
         );
         let column = paths(quote! { fn f(x: [f32; r, c]) -> [f32; c] { sum(x, r) } });
         assert_eq!(column, [Columns]);
+        // Rows a thread's registers cannot hold (eight f64 tensors cached over two passes,
+        // about 300 registers) have no row-in-registers entry; four (about 180) have them.
+        let heavy = paths(quote! {
+            fn f(a: [f64; r, c], b: [f64; r, c], d: [f64; r, c], e: [f64; r, c], g: [f64; r, c], h: [f64; r, c], i: [f64; r, c], j: [f64; r, c]) -> [f64; r, c] {
+                let s = a + b + d + e + g + h + i + j;
+                s - max(s, c)
+            }
+        });
+        assert!(!heavy
+            .iter()
+            .any(|p| matches!(p, RowBlockExact | RowBlock | RowsCached)));
+        assert!(heavy.contains(&LongRows) && heavy.last() == Some(&Rows));
+        let four = paths(quote! {
+            fn f(a: [f64; r, c], b: [f64; r, c], d: [f64; r, c], e: [f64; r, c]) -> [f64; r, c] {
+                let s = a + b + d + e;
+                s - max(s, c)
+            }
+        });
+        assert!(four.contains(&RowsCached));
         // 16-bit columns: four a lane where the columns are a multiple of four, two where they
         // are even, one otherwise.
         for tokens in [

@@ -222,6 +222,15 @@ fn cached_registers(k: &Kernel, plan: &Plan) -> u32 {
     CACHE * words + 16 * plan.passes.len() as u32 + 16 + philox
 }
 
+/// Whether a row-in-registers entry can hold its rows at all: [`cached_registers`] at most the
+/// 255 registers a thread can have. Random programs `p30138` and `p30485` (seven and eight
+/// cached tensors of 8-byte elements among eight and thirteen, estimated at 288 and 384)
+/// spilled 16 to 256 bytes in `cached_rows`, `block_rows` and `exact_rows` at one block an SM,
+/// sm_80 and sm_90; such kernels keep their streamed, tiled and shared-memory entries.
+pub(crate) fn rows_fit_registers(k: &Kernel, plan: &Plan) -> bool {
+    cached_registers(k, plan) <= 255
+}
+
 /// The registers Philox's state and rounds take beside a cached row ([`cached_registers`]):
 /// random program `p144` (an `f64`, a `u16` and an `f16` tensor cached over two passes, 128
 /// without them, and a `dropout`) spilled 32 bytes on sm_80 at two blocks.
