@@ -30,6 +30,7 @@ static __device__ __forceinline__ void fz_short_rows(
     const float inv_len_f32 = 1.0f / (float)len;
     float* const ts_p_x = reinterpret_cast<float*>(fz_tile + 0);
     float* const ts_out0 = reinterpret_cast<float*>(fz_tile + 1024);
+    float* const fz_g_out0 = out0;
     const bool fz_aligned = (((unsigned long long)p_x | (unsigned long long)out0) & 15) == 0;
     __shared__ float red4[8];
     __shared__ float red7[8];
@@ -205,6 +206,7 @@ static __device__ __forceinline__ void fz_short_rows(
                 const bool fz_in = full || lane * 4 < (int)len;
                 const int c = fz_in ? lane : 0;
                 const int q = 0;
+                float* __restrict__ out0 = fz_aligned && live && fz_in ? fz_g_out0 + g * len : ts_out0 + fz_row * (int)len;
                 const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(p_x)[c]};
                 float acc4 = (float)0;
                 {
@@ -488,15 +490,17 @@ static __device__ __forceinline__ void fz_short_rows(
             }
         }
         __syncthreads();
-        const int fz_nv1 = fz_aligned ? (fz_n * 4) >> 4 : 0;
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int v = threadIdx.x + i * 256;
-            if (v < fz_nv1) reinterpret_cast<fz_vec<unsigned int, 4>*>(out0 + fz_e0)[v] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(ts_out0)[v];
-        }
-        #pragma unroll 1
-        for (int e = fz_nv1 * 4 + threadIdx.x; e < fz_n; e += 256) {
-            out0[fz_e0 + e] = ts_out0[e];
+        if (!(fours && lanes != 2 && fz_aligned)) {
+            const int fz_nv1 = fz_aligned ? (fz_n * 4) >> 4 : 0;
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int v = threadIdx.x + i * 256;
+                if (v < fz_nv1) reinterpret_cast<fz_vec<unsigned int, 4>*>(out0 + fz_e0)[v] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(ts_out0)[v];
+            }
+            #pragma unroll 1
+            for (int e = fz_nv1 * 4 + threadIdx.x; e < fz_n; e += 256) {
+                out0[fz_e0 + e] = ts_out0[e];
+            }
         }
     }
 }

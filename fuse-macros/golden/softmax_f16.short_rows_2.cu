@@ -73,6 +73,7 @@ static __device__ __forceinline__ void fz_short_rows(
     const long long len = exact > 0 ? exact : d_cols;
     unsigned short* const ts_p_x = reinterpret_cast<unsigned short*>(fz_tile + 0);
     unsigned short* const ts_out0 = reinterpret_cast<unsigned short*>(fz_tile + 1024);
+    unsigned short* const fz_g_out0 = out0;
     const bool fz_aligned = (((unsigned long long)p_x | (unsigned long long)out0) & 15) == 0;
     __shared__ float red1[8];
     __shared__ float red4[8];
@@ -243,6 +244,7 @@ static __device__ __forceinline__ void fz_short_rows(
                 const bool fz_in = full || lane * 4 < (int)len;
                 const int c = fz_in ? lane : 0;
                 const int q = 0;
+                unsigned short* __restrict__ out0 = fz_aligned && live && fz_in ? fz_g_out0 + g * len : ts_out0 + fz_row * (int)len;
                 const fz_vec<unsigned short, 4> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x)[c]};
                 float acc1 = (-__int_as_float(0x7f800000));
                 {
@@ -512,15 +514,17 @@ static __device__ __forceinline__ void fz_short_rows(
             }
         }
         __syncthreads();
-        const int fz_nv1 = fz_aligned ? (fz_n * 2) >> 4 : 0;
-        #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int v = threadIdx.x + i * 256;
-            if (v < fz_nv1) reinterpret_cast<fz_vec<unsigned int, 4>*>(out0 + fz_e0)[v] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(ts_out0)[v];
-        }
-        #pragma unroll 1
-        for (int e = fz_nv1 * 8 + threadIdx.x; e < fz_n; e += 256) {
-            out0[fz_e0 + e] = ts_out0[e];
+        if (!(fours && lanes != 2 && fz_aligned)) {
+            const int fz_nv1 = fz_aligned ? (fz_n * 2) >> 4 : 0;
+            #pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int v = threadIdx.x + i * 256;
+                if (v < fz_nv1) reinterpret_cast<fz_vec<unsigned int, 4>*>(out0 + fz_e0)[v] = reinterpret_cast<const fz_vec<unsigned int, 4>*>(ts_out0)[v];
+            }
+            #pragma unroll 1
+            for (int e = fz_nv1 * 8 + threadIdx.x; e < fz_n; e += 256) {
+                out0[fz_e0 + e] = ts_out0[e];
+            }
         }
     }
 }

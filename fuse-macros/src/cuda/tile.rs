@@ -12,9 +12,11 @@
 //! so that a row's reductions, shuffles and bookkeeping are shared by four elements a thread
 //! (eight, 16 bytes, for 16-bit rows a multiple of eight long where `tile_eights` allows; a
 //! row of two is one vector of two); other rows two elements a thread, `lane` and `lane +
-//! width`. Where the tile is one input and one output, each block asks L2 for its next tile
-//! of the input once this one is in shared memory, so that the next loads wait on L2
-//! (`prefetch_next`).
+//! width`. Where every tensor is 16-byte aligned, a thread's vectors of four or eight go
+//! straight from its registers to the row in global memory (a warp's stores cover consecutive
+//! whole rows) and the tile's outputs are not copied out. Where the tile is one input and one
+//! output, each block asks L2 for its next tile of the input once this one is in shared
+//! memory, so that the next loads wait on L2 (`prefetch_next`).
 //!
 //! It is a second entry point of the kernel's module, `fuse_<name>_short_rows`, which the
 //! launch picks for those lengths (`expand.rs`); the row kernel itself is unchanged. Its body
@@ -324,7 +326,7 @@ impl Cuda<'_> {
         self.line("__syncthreads();");
         self.tile_row_passes(domain, &rows, axis, plan, tiled, lanes);
         self.line("__syncthreads();");
-        self.copy_out(tiled, tile);
+        self.copy_out(tiled, tile, lanes);
         self.close();
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
@@ -352,6 +354,14 @@ impl Cuda<'_> {
                 at / 16
             ));
             at += t.size * tile;
+            if !t.input() {
+                self.line(format!(
+                    "{}* const {} = {};",
+                    t.storage,
+                    t.direct(),
+                    t.global
+                ));
+            }
         }
         let addresses: Vec<String> = tiled
             .iter()
@@ -425,8 +435,18 @@ impl Cuda<'_> {
     }
 
     /// Stores this tile of each output from shared memory: whole 16-byte vectors, then the
-    /// elements after the last one.
-    fn copy_out(&mut self, tiled: &[Tiled], tile: u32) {
+    /// elements after the last one. Not where the row passes took vectors of four or eight
+    /// and stored them straight to global memory (`vector_passes`): S2's bf16 softmax at 32
+    /// columns ran at 84-86% of copy speed through the tile, 87-91% without (benches/NOTES.md
+    /// item 116).
+    fn copy_out(&mut self, tiled: &[Tiled], tile: u32, lanes: &[u32]) {
+        if tiled.iter().all(|t| t.input()) {
+            return;
+        }
+        match lanes.is_empty() {
+            true => self.open("if (!(fours && fz_aligned))"),
+            false => self.open("if (!(fours && lanes != 2 && fz_aligned))"),
+        }
         for (k, t) in tiled.iter().enumerate().filter(|(_, t)| !t.input()) {
             let steps = (tile * t.size / 16).div_ceil(BLOCK);
             self.line(format!(
@@ -444,6 +464,7 @@ impl Cuda<'_> {
                 &format!("{}[fz_e0 + e] = {}[e];", t.global, t.shared()),
             );
         }
+        self.close();
     }
 
     /// The elements of tensor `k` after its last whole 16-byte vector (all of them when a

@@ -428,6 +428,12 @@ impl Tiled {
     pub(crate) fn shared(&self) -> String {
         format!("ts_{}", self.global)
     }
+
+    /// The name of its global memory inside the row passes, where its own name stands for its
+    /// row in the tile.
+    pub(crate) fn direct(&self) -> String {
+        format!("fz_g_{}", self.global)
+    }
 }
 
 /// Where `k` reduces contiguous rows and a tile of at least [`MIN_TILE`] elements fits in

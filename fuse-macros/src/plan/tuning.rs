@@ -300,7 +300,7 @@ pub(crate) const PAIR_LIGHT_SLOTS: u32 = 3;
 pub(crate) const WIDE_CACHED_ROW: u64 = 2048;
 
 /// The most blocks per SM of the wide entry's grid where it copies rows ahead
-/// (`rows::wide_copies_ahead`): a dozen, each going through its share of the rows with the next
+/// (`rows::wide_copies_ahead`): 48, each going through its share of the rows with the next
 /// one's copy in flight, where the other row grids' 160 gave most blocks a row or two, and the
 /// first row's wait each. Measured on an H200 (benches/NOTES.md item 99), S2's bf16 softmax at
 /// 256 / 512 / 1024 / 2048 columns, % of copy speed, in one run:
@@ -311,8 +311,14 @@ pub(crate) const WIDE_CACHED_ROW: u64 = 2048;
 /// | `#[fast_math]` | 79 / 79 / 78 / 73 | 87 / 89 / 89 / 83 | 87 / 90 / 90 / 84 | 89 / 92 / 92 / 85 | **90 / 92 / 93 / 85** | 91 / 93 / 93 / 85 | 92 / 94 / 92 / 84 | 92 / 92 / 92 / 84 |
 ///
 /// In a later run, with the packed max and stores of item 99, 12 and 16 within a point of each
-/// other (precise 92 / 94 / 93 / 88%, against 81 / 80 / 79 / 71% at 160 before).
-pub(crate) const WIDE_COPY_BLOCKS_PER_SM: u32 = 12;
+/// other (precise 92 / 94 / 93 / 88%, against 81 / 80 / 79 / 71% at 160 before). Since, with
+/// the next row asked of L2 (item 113), more blocks do better (item 116, S2's bf16 softmax at
+/// 256 / 1024 columns, precise; f16 within a point):
+///
+/// | blocks an SM | 12 | 16 | 24 | 32 | 48 | 64 | 96 |
+/// | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | % of copy | 91 / 92 | 91 / 93 | 92 / 94 | 93 / 95 | **94 / 95** | 94 / 94 | 91 / 90 |
+pub(crate) const WIDE_COPY_BLOCKS_PER_SM: u32 = 48;
 
 /// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
 /// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them

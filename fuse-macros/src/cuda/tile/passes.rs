@@ -90,7 +90,8 @@ impl Cuda<'_> {
     /// `tile_eights`, or two for a row of two), `width * lanes` or (unless `full`) less: each thread takes vector
     /// `c = lane` of the row, `lanes` elements, from each
     /// tiled input's row in shared memory (`rc_<name>[0]`, as the register cache names them),
-    /// and writes its outputs' vectors there. The vectors are read once, before the passes, so
+    /// and writes its outputs' vectors there, or, for vectors of four or eight where the
+    /// tensors are aligned, straight to global memory. The vectors are read once, before the passes, so
     /// that the values a pass shares with an earlier one (softmax's `exp`) are computed once:
     /// read again in each pass, across the shuffles, they were not.
     fn vector_passes(
@@ -109,6 +110,21 @@ impl Cuda<'_> {
         ));
         self.line("const int c = fz_in ? lane : 0;");
         self.line("const int q = 0;");
+        // Vectors of four or eight: each live lane stores its vectors straight to the row in
+        // global memory, where a warp's stores cover consecutive rows, whole and aligned
+        // (`fz_aligned`); the tile's outputs are then not copied out (`copy_out`). A lane past
+        // its row's end or its tile's rows stores into the tile, which nothing reads.
+        if lanes != 2 {
+            for t in tiled.iter().filter(|t| !t.input()) {
+                self.line(format!(
+                    "{}* __restrict__ {} = fz_aligned && live && fz_in ? {} + g * len : {} + fz_row * (int)len;",
+                    t.storage,
+                    t.global,
+                    t.direct(),
+                    t.shared()
+                ));
+            }
+        }
         let cached: Vec<usize> = tiled.iter().filter_map(|t| t.param).collect();
         // Divisions by a row's value are checked four at a time (`tiled`), except beside
         // Philox's rounds: `softmax_dropout` spilled at 64 registers with both.
