@@ -30,7 +30,7 @@
 
 use super::{Cuda, BLOCK};
 use crate::ir::{DimId, Launch};
-use crate::plan::rows::{tiling, Tiled};
+use crate::plan::rows::{tile_eights, tiling, Tiled};
 use crate::plan::{Entry, Plan};
 
 mod passes;
@@ -51,8 +51,7 @@ impl Cuda<'_> {
         self.helpers.insert("fz_vec");
         // Vectors of eight where the entry takes some length they do.
         let (min, max) = (entry.when.min_len, entry.when.max_len);
-        let eights =
-            self.tile_eights(plan, domain, *axis, &tiled, tile) && (min..=max).any(|l| l % 8 == 0);
+        let eights = tile_eights(self.k, plan) && (min..=max).any(|l| l % 8 == 0);
         // Rows of two take a vector of two a thread, where no random value asks for blocks of
         // four lanes (`draw_lane_randoms`).
         let twos = (min..=max).contains(&2) && !self.k.draws_random();
@@ -240,29 +239,6 @@ impl Cuda<'_> {
         if twos {
             self.close();
         }
-    }
-
-    /// Whether the tiled rows whose length is a multiple of eight take a vector of eight
-    /// elements a thread (`fz_short_rows`' `lanes`): where the tile carries one or two tensors
-    /// (an input and an output), each of 2-byte elements, no other tensor is along the row
-    /// (whose vectors would be 8 bytes wide), and the tile holds a block's step of rows of
-    /// eight a thread (`MIN_TILE` is a step of four). At four elements a thread, a 16-bit
-    /// softmax's rows of 32 ran at 68% of copy speed on an H200 against f32's 96%: the row's
-    /// shuffles and bookkeeping, shared by four elements, cost twice as much against its bytes;
-    /// at eight, 76-77% (benches/NOTES.md item 98). With three tensors (softmax's backward:
-    /// `x`, `dy` and `dx`), ptxas spilled 8 to 16 bytes on sm_80 at 64 registers.
-    fn tile_eights(
-        &self,
-        plan: &Plan,
-        domain: &[DimId],
-        axis: DimId,
-        tiled: &[Tiled],
-        tile: u32,
-    ) -> bool {
-        tiled.len() <= 2
-            && tiled.iter().all(|t| t.size == 2)
-            && tile >= 8 * BLOCK
-            && self.row_vector_params(plan, domain, axis).is_empty()
     }
 
     /// The tensors along the row that are not tiled (gamma, beta): the vector step loads them

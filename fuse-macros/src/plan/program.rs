@@ -6,8 +6,8 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count, tiling,
-    wide_cache, wide_copies_ahead, SHORT,
+    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count,
+    tile_eights, tiling, wide_cache, wide_copies_ahead, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -385,11 +385,19 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // Several entries, each instantiating the tiled template for its lengths only:
                 // in one, NVRTC took 38 ms for softmax's (on an H200), the longest of any entry.
                 let mut min_len = 1;
+                let eights = tile_eights(k, plan);
                 for max_len in tuning::SHORT_SPLITS {
+                    // 16-bit rows in vectors of eight: a grid of their own.
+                    let grid = match eights && (min_len..=max_len).any(|l| l % 8 == 0) {
+                        true => Grid::Rows {
+                            blocks_per_sm: tuning::SHORT_EIGHTS_BLOCKS_PER_SM,
+                        },
+                        false => rows,
+                    };
                     let mut short = entry(
                         Path::ShortRows,
                         Some(tuning::short_min_blocks(k, plan)),
-                        rows,
+                        grid,
                         rows_of(min_len, max_len, 1, 0),
                     );
                     short.symbol = format!("{}_{max_len}", short.symbol);
@@ -516,7 +524,8 @@ fn map_divisors(k: &Kernel, plan: &Plan, domain: &[DimId]) -> Vec<Divisor> {
 
 #[cfg(test)]
 mod tests {
-    use super::{program, Param, Path};
+    use super::{program, Grid, Param, Path};
+    use crate::plan::tuning;
     use crate::testing::kernel;
     use quote::quote;
 
@@ -667,6 +676,44 @@ mod tests {
             }
         });
         assert!(!mixed.contains(&Path::RowsCachedWide));
+    }
+
+    /// The short-row entries that take 16-bit rows in vectors of eight have a grid of their
+    /// own; rows of other types, or with a tensor along the row besides the tile's, the row
+    /// grid.
+    #[test]
+    fn sixteen_bit_short_rows_in_eights_have_their_own_grid() {
+        let grids = |tokens| -> Vec<(u64, Grid)> {
+            program(&kernel(tokens))
+                .entries
+                .into_iter()
+                .filter(|e| e.path == Path::ShortRows)
+                .map(|e| (e.when.max_len, e.grid))
+                .collect()
+        };
+        let rows = Grid::Rows { blocks_per_sm: 160 };
+        let eights = Grid::Rows {
+            blocks_per_sm: tuning::SHORT_EIGHTS_BLOCKS_PER_SM,
+        };
+        let bf16 = grids(quote! {
+            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        let wanted: Vec<(u64, Grid)> = tuning::SHORT_SPLITS
+            .iter()
+            .map(|&max| (max, if max % 8 == 0 { eights } else { rows }))
+            .collect();
+        assert_eq!(bf16, wanted);
+        let f32 = grids(quote! {
+            fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        assert!(f32.iter().all(|&(_, g)| g == rows), "{f32:?}");
+        let gamma = grids(quote! {
+            fn s(x: [bf16; r, c], g: [bf16; c]) -> [bf16; r, c] { x * g / sum(x, c) }
+        });
+        assert!(
+            !gamma.is_empty() && gamma.iter().all(|&(_, g)| g == rows),
+            "{gamma:?}"
+        );
     }
 
     /// A 16-bit softmax's long rows take the row's maximum two elements an instruction, as the

@@ -468,6 +468,31 @@ pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
     (bytes > 0 && tile >= MIN_TILE).then_some((tiled, tile))
 }
 
+/// Whether the tiled short rows whose length is a multiple of eight take a vector of eight
+/// elements a thread (`fz_short_rows`' `lanes`): where the tile carries one or two tensors (an
+/// input and an output), each of 2-byte elements, no other tensor is along the row (whose
+/// vectors would be 8 bytes wide), and the tile holds a block's step of rows of eight a thread
+/// (`MIN_TILE` is a step of four). At four elements a thread, a 16-bit softmax's rows of 32
+/// ran at 68% of copy speed on an H200 against f32's 96%: the row's shuffles and bookkeeping,
+/// shared by four elements, cost twice as much against its bytes; at eight, 76-77%
+/// (benches/NOTES.md item 98). With three tensors (softmax's backward: `x`, `dy` and `dx`),
+/// ptxas spilled 8 to 16 bytes on sm_80 at 64 registers.
+pub(crate) fn tile_eights(k: &Kernel, plan: &Plan) -> bool {
+    let (Some((tiled, tile)), Launch::Rows { domain, axis }) = (tiling(k, plan), &k.launch) else {
+        return false;
+    };
+    let along = |p: usize| {
+        let shape = k.params[p].shape.as_deref();
+        shape.and_then(|s| s.last()) == Some(axis) && shape != Some(domain.as_slice())
+    };
+    let other_rows = plan
+        .passes
+        .iter()
+        .flat_map(|pass| &pass.elems)
+        .any(|&id| matches!(k.nodes[id].op, Op::Load(p) if along(p)));
+    tiled.len() <= 2 && tiled.iter().all(|t| t.size == 2) && tile >= 8 * BLOCK && !other_rows
+}
+
 /// The tensors over the whole domain that the tile carries: inputs that some pass reads,
 /// then outputs.
 pub(crate) fn tiled_tensors(k: &Kernel, domain: &[DimId], plan: &Plan) -> Vec<Tiled> {

@@ -320,6 +320,20 @@ pub(crate) const WIDE_CACHED_ROW: u64 = 2048;
 /// | % of copy | 91 / 92 | 91 / 93 | 92 / 94 | 93 / 95 | **94 / 95** | 94 / 94 | 91 / 90 |
 pub(crate) const WIDE_COPY_BLOCKS_PER_SM: u32 = 48;
 
+/// The most blocks per SM of a short-row entry that takes 16-bit rows a multiple of eight long
+/// in vectors of eight (`rows::tile_eights`), where the other row grids take 160 (a tile or
+/// two a block). Measured on an H200 (benches/NOTES.md item 116), in GB/s of S2's softmax at
+/// 32 columns, with `FUSE_ROW_BLOCKS_PER_SM` for every row entry:
+///
+/// | blocks an SM | bf16 | f16 | bf16 `#[fast_math]` | f32 (S1) | bf16 at 2 columns |
+/// | --- | --- | --- | --- | --- | --- |
+/// | 160 | 3682-3685 | 3908 | 3927 | **4201-4204** | **3321-3325** |
+/// | 64 | **3871** | **3968** | **4110** | 4083 | 3255 |
+///
+/// so only the entries with vectors of eight take it; their rows cost the most instructions
+/// an element, and more, shorter-lived blocks overlap one tile's passes with another's loads.
+pub(crate) const SHORT_EIGHTS_BLOCKS_PER_SM: u32 = 64;
+
 /// The fewest blocks per SM the short-row kernel declares (`__launch_bounds__`): 64 registers,
 /// which every kernel of the tests fits without spilling (at five, 48 registers, seven of them
 /// spilled), and 4 x 32 KB of tiles fit in sm_80's 164 KB of shared memory.
