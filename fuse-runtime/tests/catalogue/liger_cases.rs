@@ -28,8 +28,8 @@ pub fn group_norm(dev: &Device, rng: &mut Rng) -> Vec<Out> {
         // Liger's variance, `mean(x²) - mean²`, cancels where a group's values are close:
         // the f32 rounding of the two means, about `4 ε (mean(x²) + mean²)`, over the variance
         // plus eps is the relative error of `rstd` (halved), and so of `y - bias`, beyond the
-        // case's own tolerance. A group of two values 0.006 apart is off by up to 1.4e-4
-        // (catalogue under synccheck, 2026-12-03); the widest bound of the case's groups.
+        // case's own tolerance: a group of two close values was off by 1.4e-4 (the catalogue
+        // under synccheck, 2026-12-03). The widest bound of the case's groups.
         let (mut rstd_rel, mut y_abs) = (0.0f64, 0.0f64);
         for (group, row) in x.chunks(n).enumerate() {
             let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n as f64;

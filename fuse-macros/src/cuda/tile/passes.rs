@@ -87,13 +87,13 @@ impl Cuda<'_> {
     }
 
     /// The passes over a row whose length is a multiple of `lanes` (four, eight where
-    /// `tile_eights`, or two for a row of two), `width * lanes` or (unless `full`) less: each thread takes vector
-    /// `c = lane` of the row, `lanes` elements, from each
-    /// tiled input's row in shared memory (`rc_<name>[0]`, as the register cache names them),
-    /// and writes its outputs' vectors there, or, for vectors of four or eight where the
-    /// tensors are aligned, straight to global memory. The vectors are read once, before the passes, so
-    /// that the values a pass shares with an earlier one (softmax's `exp`) are computed once:
-    /// read again in each pass, across the shuffles, they were not.
+    /// `tile_eights`, or two for a row of two), `width * lanes` or (unless `full`) less: each
+    /// thread takes vector `c = lane` of the row, `lanes` elements, from each tiled input's row
+    /// in shared memory (`rc_<name>[0]`, as the register cache names them), and writes its
+    /// outputs' vectors there, or, for vectors of four or eight where the tensors are aligned,
+    /// straight to global memory. The vectors are read once, before the passes, so that the
+    /// values a pass shares with an earlier one (softmax's `exp`) are computed once: read again
+    /// in each pass, across the shuffles, they were not.
     fn vector_passes(
         &mut self,
         axis: DimId,
