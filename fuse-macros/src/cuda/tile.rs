@@ -30,7 +30,7 @@
 
 use super::{Cuda, BLOCK};
 use crate::ir::{DimId, Launch};
-use crate::plan::rows::{tile_eights, tiling, Tiled};
+use crate::plan::rows::{row_vector_params, tile_eights, tiling, Tiled};
 use crate::plan::{Entry, Plan};
 
 mod passes;
@@ -74,7 +74,7 @@ impl Cuda<'_> {
             "const long long len = {};",
             self.layout.size(*axis)
         ));
-        self.dispatch(plan, domain, *axis, (min, max), eights, twos);
+        self.dispatch(plan, (min, max), eights, twos);
         let body = std::mem::replace(&mut self.out, kernel_body);
         self.indent = kernel_indent;
         format!("{function}{}", self.global(entry, &body))
@@ -86,15 +86,7 @@ impl Cuda<'_> {
     /// that take at most two elements each (a warp's accesses then meet at most two to a bank).
     /// `eights`: the entry's multiples of eight take a vector of eight a thread; `twos`: a row
     /// of two takes a vector of two.
-    fn dispatch(
-        &mut self,
-        plan: &Plan,
-        domain: &[DimId],
-        axis: DimId,
-        lens: (u64, u64),
-        eights: bool,
-        twos: bool,
-    ) {
+    fn dispatch(&mut self, plan: &Plan, lens: (u64, u64), eights: bool, twos: bool) {
         let args = self.param_names().join(", ");
         // `lanes`: 8, 4 or 2 for a vector a thread, 0 for two elements a thread.
         let call = |w: u32, lanes: u32, full: bool, exact: u64| {
@@ -192,8 +184,7 @@ impl Cuda<'_> {
         };
         let fours: Vec<_> = fours.into_iter().filter(taken).collect();
         let others: Vec<_> = others.into_iter().filter(taken).collect();
-        let aligned: String = self
-            .row_vector_params(plan, domain, axis)
+        let aligned: String = row_vector_params(self.k, plan)
             .into_iter()
             .map(|p| {
                 let (t, name) = self.param_text(p);
@@ -239,23 +230,6 @@ impl Cuda<'_> {
         if twos {
             self.close();
         }
-    }
-
-    /// The tensors along the row that are not tiled (gamma, beta): the vector step loads them
-    /// from global memory as vectors of four (`rows::Cuda::row_vectors`), which their address
-    /// must allow. (The tiled tensors' rows lie in shared memory, aligned whatever their
-    /// global addresses.)
-    fn row_vector_params(&self, plan: &Plan, domain: &[DimId], axis: DimId) -> Vec<usize> {
-        let mut found = vec![];
-        for pass in &plan.passes {
-            for p in self.row_vectors(pass, axis, &[]) {
-                let whole = self.k.params[p].shape.as_deref() == Some(domain);
-                if !whole && !found.contains(&p) {
-                    found.push(p);
-                }
-            }
-        }
-        found
     }
 
     /// The names of the kernel's parameters, in order.

@@ -478,19 +478,34 @@ pub(crate) fn tiling(k: &Kernel, plan: &Plan) -> Option<(Vec<Tiled>, u32)> {
 /// (benches/NOTES.md item 98). With three tensors (softmax's backward: `x`, `dy` and `dx`),
 /// ptxas spilled 8 to 16 bytes on sm_80 at 64 registers.
 pub(crate) fn tile_eights(k: &Kernel, plan: &Plan) -> bool {
-    let (Some((tiled, tile)), Launch::Rows { domain, axis }) = (tiling(k, plan), &k.launch) else {
+    let Some((tiled, tile)) = tiling(k, plan) else {
         return false;
     };
-    let along = |p: usize| {
-        let shape = k.params[p].shape.as_deref();
-        shape.and_then(|s| s.last()) == Some(axis) && shape != Some(domain.as_slice())
+    tiled.len() <= 2
+        && tiled.iter().all(|t| t.size == 2)
+        && tile >= 8 * BLOCK
+        && row_vector_params(k, plan).is_empty()
+}
+
+/// The tensors along the row that the tile does not carry (gamma, beta), in the order the
+/// passes load them: the tiled rows' vector step loads them from global memory as vectors of
+/// four (`rows::Cuda::row_vectors`), which their address must allow. (The tiled tensors' rows
+/// lie in shared memory, aligned whatever their global addresses.)
+pub(crate) fn row_vector_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return vec![];
     };
-    let other_rows = plan
-        .passes
-        .iter()
-        .flat_map(|pass| &pass.elems)
-        .any(|&id| matches!(k.nodes[id].op, Op::Load(p) if along(p)));
-    tiled.len() <= 2 && tiled.iter().all(|t| t.size == 2) && tile >= 8 * BLOCK && !other_rows
+    let mut found = vec![];
+    for &id in plan.passes.iter().flat_map(|pass| &pass.elems) {
+        if let Op::Load(p) = k.nodes[id].op {
+            let shape = k.params[p].shape.as_deref();
+            let along = shape.and_then(|s| s.last()) == Some(axis);
+            if along && shape != Some(domain.as_slice()) && !found.contains(&p) {
+                found.push(p);
+            }
+        }
+    }
+    found
 }
 
 /// The tensors over the whole domain that the tile carries: inputs that some pass reads,
