@@ -228,11 +228,101 @@ impl Graph {
             return a;
         }
         if shape.is_empty() {
-            return self.reduce(Reduce::Sum, a, None);
+            return self.sum_factored(a, &extra, None);
         }
         extra
             .into_iter()
-            .fold(a, |a, d| self.reduce(Reduce::Sum, a, Some(d)))
+            .fold(a, |a, d| self.sum_factored(a, &[d], Some(d)))
+    }
+
+    /// The sum of `a` over `dims` (`dim`, or every dim where `None`), with the factors of `a`
+    /// that do not vary along them taken out of the sum where that saves a division an
+    /// element: a derivative's `sum(dy * (e / s) / s)` (softmax's, `s` a row's sum) is
+    /// `sum(dy * e) / s / s`, a multiply-add an element in place of two divisions. Elsewhere
+    /// the sum is left as written, so a launch that computes the summand for another use
+    /// (a bias gradient's partial sums beside `dx`) still shares it.
+    fn sum_factored(&mut self, a: NodeId, dims: &[DimId], dim: Option<DimId>) -> NodeId {
+        let (mut neg, mut factors) = (false, vec![]);
+        self.factors(a, dims, (false, false), &mut neg, &mut factors);
+        let varies = |g: &Self, f: NodeId| g.shape(f).iter().any(|d| dims.contains(d));
+        if !factors
+            .iter()
+            .any(|&(f, den, divides)| den && divides && !varies(self, f))
+        {
+            return self.reduce(Reduce::Sum, a, dim);
+        }
+        let (inner, outer): (Vec<_>, Vec<_>) =
+            factors.into_iter().partition(|&(f, _, _)| varies(self, f));
+        let mut s = self.product(&inner);
+        s = self.reduce(Reduce::Sum, s, dim);
+        for (f, den, _) in outer {
+            let f = self.p(f);
+            s = if den { self.div(s, f) } else { self.mul(s, f) };
+        }
+        if neg {
+            s = self.neg(s);
+        }
+        s
+    }
+
+    /// `a` as a signed product: its factors, each with whether it divides (`den`) and whether
+    /// an element of `dims` does so (`divides`: a denominator of a quotient that varies along
+    /// `dims`), looking through the products, quotients, negations and widening casts
+    /// computed in the compute type (`f16` and `bf16` values are held in `f32`).
+    fn factors(
+        &self,
+        a: NodeId,
+        dims: &[DimId],
+        (den, divides): (bool, bool),
+        neg: &mut bool,
+        out: &mut Vec<(NodeId, bool, bool)>,
+    ) {
+        let held =
+            |e: Elem| e == self.ct || (self.ct == Elem::F32 && matches!(e, Elem::F16 | Elem::BF16));
+        if held(self.elem(a)) {
+            match self.nodes[a].op {
+                Op::Binary(BinOp::Mul, x, y) => {
+                    self.factors(x, dims, (den, divides), neg, out);
+                    return self.factors(y, dims, (den, divides), neg, out);
+                }
+                Op::Binary(BinOp::Div, x, y) => {
+                    let varies = self.shape(a).iter().any(|d| dims.contains(d));
+                    self.factors(x, dims, (den, divides), neg, out);
+                    return self.factors(y, dims, (!den, divides || varies), neg, out);
+                }
+                Op::Unary(UnOp::Neg, x) => {
+                    *neg = !*neg;
+                    return self.factors(x, dims, (den, divides), neg, out);
+                }
+                Op::Cast(x) if held(self.elem(x)) => {
+                    return self.factors(x, dims, (den, divides), neg, out)
+                }
+                _ => {}
+            }
+        }
+        out.push((a, den, divides));
+    }
+
+    /// The product of `factors` in the compute type: the numerators', divided by each
+    /// denominator (1 where there are none).
+    fn product(&mut self, factors: &[(NodeId, bool, bool)]) -> NodeId {
+        let mut p = None;
+        for &(f, _, _) in factors.iter().filter(|&&(_, den, _)| !den) {
+            let f = self.p(f);
+            p = Some(match p {
+                Some(p) => self.mul(p, f),
+                None => f,
+            });
+        }
+        let mut p = match p {
+            Some(p) => p,
+            None => self.lit(1.0),
+        };
+        for &(f, _, _) in factors.iter().filter(|&&(_, den, _)| den) {
+            let f = self.p(f);
+            p = self.div(p, f);
+        }
+        p
     }
 
     /// `a` over exactly `shape` (which holds `a`'s dims): a zero of each missing dim added.
@@ -532,5 +622,38 @@ fn copy_node(n: &Node) -> Node {
         ty: n.ty,
         shape: n.shape.clone(),
         tokens: n.tokens.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::ir::Op;
+    use crate::parse::BinOp;
+    use crate::testing::kernel;
+    use quote::quote;
+
+    /// Softmax's gradient divides by the row's sum once a row, not twice an element: the
+    /// sum along the row of `dy * (e / s) / s` is taken as `sum(dy * e) / s / s`, beside the
+    /// sum of `e` in the same pass.
+    #[test]
+    fn sums_take_out_the_divisors_that_do_not_vary_along_them() {
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn softmax(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+                let e = (x - detach(max(x, cols))).exp();
+                e / sum(e, cols)
+            }
+        });
+        for (with_values, divisions) in [(false, 0), (true, 1)] {
+            let d = super::vjp(&k, with_values, "d").unwrap();
+            assert_eq!(d.steps.len(), 1);
+            let k = &d.steps[0].kernel;
+            let per_element = k
+                .nodes
+                .iter()
+                .filter(|n| matches!(n.op, Op::Binary(BinOp::Div, ..)) && n.shape.contains(&1))
+                .count();
+            assert_eq!(per_element, divisions, "with values: {with_values}");
+        }
     }
 }
