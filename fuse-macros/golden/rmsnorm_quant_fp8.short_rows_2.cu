@@ -68,29 +68,6 @@ template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec
         return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
     }
 }
-template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_round_f8e4m3(const fz_vec<float, N>& f) {
-    union { fz_vec<unsigned char, N> s; unsigned int w[(N + 3) / 4]; unsigned short h[(N + 1) / 2]; } u;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    if constexpr (N % 2 == 0) {
-        bool nan = false;
-        #pragma unroll
-        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
-        if (!nan) {
-            if constexpr (N % 4 == 0) {
-                #pragma unroll
-                for (int i = 0; i < N / 4; ++i) asm("{ .reg .b16 l, h; cvt.rn.satfinite.e4m3x2.f32 l, %2, %1; cvt.rn.satfinite.e4m3x2.f32 h, %4, %3; mov.b32 %0, {l, h}; }" : "=r"(u.w[i]) : "f"(f.v[4 * i]), "f"(f.v[4 * i + 1]), "f"(f.v[4 * i + 2]), "f"(f.v[4 * i + 3]));
-            } else {
-                #pragma unroll
-                for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
-            }
-            return u.s;
-        }
-    }
-#endif
-    #pragma unroll
-    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_f8e4m3(f.v[j]);
-    return u.s;
-}
 template <int width, bool fours, bool full, int exact, int lanes = 4>
 static __device__ __forceinline__ void fz_short_rows(
     const unsigned short* __restrict__ p_x,
@@ -263,7 +240,7 @@ static __device__ __forceinline__ void fz_short_rows(
                 const float v14 = (v12 / v13);
                 const float v16 = (v15 / v14);
                 {
-                    fz_vec<float, 2> s0;
+                    fz_vec<unsigned char, 2> s0;
                     const fz_vec<unsigned short, 2> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 2>*>(p_w + b1) + c);
                     {
                         const int j = 0;
@@ -277,7 +254,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = v17;
+                        s0.v[j] = h18;
                     }
                     {
                         const int j = 1;
@@ -291,9 +268,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = v17;
+                        s0.v[j] = h18;
                     }
-                    *(reinterpret_cast<fz_vec<unsigned char, 2>*>(out0 + b0) + c) = fz_round_f8e4m3(s0);
+                    *(reinterpret_cast<fz_vec<unsigned char, 2>*>(out0 + b0) + c) = s0;
                 }
                 if (live && lane == 0) {
                     out1[b2] = v14;
@@ -445,7 +422,7 @@ static __device__ __forceinline__ void fz_short_rows(
                 const float v14 = (v12 / v13);
                 const float v16 = (v15 / v14);
                 {
-                    fz_vec<float, 4> s0;
+                    fz_vec<unsigned char, 4> s0;
                     const fz_vec<unsigned short, 4> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_w + b1) + c);
                     {
                         const int j = 0;
@@ -459,7 +436,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = v17;
+                        s0.v[j] = h18;
                     }
                     {
                         const int j = 1;
@@ -473,7 +450,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = v17;
+                        s0.v[j] = h18;
                     }
                     {
                         const int j = 2;
@@ -487,7 +464,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = v17;
+                        s0.v[j] = h18;
                     }
                     {
                         const int j = 3;
@@ -501,9 +478,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = v17;
+                        s0.v[j] = h18;
                     }
-                    *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = fz_round_f8e4m3(s0);
+                    *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = s0;
                 }
                 if (live && lane == 0) {
                     out1[b2] = v14;

@@ -227,38 +227,6 @@ macro_rules! packed_minmax {
     };
 }
 
-/// `fz_round_f8<ty>`: a vector of fp8 from f32 values, two to a `cvt.rn.satfinite` where
-/// none is NaN (sm_89 and later), else one by one through the type's own conversion.
-macro_rules! vec_f8 {
-    ($ty:literal) => {
-        concat!(
-            "template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_round_f8", $ty, "(const fz_vec<float, N>& f) {\n",
-            "    union { fz_vec<unsigned char, N> s; unsigned int w[(N + 3) / 4]; unsigned short h[(N + 1) / 2]; } u;\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890\n",
-            "    if constexpr (N % 2 == 0) {\n",
-            "        bool nan = false;\n",
-            "        #pragma unroll\n",
-            "        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];\n",
-            "        if (!nan) {\n",
-            "            if constexpr (N % 4 == 0) {\n",
-            "                #pragma unroll\n",
-            "                for (int i = 0; i < N / 4; ++i) asm(\"{ .reg .b16 l, h; cvt.rn.satfinite.", $ty, "x2.f32 l, %2, %1; cvt.rn.satfinite.", $ty, "x2.f32 h, %4, %3; mov.b32 %0, {l, h}; }\" : \"=r\"(u.w[i]) : \"f\"(f.v[4 * i]), \"f\"(f.v[4 * i + 1]), \"f\"(f.v[4 * i + 2]), \"f\"(f.v[4 * i + 3]));\n",
-            "            } else {\n",
-            "                #pragma unroll\n",
-            "                for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.satfinite.", $ty, "x2.f32 %0, %1, %2;\" : \"=h\"(u.h[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
-            "            }\n",
-            "            return u.s;\n",
-            "        }\n",
-            "    }\n",
-            "#endif\n",
-            "    #pragma unroll\n",
-            "    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_f8", $ty, "(f.v[j]);\n",
-            "    return u.s;\n",
-            "}\n",
-        )
-    };
-}
-
 /// The text of a helper function, overloaded for every type it applies to.
 pub(super) fn helper(name: &str) -> &'static str {
     match name {
@@ -415,12 +383,6 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return fz_round_bf16(f);\n",
             "}\n",
         ),
-        // A vector of fp8 from the f32 values of a vector store (`Cuda::vector_bits`), each
-        // rounded as `fz_f32_to_f8e4m3` (`fz_f32_to_f8e5m2`) rounds it: on sm_89 and later,
-        // where no value is NaN, two to a conversion instruction; else one by one. One by one,
-        // each took a conversion of its own, a NaN test and a select, and the bytes' packing.
-        "fz_vec_f8e4m3" => vec_f8!("e4m3"),
-        "fz_vec_f8e5m2" => vec_f8!("e5m2"),
         // The largest (smallest) of `acc` and a vector of 16-bit floats, as `fmaxf` (`fminf`)
         // over its elements in f32 gives it (a NaN ignored, `acc` where all are NaN): on sm_80
         // and later two elements an instruction in their own type (`max.bf16x2`), then the
