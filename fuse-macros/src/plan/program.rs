@@ -6,8 +6,8 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count,
-    tile_eights, tiling, wide_cache, wide_copies_ahead, SHORT,
+    cached_bytes, cached_params, needs_divisors, seed_params, slot_count, tile_eights, tiling,
+    wide_cache, wide_copies_ahead, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -424,12 +424,11 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             }
             if !cached_params(k, plan).is_empty() && fit {
                 let bound = Some(tuning::register_min_blocks(k, plan));
-                // Light rows load straight into registers, with a grid of their own.
-                let block = match direct_row_cost(k, plan) {
-                    Some(_) => Grid::Rows {
-                        blocks_per_sm: tuning::direct_blocks_per_sm(k, plan),
-                    },
-                    None => rows,
+                // Light rows load straight into registers, with a grid of their own, and so
+                // do rows reduced twice over two tensors that ask L2 for the next.
+                let block = match tuning::direct_blocks_per_sm(k, plan) {
+                    0 => rows,
+                    blocks_per_sm => Grid::Rows { blocks_per_sm },
                 };
                 // Compiled for sm_90 and later: ptxas for sm_80 spilled this loop of
                 // `w7_layernorm_quantize` around the division's slow-path calls at 64 registers.

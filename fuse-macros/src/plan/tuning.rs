@@ -4,7 +4,7 @@
 use crate::abi::{BLOCK, CACHE};
 use crate::ir::{Kernel, Launch, Op};
 use crate::parse::BinOp;
-use crate::plan::rows::{cached_params, direct_row_cost, f32_slots, prefetches};
+use crate::plan::rows::{cached_params, direct_row_cost, f32_slots, next_row_to_l2, prefetches};
 use crate::plan::Plan;
 use crate::ty::Elem;
 
@@ -402,13 +402,40 @@ pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u3
 ///
 /// For the whole kernel, 320 cost softmax's shorter rows (1024 columns) 6 points, so these
 /// grids are for these rows only.
+///
+/// Except where a block reduces each row twice over two tensors or more, which it asks L2 for
+/// its next row of (`rows::next_row_to_l2`): there [`NEXT_ROW_BLOCKS_PER_SM`], whatever the cost.
 pub(crate) fn direct_blocks_per_sm(k: &Kernel, plan: &Plan) -> u32 {
+    let Launch::Rows { domain, .. } = &k.launch else {
+        return 0;
+    };
+    let cached = cached_params(k, plan);
+    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
+    if writes_rows && plan.reducing_passes() == 2 && cached.len() >= 2 && next_row_to_l2(k, &cached)
+    {
+        return NEXT_ROW_BLOCKS_PER_SM;
+    }
     match direct_row_cost(k, plan) {
         None => 0,
         Some(0..=8) => 480,
         Some(_) => 320,
     }
 }
+
+/// The blocks per SM of a row-a-block grid where each row is reduced twice over two tensors or
+/// more, the next row asked of L2: a few blocks an SM, each going through many rows, whose
+/// next rows reach L2 while they reduce this one; with a row or two a block (160 or 320 an SM)
+/// each row's loads wait on HBM. 12 is a multiple of any residency up to 4 and of 6, so no SM
+/// runs a last wave of fewer blocks (at 6, with four resident, G6 fell to 86%). Measured on
+/// an H200 (benches/NOTES.md item 117), % of copy with `FUSE_ROW_BLOCKS_PER_SM` (4096-column
+/// rows, which only the row-a-block entry takes):
+///
+/// | blocks an SM | 2 | 3 | 4 | 6 | 8 | 12 | default |
+/// | --- | --- | --- | --- | --- | --- | --- | --- |
+/// | G6 (softmax backward: `x`, `dy`; the maximum, then the sums) | 84 | 91 | 93 | 86 | 93 | **93** | 88 (160) |
+/// | G6T (from saved statistics: one reduction) | 87 | 94 | 95 | 86 | 94 | 95 | **100** (160) |
+/// | S2 softmax bf16 (one tensor), ms | | | | | 0.2850 | 0.2798 | **0.2682** (320) |
+pub(crate) const NEXT_ROW_BLOCKS_PER_SM: u32 = 12;
 
 /// The rows of partial sums a derived launch over rows writes for a sum over rows
 /// (`OutputInfo::partial`): its grid's most blocks, each summing the rows it takes into one
@@ -451,7 +478,8 @@ mod tests {
     }
 
     /// The grid where a block loads whole rows straight into registers: more blocks for
-    /// RMSNorm than for softmax, none for layernorm with GELU, which copies its rows ahead.
+    /// RMSNorm than for softmax, none for layernorm with GELU, which copies its rows ahead, and
+    /// a few long-lived ones for two tensors reduced twice a row.
     #[test]
     fn direct_row_grids_follow_the_cost_of_an_element() {
         let blocks = |tokens| {
@@ -475,7 +503,24 @@ mod tests {
                 gelu(d * rsqrt(mean(d * d, cols) + 1e-5) * g + b)
             }
         });
+        // Softmax's backward: two 16-bit tensors, each row reduced twice (its maximum, then
+        // its sums); once, from the forward's saved statistics.
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn s(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+                let e = (x - detach(max(x, cols))).exp();
+                e / sum(e, cols)
+            }
+        });
+        let derived = |d: crate::grad::Derived| {
+            let k = &d.steps[0].kernel;
+            super::direct_blocks_per_sm(k, &crate::plan::plan(k))
+        };
+        let vjp = crate::grad::vjp(&k, false, "d").unwrap();
+        let saved = derived(crate::grad::train(&k, &vjp).unwrap().backward);
+        let backward = derived(vjp);
         assert_eq!((rmsnorm, softmax, layernorm_gelu), (480, 320, 0));
+        assert_eq!((backward, saved), (super::NEXT_ROW_BLOCKS_PER_SM, 0));
     }
 
     /// An elementwise kernel is bounded only where it has `f64` values and routines on narrower
