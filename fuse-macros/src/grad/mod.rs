@@ -266,9 +266,9 @@ impl Graph {
     }
 
     /// `a` as a signed product: its factors, each with whether it divides (`den`) and whether
-    /// an element of `dims` does so (`divides`: a denominator of a quotient that varies along
-    /// `dims`), looking through the products, quotients, negations and widening casts
-    /// computed in the compute type (`f16` and `bf16` values are held in `f32`).
+    /// it is reached through a quotient that varies along `dims` (`divides`: each element of
+    /// the sum would divide by it), looking through the products, quotients, negations and
+    /// widening casts computed in the compute type (`f16` and `bf16` values are held in `f32`).
     fn factors(
         &self,
         a: NodeId,
@@ -294,7 +294,8 @@ impl Graph {
                     *neg = !*neg;
                     return self.factors(x, dims, (den, divides), neg, out);
                 }
-                Op::Cast(x) if held(self.elem(x)) => {
+                // Only a widening cast, which changes no value; `as bf16` rounds.
+                Op::Cast(x) if self.elem(a) == self.ct && held(self.elem(x)) => {
                     return self.factors(x, dims, (den, divides), neg, out)
                 }
                 _ => {}
@@ -655,5 +656,45 @@ mod tests {
                 .count();
             assert_eq!(per_element, divisions, "with values: {with_values}");
         }
+    }
+
+    /// A rounding cast stays inside the sum: the divisor comes out, `as bf16` is not looked
+    /// through (only widening casts are).
+    #[test]
+    fn sums_keep_the_roundings_of_their_summands() {
+        let k = kernel(quote! {
+            #[vjp(w)]
+            fn f(x: [f32; rows, cols], w: [f32; rows]) -> [f32; rows, cols] {
+                ((x.exp() as bf16) as f32) / w
+            }
+        });
+        let d = super::vjp(&k, false, "d").unwrap();
+        let k = &d.steps[0].kernel;
+        let reduced: Vec<usize> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Reduce(_, a, Some(1)) => Some(a),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reduced.len(), 1);
+        let mut stack = reduced;
+        let (mut rounds, mut divides) = (false, false);
+        while let Some(i) = stack.pop() {
+            let n = &k.nodes[i];
+            rounds |= matches!(n.op, Op::Cast(_)) && n.elem() == crate::ty::Elem::BF16;
+            divides |= matches!(n.op, Op::Binary(BinOp::Div, ..));
+            match &n.op {
+                Op::Binary(_, a, b) => stack.extend([*a, *b]),
+                Op::Unary(_, a) | Op::Cast(a) => stack.push(*a),
+                Op::Call(_, args) => stack.extend(args),
+                _ => {}
+            }
+        }
+        assert!(
+            rounds && !divides,
+            "the summand keeps its rounding and divides by nothing"
+        );
     }
 }
