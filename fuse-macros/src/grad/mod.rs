@@ -685,12 +685,7 @@ mod tests {
             let n = &k.nodes[i];
             rounds |= matches!(n.op, Op::Cast(_)) && n.elem() == crate::ty::Elem::BF16;
             divides |= matches!(n.op, Op::Binary(BinOp::Div, ..));
-            match &n.op {
-                Op::Binary(_, a, b) => stack.extend([*a, *b]),
-                Op::Unary(_, a) | Op::Cast(a) => stack.push(*a),
-                Op::Call(_, args) => stack.extend(args),
-                _ => {}
-            }
+            stack.extend(n.op.operands());
         }
         assert!(
             rounds && !divides,

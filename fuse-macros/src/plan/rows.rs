@@ -108,15 +108,19 @@ pub(crate) const DIRECT_COST: u32 = 20;
 /// 1024 99% against 90%; W6 (layernorm and GELU) 85% against 97%, W7 (three reducing passes) 73%
 /// against 97%.
 pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
-    let Launch::Rows { domain, .. } = &k.launch else {
-        return None;
-    };
     let cached = cached_params(k, plan);
-    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
-    if cached.is_empty() || !writes_rows || plan.reducing_passes() > 2 {
+    if cached.is_empty() || !writes_rows(k) || plan.reducing_passes() > 2 {
         return None;
     }
     Some(element_cost(k, plan, &cached)).filter(|&cost| cost <= DIRECT_COST)
+}
+
+/// Whether a row kernel has an output over its whole domain (it writes rows, not a value a row).
+pub(crate) fn writes_rows(k: &Kernel) -> bool {
+    let Launch::Rows { domain, .. } = &k.launch else {
+        return false;
+    };
+    k.outputs.iter().any(|o| &o.shape == domain)
 }
 
 /// Roughly the instructions an element of a row takes over all the passes of the row-a-block

@@ -4,7 +4,9 @@
 use crate::abi::{BLOCK, CACHE};
 use crate::ir::{Kernel, Launch, Op};
 use crate::parse::BinOp;
-use crate::plan::rows::{cached_params, direct_row_cost, f32_slots, next_row_to_l2, prefetches};
+use crate::plan::rows::{
+    cached_params, direct_row_cost, f32_slots, next_row_to_l2, prefetches, writes_rows,
+};
 use crate::plan::Plan;
 use crate::ty::Elem;
 
@@ -406,12 +408,11 @@ pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u3
 /// Except where a block reduces each row twice over two tensors or more, which it asks L2 for
 /// its next row of (`rows::next_row_to_l2`): there [`NEXT_ROW_BLOCKS_PER_SM`], whatever the cost.
 pub(crate) fn direct_blocks_per_sm(k: &Kernel, plan: &Plan) -> u32 {
-    let Launch::Rows { domain, .. } = &k.launch else {
-        return 0;
-    };
     let cached = cached_params(k, plan);
-    let writes_rows = k.outputs.iter().any(|o| &o.shape == domain);
-    if writes_rows && plan.reducing_passes() == 2 && cached.len() >= 2 && next_row_to_l2(k, &cached)
+    if writes_rows(k)
+        && plan.reducing_passes() == 2
+        && cached.len() >= 2
+        && next_row_to_l2(k, &cached)
     {
         return NEXT_ROW_BLOCKS_PER_SM;
     }
