@@ -8,9 +8,20 @@ use common::*;
 use fuse_runtime::{bf16, f16, Buffer, Device, Element};
 use grad_kernels::*;
 
-/// (rows, cols): short rows, streamed rows, wide cached rows, a block a row, long rows, and
-/// many short rows (column reductions split across blocks).
-const SHAPES: [(usize, usize); 6] = [(9, 8), (7, 33), (5, 1000), (3, 3000), (2, 5000), (1500, 24)];
+/// (rows, cols): short rows, streamed rows, wide cached rows, a block a row, long rows, many
+/// short rows (column reductions split across blocks), and rows of exactly 4096 (the
+/// row-a-block entry without bounds tests), more of them than a few blocks an SM take, so that
+/// blocks copy their next rows ahead (`plan::rows::block_copies_ahead`) on GPUs of up to 200
+/// SMs (the backward of softmax has 12 blocks an SM).
+const SHAPES: [(usize, usize); 7] = [
+    (9, 8),
+    (7, 33),
+    (5, 1000),
+    (3, 3000),
+    (2, 5000),
+    (1500, 24),
+    (2403, 4096),
+];
 
 fn halves<T: Element>(v: &[f32], from: fn(f32) -> T) -> Vec<T> {
     v.iter().map(|&a| from(a)).collect()

@@ -6,8 +6,8 @@ use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
-    cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2, pass_stashes, prefetches,
-    wide_copies_ahead,
+    block_copies_ahead, cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2,
+    pass_stashes, prefetches, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -80,9 +80,16 @@ impl Cuda<'_> {
         // The wide entry's 16-bit rows are copied ahead too, a 16-byte vector of eight elements
         // a `cp.async`, into registers at the start of their row (`row_loop`).
         let wide = self.path == Path::RowsCachedWide && cached.len() == 1;
+        let exact = self.path == Path::RowBlockExact;
         let prefetch = !cached.is_empty()
-            && !self.direct_rows
-            && (prefetches(self.k, &cached) || (wide && wide_copies_ahead(self.k, self.plan)));
+            && match block {
+                true => block_copies_ahead(self.k, self.plan, &cached, exact),
+                false => {
+                    !self.direct_rows
+                        && (prefetches(self.k, &cached)
+                            || (wide && wide_copies_ahead(self.k, self.plan)))
+                }
+            };
         if prefetch {
             self.prefetch_buffers(&cached);
         }
@@ -401,12 +408,27 @@ impl Cuda<'_> {
     /// `buf`, in one bulk copy (`fz_copy_row`) for the row-a-block loop: the buffer holds it in
     /// order, vector `c` at `c`, as the per-thread copies place it (`c = lane + q * BLOCK`).
     fn copy_row_in_bulk(&mut self, cached: &[usize], first: &str, buf: &str) {
-        let &[p] = cached else {
-            unreachable!("a row a block prefetches one tensor")
-        };
-        let (t, name) = self.param_text(p);
         self.line(format!("const long long gp = {first};"));
-        self.line(format!("if (threadIdx.x == 0) fz_copy_row(&pf_{name}[{buf}][0], p_{name} + gp * len, (unsigned int)len * sizeof({t}), &fz_rb[{buf}]);"));
+        if let &[p] = cached {
+            let (t, name) = self.param_text(p);
+            self.line(format!("if (threadIdx.x == 0) fz_copy_row(&pf_{name}[{buf}][0], p_{name} + gp * len, (unsigned int)len * sizeof({t}), &fz_rb[{buf}]);"));
+            return;
+        }
+        // Several tensors: the buffer's barrier expects all their bytes, then a copy each.
+        let sizes: Vec<String> = cached
+            .iter()
+            .map(|&p| format!("sizeof({})", self.param_text(p).0))
+            .collect();
+        self.open("if (threadIdx.x == 0)");
+        self.line(format!(
+            "fz_expect(&fz_rb[{buf}], (unsigned int)len * ({}));",
+            sizes.join(" + ")
+        ));
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            self.line(format!("fz_copy_bulk(&pf_{name}[{buf}][0], p_{name} + gp * len, (unsigned int)len * sizeof({t}), &fz_rb[{buf}]);"));
+        }
+        self.close();
     }
 
     /// Starts copying the `cached` tensors' elements of this thread's row among those from
@@ -422,6 +444,7 @@ impl Cuda<'_> {
         let l = self.cache_lanes;
         for &p in cached {
             let (t, name) = self.param_text(p);
+            let bytes = l * self.k.params[p].elem.bits() / 8;
             // The row's address once (64-bit), then 32-bit steps: the address was recomputed
             // from `gp * len` for each vector.
             self.line(format!(
@@ -431,7 +454,7 @@ impl Cuda<'_> {
             self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
             self.line("const int c = lane + q * width;");
             self.line(format!(
-                "{inside}fz_copy_async<16>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * {l});"
+                "{inside}fz_copy_async<{bytes}>(&pf_{name}[{buf}][q * {BLOCK} + threadIdx.x], pr_{name} + q * width * {l});"
             ));
             self.close();
         }

@@ -20,6 +20,27 @@ pub(crate) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }
 
+/// Whether the row-a-block loop copies its next row into shared memory ahead, in bulk: where
+/// [`prefetches`] allows it and the rows are not light ([`direct_row_cost`]), and for rows of
+/// two cached tensors or more whose elements add up to at most 4 bytes (two 16-bit tensors: the
+/// same 32 KB of buffers as one f32 row), light or not, in kernels that draw no random numbers,
+/// on the entry of rows of exactly `CACHE * BLOCK` elements (`exact`): a bulk copy moves whole
+/// 16-byte units from 16-byte-aligned addresses, which 16-bit rows a multiple of four long
+/// (the other row-a-block entry's) need not be; and only where each block goes through many
+/// rows (the partial sums' grid, a few blocks an SM, or `tuning::NEXT_ROW_BLOCKS_PER_SM`): a
+/// block of a row or two has no next row to copy. Only in kernels that reduce their rows: a
+/// block reduction's barrier is what keeps the copy into a buffer from landing before every
+/// thread has read the row it held, a row earlier.
+pub(crate) fn block_copies_ahead(k: &Kernel, plan: &Plan, cached: &[usize], exact: bool) -> bool {
+    let stays = k.has_partials()
+        || crate::plan::tuning::direct_blocks_per_sm(k, plan)
+            == crate::plan::tuning::NEXT_ROW_BLOCKS_PER_SM;
+    let several = exact && stays && cached.len() >= 2 && bytes(k, cached) <= 4;
+    let several = several && !k.draws_random();
+    let copies = several || (prefetches(k, cached) && direct_row_cost(k, plan).is_none());
+    copies && plan.reducing_passes() >= 1
+}
+
 /// Whether a row-a-block loop that reads its rows straight into registers (not copied ahead,
 /// [`prefetches`]) asks L2 for the block's next row while its passes run: for rows of two
 /// cached tensors or more, or of elements of at most 2 bytes (bf16 and f16 measured), in

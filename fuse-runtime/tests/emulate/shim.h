@@ -80,6 +80,7 @@ template <typename T> static inline T fz_take(const unsigned long long* slot) { 
 // the block's other threads after the barrier where the GPU waits for its bytes.
 static inline void fz_row_barriers(unsigned long long*) {}
 static inline void fz_copy_row(void* dst, const void* src, unsigned int bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
+static inline void fz_copy_bulk(void* dst, const void* src, unsigned int bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
 static inline void fz_row_wait(unsigned long long*, unsigned int& parity, unsigned int phase) { parity ^= 1u << phase; __syncthreads(); }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
