@@ -34,7 +34,15 @@ pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 /// - a row kept in shared memory otherwise, or one row in registers with one output: four (64);
 /// - one row in registers otherwise: three (85);
 /// - two or more rows in registers: two (128), as they leave too little for the division's
-///   slow-path call (`div_by_row_max` spilled at three).
+///   slow-path call (`div_by_row_max` spilled at three); but three (85) for 16-bit rows of at
+///   most 4 bytes an element together, with partial sums over rows (`OutputInfo::partial`) of
+///   one output: what a thread holds across its rows, [`CACHE`] elements of each row and
+///   [`CACHE`] sums, is then 32 registers, as one f32 row's and its accumulators; and one
+///   output along the rows. Measured on an H200 (benches/NOTES.md item 118): G1's backward
+///   (RMSNorm, `x` and `dy` in bf16, `dw`'s partial sums) 80 registers without spills, 81 ->
+///   90% of copy speed; G2's and G7's (two outputs' partial sums, 48 registers held) spilled
+///   60-80 bytes at three on sm_90, and G2's pair from saved statistics ran 78 -> 66%; G1's
+///   `value_and_vjp` (`y` beside `dx`) spilled 32 bytes.
 ///
 /// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`]; one (255) for a
 /// kernel of [`WIDE_SLOTS`] `f64` reduction slots or more beside [`WIDE_ROUTINES`] `f64` math
@@ -86,12 +94,33 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     // A kernel that writes whole rows keeps the output's vectors too: softmax spilled the
     // row-a-block copy of its loop (see `rows`) at five.
     let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
+    // Outputs along the rows but partial sums (which have the domain's shape too).
+    let row_outputs = k
+        .outputs
+        .iter()
+        .filter(|o| o.shape.as_slice() == domain && o.partial.is_none())
+        .count();
     match (prefetches(k, &whole), along, k.outputs.len()) {
         (true, 1, 1) if !writes_rows => MIN_BLOCKS + 3,
         (true, _, _) => MIN_BLOCKS + 2,
         (false, _, 1) if whole.len() == 1 => MIN_BLOCKS + 2,
         (false, _, _) if whole.len() == 1 => MIN_BLOCKS + 1,
+        (false, _, _) if held_registers(k, &whole) <= CACHE * 2 && row_outputs == 1 => {
+            MIN_BLOCKS + 1
+        }
         (false, _, _) => MIN_BLOCKS,
+    }
+}
+
+/// The registers a thread of a row kernel with partial sums over rows holds across the rows
+/// it takes: [`CACHE`] elements of each of its `cached` rows, packed (two 16-bit elements a
+/// register), and [`CACHE`] f32 sums for each output of partial sums; `u32::MAX` for a kernel
+/// without partial sums, whose rows are its block's for one row only.
+fn held_registers(k: &Kernel, cached: &[usize]) -> u32 {
+    let sums = k.outputs.iter().filter(|o| o.partial.is_some()).count() as u32;
+    match sums {
+        0 => u32::MAX,
+        _ => CACHE * crate::plan::rows::bytes(k, cached) / 4 + CACHE * sums,
     }
 }
 
@@ -522,6 +551,93 @@ mod tests {
         let backward = derived(vjp);
         assert_eq!((rmsnorm, softmax, layernorm_gelu), (480, 320, 0));
         assert_eq!((backward, saved), (super::NEXT_ROW_BLOCKS_PER_SM, 0));
+    }
+
+    /// Row-a-block loops copy two 16-bit rows ahead where each block goes through many rows:
+    /// softmax's backward (its own grid of a few blocks an SM) and RMSNorm's (partial sums),
+    /// on the entry of rows of 4096 only; not the training pair's softmax backward (a row or
+    /// two a block), nor a backward that draws random numbers.
+    #[test]
+    fn blocks_that_take_many_rows_copy_two_sixteen_bit_rows_ahead() {
+        let ahead = |tokens, train: bool, exact: bool| {
+            let k = kernel(tokens);
+            let vjp = crate::grad::vjp(&k, false, "d").unwrap();
+            let d = match train {
+                true => crate::grad::train(&k, &vjp).unwrap().backward,
+                false => vjp,
+            };
+            let k = &d.steps[0].kernel;
+            let plan = crate::plan::plan(k);
+            let cached = crate::plan::rows::cached_params(k, &plan);
+            crate::plan::rows::block_copies_ahead(k, &plan, &cached, exact)
+        };
+        let softmax = quote! {
+            #[vjp(x)]
+            fn s(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+                let e = (x - detach(max(x, cols))).exp();
+                e / sum(e, cols)
+            }
+        };
+        let rmsnorm = quote! {
+            #[vjp(x, w)]
+            fn r(x: [bf16; t, h], w: [bf16; h]) -> [bf16; t, h] {
+                x * rsqrt(mean(x * x, h) + 1e-6) * w
+            }
+        };
+        let dropout = quote! {
+            #[vjp(x, b)]
+            fn d(x: [bf16; t, h], b: [bf16; h], seed: u64) -> [bf16; t, h] {
+                let y = dropout(x + b, 0.1, seed);
+                y / sum(y, h)
+            }
+        };
+        let found = [
+            ahead(softmax.clone(), false, true),
+            ahead(softmax.clone(), false, false),
+            ahead(softmax, true, true),
+            ahead(rmsnorm, false, true),
+            ahead(dropout, false, true),
+        ];
+        assert_eq!(found, [true, false, false, true, false]);
+    }
+
+    /// RMSNorm's backward over two bf16 rows with one output's partial sums holds 32 registers
+    /// across its rows and takes three blocks an SM; LayerNorm's (two outputs' sums) and the
+    /// `value_and_vjp` of RMSNorm (`y` beside `dx`) keep two.
+    #[test]
+    fn sixteen_bit_rows_with_one_output_of_partial_sums_take_three_blocks() {
+        let bound = |tokens, values| {
+            let k = kernel(tokens);
+            let d = crate::grad::vjp(&k, values, "d").unwrap();
+            let k = &d.steps[0].kernel;
+            super::min_blocks(k, &crate::plan::plan(k))
+        };
+        let rmsnorm = quote! {
+            #[vjp(x, w)]
+            fn r(x: [bf16; t, h], w: [bf16; h]) -> [bf16; t, h] {
+                x * rsqrt(mean(x * x, h) + 1e-6) * w
+            }
+        };
+        let layernorm = quote! {
+            #[vjp(x, g, b)]
+            fn l(x: [bf16; t, h], g: [bf16; h], b: [bf16; h]) -> [bf16; t, h] {
+                let d = x - mean(x, h);
+                d * rsqrt(mean(d * d, h) + 1e-5) * g + b
+            }
+        };
+        let f32_rmsnorm = quote! {
+            #[vjp(x, w)]
+            fn r(x: [f32; t, h], w: [f32; h]) -> [f32; t, h] {
+                x * rsqrt(mean(x * x, h) + 1e-6) * w
+            }
+        };
+        let found = (
+            bound(rmsnorm.clone(), false),
+            bound(rmsnorm, true),
+            bound(layernorm, false),
+            bound(f32_rmsnorm, false),
+        );
+        assert_eq!(found, (3, 2, 2, 2));
     }
 
     /// An elementwise kernel is bounded only where it has `f64` values and routines on narrower
