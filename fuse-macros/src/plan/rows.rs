@@ -15,22 +15,26 @@ use std::collections::BTreeSet;
 /// current one, so that each block keeps bytes in flight instead of alternating between loading
 /// and computing. Two buffers of `CACHE * BLOCK` elements: done for one whole-domain tensor of
 /// 4-byte elements (32 KB), unless the rows are light enough to load directly
-/// (`direct_row_cost`, which `rows_body` asks as well).
+/// (`direct_row_cost`, which `rows_body` asks as well). The row-a-block loop copies two 16-bit
+/// rows ahead too ([`block_copies_ahead`]).
 pub(crate) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
     matches!(cached, [p] if k.params[*p].elem.bits() == 32)
 }
 
 /// Whether the row-a-block loop copies its next row into shared memory ahead, in bulk: where
-/// [`prefetches`] allows it and the rows are not light ([`direct_row_cost`]), and for rows of
-/// two cached tensors or more whose elements add up to at most 4 bytes (two 16-bit tensors: the
-/// same 32 KB of buffers as one f32 row), light or not, in kernels that draw no random numbers,
-/// on the entry of rows of exactly `CACHE * BLOCK` elements (`exact`): a bulk copy moves whole
-/// 16-byte units from 16-byte-aligned addresses, which 16-bit rows a multiple of four long
-/// (the other row-a-block entry's) need not be; and only where each block goes through many
-/// rows (the partial sums' grid, a few blocks an SM, or `tuning::NEXT_ROW_BLOCKS_PER_SM`): a
-/// block of a row or two has no next row to copy. Only in kernels that reduce their rows: a
-/// block reduction's barrier is what keeps the copy into a buffer from landing before every
-/// thread has read the row it held, a row earlier.
+/// [`prefetches`] allows it and the rows are not light ([`direct_row_cost`]); and, light or
+/// not, for two cached tensors or more whose elements add up to at most 4 bytes (two 16-bit
+/// tensors: the same 32 KB of buffers as one f32 row) where each block goes through many rows
+/// (the partial sums' grid, a few blocks an SM, or `tuning::NEXT_ROW_BLOCKS_PER_SM`), in
+/// kernels that draw no random numbers, on the entry of rows of exactly `CACHE * BLOCK`
+/// elements (`exact`: a bulk copy moves whole 16-byte units from 16-byte-aligned addresses,
+/// which 16-bit rows a multiple of four long need not be). Measured on an H200 against loading
+/// straight into registers with the next row asked of L2 (benches/NOTES.md item 118): G6
+/// (softmax backward, 12 blocks an SM) 92 -> 97%, G2 75 -> 77%, G7 66 -> 68%, G2T 75 -> 78%;
+/// G6T, whose blocks take a row or two at 160 an SM, 99 -> 93% (so not there).
+///
+/// Only in kernels that reduce their rows: a block reduction's barrier is what keeps the copy
+/// into a buffer from landing before every thread has read the row it held a row earlier.
 pub(crate) fn block_copies_ahead(k: &Kernel, plan: &Plan, cached: &[usize], exact: bool) -> bool {
     let stays = k.has_partials()
         || crate::plan::tuning::direct_blocks_per_sm(k, plan)
