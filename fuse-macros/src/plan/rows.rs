@@ -36,11 +36,8 @@ pub(crate) fn prefetches(k: &crate::ir::Kernel, cached: &[usize]) -> bool {
 /// Only in kernels that reduce their rows: a block reduction's barrier is what keeps the copy
 /// into a buffer from landing before every thread has read the row it held a row earlier.
 pub(crate) fn block_copies_ahead(k: &Kernel, plan: &Plan, cached: &[usize], exact: bool) -> bool {
-    let stays = k.has_partials()
-        || crate::plan::tuning::direct_blocks_per_sm(k, plan)
-            == crate::plan::tuning::NEXT_ROW_BLOCKS_PER_SM;
-    let several = exact && stays && cached.len() >= 2 && bytes(k, cached) <= 4;
-    let several = several && !k.draws_random();
+    let stays = k.has_partials() || crate::plan::tuning::long_lived_blocks(k, plan);
+    let several = exact && stays && cached.len() >= 2 && bytes(k, cached) <= 4 && !k.draws_random();
     let copies = several || (prefetches(k, cached) && direct_row_cost(k, plan).is_none());
     copies && plan.reducing_passes() >= 1
 }

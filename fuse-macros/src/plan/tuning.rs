@@ -93,7 +93,7 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         .count();
     // A kernel that writes whole rows keeps the output's vectors too: softmax spilled the
     // row-a-block copy of its loop (see `rows`) at five.
-    let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
+    let writes_rows = writes_rows(k);
     // Outputs along the rows but partial sums (which have the domain's shape too).
     let row_outputs = k
         .outputs
@@ -437,12 +437,7 @@ pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u3
 /// Except where a block reduces each row twice over two tensors or more, which it asks L2 for
 /// its next row of (`rows::next_row_to_l2`): there [`NEXT_ROW_BLOCKS_PER_SM`], whatever the cost.
 pub(crate) fn direct_blocks_per_sm(k: &Kernel, plan: &Plan) -> u32 {
-    let cached = cached_params(k, plan);
-    if writes_rows(k)
-        && plan.reducing_passes() == 2
-        && cached.len() >= 2
-        && next_row_to_l2(k, &cached)
-    {
+    if long_lived_blocks(k, plan) {
         return NEXT_ROW_BLOCKS_PER_SM;
     }
     match direct_row_cost(k, plan) {
@@ -450,6 +445,14 @@ pub(crate) fn direct_blocks_per_sm(k: &Kernel, plan: &Plan) -> u32 {
         Some(0..=8) => 480,
         Some(_) => 320,
     }
+}
+
+/// Whether a row-a-block grid holds a few long-lived blocks, [`NEXT_ROW_BLOCKS_PER_SM`] an SM:
+/// where a block reduces each row twice over two tensors or more, which it asks L2 for its next
+/// row of (`rows::next_row_to_l2`).
+pub(crate) fn long_lived_blocks(k: &Kernel, plan: &Plan) -> bool {
+    let cached = cached_params(k, plan);
+    writes_rows(k) && plan.reducing_passes() == 2 && cached.len() >= 2 && next_row_to_l2(k, &cached)
 }
 
 /// The blocks per SM of a row-a-block grid where each row is reduced twice over two tensors or
