@@ -242,6 +242,9 @@ impl Graph {
     /// the sum is left as written, so a launch that computes the summand for another use
     /// (a bias gradient's partial sums beside `dx`) still shares it.
     fn sum_factored(&mut self, a: NodeId, dims: &[DimId], dim: Option<DimId>) -> NodeId {
+        if let Some(s) = self.sum_split(a, dims, dim) {
+            return s;
+        }
         let (mut neg, mut factors) = (false, vec![]);
         self.factors(a, dims, (false, false), &mut neg, &mut factors);
         let varies = |g: &Self, f: NodeId| g.shape(f).iter().any(|d| dims.contains(d));
@@ -265,10 +268,113 @@ impl Graph {
         s
     }
 
+    /// The sum of `a` over `dims` taken term by term, each term's factors that do not vary
+    /// along `dims` outside its sum, where that leaves no term's sum waiting on as many
+    /// reductions as `a`'s: a launch over rows then takes it in an earlier pass. LayerNorm's
+    /// mean has the adjoint `-sum(dy * g * rstd + 2 * dvar * (x - mean))`, which needs `rstd`
+    /// and `dvar`, themselves sums over the row of values that need the mean: three passes.
+    /// Taken as `-(rstd * sum(dy * g) + 2 * dvar * sum(x - mean))`, its sums join the mean's
+    /// and the variance's passes: two. Terms with the same summand share one sum.
+    fn sum_split(&mut self, a: NodeId, dims: &[DimId], dim: Option<DimId>) -> Option<NodeId> {
+        let mut terms = vec![];
+        self.terms(a, false, &mut terms);
+        if terms.len() < 2 {
+            return None;
+        }
+        let depth = self.reduction_depths();
+        let mut split = vec![];
+        for (t, mut neg) in terms {
+            let mut factors = vec![];
+            self.factors(t, dims, (false, false), &mut neg, &mut factors);
+            let (inner, outer): (Vec<_>, Vec<_>) = factors
+                .into_iter()
+                .partition(|&(f, _, _)| self.shape(f).iter().any(|d| dims.contains(d)));
+            split.push((neg, inner, outer));
+        }
+        let deepest = split
+            .iter()
+            .flat_map(|(_, inner, _)| inner.iter().map(|&(f, _, _)| depth[f]))
+            .max()
+            .unwrap_or(0);
+        if deepest >= depth[a] {
+            return None;
+        }
+        let mut sums: Vec<(Vec<(NodeId, bool)>, NodeId)> = vec![];
+        let mut total: Option<NodeId> = None;
+        for (neg, inner, outer) in split {
+            let key: Vec<(NodeId, bool)> = inner.iter().map(|&(f, den, _)| (f, den)).collect();
+            let mut t = match sums.iter().find(|(k, _)| *k == key) {
+                Some(&(_, s)) => s,
+                None => {
+                    let p = self.product(&inner);
+                    let s = self.sum_over(p, dims, dim);
+                    sums.push((key, s));
+                    s
+                }
+            };
+            for (f, den, _) in outer {
+                let f = self.p(f);
+                t = if den { self.div(t, f) } else { self.mul(t, f) };
+            }
+            total = Some(match (total, neg) {
+                (None, false) => t,
+                (None, true) => self.neg(t),
+                (Some(s), false) => self.add(s, t),
+                (Some(s), true) => self.sub(s, t),
+            });
+        }
+        total
+    }
+
+    /// `a` as a signed sum: its terms, each with whether it is subtracted, looking through the
+    /// sums, differences, negations and widening casts computed in the compute type.
+    fn terms(&self, a: NodeId, neg: bool, out: &mut Vec<(NodeId, bool)>) {
+        if self.elem(a) == self.ct {
+            match self.nodes[a].op {
+                Op::Binary(BinOp::Add, x, y) => {
+                    self.terms(x, neg, out);
+                    return self.terms(y, neg, out);
+                }
+                Op::Binary(BinOp::Sub, x, y) => {
+                    self.terms(x, neg, out);
+                    return self.terms(y, !neg, out);
+                }
+                Op::Unary(UnOp::Neg, x) => return self.terms(x, !neg, out),
+                Op::Cast(x) if self.elem(x) == self.ct => return self.terms(x, neg, out),
+                _ => {}
+            }
+        }
+        out.push((a, neg));
+    }
+
+    /// How many reductions each value waits on, one after another.
+    fn reduction_depths(&self) -> Vec<u32> {
+        let mut depth: Vec<u32> = vec![0; self.nodes.len()];
+        for (i, n) in self.nodes.iter().enumerate() {
+            let under = n.op.operands().iter().map(|&o| depth[o]).max().unwrap_or(0);
+            depth[i] = under + u32::from(matches!(n.op, Op::Reduce(..)));
+        }
+        depth
+    }
+
+    /// The sum of `p` over `dims` (`dim`, or every dim where `None`), where `p` may lack some
+    /// of them: the same along those, so its sum is `p` times their sizes.
+    fn sum_over(&mut self, p: NodeId, dims: &[DimId], dim: Option<DimId>) -> NodeId {
+        let have = self.shape(p);
+        let missing: Vec<DimId> = dims.iter().copied().filter(|d| !have.contains(d)).collect();
+        let s = if missing.len() == dims.len() {
+            p
+        } else {
+            self.reduce(Reduce::Sum, p, dim)
+        };
+        self.times_lens(s, &missing)
+    }
+
     /// `a` as a signed product: its factors, each with whether it divides (`den`) and whether
     /// it is reached through a quotient that varies along `dims` (`divides`: each element of
     /// the sum would divide by it), looking through the products, quotients, negations and
-    /// widening casts computed in the compute type (`f16` and `bf16` values are held in `f32`).
+    /// widening casts computed in the compute type (`f16` and `bf16` values are held in `f32`)
+    /// that vary along `dims`; one that does not is a factor whole.
     fn factors(
         &self,
         a: NodeId,
@@ -279,14 +385,14 @@ impl Graph {
     ) {
         let held =
             |e: Elem| e == self.ct || (self.ct == Elem::F32 && matches!(e, Elem::F16 | Elem::BF16));
-        if held(self.elem(a)) {
+        let varies = self.shape(a).iter().any(|d| dims.contains(d));
+        if varies && held(self.elem(a)) {
             match self.nodes[a].op {
                 Op::Binary(BinOp::Mul, x, y) => {
                     self.factors(x, dims, (den, divides), neg, out);
                     return self.factors(y, dims, (den, divides), neg, out);
                 }
                 Op::Binary(BinOp::Div, x, y) => {
-                    let varies = self.shape(a).iter().any(|d| dims.contains(d));
                     self.factors(x, dims, (den, divides), neg, out);
                     return self.factors(y, dims, (!den, divides || varies), neg, out);
                 }
@@ -656,6 +762,47 @@ mod tests {
                 .count();
             assert_eq!(per_element, divisions, "with values: {with_values}");
         }
+    }
+
+    /// LayerNorm's `dx` reads each row twice, not three times: the mean's adjoint,
+    /// `-sum(dy * g * rstd + 2 * dvar * (x - mean))`, is taken term by term with `rstd` and
+    /// `dvar` (each a sum over the row of values that need the mean) outside the sums, so no
+    /// sum along the row waits on more than one other, and `x - mean`, which two terms share,
+    /// is summed once.
+    #[test]
+    fn sums_split_over_terms_whose_factors_wait_on_other_sums() {
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn layernorm(x: [f32; rows, cols], g: [f32; cols]) -> [f32; rows, cols] {
+                let d = x - mean(x, cols);
+                d * rsqrt(mean(d * d, cols) + 1e-5) * g
+            }
+        });
+        let d = super::vjp(&k, false, "d").unwrap();
+        assert_eq!(d.steps.len(), 1);
+        let k = &d.steps[0].kernel;
+        let mut depth = vec![0; k.nodes.len()];
+        for (i, n) in k.nodes.iter().enumerate() {
+            let under = n.op.operands().iter().map(|&o| depth[o]).max().unwrap_or(0);
+            depth[i] = under + usize::from(matches!(n.op, Op::Reduce(_, _, Some(1))));
+        }
+        assert_eq!(
+            depth.iter().max(),
+            Some(&2),
+            "sums along the row, one after another"
+        );
+        let mut summed: Vec<usize> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Reduce(_, a, Some(1)) => Some(a),
+                _ => None,
+            })
+            .collect();
+        let all = summed.len();
+        summed.sort();
+        summed.dedup();
+        assert_eq!(summed.len(), all, "a summand summed twice");
     }
 
     /// A rounding cast stays inside the sum: the divisor comes out, `as bf16` is not looked
