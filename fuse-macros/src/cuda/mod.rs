@@ -731,9 +731,15 @@ impl Cuda<'_> {
             match self.cast_bits.take() {
                 // A cast to a narrow float: its bits, then its value from them.
                 Some((bits, rounded)) => {
-                    let storage = self.k.nodes[id].elem().c_storage();
-                    self.line(format!("const {storage} h{id} = {bits};"));
-                    let value = self.loaded(self.k.nodes[id].elem(), format!("h{id}"));
+                    let elem = self.k.nodes[id].elem();
+                    self.line(format!("const {} h{id} = {bits};", elem.c_storage()));
+                    let value = match elem == Elem::BF16 && self.arithmetic_only(id) {
+                        true => {
+                            self.helpers.insert("fz_bf16_value");
+                            format!("fz_bf16_value({rounded})")
+                        }
+                        false => self.loaded(elem, format!("h{id}")),
+                    };
                     self.line(format!("const {t} v{id} = {value};"));
                     self.bits.retain(|(n, ..)| *n != id);
                     // Not at a function's top level, where the path would be open in the
@@ -749,6 +755,25 @@ impl Cuda<'_> {
             }
             self.key(id);
         }
+    }
+
+    /// Whether value `id` is only ever an operand of arithmetic and comparisons (through
+    /// copies in f32): no output stores it and nothing passes it on whole (a select, a
+    /// function such as `abs`, a reduction), so a NaN's payload, which the GPU's arithmetic
+    /// does not keep, can show nowhere. Such a cast to bf16 skips its NaN test
+    /// (`fz_bf16_value`): G7's `tanh(..) as bf16`, five instructions of its 49 an element.
+    fn arithmetic_only(&self, id: NodeId) -> bool {
+        use crate::parse::BinOp::*;
+        let k = self.k;
+        !k.outputs.iter().any(|o| o.roots().contains(&id))
+            && k.nodes.iter().enumerate().all(|(n, node)| {
+                !node.op.operands().contains(&id)
+                    || match node.op {
+                        Op::Binary(Add | Sub | Mul | Div | Eq | Ne | Lt | Le | Gt | Ge, ..) => true,
+                        Op::Cast(_) => node.elem() == Elem::F32 && self.arithmetic_only(n),
+                        _ => false,
+                    }
+            })
     }
 
     /// After `v<id>`, a value that seeds random draws: Philox's round keys `rk<id>`, from the
@@ -1033,6 +1058,30 @@ mod tests {
         ] {
             assert!(text.contains(plain), "{plain}: {text}");
         }
+    }
+
+    /// A cast to bf16 whose value only arithmetic and comparisons take skips the NaN test of
+    /// `fz_f32_to_bf16` (a NaN's payload can show nowhere); one that a function passes on
+    /// whole (`abs`), or an output stores, keeps it.
+    #[test]
+    fn casts_to_bf16_that_only_arithmetic_takes_skip_the_nan_test() {
+        let text = source(quote! {
+            fn f(x: [f32; n], g: [f32; n]) -> ([f32; n], [f32; n], [f32; n]) {
+                let t = (x.tanh() as bf16) as f32;
+                let a = (x.exp() as bf16) as f32;
+                let c = (x.ln() as bf16) as f32;
+                (t * g + 1.0, a.abs(), c)
+            }
+        });
+        assert!(
+            text.contains("const float v3 = fz_bf16_value(v2);"),
+            "{text}"
+        );
+        for kept in [6, 9] {
+            let from_bits = format!("const float v{kept} = fz_bf16_to_f32(h{kept});");
+            assert!(text.contains(&from_bits), "{kept}: {text}");
+        }
+        assert!(!text.contains("fz_bf16_value(v5)") && !text.contains("fz_bf16_value(v8)"));
     }
 
     /// A cast to a 16-bit float is rounded once: a store of it writes the bits the cast made,
