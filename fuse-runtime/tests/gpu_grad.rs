@@ -280,8 +280,12 @@ fn training_pairs_match_the_cpu() {
                 let g = layernorm_bf16::backward(dev, &saved, &put(dev, &d, &s))?;
                 Ok((y, g.x, g.g, g.b))
             },
+            // `y` within one bf16 step: the two backends' f32 values differ in their last bits
+            // (the row's sums in other orders), and rounded to bf16 they can land on the two
+            // sides of a step (2^-7 of the value at the bottom of a binade, where `tol(1.0, ..)`
+            // allowed half that: 4.40625 against 4.375 failed at 2403 x 4096 once).
             &[
-                tol(1.0, 1e-2),
+                tol(2.0, 1e-2),
                 tol(2.0, 2e-2),
                 tol(2.0, sum16),
                 tol(2.0, sum16),
@@ -296,7 +300,7 @@ fn training_pairs_match_the_cpu() {
                 let g = rmsnorm_bf16::backward(dev, &saved, &put(dev, &d, &s))?;
                 Ok((y, g.x, g.w))
             },
-            &[tol(1.0, 1e-2), tol(2.0, 1e-2), tol(2.0, sum16)],
+            &[tol(2.0, 1e-2), tol(2.0, 1e-2), tol(2.0, sum16)],
         );
         let xh: Vec<f16> = x.iter().map(|v| f16::from_f32(v.to_f32())).collect();
         let dh: Vec<f16> = d.iter().map(|v| f16::from_f32(v.to_f32())).collect();
