@@ -140,7 +140,6 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         exact_products: exact_products(k, plan),
         in_shared: false,
         whole_rows: false,
-        red_halves: false,
         direct_rows: false,
         full_rows: false,
         hoisted_positions: false,
@@ -319,11 +318,6 @@ struct Cuda<'a> {
     /// constant there): no segments, every thread live, and cached rows longer than half the
     /// cache (see `rows::Cuda::row_loop`).
     whole_rows: bool,
-    /// Whether the row-a-block entry being written keeps two of each block reduction's
-    /// `red` arrays, a row's in the half at `fz_red` (0 or 8, flipped each row): in a kernel
-    /// of one reducing pass, so that a row's reduction does not wait at a barrier for the
-    /// previous row's reads of the same array (see `reduce::block_reduce`).
-    red_halves: bool,
     /// Whether the row kernel being written loads its rows straight into registers in every
     /// row loop, its rows being light (`rows::direct_row_cost`).
     direct_rows: bool,

@@ -139,13 +139,12 @@ impl Cuda<'_> {
     }
 
     pub(super) fn shared_reduction_buffers(&mut self, plan: &Plan) {
-        let warps = BLOCK / 32 * if self.red_halves { 2 } else { 1 };
         for pass in &plan.passes {
             for &r in &pass.reduces {
                 let t = self.k.nodes[r].elem().c_name();
-                self.line(format!("__shared__ {t} red{r}[{warps}];"));
+                self.line(format!("__shared__ {t} red{r}[{}];", BLOCK / 32));
                 if self.reduction(r).0 == Reduce::LogSumExp {
-                    self.line(format!("__shared__ {t} rds{r}[{warps}];"));
+                    self.line(format!("__shared__ {t} rds{r}[{}];", BLOCK / 32));
                 }
             }
         }
@@ -227,22 +226,15 @@ impl Cuda<'_> {
         }
         // The leading barrier keeps a warp from overwriting `red` while another still reads the
         // same reduction of the previous row. A row kernel with two or more reducing passes
-        // already has another pass's barriers between those two uses, so it leaves it out; a
-        // row a block of one reducing pass writes the other half of its arrays each row
-        // (`red_halves`), last read two rows ago, before this row's barrier.
-        let halves = whole && self.red_halves;
-        if !(segmented || whole) || (self.plan.reducing_passes() < 2 && !halves) {
+        // already has another pass's barriers between those two uses, so it leaves it out.
+        if !(segmented || whole) || self.plan.reducing_passes() < 2 {
             self.line("__syncthreads();");
         }
-        let at = match halves {
-            true => "fz_red + (threadIdx.x >> 5)",
-            false => "threadIdx.x >> 5",
-        };
         self.open("if ((threadIdx.x & 31) == 0)");
         for &r in reduces {
-            self.line(format!("red{r}[{at}] = acc{r};"));
+            self.line(format!("red{r}[threadIdx.x >> 5] = acc{r};"));
             if self.reduction(r).0 == Reduce::LogSumExp {
-                self.line(format!("rds{r}[{at}] = acs{r};"));
+                self.line(format!("rds{r}[threadIdx.x >> 5] = acs{r};"));
             }
         }
         self.close();
@@ -250,8 +242,6 @@ impl Cuda<'_> {
         // The warps of this thread's row: all of them for a whole block, else its segment's.
         let (first, count) = if segmented {
             ("(threadIdx.x / width) * (width >> 5)", "(width >> 5)")
-        } else if halves {
-            ("fz_red", "8")
         } else {
             ("0", "8")
         };

@@ -69,7 +69,6 @@ impl Cuda<'_> {
             self.line(format!("const int per_block = {BLOCK} / width;"));
             self.line("const int lane = threadIdx.x & (width - 1);");
         }
-        self.red_halves = block && plan.reducing_passes() == 1;
         self.shared_reduction_buffers(plan);
         // Light rows are loaded straight into registers in every row loop (`direct_row_cost`);
         // the others are copied ahead where `prefetches` allows.
@@ -152,7 +151,6 @@ impl Cuda<'_> {
         }
         self.direct_rows = false;
         self.partials_in_registers = false;
-        self.red_halves = false;
     }
 
     /// After the row loop, each partial sum's rows (`OutputInfo::partial`): the block's own,
@@ -215,9 +213,6 @@ impl Cuda<'_> {
             self.hoist_positions();
         }
         if self.whole_rows {
-            if self.red_halves {
-                self.line("int fz_red = 0;");
-            }
             self.open("for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x)");
             self.line("const bool live = true;");
             self.line("const long long g = g0;");
@@ -277,9 +272,6 @@ impl Cuda<'_> {
             }
         }
         self.hoisted_positions = false;
-        if self.whole_rows && self.red_halves {
-            self.line("fz_red ^= 8;");
-        }
         self.close();
     }
 
@@ -1118,37 +1110,6 @@ mod tests {
             }
         });
         assert!(!asks(&random), "{random}");
-    }
-
-    /// A row a block of one reducing pass keeps two halves of each `red` array and takes them
-    /// in turn, one barrier a row; with two reducing passes, one half, each pass's barriers
-    /// keeping the next row's writes behind this row's reads.
-    #[test]
-    fn one_reducing_pass_takes_halves_of_its_reduction_arrays_in_turn() {
-        let rms = exact_rows(quote! {
-            fn f(x: [f32; r, c], w: [f32; c]) -> [f32; r, c] { x * rsqrt(mean(x * x, c) + 1e-6) * w }
-        });
-        let loop_body = &rms[rms.find("for (long long g0").unwrap()..];
-        assert_eq!(loop_body.matches("__syncthreads();").count(), 1, "{rms}");
-        assert!(rms.contains("__shared__ float red3[16];"), "{rms}");
-        assert!(
-            rms.contains("red3[fz_red + (threadIdx.x >> 5)] = acc3;"),
-            "{rms}"
-        );
-        assert!(
-            rms.contains("acc3 = red3[fz_red];") && rms.contains("fz_red ^= 8;"),
-            "{rms}"
-        );
-        let layernorm = exact_rows(quote! {
-            fn f(x: [f32; r, c]) -> [f32; r, c] { let d = x - mean(x, c); d * rsqrt(mean(d * d, c) + 1e-5) }
-        });
-        assert!(!layernorm.contains("fz_red"), "{layernorm}");
-        let loop_body = &layernorm[layernorm.find("for (long long g0").unwrap()..];
-        assert_eq!(
-            loop_body.matches("__syncthreads();").count(),
-            2,
-            "{layernorm}"
-        );
     }
 
     /// The benchmark's row kernels (benches/kernels.rs): their cost an element, and whether a
