@@ -327,7 +327,7 @@ impl Graph {
     }
 
     /// `a` as a signed sum: its terms, each with whether it is subtracted, looking through the
-    /// sums, differences, negations and widening casts computed in the compute type.
+    /// sums, differences, negations and copies (casts to the same type) in the compute type.
     fn terms(&self, a: NodeId, neg: bool, out: &mut Vec<(NodeId, bool)>) {
         if self.elem(a) == self.ct {
             match self.nodes[a].op {
