@@ -3,7 +3,7 @@
 //! `value_and_vjp`, the forward and backward together), every launch and allocation included.
 //! G1T, G2T and G6T time the training pair's `backward` instead, from what `forward_train`
 //! saved (run before the timing, as the peers' backwards are given the forward's saved
-//! tensors).
+//! tensors). GW times G1, G2 and G7 at other hidden sizes ([`WIDTHS`]).
 //! The bytes are WORKLOADS.md's backward bytes: each tensor the backward needs read once, each
 //! gradient written once (per-row statistics and weight gradients not counted).
 //!
@@ -87,6 +87,7 @@ impl Grad {
 /// timed), in the order of `Case::sums`.
 type Backward = fn(&Device, &Inputs) -> Result<Vec<Grad>, Error>;
 
+#[derive(Clone, Copy)]
 struct Case {
     id: &'static str,
     label: &'static str,
@@ -105,9 +106,33 @@ struct Case {
     prepare: Option<Prepare>,
 }
 
-/// G1-G8, one row each; `only` narrows to the ids listed (all when empty).
+/// The rows x cols beside `TH` that `GW` times the norms' backwards at (G1, G2, G7): the
+/// hidden sizes of other models, in the same 2^26 elements. Measured first on an H200 (NOTES
+/// item 119), G2's `vjp` ran there at 6-22% of copy speed, against 77% at 4096.
+const WIDTHS: [(usize, usize); 3] = [(262144, 256), (65536, 1024), (4096, 16384)];
+
+/// G1-G8, one row each, and `GW`: G1, G2 and G7 at each of [`WIDTHS`].
 pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
-    let case = match id {
+    if id == "GW" {
+        for base in ["G1", "G2", "G7"] {
+            let case = case(base).expect("a G case");
+            for (rows, cols) in WIDTHS {
+                let label = format!("{base} {} {rows}x{cols}", case.label);
+                let shape = (rows, cols);
+                run(runner, pool, &Case { shape, ..case }, ("GW", &label));
+            }
+        }
+        return;
+    }
+    match case(id) {
+        Some(case) => run(runner, pool, &case, (case.id, case.label)),
+        None => runner.not_yet(id),
+    }
+}
+
+/// The case of row `id`, if it is one of G1-G8 and the training pairs.
+fn case(id: &str) -> Option<Case> {
+    Some(match id {
         "G1" => Case {
             id: "G1",
             label: "RMSNorm backward bf16",
@@ -310,9 +335,8 @@ pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
                 Ok(Box::new(saved))
             }),
         },
-        _ => return runner.not_yet(id),
-    };
-    run(runner, pool, &case);
+        _ => return None,
+    })
 }
 
 /// The shape a full run takes: WORKLOADS.md's, with fewer rows where the benchmark's sizes
@@ -322,9 +346,10 @@ fn full_shape(runner: &Runner, (rows, cols): (usize, usize)) -> (usize, usize) {
     ((rows / scale).max(CHECK_ROWS), cols)
 }
 
-fn run(runner: &mut Runner, pool: &mut Pool, case: &Case) {
+/// Checks and times `case`, reported as the row `(id, variant)`.
+fn run(runner: &mut Runner, pool: &mut Pool, case: &Case, (id, variant): (&str, &str)) {
     let (rows, cols) = full_shape(runner, case.shape);
-    let mut row = Row::new(case.id, case.label);
+    let mut row = Row::new(id, variant);
     row.bytes = Some(case.bytes_per * (rows * cols) as u64);
     row.formula = case.formula.to_string();
     row.definition = case.what.to_string();
