@@ -764,6 +764,17 @@ mod tests {
         }
     }
 
+    /// The values a kernel reduces along dim 1 (`cols`), one for each reduction.
+    fn summands(k: &crate::ir::Kernel) -> Vec<usize> {
+        k.nodes
+            .iter()
+            .filter_map(|n| match n.op {
+                Op::Reduce(_, a, Some(1)) => Some(a),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// LayerNorm's `dx` reads each row twice, not three times: the mean's adjoint,
     /// `-sum(dy * g * rstd + 2 * dvar * (x - mean))`, is taken term by term with `rstd` and
     /// `dvar` (each a sum over the row of values that need the mean) outside the sums, so no
@@ -791,14 +802,7 @@ mod tests {
             Some(&2),
             "sums along the row, one after another"
         );
-        let mut summed: Vec<usize> = k
-            .nodes
-            .iter()
-            .filter_map(|n| match n.op {
-                Op::Reduce(_, a, Some(1)) => Some(a),
-                _ => None,
-            })
-            .collect();
+        let mut summed = summands(k);
         let all = summed.len();
         summed.sort();
         summed.dedup();
@@ -817,14 +821,7 @@ mod tests {
         });
         let d = super::vjp(&k, false, "d").unwrap();
         let k = &d.steps[0].kernel;
-        let reduced: Vec<usize> = k
-            .nodes
-            .iter()
-            .filter_map(|n| match n.op {
-                Op::Reduce(_, a, Some(1)) => Some(a),
-                _ => None,
-            })
-            .collect();
+        let reduced = summands(k);
         assert_eq!(reduced.len(), 1);
         let mut stack = reduced;
         let (mut rounds, mut divides) = (false, false);
