@@ -775,7 +775,7 @@ mod tests {
             .collect()
     }
 
-    /// LayerNorm's `dx` reads each row twice, not three times: the mean's adjoint,
+    /// LayerNorm's `dx` takes two passes over each row, not three: the mean's adjoint,
     /// `-sum(dy * g * rstd + 2 * dvar * (x - mean))`, is taken term by term with `rstd` and
     /// `dvar` (each a sum over the row of values that need the mean) outside the sums, so no
     /// sum along the row waits on more than one other, and `x - mean`, which two terms share,
