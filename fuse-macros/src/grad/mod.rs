@@ -247,15 +247,15 @@ impl Graph {
         }
         let (mut neg, mut factors) = (false, vec![]);
         self.factors(a, dims, (false, false), &mut neg, &mut factors);
-        let varies = |g: &Self, f: NodeId| g.shape(f).iter().any(|d| dims.contains(d));
         if !factors
             .iter()
-            .any(|&(f, den, divides)| den && divides && !varies(self, f))
+            .any(|&(f, den, divides)| den && divides && !self.varies(f, dims))
         {
             return self.reduce(Reduce::Sum, a, dim);
         }
-        let (inner, outer): (Vec<_>, Vec<_>) =
-            factors.into_iter().partition(|&(f, _, _)| varies(self, f));
+        let (inner, outer): (Vec<_>, Vec<_>) = factors
+            .into_iter()
+            .partition(|&(f, _, _)| self.varies(f, dims));
         let mut s = self.product(&inner);
         s = self.reduce(Reduce::Sum, s, dim);
         for (f, den, _) in outer {
@@ -281,14 +281,14 @@ impl Graph {
         if terms.len() < 2 {
             return None;
         }
-        let depth = self.reduction_depths();
+        let depth = crate::plan::depths(&self.nodes);
         let mut split = vec![];
         for (t, mut neg) in terms {
             let mut factors = vec![];
             self.factors(t, dims, (false, false), &mut neg, &mut factors);
             let (inner, outer): (Vec<_>, Vec<_>) = factors
                 .into_iter()
-                .partition(|&(f, _, _)| self.shape(f).iter().any(|d| dims.contains(d)));
+                .partition(|&(f, _, _)| self.varies(f, dims));
             split.push((neg, inner, outer));
         }
         let deepest = split
@@ -347,14 +347,9 @@ impl Graph {
         out.push((a, neg));
     }
 
-    /// How many reductions each value waits on, one after another.
-    fn reduction_depths(&self) -> Vec<u32> {
-        let mut depth: Vec<u32> = vec![0; self.nodes.len()];
-        for (i, n) in self.nodes.iter().enumerate() {
-            let under = n.op.operands().iter().map(|&o| depth[o]).max().unwrap_or(0);
-            depth[i] = under + u32::from(matches!(n.op, Op::Reduce(..)));
-        }
-        depth
+    /// Whether value `f` varies along any of `dims`.
+    fn varies(&self, f: NodeId, dims: &[DimId]) -> bool {
+        self.shape(f).iter().any(|d| dims.contains(d))
     }
 
     /// The sum of `p` over `dims` (`dim`, or every dim where `None`), where `p` may lack some
@@ -385,7 +380,7 @@ impl Graph {
     ) {
         let held =
             |e: Elem| e == self.ct || (self.ct == Elem::F32 && matches!(e, Elem::F16 | Elem::BF16));
-        let varies = self.shape(a).iter().any(|d| dims.contains(d));
+        let varies = self.varies(a, dims);
         if varies && held(self.elem(a)) {
             match self.nodes[a].op {
                 Op::Binary(BinOp::Mul, x, y) => {

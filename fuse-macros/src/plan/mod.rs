@@ -45,7 +45,7 @@ impl Plan {
 pub fn plan(k: &Kernel) -> Plan {
     let live = live_nodes(&k.body());
     let is_elem = |id: NodeId| is_element(k, id);
-    let depth = depths(k);
+    let depth = depths(&k.nodes);
     let group_nodes = |d: usize| -> Vec<NodeId> {
         (0..k.nodes.len())
             .filter(|&i| {
@@ -124,10 +124,11 @@ pub fn needs_coordinates(k: &Kernel, id: NodeId, domain: &[DimId]) -> bool {
     }
 }
 
-/// How many reductions deep each value is: reductions of depth `d` finish in pass `d`.
-fn depths(k: &Kernel) -> Vec<usize> {
-    let mut depth = vec![0; k.nodes.len()];
-    for (i, node) in k.nodes.iter().enumerate() {
+/// How many reductions deep each value is: reductions of depth `d` finish in pass `d`. Also
+/// what a derivative's sums wait on (`grad::Graph::sum_split`).
+pub(crate) fn depths(nodes: &[crate::ir::Node]) -> Vec<usize> {
+    let mut depth = vec![0; nodes.len()];
+    for (i, node) in nodes.iter().enumerate() {
         let operands = node
             .op
             .operands()
