@@ -1958,8 +1958,9 @@ fn short_rows_run_on_an_emulated_gpu() {
 /// The derived backwards' partial sums over rows (`sum(dy * x * rstd, rows)` of RMSNorm's
 /// weight, `dbias` of bias + GELU + dropout, LayerNorm's and DyT's pairs), each block adding its
 /// rows into its own row of partials and zeroing those no block takes: on the exact row
-/// (4096), a block a row (3000), cached rows (1000), streamed rows (999), and fewer rows than
-/// the grid's three blocks (2), compared by their sums over the blocks.
+/// (4096), a block a row (3000), cached rows (1000, and in segments of a block over several
+/// steps of the grid, the last one partial: 29 rows of 1000, 101 of 256), streamed rows (999),
+/// and fewer rows than the grid's three blocks (2), compared by their sums over the blocks.
 #[test]
 fn partial_sums_over_rows_run_on_an_emulated_gpu() {
     use bench_kernels::{g1_rmsnorm, g2_layernorm, g7_dyt, g8_bias_gelu_dropout};
@@ -1972,7 +1973,16 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
         let v = rng.floats::<f32>(n, -2.0, 2.0);
         v.into_iter().map(bf16::from_f32).collect()
     };
-    for (rows, cols) in [(7, 4096), (5, 3000), (4, 1000), (3, 999), (2, 64)] {
+    let shapes = [
+        (7, 4096),
+        (5, 3000),
+        (4, 1000),
+        (29, 1000),
+        (101, 256),
+        (3, 999),
+        (2, 64),
+    ];
+    for (rows, cols) in shapes {
         let (x, dy, w, b) = (
             bf16s(rows * cols),
             bf16s(rows * cols),

@@ -31,12 +31,18 @@ impl Cuda<'_> {
             // Threads per row: a power of two up to a warp for short rows (several rows per
             // block, reduced by shuffles within each segment), else the whole block. Rows cached
             // in registers take four elements per thread step, so they need a quarter of the
-            // threads. Partial sums over rows take a block a row, whose rows are its own.
+            // threads. Streamed rows with partial sums over rows take a block a row, whose
+            // rows are its own.
             self.line(format!("int width = {BLOCK};"));
             let partials = self.k.has_partials();
-            if !partials && matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
+            if matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
                 // Cached rows: the fewest threads that hold the row in `CACHE` registers each
                 // (`CACHE` 4-byte elements, or twice as many 2-byte ones on the wide path).
+                // With partial sums over rows too: a thread's columns are the same in every
+                // row its segment takes, and the block's segments add theirs up once, after
+                // the row loop (`write_parts`). A block a row of 256 left G2's backward one
+                // element a thread and three block reductions a row: 7% of copy speed on an
+                // H200 (benches/NOTES.md item 119).
                 self.line("width = 1;");
                 self.line(format!(
                     "while (width * {} < len) width <<= 1;",
@@ -132,7 +138,7 @@ impl Cuda<'_> {
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.full_rows = false;
             self.whole_rows = false;
-            self.write_parts();
+            self.write_parts(false, None);
             self.line("#endif");
         } else {
             if prefetch {
@@ -143,7 +149,13 @@ impl Cuda<'_> {
             self.defers_division = wide && !self.k.draws_random();
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.defers_division = false;
-            self.write_parts();
+            // The segments' partial sums meet in shared memory: in the buffers the rows were
+            // copied ahead into, which the row loop is done with, where there are some.
+            let parts = match prefetch {
+                true => Some(format!("&pf_{}[0][0]", self.param_text(cached[0]).1)),
+                false => None,
+            };
+            self.write_parts(true, parts);
         }
         if prefetch {
             // No copy may land in shared memory after the block has exited.
@@ -154,13 +166,69 @@ impl Cuda<'_> {
     }
 
     /// After the row loop, each partial sum's rows (`OutputInfo::partial`): the block's own,
-    /// from its registers where they add up there, and zeros in those no block took.
-    fn write_parts(&mut self) {
+    /// from its registers where they add up there, and zeros in those no block took. With
+    /// `segments` (a loop of `per_block` rows a step), each segment's sums go to shared memory
+    /// (`fz_parts`, at `buffer`, else an array of its own), and the block's row is their sum
+    /// in the segments' order.
+    fn write_parts(&mut self, segments: bool, buffer: Option<String>) {
+        let segments = segments && self.partials_in_registers;
+        if segments {
+            let (ce, l) = (self.cache_elems(), self.cache_lanes);
+            let bytes = self.k.outputs.iter().filter(|o| o.partial.is_some());
+            let bytes = bytes.map(|o| o.elem.bits() / 8).max().unwrap_or(4);
+            match buffer {
+                Some(buffer) => {
+                    // The row loop's last copies have landed before the buffer is reused.
+                    self.line("fz_copy_wait();");
+                    self.line(format!(
+                        "unsigned char* const fz_parts = reinterpret_cast<unsigned char*>({buffer});"
+                    ));
+                }
+                None => self.line(format!(
+                    "__shared__ unsigned char fz_parts alignas(16) [{}];",
+                    BLOCK * ce * bytes
+                )),
+            }
+            for (o, out) in self.k.outputs.iter().enumerate() {
+                if out.partial.is_none() {
+                    continue;
+                }
+                let t = out.elem.c_name();
+                // Every thread is past its last read of the buffer (or of the previous
+                // output's sums) before it is written.
+                self.line("__syncthreads();");
+                self.open("");
+                self.line(format!(
+                    "fz_vec<{t}, {l}>* const fz_ps = reinterpret_cast<fz_vec<{t}, {l}>*>(fz_parts) + (threadIdx.x / width) * width * {};",
+                    CACHE / 4
+                ));
+                self.line("#pragma unroll");
+                self.line(format!(
+                    "for (int q = 0; q < {}; ++q) fz_ps[lane + q * width] = pa{o}[q];",
+                    CACHE / 4
+                ));
+                self.close();
+                self.line("__syncthreads();");
+                self.open(format!(
+                    "for (int r = threadIdx.x; r < (int)len; r += {BLOCK})"
+                ));
+                self.line(format!(
+                    "const {t}* const fz_pr = reinterpret_cast<const {t}*>(fz_parts) + r;"
+                ));
+                self.line(format!("{t} fz_pt = fz_pr[0];"));
+                self.line(format!(
+                    "for (int s = 1; s < per_block; ++s) fz_pt += fz_pr[s * width * {ce}];"
+                ));
+                self.line(format!("out{o}[(long long)blockIdx.x * len + r] = fz_pt;"));
+                self.close();
+            }
+        }
         for (o, out) in self.k.outputs.iter().enumerate() {
             let Some(parts) = out.partial else {
                 continue;
             };
             let first = match self.partials_in_registers {
+                true if segments => "blockIdx.x + gridDim.x",
                 true => {
                     let (t, l) = (out.elem.c_name(), self.cache_lanes);
                     self.line("#pragma unroll");
