@@ -633,8 +633,8 @@ fn program_items(
                 blocks_per_sm,
                 parts,
             } => quote!(#p::Grid::Parts { blocks_per_sm: #blocks_per_sm, parts: #parts }),
-            Grid::LongRows { cache_bytes } => {
-                quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes })
+            Grid::LongRows { cache_bytes, parts } => {
+                quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes, parts: #parts })
             }
             Grid::Full { slots } => quote!(#p::Grid::Full { slots: #slots }),
             Grid::Columns {

@@ -38,7 +38,8 @@ pub enum Geometry {
         /// rows there (see `long_rows`); 0 when it has no such path.
         cache_bytes: u32,
         /// The most blocks per SM in the grid: a program entry's `Grid::Rows` (the macro's
-        /// `plan::tuning`); 0 for a block per row.
+        /// `plan::tuning`); 0 for a block per row. For the long-row launch (`long_rows`), not
+        /// 0: as many clusters as the device runs at once, not a cluster a row.
         blocks_per_sm: u32,
         /// For a hand-written launch of a kernel with every row path in one function: the most
         /// blocks per SM for rows of 2049 to 4096 elements, a multiple of four, on sm_90 and

@@ -212,6 +212,7 @@ pub(crate) fn prepare(gpu: Gpu, function: &CudaFunction, geometry: Geometry) -> 
         groups,
         row_len,
         cache_bytes,
+        blocks_per_sm,
         ..
     } = geometry
     else {
@@ -221,8 +222,14 @@ pub(crate) fn prepare(gpu: Gpu, function: &CudaFunction, geometry: Geometry) -> 
         return None;
     }
     let (shape, resident) = gpu.state.prepare(gpu, function, row_len, cache_bytes)?;
+    // Clusters that each sum their rows into a row of partial sums stay resident, as many as
+    // run at once: a wave more would write as many rows of partials again.
+    let waves = match blocks_per_sm {
+        0 => waves(),
+        _ => 1,
+    };
     let clusters =
-        grid_clusters(groups, resident, waves()).min(u64::from(i32::MAX as u32 / shape.cluster));
+        grid_clusters(groups, resident, waves).min(u64::from(i32::MAX as u32 / shape.cluster));
     Some(LongLaunch {
         grid: clusters as u32 * shape.cluster,
         shape,

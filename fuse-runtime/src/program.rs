@@ -127,9 +127,11 @@ pub enum Grid {
     /// over rows, a row of them a block (the rest zeroed), launched even for no rows.
     #[allow(missing_docs)]
     Parts { blocks_per_sm: u32, parts: u32 },
-    /// A cluster a row in dynamic shared memory, `cache_bytes` a row element.
+    /// A cluster a row in dynamic shared memory, `cache_bytes` a row element; with `parts`
+    /// (not 0), a kernel that writes partial sums over rows, a row of them a cluster (the rest
+    /// zeroed): at most `parts` clusters, and no more than the device runs at once.
     #[allow(missing_docs)]
-    LongRows { cache_bytes: u32 },
+    LongRows { cache_bytes: u32, parts: u32 },
     /// `slots` scratch slots a block.
     #[allow(missing_docs)]
     Full { slots: u32 },
@@ -327,11 +329,15 @@ impl Program {
                 blocks_per_sm,
                 width,
             },
-            Grid::LongRows { cache_bytes } => Geometry::Rows {
-                groups,
+            // The grid sees the groups clamped, as for `Parts`; its clusters stay resident.
+            Grid::LongRows { cache_bytes, parts } => Geometry::Rows {
+                groups: match parts {
+                    0 => groups,
+                    parts => groups.clamp(1, u64::from(parts)),
+                },
                 row_len: len,
                 cache_bytes,
-                blocks_per_sm: 0,
+                blocks_per_sm: u32::from(parts > 0),
                 direct_blocks_per_sm: 0,
             },
         }

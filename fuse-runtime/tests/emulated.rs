@@ -282,6 +282,7 @@ impl Emulation {
         // own row of parts, all of them in the CPU's first; their sums over parts must agree.
         let parts = match entry.grid {
             Grid::Parts { parts, .. } => Some(parts as usize),
+            Grid::LongRows { parts, .. } if parts > 0 => Some(parts as usize),
             _ => None,
         };
         let mut at = 0;
@@ -1963,16 +1964,9 @@ fn short_rows_run_on_an_emulated_gpu() {
 /// and fewer rows than the grid's three blocks (2), compared by their sums over the blocks.
 #[test]
 fn partial_sums_over_rows_run_on_an_emulated_gpu() {
-    use bench_kernels::{g1_rmsnorm, g2_layernorm, g7_dyt, g8_bias_gelu_dropout};
-    use fuse_runtime::bf16;
     if !available() {
         return;
     }
-    let (dev, mut rng) = (Device::cpu(), Rng::new());
-    let mut bf16s = |n: usize| -> Vec<bf16> {
-        let v = rng.floats::<f32>(n, -2.0, 2.0);
-        v.into_iter().map(bf16::from_f32).collect()
-    };
     let shapes = [
         (7, 4096),
         (5, 3000),
@@ -1983,65 +1977,126 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
         (2, 64),
     ];
     for (rows, cols) in shapes {
-        let (x, dy, w, b) = (
-            bf16s(rows * cols),
-            bf16s(rows * cols),
-            bf16s(cols),
-            bf16s(cols),
-        );
-        let shape = [rows, cols];
-        let (px, pdy) = (put(&dev, &x, &shape), put(&dev, &dy, &shape));
-        let (pw, pb) = (put(&dev, &w, &[cols]), put(&dev, &b, &[cols]));
-        let dims = [("t", rows), ("h", cols)];
-        let sum = || Tol::close(1e-4, 1e-3);
-        let cpu = g1_rmsnorm::__g1_rmsnorm_d0(&dev, &px, &pw, &pdy).unwrap();
-        emulate(
-            &format!("rmsnorm backward {rows}x{cols}"),
-            &g1_rmsnorm::__g1_rmsnorm_d0::__fuse::PROGRAM,
-            vec![hex(&x), hex(&w), hex(&dy)],
-            vec![],
-            &dims,
-            &cpu,
-            &["bf16", "f32"],
-            &[Tol::close(2e-2, 1e-2), sum()],
-        );
-        let cpu = g2_layernorm::__g2_layernorm_d0(&dev, &px, &pw, &pb, &pdy).unwrap();
-        emulate(
-            &format!("layernorm backward {rows}x{cols}"),
-            &g2_layernorm::__g2_layernorm_d0::__fuse::PROGRAM,
-            vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
-            vec![],
-            &dims,
-            &cpu,
-            &["bf16", "f32", "f32"],
-            &[Tol::close(2e-2, 2e-2), sum(), sum()],
-        );
-        let alpha = 0.7f32;
-        let cpu = g7_dyt::__g7_dyt_d0(&dev, &px, alpha, &pw, &pb, &pdy).unwrap();
-        emulate(
-            &format!("dyt backward {rows}x{cols}"),
-            &g7_dyt::__g7_dyt_d0::__fuse::PROGRAM,
-            vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
-            vec![Element::to_bits(alpha)],
-            &dims,
-            &cpu,
-            &["bf16", "f32", "f32", "f32"],
-            &[Tol::close(2e-2, 1e-2), Tol::close(1e-4, 1e-3), sum(), sum()],
-        );
-        let seed = 0x5eed_u64 + rows as u64;
-        let cpu =
-            g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0(&dev, &px, &pb, seed, &pdy).unwrap();
-        emulate(
-            &format!("bias gelu dropout backward {rows}x{cols}"),
-            &g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0::__fuse::PROGRAM,
-            vec![hex(&x), hex(&b), hex(&dy)],
-            vec![seed],
-            &dims,
-            &cpu,
-            &["bf16", "f32"],
-            &[Tol::close(2e-2, 1e-2), sum()],
-        );
+        partial_sums(rows, cols, None);
     }
+}
+
+/// The same on long rows' launches (`cluster` blocks a row, three clusters, each summing the
+/// rows it takes in shared memory into its row of partials): more rows than clusters and
+/// fewer (a cluster without rows writes zeros), parts that are partial or empty, lengths that
+/// are not a multiple of four.
+#[test]
+fn partial_sums_over_long_rows_run_on_an_emulated_cluster() {
+    if !available() {
+        return;
+    }
+    for (rows, cols, cluster) in [(7, 5000, 2), (5, 999, 3), (2, 64, 4), (4, 1000, 1)] {
+        partial_sums(rows, cols, Some(cluster));
+    }
+}
+
+/// G1, G2, G7 and G8's backwards at `rows` x `cols` against the CPU, on the entry the runtime
+/// picks, or on the long-row entry in clusters of `cluster` blocks.
+fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
+    use bench_kernels::{g1_rmsnorm, g2_layernorm, g7_dyt, g8_bias_gelu_dropout};
+    use fuse_runtime::bf16;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut bf16s = |n: usize| -> Vec<bf16> {
+        let v = rng.floats::<f32>(n, -2.0, 2.0);
+        v.into_iter().map(bf16::from_f32).collect()
+    };
+    let (x, dy, w, b) = (
+        bf16s(rows * cols),
+        bf16s(rows * cols),
+        bf16s(cols),
+        bf16s(cols),
+    );
+    let shape = [rows, cols];
+    let (px, pdy) = (put(&dev, &x, &shape), put(&dev, &dy, &shape));
+    let (pw, pb) = (put(&dev, &w, &[cols]), put(&dev, &b, &[cols]));
+    let dims = [("t", rows), ("h", cols)];
+    let sum = || Tol::close(1e-4, 1e-3);
+    let cpu = g1_rmsnorm::__g1_rmsnorm_d0(&dev, &px, &pw, &pdy).unwrap();
+    emulate_partials(
+        (cluster, cols),
+        &format!("rmsnorm backward {rows}x{cols}"),
+        &g1_rmsnorm::__g1_rmsnorm_d0::__fuse::PROGRAM,
+        vec![hex(&x), hex(&w), hex(&dy)],
+        vec![],
+        &dims,
+        &cpu,
+        &["bf16", "f32"],
+        &[Tol::close(2e-2, 1e-2), sum()],
+    );
+    let cpu = g2_layernorm::__g2_layernorm_d0(&dev, &px, &pw, &pb, &pdy).unwrap();
+    emulate_partials(
+        (cluster, cols),
+        &format!("layernorm backward {rows}x{cols}"),
+        &g2_layernorm::__g2_layernorm_d0::__fuse::PROGRAM,
+        vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
+        vec![],
+        &dims,
+        &cpu,
+        &["bf16", "f32", "f32"],
+        &[Tol::close(2e-2, 2e-2), sum(), sum()],
+    );
+    let alpha = 0.7f32;
+    let cpu = g7_dyt::__g7_dyt_d0(&dev, &px, alpha, &pw, &pb, &pdy).unwrap();
+    emulate_partials(
+        (cluster, cols),
+        &format!("dyt backward {rows}x{cols}"),
+        &g7_dyt::__g7_dyt_d0::__fuse::PROGRAM,
+        vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
+        vec![Element::to_bits(alpha)],
+        &dims,
+        &cpu,
+        &["bf16", "f32", "f32", "f32"],
+        &[Tol::close(2e-2, 1e-2), Tol::close(1e-4, 1e-3), sum(), sum()],
+    );
+    let seed = 0x5eed_u64 + rows as u64;
+    let cpu = g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0(&dev, &px, &pb, seed, &pdy).unwrap();
+    emulate_partials(
+        (cluster, cols),
+        &format!("bias gelu dropout backward {rows}x{cols}"),
+        &g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0::__fuse::PROGRAM,
+        vec![hex(&x), hex(&b), hex(&dy)],
+        vec![seed],
+        &dims,
+        &cpu,
+        &["bf16", "f32"],
+        &[Tol::close(2e-2, 1e-2), sum()],
+    );
+}
+
+/// [`emulate`] for `partial_sums`, or on the long-row launch in clusters of `cluster` blocks,
+/// each with its part of the row and of the partial sums in shared memory.
+#[allow(clippy::too_many_arguments)]
+fn emulate_partials<R: Outputs>(
+    (cluster, cols): (Option<u32>, usize),
+    what: &str,
+    program: &'static Program,
+    tensors: Vec<String>,
+    scalars: Vec<u64>,
+    dims: &[(&str, usize)],
+    cpu: &R,
+    types: &[&str],
+    tols: &[Tol],
+) {
+    let shared = cluster.map(|cluster| {
+        let entry = program.entries.iter().find(|e| e.path == "long_rows");
+        let Some(Grid::LongRows { cache_bytes, parts }) = entry.map(|e| e.grid) else {
+            panic!("{what}: no long-row entry");
+        };
+        assert!(parts > 0, "{what}: the long-row entry writes partial sums");
+        long_rows(cols, cluster, cache_bytes).expect("a launch")
+    });
+    let what = match cluster {
+        Some(c) => format!("{what} in clusters of {c}"),
+        None => what.to_string(),
+    };
+    emulate_launch(
+        &what, program, tensors, scalars, dims, cpu, types, tols, shared,
+    );
 }
 
 /// The training pair's launches: G1's forward, which also writes each row's rstd in f32, and

@@ -144,6 +144,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         full_rows: false,
         hoisted_positions: false,
         partials_in_registers: false,
+        partials_in_shared: false,
         lane_randoms: vec![],
         slices: vec![],
         addressed: None,
@@ -340,6 +341,9 @@ struct Cuda<'a> {
     /// Whether the partial sums over rows (`OutputInfo::partial`) add up in registers,
     /// `pa<o>[q]`, written once after the row loop (rows in registers), rather than in memory.
     partials_in_registers: bool,
+    /// Whether the partial sums over rows add up in the long rows' shared memory, `sp<o>` at
+    /// the element's place in the block's part of the row (`long_rows::shared_layout`).
+    partials_in_shared: bool,
     /// Whether the row-a-block loop being written is the one for rows of exactly
     /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
     full_rows: bool,
@@ -696,6 +700,10 @@ impl Cuda<'_> {
             if out.packed {
                 self.helpers.insert("fz_bits");
                 self.line(format!("fz_or_bits(out{o}, {at}, {v} ? 1u : 0u);"));
+                continue;
+            }
+            if out.partial.is_some() && self.partials_in_shared {
+                self.line(format!("sp{o}[r - begin] += {v};"));
                 continue;
             }
             if out.partial.is_some() {

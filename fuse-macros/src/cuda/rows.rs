@@ -839,6 +839,18 @@ impl Cuda<'_> {
             let out = &self.k.outputs[o];
             let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
             let l = self.step_lanes;
+            if out.partial.is_some() && self.partials_in_shared {
+                // A long row's block, its part's sums in shared memory (`c` the vector's place
+                // in the row, the part starting on a whole vector).
+                self.line(format!(
+                    "fz_vec<{t}, {l}>& fz_pp{o} = reinterpret_cast<fz_vec<{t}, {l}>*>(sp{o})[c - begin / {l}];"
+                ));
+                self.line("#pragma unroll");
+                self.line(format!(
+                    "for (int j = 0; j < {l}; ++j) fz_pp{o}.v[j] += s{o}.v[j];"
+                ));
+                continue;
+            }
             if out.partial.is_some() && self.partials_in_registers {
                 self.line("#pragma unroll");
                 self.line(format!(

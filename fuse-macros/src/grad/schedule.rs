@@ -744,6 +744,44 @@ mod tests {
             .collect()
     }
 
+    /// RMSNorm's launch over rows with `dg`'s partial sums: its rows in registers (a block's
+    /// segments sum theirs once), long rows in clusters (each block's part of the sums in
+    /// shared memory beside its part of the row: `x` and `dy`, then the sums, in the bytes an
+    /// element takes), at most `PARTS` blocks or clusters; never tiles of short rows.
+    #[test]
+    fn partial_sums_keep_the_cached_and_long_rows() {
+        use crate::plan::program::{program, Grid, Path};
+        let k = kernel(quote! {
+            #[vjp(x, g)]
+            fn rmsnorm(x: [f32; rows, cols], g: [bf16; cols]) -> [f32; rows, cols] {
+                x * rsqrt(mean(x * x, cols) + 1e-6) * (g as f32)
+            }
+        });
+        let d = vjp(&k, false, "d").unwrap();
+        let rows = &d.steps[0].kernel;
+        assert!(rows.has_partials());
+        let entries = program(rows).entries;
+        let paths: Vec<Path> = entries.iter().map(|e| e.path).collect();
+        assert!(paths.contains(&Path::RowsCached) && !paths.contains(&Path::ShortRows));
+        let parts = crate::plan::tuning::PARTS as u32;
+        let long = entries
+            .iter()
+            .find(|e| e.path == Path::LongRows)
+            .map(|e| e.grid);
+        assert_eq!(
+            long,
+            Some(Grid::LongRows {
+                cache_bytes: 4 + 4 + 4,
+                parts
+            })
+        );
+        for e in &entries {
+            if let Grid::Parts { parts: p, .. } = e.grid {
+                assert_eq!(p, parts);
+            }
+        }
+    }
+
     /// LayerNorm's gradients: `dx` in one launch over rows, which also sums `dg` and `db`'s
     /// values over the rows each block takes (partials, temporaries 7 and 8, over dims 0 and
     /// 1); a launch over those partials' columns (dim 2, `PARTS`) sums them. The row's mean and

@@ -148,8 +148,9 @@ pub enum Grid {
     /// (`OutputInfo::partial`): at most `parts` blocks, the partials' rows.
     Parts { blocks_per_sm: u32, parts: u32 },
     /// A cluster a row, each block caching its part in dynamic shared memory: `cache_bytes`
-    /// a row element.
-    LongRows { cache_bytes: u32 },
+    /// a row element. With partial sums over rows (`parts` > 0, the partials' rows), at most
+    /// `parts` clusters, each staying for the whole launch.
+    LongRows { cache_bytes: u32, parts: u32 },
     /// Grid-stride partials, `slots` scratch slots a block.
     Full { slots: u32 },
     /// A block a tile of columns, up to `blocks_per_sm` blocks an SM; with `split`, tiles are
@@ -460,15 +461,19 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 entries.push(entry(
                     Path::LongRows,
                     bound,
-                    Grid::LongRows { cache_bytes },
+                    Grid::LongRows {
+                        cache_bytes,
+                        parts: 0,
+                    },
                     when,
                 ));
             }
             let stream = Some(tuning::stream_min_blocks(k, plan));
             entries.push(entry(Path::Rows, stream, rows, When::ALWAYS));
             if let Some(parts) = k.outputs.iter().find_map(|o| o.partial) {
-                // Partial sums over rows need each block's rows to be its own: a block a row,
-                // never tiles of short rows nor a cluster's long rows.
+                // Partial sums over rows need each block's rows to be its own: a block (or a
+                // segment of one) a row, or a cluster a long row, each block its part of the
+                // row; never tiles of short rows.
                 let parts = match k.dims[parts] {
                     crate::ir::Dim::Fixed(n) => n as u32,
                     _ => unreachable!("the partials' dim is fixed"),
@@ -476,13 +481,19 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // Their blocks stay for the whole launch, as many an SM as the entry's register
                 // bound guarantees room for: a grid of a block a row, as light rows have, would
                 // be clamped to `parts` and leave part of its last wave idle.
-                entries.retain(|e| !matches!(e.path, Path::ShortRows | Path::LongRows));
+                entries.retain(|e| e.path != Path::ShortRows);
                 for e in &mut entries {
-                    if let Grid::Rows { blocks_per_sm } = e.grid {
-                        e.grid = Grid::Parts {
-                            blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),
-                            parts,
-                        };
+                    match e.grid {
+                        Grid::Rows { blocks_per_sm } => {
+                            e.grid = Grid::Parts {
+                                blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),
+                                parts,
+                            };
+                        }
+                        Grid::LongRows { cache_bytes, .. } => {
+                            e.grid = Grid::LongRows { cache_bytes, parts };
+                        }
+                        _ => {}
                     }
                 }
             }

@@ -196,11 +196,22 @@ pub(crate) const PASS_REDUCTIONS: usize = 16;
 pub(crate) const MAX_CLUSTER: usize = crate::abi::MAX_CLUSTER as usize;
 
 /// The bytes of shared memory each element of a row takes when `k` caches long rows there: the
-/// sizes of its tensors over the whole domain. 0 when it has no shared-memory path: not a row
-/// kernel over contiguous rows, a single pass (which reads each element once anyway), or a pass
-/// of more reductions than the exchange takes ([`PASS_REDUCTIONS`]).
+/// sizes of its tensors over the whole domain, and of its partial sums over rows. 0 when it has
+/// no shared-memory path: not a row kernel over contiguous rows, a single pass without partial
+/// sums (which reads each element once anyway), or a pass of more reductions than the exchange
+/// takes ([`PASS_REDUCTIONS`]).
 pub(crate) fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
-    bytes(k, &shared_params(k, plan))
+    match shared_params(k, plan).as_slice() {
+        [] => 0,
+        cached => bytes(k, cached) + partial_bytes(k),
+    }
+}
+
+/// The bytes an element of a row takes in the partial sums over rows (`OutputInfo::partial`)
+/// a long row's block adds up in shared memory beside its part of the row.
+pub(crate) fn partial_bytes(k: &Kernel) -> u32 {
+    let partials = k.outputs.iter().filter(|o| o.partial.is_some());
+    partials.map(|o| o.elem.bits() / 8).sum()
 }
 
 /// The bytes an element of each of `params` takes, summed.
@@ -217,7 +228,7 @@ pub(crate) fn shared_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
     let reduces = || plan.passes.iter().flat_map(|p| &p.reduces);
     // A row's `logsumexp` is a maximum and a sum (`special.rs`): the pair is for full reductions.
     let pairs = reduces().any(|&r| matches!(k.nodes[r].op, Op::Reduce(Reduce::LogSumExp, ..)));
-    if plan.passes.len() < 2
+    if (plan.passes.len() < 2 && !k.has_partials())
         || domain.last() != Some(axis)
         || pass_reductions(plan) > PASS_REDUCTIONS
         || pairs

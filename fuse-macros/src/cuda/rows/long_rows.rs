@@ -10,7 +10,9 @@
 
 use super::super::{Cuda, Scope, BLOCK};
 use crate::ir::{DimId, Launch, NodeId};
-use crate::plan::rows::{bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER};
+use crate::plan::rows::{
+    bytes, partial_bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER,
+};
 use crate::plan::{Entry, Pass, Plan};
 
 impl Cuda<'_> {
@@ -51,14 +53,16 @@ impl Cuda<'_> {
         self.line("const int part = fz_part(len, blocks, rank, begin, end);");
         self.line(format!(
             "if (blocks > {MAX_CLUSTER} || fz_smem_bytes() < (long long)part * {}) return;",
-            bytes(self.k, &cached)
+            bytes(self.k, &cached) + partial_bytes(self.k)
         ));
         self.shared_layout(&cached);
         self.exchange_start(plan);
-        // The runtime launches a cluster per row, or (`FUSE_LONG_ROWS_WAVES`) as many as can be
-        // resident, each taking every `clusters`-th row.
+        // The runtime launches a cluster per row, or (`FUSE_LONG_ROWS_WAVES`, and kernels with
+        // partial sums over rows) as many as can be resident, each taking every `clusters`-th
+        // row.
         self.line("const long long clusters = (long long)(gridDim.x / blocks);");
         self.row_ahead(&cached);
+        self.partials_in_shared = self.k.has_partials();
         self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
         self.row_start(rows, axis, plan);
         self.shared_load(&cached);
@@ -66,22 +70,63 @@ impl Cuda<'_> {
         self.line("fz_copy_wait();");
         self.shared_passes(plan, axis, &cached);
         self.close();
+        if self.partials_in_shared {
+            self.write_shared_parts();
+        }
+        self.partials_in_shared = false;
         // No block may leave while another can still read its slots.
         self.line("if (blocks > 1) fz_cluster_exit();");
     }
 
     /// Where things lie in the dynamic shared memory: this block's part of each cached tensor
-    /// (`sc_<name>`), one after another.
+    /// (`sc_<name>`), one after another, then of each partial sum over rows (`sp<o>`, zeroed:
+    /// the cluster's sums of its rows at this block's elements, `r - begin`).
     fn shared_layout(&mut self, cached: &[usize]) {
         let mut offset = 0;
+        let at = |offset| match offset {
+            0 => "fz_shared()".to_string(),
+            bytes => format!("(fz_shared() + part * {bytes})"),
+        };
         for &p in cached {
             let (t, name) = self.param_text(p);
-            let at = match offset {
-                0 => "fz_shared()".to_string(),
-                bytes => format!("(fz_shared() + part * {bytes})"),
-            };
-            self.line(format!("{t}* const sc_{name} = ({t}*){at};"));
+            self.line(format!("{t}* const sc_{name} = ({t}*){};", at(offset)));
             offset += self.k.params[p].elem.bits() / 8;
+        }
+        for (o, out) in self.k.outputs.iter().enumerate() {
+            if out.partial.is_some() {
+                let t = out.elem.c_name();
+                self.line(format!("{t}* const sp{o} = ({t}*){};", at(offset)));
+                self.line(format!(
+                    "for (int r = threadIdx.x; r < part; r += {BLOCK}) sp{o}[r] = 0;"
+                ));
+                offset += out.elem.bits() / 8;
+            }
+        }
+        if self.k.has_partials() {
+            // The zeros are other threads' than the sums that add to them.
+            self.line("__syncthreads();");
+        }
+    }
+
+    /// After the row loop, this block's part of its cluster's row of each partial sum over
+    /// rows (`OutputInfo::partial`; the launch has at most that many clusters), and of the rows
+    /// no cluster took, zeros. The sums were added by the threads of each element's loop,
+    /// vector or element (the same for every row of a launch): the barrier hands them to the
+    /// threads that store them.
+    fn write_shared_parts(&mut self) {
+        self.line("__syncthreads();");
+        for (o, out) in self.k.outputs.iter().enumerate() {
+            let Some(parts) = out.partial else {
+                continue;
+            };
+            let parts = self.layout.size(parts);
+            self.open(format!(
+                "for (long long p = blockIdx.x / blocks; p < {parts}; p += clusters)"
+            ));
+            self.line(format!(
+                "for (int r = begin + threadIdx.x; r < end; r += {BLOCK}) out{o}[p * len + r] = p < clusters ? sp{o}[r - begin] : 0;"
+            ));
+            self.close();
         }
     }
 
