@@ -8,18 +8,21 @@ use common::*;
 use fuse_runtime::{bf16, f16, Buffer, Device, Element};
 use grad_kernels::*;
 
-/// (rows, cols): short rows, streamed rows, wide cached rows, a block a row, long rows, many
-/// short rows (column reductions split across blocks), many cached rows (a block's segments
-/// each summing their rows' partial sums over several steps of the grid), and rows of exactly
-/// 4096 (the row-a-block entry without bounds tests), more of them than a few blocks an SM
-/// take, so that blocks copy their next rows ahead (`plan::rows::block_copies_ahead`) on GPUs
-/// of up to 200 SMs (the backward of softmax has 12 blocks an SM).
-const SHAPES: [(usize, usize); 8] = [
+/// (rows, cols): short rows, streamed rows, wide cached rows, a block a row, long rows (a
+/// few, and more than the clusters a GPU runs at once, each summing its rows' partial sums
+/// over several rows), many short rows (column reductions split across blocks), many cached
+/// rows (a block's segments each summing their rows' partial sums over several steps of the
+/// grid), and rows of exactly 4096 (the row-a-block entry without bounds tests), more of them
+/// than a few blocks an SM take, so that blocks copy their next rows ahead
+/// (`plan::rows::block_copies_ahead`) on GPUs of up to 200 SMs (the backward of softmax has 12
+/// blocks an SM).
+const SHAPES: [(usize, usize); 9] = [
     (9, 8),
     (7, 33),
     (5, 1000),
     (3, 3000),
     (2, 5000),
+    (901, 5000),
     (1500, 24),
     (3001, 1000),
     (2403, 4096),
