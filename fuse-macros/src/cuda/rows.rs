@@ -7,7 +7,7 @@ use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
     block_copies_ahead, cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2,
-    pass_stashes, prefetches, wide_copies_ahead,
+    pass_stashes, prefetches, segments_ask_l2, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -335,6 +335,8 @@ impl Cuda<'_> {
                 self.load_cached_rows(cached, false);
                 if whole && next_row_to_l2(self.k, cached) {
                     self.ask_l2_for_next_row(cached);
+                } else if self.partials_in_registers && segments_ask_l2(self.k, plan, cached) {
+                    self.ask_l2_for_next_rows(cached);
                 }
                 self.row_passes(plan, axis, cached, false);
             }
@@ -404,6 +406,24 @@ impl Cuda<'_> {
             let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
             self.line(format!(
                 "fz_prefetch_l2(p_{name} + b{s} + (long long)gridDim.x * len, len * (long long)sizeof({t}));"
+            ));
+        }
+        self.close();
+    }
+
+    /// In a segmented loop with partial sums over rows, whose blocks each go through many steps
+    /// of `per_block` rows, asks L2 for the block's next step's rows of each `cached` tensor
+    /// (contiguous: row `n` starts at `n * len`, as in `ask_l2_for_next_row`) once this
+    /// step's loads are issued.
+    fn ask_l2_for_next_rows(&mut self, cached: &[usize]) {
+        self.helpers.insert("fz_l2_prefetch");
+        self.line("const long long fz_next = g0 + (long long)gridDim.x * per_block;");
+        self.open("if (fz_next < groups)");
+        self.line("const long long fz_rows = groups - fz_next < per_block ? groups - fz_next : per_block;");
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            self.line(format!(
+                "fz_prefetch_l2(p_{name} + fz_next * len, fz_rows * len * (long long)sizeof({t}));"
             ));
         }
         self.close();

@@ -54,6 +54,18 @@ pub(crate) fn next_row_to_l2(k: &Kernel, cached: &[usize]) -> bool {
     !cached.is_empty() && !k.draws_random() && (cached.len() >= 2 || narrow)
 }
 
+/// Whether a segmented loop of rows in registers with partial sums over rows (whose blocks
+/// each go through many steps of rows) asks L2 for the block's next step's rows while this
+/// step's passes run: where [`next_row_to_l2`] allows it and the register bound leaves two
+/// blocks an SM or fewer (`tuning::min_blocks`), too few warps to keep enough loads in flight
+/// on their own. Measured on an H200 (benches/NOTES.md item 120): G2's backward (two outputs'
+/// partial sums, two blocks an SM) at 256 columns 52 -> 56% of copy speed, at 1024 40 -> 43%,
+/// G7's 46 -> 47% and 42 -> 44%; G1's (one output's, three blocks an SM) at 256 columns 79 ->
+/// 76%.
+pub(crate) fn segments_ask_l2(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool {
+    k.has_partials() && next_row_to_l2(k, cached) && crate::plan::tuning::min_blocks(k, plan) <= 2
+}
+
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain
 /// (the row's own elements, contiguous along the reduced dim). With partial sums over rows
 /// (`OutputInfo::partial`), also in one pass: a thread's elements are then the same slots of
