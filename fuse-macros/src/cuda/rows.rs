@@ -7,7 +7,7 @@ use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
     block_copies_ahead, cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2,
-    pass_stashes, prefetches, segments_ask_l2, segments_copy_ahead, wide_copies_ahead,
+    pass_stashes, prefetches, segments_ask_l2, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -93,10 +93,7 @@ impl Cuda<'_> {
                 false => {
                     !self.direct_rows
                         && (prefetches(self.k, &cached)
-                            || (wide && wide_copies_ahead(self.k, self.plan))
-                            || (self.k.has_partials()
-                                && self.path == Path::RowsCached
-                                && segments_copy_ahead(self.k, plan, &cached)))
+                            || (wide && wide_copies_ahead(self.k, self.plan)))
                 }
             };
         if prefetch {
@@ -154,14 +151,10 @@ impl Cuda<'_> {
             self.defers_division = false;
             // The segments' partial sums meet in shared memory: in the buffers the rows were
             // copied ahead into, which the row loop is done with, where there are some.
-            let pf = cached.first().filter(|_| prefetch);
-            let partial = self.k.outputs.iter().filter(|o| o.partial.is_some());
-            let sums = partial.map(|o| o.elem.bits()).max().unwrap_or(0);
-            // Its two buffers, `2 * CACHE * BLOCK` elements, hold the block's sums where they
-            // are at most twice as wide.
-            let parts = pf
-                .filter(|&&p| 2 * self.k.params[p].elem.bits() >= sums)
-                .map(|&p| format!("&pf_{}[0][0]", self.param_text(p).1));
+            let parts = match prefetch {
+                true => Some(format!("&pf_{}[0][0]", self.param_text(cached[0]).1)),
+                false => None,
+            };
             self.write_parts(true, parts);
         }
         if prefetch {

@@ -66,15 +66,6 @@ pub(crate) fn segments_ask_l2(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool
     k.has_partials() && next_row_to_l2(k, cached) && crate::plan::tuning::min_blocks(k, plan) <= 2
 }
 
-/// Whether a segmented loop of rows in registers with partial sums over rows copies its
-/// block's next step of rows into shared memory ahead (`cp.async`, two buffers), as the
-/// row-a-block loop does ([`block_copies_ahead`]): two cached tensors or more whose elements add
-/// up to at most 4 bytes (32 KB of buffers, as one f32 row's), in kernels that draw no random
-/// numbers, where [`segments_ask_l2`] would ask L2 for them.
-pub(crate) fn segments_copy_ahead(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool {
-    cached.len() >= 2 && bytes(k, cached) <= 4 && segments_ask_l2(k, plan, cached)
-}
-
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain
 /// (the row's own elements, contiguous along the reduced dim). With partial sums over rows
 /// (`OutputInfo::partial`), also in one pass: a thread's elements are then the same slots of
