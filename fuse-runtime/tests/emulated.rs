@@ -1960,8 +1960,9 @@ fn short_rows_run_on_an_emulated_gpu() {
 /// weight, `dbias` of bias + GELU + dropout, LayerNorm's and DyT's pairs), each block adding its
 /// rows into its own row of partials and zeroing those no block takes: on the exact row
 /// (4096), a block a row (3000), cached rows (1000, and in segments of a block over several
-/// steps of the grid, the last one partial: 29 rows of 1000, 101 of 256), streamed rows (999),
-/// and fewer rows than the grid's three blocks (2), compared by their sums over the blocks.
+/// steps of the grid, the last one partial: 29 rows of 1000, 101 of 256; and none), streamed
+/// rows (999), and fewer rows than the grid's three blocks (2), compared by their sums over the
+/// blocks.
 #[test]
 fn partial_sums_over_rows_run_on_an_emulated_gpu() {
     if !available() {
@@ -1973,6 +1974,7 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
         (4, 1000),
         (29, 1000),
         (101, 256),
+        (0, 256),
         (3, 999),
         (2, 64),
     ];
@@ -1982,15 +1984,21 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
 }
 
 /// The same on long rows' launches (`cluster` blocks a row, three clusters, each summing the
-/// rows it takes in shared memory into its row of partials): more rows than clusters and
-/// fewer (a cluster without rows writes zeros), parts that are partial or empty, lengths that
+/// rows it takes in shared memory into its row of partials): more rows than clusters, fewer (a
+/// cluster without rows writes zeros) and none, parts that are partial or empty, lengths that
 /// are not a multiple of four.
 #[test]
 fn partial_sums_over_long_rows_run_on_an_emulated_cluster() {
     if !available() {
         return;
     }
-    for (rows, cols, cluster) in [(7, 5000, 2), (5, 999, 3), (2, 64, 4), (4, 1000, 1)] {
+    for (rows, cols, cluster) in [
+        (7, 5000, 2),
+        (5, 999, 3),
+        (2, 64, 4),
+        (4, 1000, 1),
+        (0, 300, 2),
+    ] {
         partial_sums(rows, cols, Some(cluster));
     }
 }
