@@ -780,18 +780,6 @@ mod tests {
                 assert_eq!(p, parts);
             }
         }
-        // 16-bit rows: the long rows copy and step through eight elements at once, the sums in
-        // shared memory not counting as a tensor along the row.
-        let bf16 = kernel(quote! {
-            #[vjp(x, g)]
-            fn rmsnorm(x: [bf16; rows, cols], g: [bf16; cols]) -> [bf16; rows, cols] {
-                (x as f32 * rsqrt(mean(x as f32 * x as f32, cols) + 1e-6) * (g as f32)) as bf16
-            }
-        });
-        let d = vjp(&bf16, false, "d").unwrap();
-        let text = crate::cuda::text(&d.steps[0].kernel);
-        let long = &text[text.find("_long_rows(").expect("a long-row entry")..];
-        assert!(long.contains("fz_copy_async<8 * sizeof(unsigned short)>"));
     }
 
     /// LayerNorm's gradients: `dx` in one launch over rows, which also sums `dg` and `db`'s
