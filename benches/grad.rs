@@ -3,7 +3,7 @@
 //! `value_and_vjp`, the forward and backward together), every launch and allocation included.
 //! G1T, G2T and G6T time the training pair's `backward` instead, from what `forward_train`
 //! saved (run before the timing, as the peers' backwards are given the forward's saved
-//! tensors). GW times G1, G2 and G7 at other hidden sizes ([`WIDTHS`]).
+//! tensors). GW times G1, G2, G7 and G8 at other hidden sizes ([`WIDTHS`]).
 //! The bytes are WORKLOADS.md's backward bytes: each tensor the backward needs read once, each
 //! gradient written once (per-row statistics and weight gradients not counted).
 //!
@@ -106,15 +106,15 @@ struct Case {
     prepare: Option<Prepare>,
 }
 
-/// The rows x cols beside `TH` that `GW` times the norms' backwards at (G1, G2, G7): the
-/// hidden sizes of other models, in the same 2^26 elements. Measured first on an H200 (NOTES
-/// item 119), G2's `vjp` ran there at 6-22% of copy speed, against 77% at 4096.
+/// The rows x cols beside `TH` that `GW` times the backwards with weight gradients at (G1, G2,
+/// G7, G8): the hidden sizes of other models, in the same 2^26 elements. Measured first on an
+/// H200 (NOTES item 119), G2's `vjp` ran there at 6-22% of copy speed, against 77% at 4096.
 const WIDTHS: [(usize, usize); 3] = [(262144, 256), (65536, 1024), (4096, 16384)];
 
-/// G1-G8, one row each, and `GW`: G1, G2 and G7 at each of [`WIDTHS`].
+/// G1-G8, one row each, and `GW`: G1, G2, G7 and G8 at each of [`WIDTHS`].
 pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
     if id == "GW" {
-        for base in ["G1", "G2", "G7"] {
+        for base in ["G1", "G2", "G7", "G8"] {
             let case = case(base).expect("a G case");
             for (rows, cols) in WIDTHS {
                 let label = format!("{base} {} {rows}x{cols}", case.label);
