@@ -11,7 +11,7 @@
 use super::super::{Cuda, Scope, BLOCK};
 use crate::ir::{DimId, Launch, NodeId};
 use crate::plan::rows::{
-    bytes, partial_bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER,
+    bytes, cached_bytes, pass_reductions, pass_stashes, shared_params, MAX_CLUSTER,
 };
 use crate::plan::{Entry, Pass, Plan};
 
@@ -53,7 +53,7 @@ impl Cuda<'_> {
         self.line("const int part = fz_part(len, blocks, rank, begin, end);");
         self.line(format!(
             "if (blocks > {MAX_CLUSTER} || fz_smem_bytes() < (long long)part * {}) return;",
-            bytes(self.k, &cached) + partial_bytes(self.k)
+            cached_bytes(self.k, plan)
         ));
         self.shared_layout(&cached);
         self.exchange_start(plan);
