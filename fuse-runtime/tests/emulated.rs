@@ -1960,9 +1960,10 @@ fn short_rows_run_on_an_emulated_gpu() {
 /// weight, `dbias` of bias + GELU + dropout, LayerNorm's and DyT's pairs), each block adding its
 /// rows into its own row of partials and zeroing those no block takes: on the exact row
 /// (4096), a block a row (3000), cached rows (1000, and in segments of a block over several
-/// steps of the grid, the last one partial: 29 rows of 1000, 101 of 256; and none), streamed
-/// rows (999), and fewer rows than the grid's three blocks (2), compared by their sums over the
-/// blocks.
+/// steps of the grid, the last one partial: 29 rows of 1000, 101 of 256; segments of a
+/// constant width whose rows only just pass half of what they hold: 132, 516; and none),
+/// streamed rows (999), and fewer rows than the grid's three blocks (2), compared by their sums
+/// over the blocks.
 #[test]
 fn partial_sums_over_rows_run_on_an_emulated_gpu() {
     if !available() {
@@ -1974,6 +1975,8 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
         (4, 1000),
         (29, 1000),
         (101, 256),
+        (37, 132),
+        (5, 516),
         (0, 256),
         (3, 999),
         (2, 64),

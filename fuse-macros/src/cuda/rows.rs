@@ -7,7 +7,7 @@ use crate::ir::{DimId, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
     block_copies_ahead, cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2,
-    pass_stashes, prefetches, segments_ask_l2, wide_copies_ahead,
+    pass_stashes, prefetches, segment_width, segments_ask_l2, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -33,9 +33,19 @@ impl Cuda<'_> {
             // in registers take four elements per thread step, so they need a quarter of the
             // threads. Streamed rows with partial sums over rows take a block a row, whose
             // rows are its own.
-            self.line(format!("int width = {BLOCK};"));
             let partials = self.k.has_partials();
-            if matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
+            let fixed = match self.path {
+                Path::RowsCached => segment_width(self.k, &self.when),
+                _ => None,
+            };
+            match fixed {
+                Some(width) => self.line(format!("const int width = {width};")),
+                None => self.line(format!("int width = {BLOCK};")),
+            }
+            if fixed.is_some() {
+                // A constant width (`plan::rows::segment_width`): `lane` and `per_block` are
+                // constants too, and so are the reductions' segment tests.
+            } else if matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
                 // Cached rows: the fewest threads that hold the row in `CACHE` registers each
                 // (`CACHE` 4-byte elements, or twice as many 2-byte ones on the wide path).
                 // With partial sums over rows too: a thread's columns are the same in every
@@ -551,16 +561,23 @@ impl Cuda<'_> {
     /// Whether vector `c = lane + q * width` of a cached row is in the row, `None` where it
     /// always is (`full_rows`). A cached row has at most `CACHE * BLOCK` elements, so the test
     /// is 32-bit; a row a block is longer than `CACHE * BLOCK / 2` (else `width` would be
-    /// smaller), so its first half always is.
+    /// smaller), and so is a row of segments of a constant width than half of what they hold,
+    /// so its first half always is.
     fn in_cached_row(&self) -> Option<String> {
         let l = self.cache_lanes;
         if self.full_rows {
             None
-        } else if self.whole_rows {
+        } else if self.whole_rows || self.fixed_segments() {
             Some(format!("(q < {} || c * {l} < (int)len)", CACHE / 8))
         } else {
             Some(format!("c * {l} < (int)len"))
         }
+    }
+
+    /// Whether the segments being written have a constant width (`plan::rows::segment_width`),
+    /// their rows longer than half of what they hold.
+    fn fixed_segments(&self) -> bool {
+        self.path == Path::RowsCached && segment_width(self.k, &self.when).is_some()
     }
 
     /// The elements of a cached row a thread holds: `CACHE / 4` vectors of `cache_lanes`.

@@ -780,6 +780,25 @@ mod tests {
                 assert_eq!(p, parts);
             }
         }
+        // Segments of a constant width where the length fixes it, 16 threads a row of 129 to
+        // 256 ... 128 of 1025 to 2048; the run-time width for the rest.
+        let cached: Vec<_> = entries
+            .iter()
+            .filter(|e| e.path == Path::RowsCached)
+            .collect();
+        let ranges: Vec<(u64, u64)> = cached
+            .iter()
+            .map(|e| (e.when.min_len, e.when.max_len))
+            .collect();
+        assert_eq!(
+            ranges,
+            [(129, 256), (257, 512), (513, 1024), (1025, 2048), (1, 4096)]
+        );
+        let text = crate::cuda::text(rows);
+        let fixed = &text[text.find("_cached_rows_256(").expect("the entry of 256")..];
+        assert!(fixed.contains("const int width = 16;"));
+        let general = &text[text.find("_cached_rows(").expect("the general entry")..];
+        assert!(general.contains("while (width * 16 < len) width <<= 1;"));
     }
 
     /// LayerNorm's gradients: `dx` in one launch over rows, which also sums `dg` and `db`'s

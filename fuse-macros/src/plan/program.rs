@@ -7,7 +7,7 @@ use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
     cached_bytes, cached_params, needs_divisors, seed_params, slot_count, tile_eights, tiling,
-    wide_cache, wide_copies_ahead, SHORT,
+    wide_cache, wide_copies_ahead, SEGMENT_WIDTHS, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -445,6 +445,21 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     block,
                     rows_of(register_row / 2 + 1, register_row, 4, 90),
                 ));
+                // Kernels with partial sums over rows take their segments at a constant width
+                // where the length fixes it (`plan::rows::segment_width`).
+                if k.has_partials() {
+                    for width in SEGMENT_WIDTHS {
+                        let max_len = u64::from(width * CACHE);
+                        let mut fixed = entry(
+                            Path::RowsCached,
+                            bound,
+                            rows,
+                            rows_of(max_len / 2 + 1, max_len, 4, 0),
+                        );
+                        fixed.symbol = format!("{}_{max_len}", fixed.symbol);
+                        entries.push(fixed);
+                    }
+                }
                 entries.push(entry(
                     Path::RowsCached,
                     bound,

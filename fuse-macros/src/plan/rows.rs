@@ -3,7 +3,7 @@
 //! later ones, the short rows' tiles and the long rows' shared memory. The CUDA printer reads
 //! these answers; it asks no question of its own.
 
-use crate::abi::BLOCK;
+use crate::abi::{BLOCK, CACHE};
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::{Layout, Pass, Plan};
@@ -64,6 +64,26 @@ pub(crate) fn next_row_to_l2(k: &Kernel, cached: &[usize]) -> bool {
 /// 76%.
 pub(crate) fn segments_ask_l2(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool {
     k.has_partials() && next_row_to_l2(k, cached) && crate::plan::tuning::min_blocks(k, plan) <= 2
+}
+
+/// The segment widths (threads a row) of the rows in registers that kernels with partial sums
+/// over rows take at a constant width: rows of `width * CACHE / 2 + 1` to `width * CACHE`
+/// elements (129 to 256, ... 1025 to 2048), `width`, `lane` and `per_block` constants, and the
+/// first half of each row always in it. At a width known only when the kernel runs, every
+/// vector's place (`lane + q * width`), its bounds test, and both sides of each reduction's
+/// `width > 32` stayed in the row loop: 73 instructions an element for G2's backward against the
+/// 55 of the row-a-block entry (benches/NOTES.md item 120).
+pub(crate) const SEGMENT_WIDTHS: [u32; 4] = [16, 32, 64, 128];
+
+/// The constant width of a `RowsCached` entry's segments (threads a row) that `when` takes,
+/// for a kernel with partial sums over rows ([`SEGMENT_WIDTHS`]); `None` where it is set when
+/// the kernel runs.
+pub(crate) fn segment_width(k: &Kernel, when: &crate::plan::When) -> Option<u32> {
+    let width = u32::try_from(when.max_len / u64::from(CACHE)).ok()?;
+    let fixed = SEGMENT_WIDTHS.contains(&width)
+        && when.max_len == u64::from(width * CACHE)
+        && when.min_len == when.max_len / 2 + 1;
+    (k.has_partials() && fixed).then_some(width)
 }
 
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain
