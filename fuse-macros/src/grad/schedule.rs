@@ -799,6 +799,18 @@ mod tests {
         assert!(fixed.contains("const int width = 16;"));
         let general = &text[text.find("_cached_rows(").expect("the general entry")..];
         assert!(general.contains("while (width * 16 < len) width <<= 1;"));
+        // 16-bit rows: the long rows copy and step through eight elements at once, the sums in
+        // shared memory not counting as a tensor along the row.
+        let bf16 = kernel(quote! {
+            #[vjp(x, g)]
+            fn rmsnorm(x: [bf16; rows, cols], g: [bf16; cols]) -> [bf16; rows, cols] {
+                (x as f32 * rsqrt(mean(x as f32 * x as f32, cols) + 1e-6) * (g as f32)) as bf16
+            }
+        });
+        let d = vjp(&bf16, false, "d").unwrap();
+        let text = crate::cuda::text(&d.steps[0].kernel);
+        let long = &text[text.find("_long_rows(").expect("a long-row entry")..];
+        assert!(long.contains("fz_copy_async<8 * sizeof(unsigned short)>"));
     }
 
     /// LayerNorm's gradients: `dx` in one launch over rows, which also sums `dg` and `db`'s

@@ -129,6 +129,17 @@ pub(crate) fn wide_copies_ahead(k: &Kernel, plan: &Plan) -> bool {
 /// is the reduced one and the outputs over the whole domain. Per-row tensors (a label, a loss)
 /// are read and written once a row, at any vector width.
 pub(crate) fn row_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    row_elems_of(k, true)
+}
+
+/// [`row_elems`] but the partial sums over rows (`OutputInfo::partial`), which a long row's
+/// block adds up in shared memory, not in memory along the row: their vectors of eight f32
+/// there are two 16-byte accesses, not a register cache's eight registers more.
+pub(crate) fn stored_row_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
+    row_elems_of(k, false)
+}
+
+fn row_elems_of(k: &Kernel, partials: bool) -> impl Iterator<Item = Elem> + '_ {
     let (domain, axis) = match &k.launch {
         Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
         _ => (&[][..], None),
@@ -140,7 +151,7 @@ pub(crate) fn row_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
     let outputs = k
         .outputs
         .iter()
-        .filter(move |o| o.shape.as_slice() == domain)
+        .filter(move |o| o.shape.as_slice() == domain && (partials || o.partial.is_none()))
         .map(|o| o.elem);
     params.chain(outputs)
 }

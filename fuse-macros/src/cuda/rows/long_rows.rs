@@ -228,12 +228,13 @@ impl Cuda<'_> {
 
     /// The elements of a vector step (and of a copy into shared memory), widest first: eight
     /// (16 bytes) and then four where every tensor along the row is of at most 2-byte elements
-    /// (`row_elems`), the cached ones of 2, else four. With four, S2's bf16 softmax at 32768 and 262144 columns ran at 65
+    /// (`stored_row_elems`: the partial sums over rows add up in shared memory), the cached
+    /// ones of 2, else four. With four, S2's bf16 softmax at 32768 and 262144 columns ran at 65
     /// and 52% of copy speed on an H100 (f16 80 and 63%), f32 at 92 and 95% (NOTES item 76).
     /// A block's part of the row is a multiple of 32 elements (`fz_part`), so every width
     /// starts it on a whole vector.
     fn long_lanes(&self, cached: &[usize]) -> Vec<u32> {
-        let narrow = crate::plan::rows::row_elems(self.k).all(|e| e.bits() <= 16);
+        let narrow = crate::plan::rows::stored_row_elems(self.k).all(|e| e.bits() <= 16);
         match narrow && cached.iter().all(|&p| self.k.params[p].elem.bits() == 16) {
             true => vec![8, 4],
             false => vec![4],
