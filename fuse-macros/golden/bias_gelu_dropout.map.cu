@@ -110,6 +110,16 @@ static __device__ __forceinline__ unsigned int fz_u01_bound(float p) {
     return (unsigned int)ceilf(p * 16777216.0f);
 }
 static __device__ __forceinline__ bool fz_u01_below(unsigned int w, unsigned int bound) { return bound >> 24 != 0u || w < bound << 8; }
+static __device__ __forceinline__ unsigned int fz_u01_bound_narrow(float p, unsigned int ulp) {
+    if (!(p > 0.0f)) return 0u;
+    if (p > 1.0f) return 1u << 24;
+    const unsigned int q = (__float_as_uint(p) + (ulp - 1u)) & ~(ulp - 1u);
+    const float m = __uint_as_float(q - ulp / 2u) * 16777216.0f;
+    const float c = ceilf(m);
+    return (unsigned int)c + ((q & ulp) != 0u && c == m ? 1u : 0u);
+}
+static __device__ __forceinline__ unsigned int fz_u01_bound_bf16(float p) { return fz_u01_bound_narrow(p, 1u << 16); }
+static __device__ __forceinline__ unsigned int fz_u01_bound_f16(float p) { return p <= 0x1p-14f ? fz_u01_bound(p) : fz_u01_bound_narrow(p, 1u << 13); }
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 __constant__ unsigned int fz_zero = 0u;
 extern "C" __global__ void __launch_bounds__(256) fuse_bias_gelu_dropout(

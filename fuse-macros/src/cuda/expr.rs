@@ -96,14 +96,10 @@ impl Cuda<'_> {
                 }
             }
             // A uniform draw below a launch-wide value (dropout's mask), compared as integers.
-            Op::Binary(BinOp::Lt, a, b)
-                if scope == Scope::Lane
-                    && matches!(k.nodes[*a].op, Op::Random(Random::Uniform, ..))
-                    && k.nodes[*b].shape.is_empty()
-                    && k.nodes[*b].elem() == Elem::F32 =>
-            {
+            Op::Binary(BinOp::Lt, a, b) if self.draw_word(*a, *b, scope).is_some() => {
+                let (word, bound) = self.draw_word(*a, *b, scope).unwrap_or_default();
                 self.helpers.insert("fz_u01_bound");
-                format!("fz_u01_below(rq{a}[l >> 2].v[l & 3], fz_u01_bound(v{b}))")
+                format!("fz_u01_below({word}, {bound}(v{b}))")
             }
             Op::Binary(BinOp::Mul, a, b) if self.exact_products.contains(&id) => {
                 match k.nodes[*a].elem().compute() {
@@ -312,6 +308,38 @@ impl Cuda<'_> {
             UnOp::Not if e == Elem::Bool => format!("(!{a})"),
             UnOp::Not => format!("(({})~{a})", e.c_name()),
         }
+    }
+
+    /// For `a < b`, with `a` a uniform draw whose Philox word this scope holds (the lanes' blocks
+    /// of an elementwise step or of a row's vector step), or its rounding to bf16 or f16 (a
+    /// 16-bit dropout's), and `b` one value for every element: the word, and the helper that
+    /// gives the bound it is compared with (`fz_u01_below`). The draw is the word's top 24 bits
+    /// times 2^-24 and the rounding is monotone, so the draws below `b` are the words below a
+    /// bound: a conversion, a rounding and a float comparison an element become one integer
+    /// comparison (G8's backward, bf16).
+    fn draw_word(&self, a: NodeId, b: NodeId, scope: Scope) -> Option<(String, &'static str)> {
+        let k = self.k;
+        let uniform = |n: NodeId| {
+            matches!(k.nodes[n].op, Op::Random(Random::Uniform, ..))
+                && k.nodes[n].elem() == Elem::F32
+        };
+        let (draw, bound) = match (&k.nodes[a].op, k.nodes[a].elem()) {
+            (Op::Random(Random::Uniform, ..), Elem::F32) => (a, "fz_u01_bound"),
+            (Op::Cast(u), Elem::BF16) if uniform(*u) => (*u, "fz_u01_bound_bf16"),
+            (Op::Cast(u), Elem::F16) if uniform(*u) => (*u, "fz_u01_bound_f16"),
+            _ => return None,
+        };
+        if !k.nodes[b].shape.is_empty() || k.nodes[b].elem() != k.nodes[a].elem() {
+            return None;
+        }
+        let word = match scope {
+            Scope::Lane => format!("rq{draw}[l >> 2].v[l & 3]"),
+            Scope::Element if self.lane_randoms.contains(&draw) => {
+                format!("rq{draw}[j >> 2].v[j & 3]")
+            }
+            _ => return None,
+        };
+        Some((word, bound))
     }
 
     /// `v<n>`, or where `n` is a constant, `v<n>` plus a zero of type `t` (f32 or f64) that

@@ -689,6 +689,24 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    return (unsigned int)ceilf(p * 16777216.0f);\n",
             "}\n",
             "static __device__ __forceinline__ bool fz_u01_below(unsigned int w, unsigned int bound) { return bound >> 24 != 0u || w < bound << 8; }\n",
+            // The same through a rounding to a 16-bit float whose last bit is `ulp` in f32's
+            // bits (1 << 16 for bf16, 1 << 13 for f16's normal values): the draws whose rounding
+            // is below p are those below q, p rounded up to the type (its values below p are
+            // those below q), so those below the midpoint m of q and the value under it, and
+            // m itself where q is odd (a tie rounds to even). For 0 < q <= 1, m in f32's bits
+            // is q's less half an ulp, and m * 2^24 exact, as above.
+            "static __device__ __forceinline__ unsigned int fz_u01_bound_narrow(float p, unsigned int ulp) {\n",
+            "    if (!(p > 0.0f)) return 0u;\n",
+            "    if (p > 1.0f) return 1u << 24;\n",
+            "    const unsigned int q = (__float_as_uint(p) + (ulp - 1u)) & ~(ulp - 1u);\n",
+            "    const float m = __uint_as_float(q - ulp / 2u) * 16777216.0f;\n",
+            "    const float c = ceilf(m);\n",
+            "    return (unsigned int)c + ((q & ulp) != 0u && c == m ? 1u : 0u);\n",
+            "}\n",
+            "static __device__ __forceinline__ unsigned int fz_u01_bound_bf16(float p) { return fz_u01_bound_narrow(p, 1u << 16); }\n",
+            // Below 2^-14 f16's values are subnormal, multiples of 2^-24 as the draws are, and
+            // the draws there round to themselves: p's bound is the f32 one.
+            "static __device__ __forceinline__ unsigned int fz_u01_bound_f16(float p) { return p <= 0x1p-14f ? fz_u01_bound(p) : fz_u01_bound_narrow(p, 1u << 13); }\n",
         ),
         "fz_random" => concat!(
             "struct fz_u4 { unsigned int v[4]; };\n",
@@ -946,6 +964,79 @@ mod tests {
             let near = near.into_iter().chain([u64::from(u32::MAX)]);
             for w in near.filter_map(|w| u32::try_from(w).ok()) {
                 assert_eq!(below(w, b), u01(w) < p, "w = {w:#x}, p = {p:e}");
+            }
+        }
+    }
+
+    /// `fz_u01_bound_bf16` and `fz_u01_bound_f16`, step for step: the draws `k * 2^-24` below
+    /// their bound are exactly those whose rounding to the type is below `p`, for every bf16
+    /// and f16 value from 0 to 2 and for random `p`; the largest draw below, found by bisection
+    /// on the rounded draws, sits just under the bound.
+    #[test]
+    fn uniform_draws_rounded_to_16_bits_compare_as_integers() {
+        let bound = |p: f32| -> u32 {
+            if p.is_nan() || p <= 0.0 {
+                0
+            } else if p >= 1.0 {
+                1 << 24
+            } else {
+                (p * 16_777_216.0).ceil() as u32
+            }
+        };
+        let narrow = |p: f32, ulp: u32| -> u32 {
+            if p.is_nan() || p <= 0.0 {
+                return 0;
+            }
+            if p > 1.0 {
+                return 1 << 24;
+            }
+            let q = (p.to_bits() + (ulp - 1)) & !(ulp - 1);
+            let m = f32::from_bits(q - ulp / 2) * 16_777_216.0;
+            let c = m.ceil();
+            c as u32 + u32::from(q & ulp != 0 && c == m)
+        };
+        let bf16 = |p: f32| narrow(p, 1 << 16);
+        let f16 = |p: f32| match p <= 2f32.powi(-14) {
+            true => bound(p),
+            false => narrow(p, 1 << 13),
+        };
+        // Round to nearest, ties to even, dropping the low `bits` of an f32 in [0, 1]; the
+        // draws below 2^-14 are f16 values themselves (subnormal, multiples of 2^-24).
+        let round = |u: f32, bits: u32| -> f32 {
+            let b = u.to_bits();
+            let half = 1u32 << (bits - 1);
+            let low = b & ((1 << bits) - 1);
+            let up = low > half || (low == half && b & (1 << bits) != 0);
+            f32::from_bits((b >> bits << bits) + if up { 1 << bits } else { 0 })
+        };
+        let to_bf16 = |u: f32| round(u, 16);
+        let to_f16 = |u: f32| match u < 2f32.powi(-14) {
+            true => u,
+            false => round(u, 13),
+        };
+        type Case<'a> = (&'a dyn Fn(f32) -> u32, &'a dyn Fn(f32) -> f32, u32);
+        let cases: [Case; 2] = [(&bf16, &to_bf16, 16), (&f16, &to_f16, 13)];
+        let mut w = words(11);
+        for (bound, to, bits) in cases {
+            // Every value of the type up to 2, in f32's bits, and random f32s.
+            let mut ps: Vec<f32> = (0..=2f32.to_bits() >> bits)
+                .map(|i| f32::from_bits(i << bits))
+                .collect();
+            ps.extend([-0.0, -0.5, f32::NAN, f32::INFINITY, f32::MAX, 1e-45, 0.1]);
+            ps.extend((0..20_000).map(|_| f32::from_bits(w.next().unwrap() as u32 >> 2)));
+            ps.extend((0..20_000).map(|_| (w.next().unwrap() >> 40) as f32 * 2f32.powi(-24)));
+            for p in ps {
+                let below = |k: u32| to(k as f32 * 2f32.powi(-24)) < p;
+                // The draws below p, counted by bisection (the rounding is monotone).
+                let (mut lo, mut hi) = (0u32, 1u32 << 24);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    match below(mid) {
+                        true => lo = mid + 1,
+                        false => hi = mid,
+                    }
+                }
+                assert_eq!(bound(p), lo, "p = {p:e} ({:#x}), {bits}", p.to_bits());
             }
         }
     }
