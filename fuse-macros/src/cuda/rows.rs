@@ -1095,7 +1095,12 @@ impl Cuda<'_> {
         let Op::Reduce(_, operand, _) = self.k.nodes[r].op else {
             return None;
         };
-        let Op::Load(p) = self.k.nodes[operand].op else {
+        // The row itself, or its exact conversion to f32 (cross-entropy's `z as f32`).
+        let load = match self.k.nodes[operand].op {
+            Op::Cast(a) if self.k.nodes[operand].elem() == Elem::F32 => a,
+            _ => operand,
+        };
+        let Op::Load(p) = self.k.nodes[load].op else {
             return None;
         };
         let elem = self.k.params[p].elem;
@@ -1109,7 +1114,10 @@ impl Cuda<'_> {
             Reduce::Min => "min",
             _ => return None,
         };
-        let alone = self.pass_elems(pass) == [operand] && pass.writes.is_empty();
+        let elems = self.pass_elems(pass);
+        let alone = elems.contains(&operand)
+            && elems.iter().all(|n| [load, operand].contains(n))
+            && pass.writes.is_empty();
         let plain = self.stash.is_none() && self.reuse.is_none() && !self.in_shared;
         if !(in_registers && alone && plain && e == Elem::F32 && cached.contains(&p)) {
             return None;
