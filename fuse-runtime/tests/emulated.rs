@@ -19,6 +19,23 @@ use common::*;
 use fuse_runtime::__private::{DimRef, Grid, Param, Program};
 use fuse_runtime::{Device, Element};
 
+/// Cross-entropy's labels for `rows` rows of `cols`: of every five, two in range and three not:
+/// ignored (-100), past the row, and in the row's range plus 2^32, which a comparison of the
+/// low words alone would take.
+fn labels(rng: &mut Rng, rows: usize, cols: usize) -> Vec<i64> {
+    (0..rows)
+        .map(|i| {
+            let l = rng.below(cols as u64) as i64;
+            match i % 5 {
+                1 => -100,
+                3 => l + (1 << 32),
+                4 => cols as i64 + 3,
+                _ => l,
+            }
+        })
+        .collect()
+}
+
 /// The bytes of `v` as memory holds them (the kernel's view), in hex.
 fn hex<T: Element>(v: &[T]) -> String {
     // SAFETY: every element type is a number, `bool` or a narrow float: plain bytes without
@@ -520,7 +537,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             &["f32", "f32"],
             &[Tol::close(1e-5, 1e-7), Tol::EXACT],
         );
-        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let label = labels(&mut rng, rows, cols);
         let cpu = kernels::cross_entropy(
             &dev,
             &put(&dev, &x, &[rows, cols]),
@@ -861,7 +878,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
             &["q8", "f32"],
             &[Tol::close(0.0, 1.0), Tol::close(1e-4, 0.0)],
         );
-        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let label = labels(&mut rng, rows, cols);
         let cpu = bench_kernels::w9_cross_entropy(
             &dev,
             &put(&dev, &x, &[rows, cols]),
@@ -1022,7 +1039,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &[Tol::close(0.0, 1.0), Tol::close(1e-4, 0.0)],
             long_rows(cols, cluster, 4),
         );
-        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let label = labels(&mut rng, rows, cols);
         let cpu = kernels::cross_entropy(
             &dev,
             &put(&dev, &x, &[rows, cols]),

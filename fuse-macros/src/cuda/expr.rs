@@ -128,6 +128,21 @@ impl Cuda<'_> {
                 self.helpers.insert("fz_zero");
                 self.binary(*op, e, &x, &y)
             }
+            // A 32-bit unsigned value widened to 64 bits and compared with a 64-bit integer
+            // (`index(v) as i64 == label`, cross-entropy's): equal when the other's high word
+            // is zero and its low word the value, a test of the high word that stays out of a
+            // row's loop where the other is the row's, and one 32-bit comparison an element
+            // (ptxas compared both words of each element).
+            Op::Binary(op @ (BinOp::Eq | BinOp::Ne), a, b) if self.widened(*a, *b).is_some() => {
+                let (narrow, wide) = self.widened(*a, *b).unwrap_or_default();
+                let equal = format!(
+                    "((unsigned long long)v{wide} >> 32 == 0ull && (unsigned int)v{wide} == (unsigned int)v{narrow})"
+                );
+                match op {
+                    BinOp::Eq => equal,
+                    _ => format!("(!{equal})"),
+                }
+            }
             // An ordered comparison of floats with a constant operand takes the constant
             // through `fz_zero` (plus a zero ptxas cannot see): ptxas 13.0 (sm_80 and sm_90)
             // folded `setp.gt.f32 |x|, -2.0` to true, losing NaN (p21199 of the random programs:
@@ -340,6 +355,32 @@ impl Cuda<'_> {
             _ => return None,
         };
         Some((word, bound))
+    }
+
+    /// For `a == b` (or `!=`) of 64-bit integers one of which is an unsigned value of at most
+    /// 32 bits widened (`Cast`): that value and the other operand.
+    fn widened(&self, a: NodeId, b: NodeId) -> Option<(NodeId, NodeId)> {
+        let k = self.k;
+        let narrow = |n: NodeId| match k.nodes[n].op {
+            Op::Cast(x)
+                if k.nodes[n].elem().is_int()
+                    && k.nodes[n].elem().bits() == 64
+                    && k.nodes[x].elem().is_int()
+                    && !k.nodes[x].elem().is_signed_int()
+                    && k.nodes[x].elem().bits() <= 32 =>
+            {
+                Some(x)
+            }
+            _ => None,
+        };
+        if k.nodes[a].elem() != k.nodes[b].elem() {
+            return None;
+        }
+        match (narrow(a), narrow(b)) {
+            (Some(x), _) => Some((x, b)),
+            (None, Some(y)) => Some((y, a)),
+            _ => None,
+        }
     }
 
     /// `v<n>`, or where `n` is a constant, `v<n>` plus a zero of type `t` (f32 or f64) that
