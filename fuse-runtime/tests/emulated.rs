@@ -1467,6 +1467,71 @@ fn fp8_conversions_run_on_an_emulated_gpu() {
 }
 
 /// Rows of 16-bit floats a block holds in registers (4096 exactly, and 3000) store softmax's
+/// 16-bit dropout with probabilities of the values' types, parameters, in an elementwise loop
+/// and in a row kernel's vector steps: the draws rounded to the type compare with p as integers
+/// (`fz_u01_bound_bf16`, `_f16`), each mask the CPU's.
+#[test]
+fn sixteen_bit_dropout_runs_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    use fuse_runtime::{bf16, f16};
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (n, p) in [(1003, 0.1f32), (64, 0.5), (37, 3e-5), (130, 1.0)] {
+        let seed = rng.next_u64();
+        let x: Vec<bf16> = rng
+            .floats::<f32>(n, -4.0, 4.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let y: Vec<f16> = rng
+            .floats::<f32>(n, -4.0, 4.0)
+            .into_iter()
+            .map(f16::from_f32)
+            .collect();
+        let (pb, pf) = (bf16::from_f32(p), f16::from_f32(p));
+        let cpu = kernels::dropout_16(
+            &dev,
+            &put(&dev, &x, &[n]),
+            &put(&dev, &y, &[n]),
+            pb,
+            pf,
+            seed,
+        )
+        .unwrap();
+        emulate(
+            &format!("dropout_16 {n}, p {p}"),
+            &kernels::dropout_16::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![Element::to_bits(pb), Element::to_bits(pf), seed],
+            &[("n", n)],
+            &cpu,
+            &["bf16", "f16"],
+            &[Tol::EXACT; 2],
+        );
+    }
+    for (rows, cols) in [(7, 64), (3, 1000), (2, 4096), (2, 5000)] {
+        let seed = rng.next_u64();
+        let y: Vec<f16> = rng
+            .floats::<f32>(rows * cols, -4.0, 4.0)
+            .into_iter()
+            .map(f16::from_f32)
+            .collect();
+        let q = f16::from_f32(0.2);
+        let cpu = kernels::dropout_rows_16(&dev, &put(&dev, &y, &[rows, cols]), q, seed).unwrap();
+        emulate(
+            &format!("dropout_rows_16 {rows}x{cols}"),
+            &kernels::dropout_rows_16::__fuse::PROGRAM,
+            vec![hex(&y)],
+            vec![Element::to_bits(q), seed],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f16", "f32"],
+            &[Tol::EXACT, Tol::close(1e-5, 1e-5 * (cols as f64).sqrt())],
+        );
+    }
+}
+
 /// `exp(x - max)` in f32 beside the row, for the write pass to divide: the values are those the
 /// CPU backend computes, not rounded to the row's type.
 #[test]

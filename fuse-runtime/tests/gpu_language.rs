@@ -2362,6 +2362,53 @@ fn random_values_match_the_cpu_bit_for_bit() {
             &[softmax_tol(), Tol::EXACT],
         );
     }
+    // 16-bit dropout: the draws rounded to the type, compared with p as integers. The
+    // probabilities: of the types' own values, subnormal in f16 (below 2^-14), 0 and 1.
+    use fuse_runtime::{bf16, f16};
+    for (i, p) in [0.1f32, 0.5, 0.9, 0.0, 1.0, 3e-5, 0.3]
+        .into_iter()
+        .enumerate()
+    {
+        let n = SIZES[i % SIZES.len()] + 1000 * i;
+        let seed = rng.next_u64();
+        let x: Vec<bf16> = rng
+            .floats::<f32>(n, -4.0, 4.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let y: Vec<f16> = rng
+            .floats::<f32>(n, -4.0, 4.0)
+            .into_iter()
+            .map(f16::from_f32)
+            .collect();
+        let (pb, pf) = (bf16::from_f32(p), f16::from_f32(p));
+        let run =
+            |d: &Device| kernels::dropout_16(d, &put(d, &x, &[n]), &put(d, &y, &[n]), pb, pf, seed);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("dropout_16, {n}, p {p}"),
+            run,
+            &[Tol::EXACT; 2],
+        );
+    }
+    for &(rows, cols) in SHAPES_2D.iter().chain(&SOFTMAX_SHAPES) {
+        let seed = rng.next_u64();
+        let y: Vec<f16> = rng
+            .floats::<f32>(rows * cols, -4.0, 4.0)
+            .into_iter()
+            .map(f16::from_f32)
+            .collect();
+        let run = |d: &Device| {
+            kernels::dropout_rows_16(d, &put(d, &y, &[rows, cols]), f16::from_f32(0.2), seed)
+        };
+        let sum = Tol::close(1e-5, 1e-5 * (cols as f64).sqrt());
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("dropout_rows_16, {rows} x {cols}"),
+            run,
+            &[Tol::EXACT, sum],
+        );
+    }
     for n in SIZES.into_iter().chain([1 << 20, (1 << 20) + 3]) {
         let seed = rng.next_u64();
         let x = rng.floats::<f64>(n, -3.0, 3.0);

@@ -572,6 +572,17 @@ fuse! {
         (dropout(e / sum(e, cols), p, seed), max(x, cols) + randn(seed))
     }
 
+    /// 16-bit dropout by probabilities of the values' types, parameters: each draw rounded to
+    /// the type compares with them as an integer (`fz_u01_bound_bf16`, `_f16`).
+    pub fn dropout_16(x: [bf16; n], y: [f16; n], p: bf16, q: f16, seed: u64) -> ([bf16; n], [f16; n]) {
+        (dropout(x, p, seed), dropout(y, q, seed))
+    }
+
+    /// The same in a row kernel's vector steps, beside the row's sum.
+    pub fn dropout_rows_16(x: [f16; rows, cols], q: f16, seed: u64) -> ([f16; rows, cols], [f32; rows]) {
+        (dropout(x, q, seed), sum(x as f32, cols))
+    }
+
     /// Random values in a full reduction, through a cast, and dropout of f64 by a tensor of
     /// probabilities.
     pub fn noisy_sum(x: [f64; n], p: [f64; n], seed: u64) -> ([f64; n], f64) {
