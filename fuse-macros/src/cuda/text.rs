@@ -918,19 +918,22 @@ mod tests {
         }
     }
 
+    /// `fz_u01_bound`, step for step.
+    fn u01_bound(p: f32) -> u32 {
+        if p.is_nan() || p <= 0.0 {
+            0
+        } else if p >= 1.0 {
+            1 << 24
+        } else {
+            (p * 16_777_216.0).ceil() as u32
+        }
+    }
+
     /// `fz_u01_bound` and `fz_u01_below`: `below(w, bound(p))` exactly when `fz_u01(w) < p`.
     #[test]
     fn uniform_draws_compare_as_integers() {
         let u01 = |w: u32| (w >> 8) as f32 * 5.960_464_5e-8;
-        let bound = |p: f32| -> u32 {
-            if p.is_nan() || p <= 0.0 {
-                0
-            } else if p >= 1.0 {
-                1 << 24
-            } else {
-                (p * 16_777_216.0).ceil() as u32
-            }
-        };
+        let bound = u01_bound;
         let below = |w: u32, bound: u32| bound >> 24 != 0 || w < bound << 8;
         let mut ps = vec![
             0.1,
@@ -974,15 +977,7 @@ mod tests {
     /// on the rounded draws, sits just under the bound.
     #[test]
     fn uniform_draws_rounded_to_16_bits_compare_as_integers() {
-        let bound = |p: f32| -> u32 {
-            if p.is_nan() || p <= 0.0 {
-                0
-            } else if p >= 1.0 {
-                1 << 24
-            } else {
-                (p * 16_777_216.0).ceil() as u32
-            }
-        };
+        let bound = u01_bound;
         let narrow = |p: f32, ulp: u32| -> u32 {
             if p.is_nan() || p <= 0.0 {
                 return 0;
