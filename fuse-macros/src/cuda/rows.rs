@@ -34,18 +34,14 @@ impl Cuda<'_> {
             // threads. Streamed rows with partial sums over rows take a block a row, whose
             // rows are its own.
             let partials = self.k.has_partials();
-            let fixed = match self.path {
-                Path::RowsCached => segment_width(self.k, &self.when),
-                _ => None,
-            };
+            let fixed = self.fixed_width();
             match fixed {
+                // A constant width (`plan::rows::segment_width`): `lane` and `per_block` are
+                // constants too, and so are the reductions' segment tests.
                 Some(width) => self.line(format!("const int width = {width};")),
                 None => self.line(format!("int width = {BLOCK};")),
             }
-            if fixed.is_some() {
-                // A constant width (`plan::rows::segment_width`): `lane` and `per_block` are
-                // constants too, and so are the reductions' segment tests.
-            } else if matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
+            if fixed.is_none() && matches!(self.path, Path::RowsCached | Path::RowsCachedWide) {
                 // Cached rows: the fewest threads that hold the row in `CACHE` registers each
                 // (`CACHE` 4-byte elements, or twice as many 2-byte ones on the wide path).
                 // With partial sums over rows too: a thread's columns are the same in every
@@ -567,17 +563,20 @@ impl Cuda<'_> {
         let l = self.cache_lanes;
         if self.full_rows {
             None
-        } else if self.whole_rows || self.fixed_segments() {
+        } else if self.whole_rows || self.fixed_width().is_some() {
             Some(format!("(q < {} || c * {l} < (int)len)", CACHE / 8))
         } else {
             Some(format!("c * {l} < (int)len"))
         }
     }
 
-    /// Whether the segments being written have a constant width (`plan::rows::segment_width`),
-    /// their rows longer than half of what they hold.
-    fn fixed_segments(&self) -> bool {
-        self.path == Path::RowsCached && segment_width(self.k, &self.when).is_some()
+    /// The constant width of the segments being written (`plan::rows::segment_width`), whose
+    /// rows are longer than half of what they hold; `None` where it is set at run time.
+    fn fixed_width(&self) -> Option<u32> {
+        match self.path {
+            Path::RowsCached => segment_width(self.k, &self.when),
+            _ => None,
+        }
     }
 
     /// The elements of a cached row a thread holds: `CACHE / 4` vectors of `cache_lanes`.
