@@ -218,6 +218,12 @@ fuse! {
         let e = (x - max(x, cols)).exp();
         e / sum(e, cols)
     }
+    /// SW: RMSNorm without a weight, in bf16: a light row (one reduction, read once), loaded
+    /// straight into registers at the widths the wide 16-bit entry takes.
+    pub fn sw_rmsnorm_bf16(x: [bf16; rows, cols]) -> [bf16; rows, cols] {
+        let xf = x as f32;
+        (xf * rsqrt(mean(xf * xf, cols) + 1e-6)) as bf16
+    }
     /// S2: softmax over each row, in f16.
     pub fn s2_softmax_f16(x: [f16; rows, cols]) -> [f16; rows, cols] {
         let e = (x - max(x, cols)).exp();

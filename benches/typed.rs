@@ -90,6 +90,8 @@ const SUM_REL: f64 = 1e-6;
 
 /// S2's row widths, as peers.py's.
 const S2_COLS: [usize; 7] = [2, 32, 256, 1024, 4096, 32768, 262144];
+/// SW's row widths: the wide entry's, a warp's 16 elements a lane to two warps' 32.
+const SW_COLS: [usize; 3] = [512, 1024, 2048];
 /// S2's column-sum heights (the widths follow from the number of elements).
 const S2_ROWS: [usize; 4] = [256, 4096, 65536, 1 << 20];
 /// S2's GroupNorm `g x c x s` (groups, channels a group, positions): a diffusion UNet's 320
@@ -224,6 +226,32 @@ pub fn s2(runner: &mut Runner, pool: &mut Pool) {
         group_norm::<bf16>(runner, pool, gcs, |dev, x, side, y| {
             s2_group_norm_bf16::into(dev, x, &side[0], &side[1], y)
         });
+    }
+}
+
+/// SW: 16-bit rows at the wide entry's widths (rows of up to 2048 elements, a warp or two a
+/// row), 512 and 2048 of which S2 leaves out: softmax (a heavy row) and RMSNorm without a
+/// weight (a light one), in bf16.
+pub fn sw(runner: &mut Runner, pool: &mut Pool) {
+    softmaxes_at::<bf16>(runner, pool, ("SW", &SW_COLS), "", |dev, x, _, y| {
+        s2_softmax_bf16::into(dev, x, y)
+    });
+    let s = runner.sizes;
+    for cols in SW_COLS {
+        let Some(rows) = split(s.sweep_total, cols) else {
+            continue;
+        };
+        let case = Case {
+            id: "SW",
+            label: format!("rmsnorm bf16 {rows}x{cols}"),
+            what: "y = x * rsqrt(mean_row(x * x) + 1e-6), in f32",
+            formula: "4n".to_string(),
+            full: Shapes::grid(rows, cols, |r, c| vec![r, c]),
+            check: Shapes::grid(few(rows, s.check_n / cols), cols, |r, c| vec![r, c]),
+            tolerance: Tolerance::Ulps,
+            launch: |dev, x, _, y| sw_rmsnorm_bf16::into(dev, x, y),
+        };
+        run(runner, pool, &case);
     }
 }
 
@@ -367,13 +395,24 @@ fn row_sums<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
 }
 
 fn softmaxes<T: Float>(runner: &mut Runner, pool: &mut Pool, variant: &str, launch: Launch<T>) {
+    softmaxes_at(runner, pool, ("S2", &S2_COLS), variant, launch);
+}
+
+/// Row softmax at each of `widths`, as the row `id`.
+fn softmaxes_at<T: Float>(
+    runner: &mut Runner,
+    pool: &mut Pool,
+    (id, widths): (&'static str, &[usize]),
+    variant: &str,
+    launch: Launch<T>,
+) {
     let s = runner.sizes;
-    for cols in S2_COLS {
+    for &cols in widths {
         let Some(rows) = split(s.sweep_total, cols) else {
             continue;
         };
         let case = Case {
-            id: "S2",
+            id,
             label: format!("softmax {variant}{} {rows}x{cols}", T::NAME),
             what: "e = exp(x - max_row(x)); y = e / sum_row(e)",
             formula: format!("{}n", 2 * size_of::<T>()),

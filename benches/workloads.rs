@@ -115,10 +115,10 @@ const CPU: Sizes = Sizes {
 };
 
 /// The rows, in the order they run; `copy` always runs, since `%copy` needs it.
-const IDS: [&str; 32] = [
-    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "S3", "V1",
-    "V2", "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G1T", "G2T", "G6T", "GW",
-    "T1", "C1",
+const IDS: [&str; 33] = [
+    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "SW", "S3",
+    "V1", "V2", "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G1T", "G2T", "G6T",
+    "GW", "T1", "C1",
 ];
 
 /// What the command line asked for.
@@ -169,7 +169,7 @@ impl Config {
 }
 
 const USAGE: &str = "usage: workloads [--bench] [--small] [--only ID,...] [--json PATH]\n\
-    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 S3 V1 V2 V3 V4 G1-G8 G1T G2T G6T GW T1 C1 (the copy always runs)\n\
+    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 SW S3 V1 V2 V3 V4 G1-G8 G1T G2T G6T GW T1 C1 (the copy always runs)\n\
     env: FUSE_REQUIRE_GPU=1 fails without a GPU; FUSE_BENCH_CPU=1 runs on the CPU backend;\n\
     FUSE_BENCH_SEED=N fixes the inputs; OUT=DIR writes DIR/fuse_bench.json";
 
@@ -247,6 +247,7 @@ fn run(mut runner: Runner, config: &Config) -> ExitCode {
             "W11" => typed::w11(&mut runner, &mut pool),
             "S1" => runner.sweep(),
             "S2" => typed::s2(&mut runner, &mut pool),
+            "SW" => typed::sw(&mut runner, &mut pool),
             "S3" => typed::s3(&mut runner, &mut pool),
             "V1" => typed::v1(&mut runner, &mut pool),
             "V2" => vllm::v2(&mut runner),
