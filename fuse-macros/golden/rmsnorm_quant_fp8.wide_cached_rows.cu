@@ -30,27 +30,95 @@ static __device__ __forceinline__ unsigned char fz_f32_to_f8e4m3(float f) {
     return (unsigned char)(a > 0x7f800000u ? 0x7fu : ((u >> 24) & 0x80u) | c);
 #endif
 }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-static __device__ __forceinline__ unsigned long long fz_keep_policy() { unsigned long long k; asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(k)); return k; }
-template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) {
-    if constexpr (sizeof(V) != 16) return *p;
-    else {
-        union { V v; unsigned int w[4]; } u;
-        asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;" : "=r"(u.w[0]), "=r"(u.w[1]), "=r"(u.w[2]), "=r"(u.w[3]) : "l"(p), "l"(fz_keep_policy()));
-        return u.v;
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+#else
+    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+#endif
+}
+#endif
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ unsigned char* fz_shared() { extern __shared__ __align__(128) unsigned char fz_row[]; return fz_row; }
+static __device__ __forceinline__ unsigned int fz_smem_bytes() { unsigned int r; asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(r)); return r; }
+template <int N> static __device__ __forceinline__ void fz_copy_async(void* dst, const void* src) {
+#if __CUDA_ARCH__ >= 800
+    const unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    if constexpr (N >= 16) {
+        for (int k = 0; k < N; k += 16) asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16;" :: "r"(d + k), "l"((const unsigned char*)src + k) : "memory");
+    } else if constexpr (N >= 4) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" :: "r"(d), "l"(src), "n"(N) : "memory");
+    } else {
+        for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];
+    }
+#else
+    for (int k = 0; k < N; ++k) ((unsigned char*)dst)[k] = ((const unsigned char*)src)[k];
+#endif
+}
+static __device__ __forceinline__ void fz_copy_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile("" : "+r"(x)); }
+#if __CUDA_ARCH__ >= 900
+static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
+static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }
+static __device__ __forceinline__ void fz_barriers_init(unsigned long long* mbar) {
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)) : "memory");
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar + 1)) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
 }
-template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) {
-    if constexpr (sizeof(V) != 16) *p = v;
-    else {
-        const union { V v; unsigned int w[4]; } u = {v};
-        asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" :: "l"(p), "r"(u.w[0]), "r"(u.w[1]), "r"(u.w[2]), "r"(u.w[3]), "l"(fz_keep_policy()) : "memory");
-    }
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long* mbar, unsigned long long*) {
+    fz_barriers_init(mbar);
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory");
+}
+static __device__ __forceinline__ void fz_expect(unsigned long long* mbar, unsigned int bytes) { asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(bytes) : "memory"); }
+template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long* slot, T value, unsigned long long* mbar, unsigned int to) {
+    union { unsigned long long u; T t; } v;
+    v.u = 0ull;
+    v.t = value;
+    unsigned int at, bar;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"((unsigned int)__cvta_generic_to_shared(slot)), "r"(to));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"((unsigned int)__cvta_generic_to_shared(mbar)), "r"(to));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b64 [%0], %1, [%2];" :: "r"(at), "l"(v.u), "r"(bar) : "memory");
+}
+static __device__ __forceinline__ void fz_wait(unsigned long long* mbar, unsigned int& parity, unsigned int phase) {
+    const unsigned int at = (unsigned int)__cvta_generic_to_shared(mbar), bit = (parity >> phase) & 1u;
+    unsigned int done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(at), "r"(bit) : "memory");
+    } while (!done);
+    parity ^= 1u << phase;
 }
 #else
-template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
-template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
+static __device__ __forceinline__ unsigned int fz_cluster_size() { return 1u; }
+static __device__ __forceinline__ void fz_cluster_exit() { __syncthreads(); }
+static __device__ __forceinline__ void fz_exchange_init(unsigned long long*, unsigned long long*) {}
+static __device__ __forceinline__ void fz_expect(unsigned long long*, unsigned int) {}
+template <typename T> static __device__ __forceinline__ void fz_send(unsigned long long*, T, unsigned long long*, unsigned int) {}
+static __device__ __forceinline__ void fz_wait(unsigned long long*, unsigned int&, unsigned int) {}
 #endif
+template <typename T> static __device__ __forceinline__ T fz_take(const unsigned long long* slot) { union { unsigned long long u; T t; } v; v.u = *slot; return v.t; }
+#endif
+static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks, unsigned int rank, int& begin, int& end) {
+    const int part = (int)((((unsigned int)len + blocks - 1) / blocks + 31) & ~31u);
+    begin = part * rank < len ? (int)(part * rank) : (int)len;
+    end = len - begin < part ? (int)len : begin + part;
+    return part;
+}
+template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, long long len, unsigned int blocks, unsigned int rank) {
+    fz_opaque(blocks);
+    fz_opaque(rank);
+    int begin, end;
+    fz_part(len, blocks, rank, begin, end);
+    fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
+}
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
@@ -98,6 +166,17 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
     const int lane = threadIdx.x & (width - 1);
     __shared__ float red5[8];
     __shared__ float red12[8];
+    __shared__ fz_vec<unsigned short, 8> pf_x alignas(128) [2][1024];
+    int buf = 0;
+    if ((len & 7) == 0 && len <= 32 * width && (long long)blockIdx.x * per_block < groups) {
+        const long long gp = (long long)blockIdx.x * per_block + threadIdx.x / width < groups ? (long long)blockIdx.x * per_block + threadIdx.x / width : groups - 1;
+        const unsigned short* const pr_x = p_x + gp * len + lane * 8;
+        #pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int c = lane + q * width;
+            if (c * 8 < (int)len) fz_copy_async<16>(&pf_x[0][q * 256 + threadIdx.x], pr_x + q * width * 8);
+        }
+    }
     for (long long g0 = (long long)blockIdx.x * per_block; g0 < groups; g0 += (long long)gridDim.x * per_block) {
         const long long gl = g0 + threadIdx.x / width;
         const bool live = gl < groups;
@@ -109,11 +188,21 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
         const float v2 = p_eps;
         const float v13 = 448.0f;
         const float v15 = 1.0f;
+        fz_copy_wait();
         fz_vec<unsigned short, 8> rc_x[4];
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
-            if (c * 8 < (int)len) rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_x + b0) + c);
+            if (c * 8 < (int)len) rc_x[q] = pf_x[buf][q * 256 + threadIdx.x];
+        }
+        if (g0 + (long long)gridDim.x * per_block < groups) {
+            const long long gp = g0 + (long long)gridDim.x * per_block + threadIdx.x / width < groups ? g0 + (long long)gridDim.x * per_block + threadIdx.x / width : groups - 1;
+            const unsigned short* const pr_x = p_x + gp * len + lane * 8;
+            #pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = lane + q * width;
+                if (c * 8 < (int)len) fz_copy_async<16>(&pf_x[buf ^ 1][q * 256 + threadIdx.x], pr_x + q * width * 8);
+            }
         }
         fz_vec<float, 8> rs_x[4];
         float acc5 = (float)0;
@@ -216,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
             const int c = lane + q * width;
             if (c * 8 < (int)len) {
                 fz_vec<float, 8> fz_st;
-                const fz_vec<unsigned short, 8> lv_w = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_w + b1) + lane + q * width);
+                const fz_vec<unsigned short, 8> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_w + b1) + lane + q * width);
                 {
                     const int j = 0;
                     const long long r = c * 8 + j;
@@ -430,5 +519,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
         if (live && lane == 0) {
             out1[b2] = v14;
         }
+        buf ^= 1;
     }
+    fz_copy_wait();
 }

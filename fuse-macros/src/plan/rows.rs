@@ -117,13 +117,26 @@ pub(crate) fn wide_cache(k: &Kernel, plan: &Plan) -> bool {
 }
 
 /// Whether the wide entry copies each block's next rows into shared memory ahead (`cp.async`)
-/// while it works on the current ones: one cached tensor, whose rows are not light enough to load
-/// straight into registers (`direct_row_cost`). Its grid is then its own
-/// (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for the copy
-/// ahead to cover their loads.
+/// while it works on the current ones: one cached tensor, whose elements cost more than
+/// [`WIDE_DIRECT_COST`] (`element_cost`; a row loaded straight into registers where
+/// `direct_row_cost` allows, with the other row entries, costs at most that). Its grid is then
+/// its own (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for
+/// the copy ahead to cover their loads.
 pub(crate) fn wide_copies_ahead(k: &Kernel, plan: &Plan) -> bool {
-    wide_cache(k, plan) && cached_params(k, plan).len() == 1 && direct_row_cost(k, plan).is_none()
+    wide_cache(k, plan)
+        && cached_params(k, plan).len() == 1
+        && direct_row_cost(k, plan).is_none_or(|cost| cost > WIDE_DIRECT_COST)
 }
+
+/// The most an element may cost (`element_cost`) for the wide entry to load its rows straight
+/// into registers: 8, the class of the lightest rows (`tuning::direct_blocks_per_sm`). Measured
+/// on an H200 (benches/NOTES.md item 122), % of copy speed, loaded directly / copied ahead:
+/// RMSNorm without a weight (cost 6) at 512, 1024 and 2048 columns 101 / 97, 100 / 97, 101 /
+/// 96%; GroupNorm (19: two passes, the weight and bias gathered by channel) at rows of 1024
+/// and 2048, 87 / 94% and 78 / 85%. The f32 row-a-block entries load rows of up to
+/// [`DIRECT_COST`] directly; there a thread's row is 16 elements, here 32, and a block holds
+/// several rows whose reductions wait for each other.
+pub(crate) const WIDE_DIRECT_COST: u32 = 8;
 
 /// The element types of a row kernel's tensors along its rows: the parameters whose last dim
 /// is the reduced one and the outputs over the whole domain. Per-row tensors (a label, a loss)

@@ -221,6 +221,9 @@ pub(crate) const SHORT_CHAINED_TENSORS: usize = 6;
 ///   thread): S2's bf16 softmax took 80 registers at three blocks, and ran at 79-80% of copy
 ///   speed on an H200 at 256 and 1024 columns, against 63-64% computing `exp` again at four
 ///   (benches/NOTES.md item 97).
+/// - a kernel whose rows are light but not the lightest (`rows::WIDE_DIRECT_COST`), so copied
+///   ahead, that reads tensors besides its cached one: S2's GroupNorm (the weight and bias
+///   gathered by channel) spilled 8 bytes on sm_90 at four.
 pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
     let Launch::Rows { axis, .. } = &k.launch else {
         return blocks;
@@ -230,7 +233,10 @@ pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
         .tensor_params()
         .any(|(i, _, s)| s.last() == Some(axis) && !cached.contains(&i));
     let slots = direct_row_cost(k, plan).is_none() && f32_slots(k, plan, &cached);
-    match ((weights && plan.passes.len() >= 3) || slots) && blocks > MIN_BLOCKS {
+    let copied = direct_row_cost(k, plan).is_some()
+        && crate::plan::rows::wide_copies_ahead(k, plan)
+        && k.tensor_params().count() > cached.len();
+    match ((weights && plan.passes.len() >= 3) || slots || copied) && blocks > MIN_BLOCKS {
         true => blocks - 1,
         false => blocks,
     }
