@@ -82,8 +82,9 @@ impl Cuda<'_> {
             self.line("const int lane = threadIdx.x & (width - 1);");
         }
         self.shared_reduction_buffers(plan);
-        // Light rows are loaded straight into registers in every row loop (`direct_row_cost`);
-        // the others are copied ahead where `prefetches` allows.
+        // Light rows are loaded straight into registers in every row loop (`direct_row_cost`),
+        // but the wide entry's only the lightest (`wide_copies_ahead`); the others are copied
+        // ahead where `prefetches` allows.
         self.direct_rows = direct_row_cost(self.k, self.plan).is_some()
             && !(self.path == Path::RowsCachedWide && wide_copies_ahead(self.k, self.plan));
         let cached = match self.path {

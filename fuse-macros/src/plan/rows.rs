@@ -117,10 +117,9 @@ pub(crate) fn wide_cache(k: &Kernel, plan: &Plan) -> bool {
 }
 
 /// Whether the wide entry copies each block's next rows into shared memory ahead (`cp.async`)
-/// while it works on the current ones: one cached tensor, whose elements cost more than
-/// [`WIDE_DIRECT_COST`] (`element_cost`; a row loaded straight into registers where
-/// `direct_row_cost` allows, with the other row entries, costs at most that). Its grid is then
-/// its own (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for
+/// while it works on the current ones: one cached tensor whose rows are not the lightest,
+/// either heavy (`direct_row_cost` none, which every row entry copies ahead where it can) or
+/// light at more than [`WIDE_DIRECT_COST`] an element. Its grid is then its own (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for
 /// the copy ahead to cover their loads.
 pub(crate) fn wide_copies_ahead(k: &Kernel, plan: &Plan) -> bool {
     wide_cache(k, plan)
@@ -133,9 +132,9 @@ pub(crate) fn wide_copies_ahead(k: &Kernel, plan: &Plan) -> bool {
 /// on an H200 (benches/NOTES.md item 122), % of copy speed, loaded directly / copied ahead:
 /// RMSNorm without a weight (cost 6) at 512, 1024 and 2048 columns 101 / 97, 100 / 97, 101 /
 /// 96%; GroupNorm (19: two passes, the weight and bias gathered by channel) at rows of 1024
-/// and 2048, 87 / 94% and 78 / 85%. The f32 row-a-block entries load rows of up to
-/// [`DIRECT_COST`] directly; there a thread's row is 16 elements, here 32, and a block holds
-/// several rows whose reductions wait for each other.
+/// and 2048, 87 / 94% and 78 / 85%, though its vector loop takes 22-26 instructions an element,
+/// under the copy's 31. The f32 row-a-block entries load rows of up to [`DIRECT_COST`]
+/// directly (items 55-59).
 pub(crate) const WIDE_DIRECT_COST: u32 = 8;
 
 /// The element types of a row kernel's tensors along its rows: the parameters whose last dim
