@@ -90,7 +90,7 @@ const SUM_REL: f64 = 1e-6;
 
 /// S2's row widths, as peers.py's.
 const S2_COLS: [usize; 7] = [2, 32, 256, 1024, 4096, 32768, 262144];
-/// SW's row widths: the wide entry's, a warp's 16 elements a lane to two warps' 32.
+/// SW's row widths: the wide entry's, 32 elements a lane, half a warp a row (512) to two warps.
 const SW_COLS: [usize; 3] = [512, 1024, 2048];
 /// S2's column-sum heights (the widths follow from the number of elements).
 const S2_ROWS: [usize; 4] = [256, 4096, 65536, 1 << 20];

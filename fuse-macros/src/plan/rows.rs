@@ -119,8 +119,9 @@ pub(crate) fn wide_cache(k: &Kernel, plan: &Plan) -> bool {
 /// Whether the wide entry copies each block's next rows into shared memory ahead (`cp.async`)
 /// while it works on the current ones: one cached tensor whose rows are not the lightest,
 /// either heavy (`direct_row_cost` none, which every row entry copies ahead where it can) or
-/// light at more than [`WIDE_DIRECT_COST`] an element. Its grid is then its own (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for
-/// the copy ahead to cover their loads.
+/// light at more than [`WIDE_DIRECT_COST`] an element. Its grid is then its own
+/// (`tuning::WIDE_COPY_BLOCKS_PER_SM`), so that each block goes through enough rows for the copy
+/// ahead to cover their loads.
 pub(crate) fn wide_copies_ahead(k: &Kernel, plan: &Plan) -> bool {
     wide_cache(k, plan)
         && cached_params(k, plan).len() == 1
