@@ -236,23 +236,10 @@ pub fn sw(runner: &mut Runner, pool: &mut Pool) {
     softmaxes_at::<bf16>(runner, pool, ("SW", &SW_COLS), "", |dev, x, _, y| {
         s2_softmax_bf16::into(dev, x, y)
     });
-    let s = runner.sizes;
-    for cols in SW_COLS {
-        let Some(rows) = split(s.sweep_total, cols) else {
-            continue;
-        };
-        let case = Case {
-            id: "SW",
-            label: format!("rmsnorm bf16 {rows}x{cols}"),
-            what: "y = x * rsqrt(mean_row(x * x) + 1e-6), in f32",
-            formula: "4n".to_string(),
-            full: Shapes::grid(rows, cols, |r, c| vec![r, c]),
-            check: Shapes::grid(few(rows, s.check_n / cols), cols, |r, c| vec![r, c]),
-            tolerance: Tolerance::Ulps,
-            launch: |dev, x, _, y| sw_rmsnorm_bf16::into(dev, x, y),
-        };
-        run(runner, pool, &case);
-    }
+    let rmsnorm = ("rmsnorm ", "y = x * rsqrt(mean_row(x * x) + 1e-6), in f32");
+    rows_at::<bf16>(runner, pool, ("SW", &SW_COLS), rmsnorm, |dev, x, _, y| {
+        sw_rmsnorm_bf16::into(dev, x, y)
+    });
 }
 
 /// GroupNorm over `[b, g, c, s]`, the statistics over `(c, s)`, the weight and bias `[g, c]`
@@ -402,8 +389,27 @@ fn softmaxes<T: Float>(runner: &mut Runner, pool: &mut Pool, variant: &str, laun
 fn softmaxes_at<T: Float>(
     runner: &mut Runner,
     pool: &mut Pool,
-    (id, widths): (&'static str, &[usize]),
+    at: (&'static str, &[usize]),
     variant: &str,
+    launch: Launch<T>,
+) {
+    let what = "e = exp(x - max_row(x)); y = e / sum_row(e)";
+    rows_at(
+        runner,
+        pool,
+        at,
+        (&format!("softmax {variant}"), what),
+        launch,
+    );
+}
+
+/// A kernel from whole rows to whole rows at each of `widths`, as the row `id`, labelled
+/// `name` and the type.
+fn rows_at<T: Float>(
+    runner: &mut Runner,
+    pool: &mut Pool,
+    (id, widths): (&'static str, &[usize]),
+    (name, what): (&str, &'static str),
     launch: Launch<T>,
 ) {
     let s = runner.sizes;
@@ -413,8 +419,8 @@ fn softmaxes_at<T: Float>(
         };
         let case = Case {
             id,
-            label: format!("softmax {variant}{} {rows}x{cols}", T::NAME),
-            what: "e = exp(x - max_row(x)); y = e / sum_row(e)",
+            label: format!("{name}{} {rows}x{cols}", T::NAME),
+            what,
             formula: format!("{}n", 2 * size_of::<T>()),
             full: Shapes::grid(rows, cols, |r, c| vec![r, c]),
             check: Shapes::grid(few(rows, s.check_n / cols), cols, |r, c| vec![r, c]),

@@ -82,27 +82,22 @@ impl Cuda<'_> {
             self.line("const int lane = threadIdx.x & (width - 1);");
         }
         self.shared_reduction_buffers(plan);
-        // Light rows are loaded straight into registers in every row loop (`direct_row_cost`),
-        // but the wide entry's only the lightest (`wide_copies_ahead`); the others are copied
-        // ahead where `prefetches` allows.
-        self.direct_rows = direct_row_cost(self.k, self.plan).is_some()
-            && !(self.path == Path::RowsCachedWide && wide_copies_ahead(self.k, self.plan));
+        // The wide entry's 16-bit rows are copied ahead but the lightest (`wide_copies_ahead`),
+        // a 16-byte vector of eight elements a `cp.async`, into registers at the start of their
+        // row (`row_loop`). Other light rows are loaded straight into registers in every row
+        // loop (`direct_row_cost`); the rest are copied ahead where `prefetches` allows.
         let cached = match self.path {
             Path::Rows => vec![],
             _ => cached,
         };
-        // The wide entry's 16-bit rows are copied ahead too, a 16-byte vector of eight elements
-        // a `cp.async`, into registers at the start of their row (`row_loop`).
         let wide = self.path == Path::RowsCachedWide && cached.len() == 1;
+        let wide_copy = wide && wide_copies_ahead(self.k, self.plan);
+        self.direct_rows = direct_row_cost(self.k, self.plan).is_some() && !wide_copy;
         let exact = self.path == Path::RowBlockExact;
         let prefetch = !cached.is_empty()
             && match block {
                 true => block_copies_ahead(self.k, self.plan, &cached, exact),
-                false => {
-                    !self.direct_rows
-                        && (prefetches(self.k, &cached)
-                            || (wide && wide_copies_ahead(self.k, self.plan)))
-                }
+                false => !self.direct_rows && (prefetches(self.k, &cached) || wide_copy),
             };
         if prefetch {
             self.prefetch_buffers(&cached);

@@ -5,7 +5,8 @@ use crate::abi::{BLOCK, CACHE};
 use crate::ir::{Kernel, Launch, Op};
 use crate::parse::BinOp;
 use crate::plan::rows::{
-    cached_params, direct_row_cost, f32_slots, next_row_to_l2, prefetches, writes_rows,
+    cached_params, direct_row_cost, f32_slots, next_row_to_l2, prefetches, wide_copies_ahead,
+    writes_rows,
 };
 use crate::plan::Plan;
 use crate::ty::Elem;
@@ -232,10 +233,9 @@ pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
     let weights = k
         .tensor_params()
         .any(|(i, _, s)| s.last() == Some(axis) && !cached.contains(&i));
-    let slots = direct_row_cost(k, plan).is_none() && f32_slots(k, plan, &cached);
-    let copied = direct_row_cost(k, plan).is_some()
-        && crate::plan::rows::wide_copies_ahead(k, plan)
-        && k.tensor_params().count() > cached.len();
+    let light = direct_row_cost(k, plan).is_some();
+    let slots = !light && f32_slots(k, plan, &cached);
+    let copied = light && wide_copies_ahead(k, plan) && k.tensor_params().count() > cached.len();
     match ((weights && plan.passes.len() >= 3) || slots || copied) && blocks > MIN_BLOCKS {
         true => blocks - 1,
         false => blocks,
