@@ -22,6 +22,9 @@ template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, co
 template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile("bar.sync %0, %1;" :: "r"(s + 1u), "r"(n) : "memory"); }
+#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_cached_rows(
     const float* __restrict__ p_x,
@@ -101,7 +104,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_cached_rows(
             if ((threadIdx.x & 31) == 0) {
                 red4[threadIdx.x >> 5] = acc4;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc4 = red4[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {
@@ -167,7 +170,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_cached_rows(
             if ((threadIdx.x & 31) == 0) {
                 red7[threadIdx.x >> 5] = acc7;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc7 = red7[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {

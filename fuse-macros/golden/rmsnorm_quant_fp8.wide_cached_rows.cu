@@ -119,6 +119,9 @@ template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2
     fz_part(len, blocks, rank, begin, end);
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile("bar.sync %0, %1;" :: "r"(s + 1u), "r"(n) : "memory"); }
+#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {
     union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;
@@ -287,7 +290,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
             if ((threadIdx.x & 31) == 0) {
                 red5[threadIdx.x >> 5] = acc5;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc5 = red5[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {
@@ -424,7 +427,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) fuse_rmsnorm_quant_fp8_wide
             if ((threadIdx.x & 31) == 0) {
                 red12[threadIdx.x >> 5] = acc12;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc12 = red12[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {

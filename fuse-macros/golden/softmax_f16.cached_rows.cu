@@ -23,6 +23,9 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
 }
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile("bar.sync %0, %1;" :: "r"(s + 1u), "r"(n) : "memory"); }
+#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \
@@ -91,7 +94,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
             if ((threadIdx.x & 31) == 0) {
                 red1[threadIdx.x >> 5] = acc1;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc1 = red1[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {
@@ -151,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
             if ((threadIdx.x & 31) == 0) {
                 red4[threadIdx.x >> 5] = acc4;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc4 = red4[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {

@@ -118,6 +118,9 @@ template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2
     fz_part(len, blocks, rank, begin, end);
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
+#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile("bar.sync %0, %1;" :: "r"(s + 1u), "r"(n) : "memory"); }
+#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #define FZ_PACKED(name, op, ptx) template <int N> static __device__ __forceinline__ float name(float acc, const fz_vec<unsigned short, N>& v) { \
@@ -208,7 +211,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
             if ((threadIdx.x & 31) == 0) {
                 red1[threadIdx.x >> 5] = acc1;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc1 = red1[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {
@@ -310,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
             if ((threadIdx.x & 31) == 0) {
                 red4[threadIdx.x >> 5] = acc4;
             }
-            __syncthreads();
+            fz_row_sync(threadIdx.x / width, width);
             acc4 = red4[(threadIdx.x / width) * (width >> 5)];
             #pragma unroll
             for (int w = 1; w < 8; ++w) {

@@ -5,7 +5,7 @@ use super::text::{combine, identity, suffixed};
 use super::{Cuda, Scope, BLOCK};
 use crate::ir::{DimId, Launch, NodeId, Op, Reduce};
 use crate::plan::rows::slot_count;
-use crate::plan::{Layout, Plan};
+use crate::plan::{Layout, Path, Plan};
 use crate::ty::Elem;
 
 impl Cuda<'_> {
@@ -224,11 +224,23 @@ impl Cuda<'_> {
             // Uniform across the block: `width` depends only on the row length.
             self.open("if (width > 32)");
         }
+        // A segment's warps write and read only their own slots of `red`, so where its row is
+        // in registers they wait for each other alone (`fz_row_sync`, a named barrier a
+        // segment): a row no longer waits for the block's slowest row at each reduction. The
+        // streamed rows keep the block's barrier (see the helper, and NOTES item 123).
+        let in_registers = matches!(self.path, Path::RowsCached | Path::RowsCachedWide);
+        let barrier = match segmented && in_registers {
+            true => {
+                self.helpers.insert("fz_row_sync");
+                "fz_row_sync(threadIdx.x / width, width);"
+            }
+            false => "__syncthreads();",
+        };
         // The leading barrier keeps a warp from overwriting `red` while another still reads the
         // same reduction of the previous row. A row kernel with two or more reducing passes
         // already has another pass's barriers between those two uses, so it leaves it out.
         if !(segmented || whole) || self.plan.reducing_passes() < 2 {
-            self.line("__syncthreads();");
+            self.line(barrier);
         }
         self.open("if ((threadIdx.x & 31) == 0)");
         for &r in reduces {
@@ -238,7 +250,7 @@ impl Cuda<'_> {
             }
         }
         self.close();
-        self.line("__syncthreads();");
+        self.line(barrier);
         // The warps of this thread's row: all of them for a whole block, else its segment's.
         let (first, count) = if segmented {
             ("(threadIdx.x / width) * (width >> 5)", "(width >> 5)")

@@ -810,6 +810,19 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ void fz_lse_merge(float &m, float &s, float m2, float s2) { const float t = fmaxf(m, m2); s = s * (m == t ? 1.0f : expf(m - t)) + s2 * (m2 == t ? 1.0f : expf(m2 - t)); m = t; }\n",
             "static __device__ __forceinline__ void fz_lse_merge(double &m, double &s, double m2, double s2) { const double t = fmax(m, m2); s = s * (m == t ? 1.0 : exp(m - t)) + s2 * (m2 == t ? 1.0 : exp(m2 - t)); m = t; }\n",
         ),
+        // The barrier of segment `s` of a row loop's block, its `n` threads (a multiple of 32)
+        // alone: named barrier `s + 1`, as `__syncthreads` is barrier 0. The id is in a
+        // register, so ptxas reserves all 16 barriers for the block, which can bound the
+        // blocks an SM: the S2 f16 row sums (streamed rows, 32 registers) ran 15-28% slower
+        // with it, where no cached-rows row of the benchmark (40 registers and more) lost
+        // time. Written as constants (a `switch`, or a predicated `bar.sync` each), the ids
+        // cost the wide softmaxes 24 bytes of spills at their 80 registers (NOTES item 123).
+        // The emulator has its own.
+        "fz_row_sync" => concat!(
+            "#ifdef __CUDA_ARCH__\n",
+            "static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile(\"bar.sync %0, %1;\" :: \"r\"(s + 1u), \"r\"(n) : \"memory\"); }\n",
+            "#endif\n",
+        ),
         "fz_l2_prefetch" => super::rows::long_rows::L2_PREFETCH,
         "fz_long_rows" => super::rows::long_rows::HELPERS,
         "fz_row_copy" => super::rows::long_rows::ROW_COPY_HELPERS,

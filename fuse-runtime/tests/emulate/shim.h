@@ -7,6 +7,8 @@
 #include <cstring>
 #include <cstdint>
 #include <barrier>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 #include <atomic>
@@ -29,7 +31,8 @@ static dim3_ blockDim{256,1,1}, gridDim{1,1,1};
 // One block: its barriers, the words its warps exchange, its dynamic shared memory, and its
 // slots of a cluster's exchange (`fz_xs`, which each block declares).
 struct fz_block_state { std::barrier<> block{256}; std::barrier<>* warp[8]; unsigned long long xchg[256];
-  unsigned char* smem = nullptr; unsigned int smem_bytes = 0; unsigned char* xs = nullptr; };
+  unsigned char* smem = nullptr; unsigned int smem_bytes = 0; unsigned char* xs = nullptr;
+  std::mutex named_lock; std::unique_ptr<std::barrier<>> named[16]; };
 // One cluster: a barrier over all its threads and its blocks, by rank.
 struct fz_cluster_state { std::barrier<>* all; fz_block_state* blocks[16]; unsigned int size; };
 static thread_local fz_block_state* g_blk;
@@ -43,6 +46,12 @@ static std::atomic<bool> g_used_shared{false};
 #define __constant__
 #define __launch_bounds__(...)
 static inline void __syncthreads() { g_blk->block.arrive_and_wait(); }
+// A named barrier (`bar.sync id, n`) of a row's segment: the first of its threads to arrive
+// makes it, for `n` threads, so that the block's other segments go on without it.
+static inline void fz_row_sync(unsigned int s, int n) {
+  std::barrier<>* b; { std::lock_guard<std::mutex> g(g_blk->named_lock);
+    if (!g_blk->named[s + 1]) g_blk->named[s + 1] = std::make_unique<std::barrier<>>(n); b = g_blk->named[s + 1].get(); }
+  b->arrive_and_wait(); }
 static inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 template <typename T> static inline T __shfl_xor_sync(unsigned, T v, int off) {
   unsigned t = threadIdx.x; unsigned long long bits = 0; static_assert(sizeof(T) <= 8);
