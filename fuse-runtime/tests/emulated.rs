@@ -1334,13 +1334,22 @@ fn emulate_16_bit_softmax(what: &str, x: &[f32], rows: usize, cols: usize) {
 /// A 16-bit softmax whose rows are a multiple of eight long, up to 2048, holds them in 16-byte
 /// vectors, 32 elements a thread (`wide_cached_rows`): segments of 2 to 64 threads, rows
 /// neither a power of two nor filling the segment's last vectors, and a row a warp (1024).
+/// Rows of two warps (2040) over several rounds of the grid, the last one partial: each
+/// segment waits at its own named barrier, so a block's rows need not keep step.
 #[test]
 fn wide_cached_rows_run_on_an_emulated_gpu() {
     if !available() {
         return;
     }
     let (dev, mut rng) = (Device::cpu(), Rng::new());
-    for (rows, cols) in [(9, 40), (7, 256), (5, 1000), (4, 1024), (3, 2040)] {
+    for (rows, cols) in [
+        (9, 40),
+        (7, 256),
+        (5, 1000),
+        (4, 1024),
+        (3, 2040),
+        (31, 2040),
+    ] {
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
         emulate_16_bit_softmax("softmax", &x, rows, cols);
         let shape = [rows, cols];
