@@ -58,6 +58,50 @@ fn differ(got: &[bf16], want: &[bf16], ulps: f32, abs: f32) -> Option<String> {
     bad.map(|i| format!("index {i}: got {}, CPU {}", got[i], want[i]))
 }
 
+/// V0: the copy at the V rows' size, `4 t 4096` bytes (64 MiB each way at `t = 8192`), as
+/// `cuMemcpyDtoD` and as `fuse! y = x`. The copy ceiling is measured over 2 GB; a kernel of
+/// 40 us also pays its launch, its first loads' latency and its last wave, and this row says
+/// how much of the ceiling a copy of that size reaches, the measure of V2-V4.
+pub fn v0(runner: &mut Runner) {
+    let t = TOKENS.min(runner.sizes.sweep_total / (HEADS * HEAD)).max(1);
+    // f32 elements of `t * 4096` bf16 ones' bytes.
+    let n = (t * HEADS * HEAD / 2).max(1);
+    let seed = runner.seeds.next();
+    let dev = runner.dev.clone();
+    let data = measure::normal(n, seed);
+    for variant in ["cuMemcpyDtoD (Buffer::copy_to)", "fuse! y = x"] {
+        let mut row = Row::new(
+            "V0",
+            &format!("copy, {variant}, {n} f32 (V3's and V4's bytes)"),
+        );
+        row.bytes = Some(8 * n as u64);
+        row.formula = "4 t 4096".into();
+        row.definition = "y = x at the V rows' size".into();
+        let fused = variant.starts_with("fuse!");
+        let copy = |x: &Buffer<f32>, y: &mut Buffer<f32>| match fused {
+            true => identity::into(&dev, x, y),
+            false => x.copy_to(y),
+        };
+        // Checked once, then timed.
+        let checked = (|| {
+            let (x, mut y) = (put(&dev, &data, &[n])?, dev.zeros::<f32>(&[n])?);
+            copy(&x, &mut y)?;
+            Ok::<_, Error>((y.to_vec()? == data, x, y))
+        })();
+        match checked {
+            Ok((false, _, _)) => {
+                (row.status, row.note) = (Status::Failed, "the copy differs from its input".into())
+            }
+            Ok((true, x, mut y)) => match runner.time_runs(|_| copy(&x, &mut y)) {
+                Ok(timing) => row.timing = Some(timing),
+                Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
+            },
+            Err(e) => (row.status, row.note) = (Status::Error, e.to_string()),
+        }
+        runner.push(row);
+    }
+}
+
 /// V2's hidden size.
 const HIDDEN: usize = 4096;
 
