@@ -418,10 +418,21 @@ pub(crate) fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
 /// 28 and 30): on an H200, W9 96% at 40 against 86% at 160, W7 70% against 67%, W5 95% at 160
 /// against 91% at 40; on an H100 the per-row case was 97% at 40 and 100% at 160, and the fast
 /// memory decides here.
+///
+/// A row reduced once and left (a row sum) whose rows are of 32-bit elements takes 120: on an
+/// H200 (item 124), S2's f32 row sums ran 0.8-2.2% faster at 2 to 4096 columns with 120 than
+/// with 40 (80 in between; equal at 32768 and 262144, whose grids are their rows), where the
+/// 16-bit ones did not (bf16 at 2 columns 2% slower with 80 or 120, f16 mixed) and W9 (two
+/// passes) was 1.3% slower with 120.
 pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u32 {
     let writes_rows = k.outputs.iter().any(|o| o.shape.as_slice() == domain);
+    let rows_of_32_bits = k
+        .tensor_params()
+        .filter(|(_, _, shape)| shape.as_slice() == domain)
+        .all(|(_, p, _)| p.elem.bits() == 32);
     match (plan.reducing_passes(), writes_rows) {
         (0..=2, true) => 160,
+        (1, false) if rows_of_32_bits => 120,
         _ => 40,
     }
 }
@@ -488,7 +499,8 @@ mod tests {
     use quote::quote;
 
     /// The row grid by reducing passes and outputs: W7's three passes (mean, variance, absolute
-    /// maximum) and cross-entropy's value per row, against softmax's two passes and whole rows.
+    /// maximum) and cross-entropy's value per row, against softmax's two passes and whole rows;
+    /// a row sum by the width of its elements.
     #[test]
     fn row_grids_follow_the_reducing_passes() {
         let blocks = |tokens| {
@@ -513,7 +525,11 @@ mod tests {
                 logsumexp(x, cols) - sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)
             }
         });
+        let row_sum = |elem: proc_macro2::TokenStream| {
+            blocks(quote! { fn r(x: [#elem; rows, cols]) -> [#elem; rows] { sum(x, cols) } })
+        };
         assert_eq!((quantize, softmax, cross_entropy), (40, 160, 40));
+        assert_eq!((row_sum(quote!(f32)), row_sum(quote!(bf16))), (120, 40));
     }
 
     /// The grid where a block loads whole rows straight into registers: more blocks for
