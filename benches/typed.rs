@@ -92,6 +92,10 @@ const SUM_REL: f64 = 1e-6;
 const S2_COLS: [usize; 7] = [2, 32, 256, 1024, 4096, 32768, 262144];
 /// SW's row widths: the wide entry's, 32 elements a lane, half a warp a row (512) to two warps.
 const SW_COLS: [usize; 3] = [512, 1024, 2048];
+/// SO's row lengths, none a power of two: a multiple of four and not of eight (100), of eight
+/// (1000, 3000, 5120), odd (1027, 4095, 12289), across the short, cached, register and
+/// streamed rows' lengths; the rows as many as fit in `sweep_total` elements.
+const SO_COLS: [usize; 7] = [100, 1000, 1027, 3000, 4095, 5120, 12289];
 /// S2's column-sum heights (the widths follow from the number of elements).
 const S2_ROWS: [usize; 4] = [256, 4096, 65536, 1 << 20];
 /// S2's GroupNorm `g x c x s` (groups, channels a group, positions): a diffusion UNet's 320
@@ -188,11 +192,16 @@ impl Pool {
 
 /// S2: row sums in f32, bf16 and f16, softmax in bf16 and f16, column sums in all three.
 pub fn s2(runner: &mut Runner, pool: &mut Pool) {
-    row_sums::<f32>(runner, pool, |dev, x, _, y| s2_row_sum_f32::into(dev, x, y));
-    row_sums::<bf16>(runner, pool, |dev, x, _, y| {
+    let at = ("S2", &S2_COLS[..]);
+    row_sums::<f32>(runner, pool, at, |dev, x, _, y| {
+        s2_row_sum_f32::into(dev, x, y)
+    });
+    row_sums::<bf16>(runner, pool, at, |dev, x, _, y| {
         s2_row_sum_bf16::into(dev, x, y)
     });
-    row_sums::<f16>(runner, pool, |dev, x, _, y| s2_row_sum_f16::into(dev, x, y));
+    row_sums::<f16>(runner, pool, at, |dev, x, _, y| {
+        s2_row_sum_f16::into(dev, x, y)
+    });
     softmaxes::<bf16>(runner, pool, "", |dev, x, _, y| {
         s2_softmax_bf16::into(dev, x, y)
     });
@@ -240,6 +249,32 @@ pub fn sw(runner: &mut Runner, pool: &mut Pool) {
     rows_at::<bf16>(runner, pool, ("SW", &SW_COLS), rmsnorm, |dev, x, _, y| {
         sw_rmsnorm_bf16::into(dev, x, y)
     });
+}
+
+/// SO: the S2 and SW kernels (and S1's f32 softmax) at row lengths that are no power of two,
+/// where other entries and their remainders run: the f32 and bf16 softmax, bf16 RMSNorm and the
+/// f32 and bf16 row sums.
+pub fn so(runner: &mut Runner, pool: &mut Pool) {
+    // A length at a time, so that the pool's inputs of that length serve all five kernels.
+    for cols in SO_COLS {
+        let at = ("SO", &[cols][..]);
+        softmaxes_at::<f32>(runner, pool, at, "", |dev, x, _, y| {
+            w5_softmax::into(dev, x, y)
+        });
+        softmaxes_at::<bf16>(runner, pool, at, "", |dev, x, _, y| {
+            s2_softmax_bf16::into(dev, x, y)
+        });
+        let rmsnorm = ("rmsnorm ", "y = x * rsqrt(mean_row(x * x) + 1e-6), in f32");
+        rows_at::<bf16>(runner, pool, at, rmsnorm, |dev, x, _, y| {
+            sw_rmsnorm_bf16::into(dev, x, y)
+        });
+        row_sums::<f32>(runner, pool, at, |dev, x, _, y| {
+            s2_row_sum_f32::into(dev, x, y)
+        });
+        row_sums::<bf16>(runner, pool, at, |dev, x, _, y| {
+            s2_row_sum_bf16::into(dev, x, y)
+        });
+    }
 }
 
 /// GroupNorm over `[b, g, c, s]`, the statistics over `(c, s)`, the weight and bias `[g, c]`
@@ -360,15 +395,26 @@ fn few(full: usize, budget: usize) -> usize {
     (budget.max(3) | 1).min(full)
 }
 
-fn row_sums<T: Float>(runner: &mut Runner, pool: &mut Pool, launch: Launch<T>) {
+/// The rows of `cols` elements that fit in `total` elements, if one does.
+fn rows_in(total: usize, cols: usize) -> Option<usize> {
+    (cols > 0 && cols <= total).then(|| total / cols)
+}
+
+/// Row sums at each of `widths`, as the row `id`.
+fn row_sums<T: Float>(
+    runner: &mut Runner,
+    pool: &mut Pool,
+    (id, widths): (&'static str, &[usize]),
+    launch: Launch<T>,
+) {
     let s = runner.sizes;
-    for cols in S2_COLS {
-        let Some(rows) = split(s.sweep_total, cols) else {
+    for &cols in widths {
+        let Some(rows) = rows_in(s.sweep_total, cols) else {
             continue;
         };
         let e = size_of::<T>();
         let case = Case {
-            id: "S2",
+            id,
             label: format!("row sum {} {rows}x{cols}", T::NAME),
             what: "y[r] = sum over c of x[r, c]",
             formula: format!("{e}n + {e} rows"),
@@ -414,7 +460,7 @@ fn rows_at<T: Float>(
 ) {
     let s = runner.sizes;
     for &cols in widths {
-        let Some(rows) = split(s.sweep_total, cols) else {
+        let Some(rows) = rows_in(s.sweep_total, cols) else {
             continue;
         };
         let case = Case {

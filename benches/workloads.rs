@@ -2,7 +2,7 @@
 //! unfused (one `fuse!` fn per operation), against a device-to-device copy, in one process; the
 //! sum over the leading dim (W11, fused only); then a shape sweep (S1), reductions in every
 //! direction over f32, bf16 and f16 (S2), 16-bit elementwise kernels and a broadcast over heads
-//! (S3), vLLM's silu_and_mul on the halves of `[t, 2 * d]` (V1), a copy of the V rows' size (V0),
+//! (S3), the row kernels at lengths that are no power of two (SO), vLLM's silu_and_mul on the halves of `[t, 2 * d]` (V1), a copy of the V rows' size (V0),
 //! vLLM's kernels (V2-V4), the backwards (G), the launch overhead (T1) and the first call in a
 //! new process (C1).
 //!
@@ -116,10 +116,10 @@ const CPU: Sizes = Sizes {
 };
 
 /// The rows, in the order they run; `copy` always runs, since `%copy` needs it.
-const IDS: [&str; 34] = [
-    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "SW", "S3",
-    "V1", "V0", "V2", "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G1T", "G2T",
-    "G6T", "GW", "T1", "C1",
+const IDS: [&str; 35] = [
+    "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "SW", "SO",
+    "S3", "V1", "V0", "V2", "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G1T",
+    "G2T", "G6T", "GW", "T1", "C1",
 ];
 
 /// What the command line asked for.
@@ -170,7 +170,7 @@ impl Config {
 }
 
 const USAGE: &str = "usage: workloads [--bench] [--small] [--only ID,...] [--json PATH]\n\
-    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 SW S3 V1 V0 V2 V3 V4 G1-G8 G1T G2T G6T GW T1 C1 (the copy always runs)\n\
+    IDs: W1 W2 W3 W4 W5 W6 W7 W8 W9 W10 W11 S1 S2 SW SO S3 V1 V0 V2 V3 V4 G1-G8 G1T G2T G6T GW T1 C1 (the copy always runs)\n\
     env: FUSE_REQUIRE_GPU=1 fails without a GPU; FUSE_BENCH_CPU=1 runs on the CPU backend;\n\
     FUSE_BENCH_SEED=N fixes the inputs; OUT=DIR writes DIR/fuse_bench.json";
 
@@ -249,6 +249,7 @@ fn run(mut runner: Runner, config: &Config) -> ExitCode {
             "S1" => runner.sweep(),
             "S2" => typed::s2(&mut runner, &mut pool),
             "SW" => typed::sw(&mut runner, &mut pool),
+            "SO" => typed::so(&mut runner, &mut pool),
             "S3" => typed::s3(&mut runner, &mut pool),
             "V1" => typed::v1(&mut runner, &mut pool),
             "V0" => vllm::v0(&mut runner),
