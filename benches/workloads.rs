@@ -1,10 +1,10 @@
 //! The fuse benchmark: every workload of `shared/WORKLOADS.md` as one fused `fuse!` fn and
 //! unfused (one `fuse!` fn per operation), against a device-to-device copy, in one process; the
 //! sum over the leading dim (W11, fused only); then a shape sweep (S1), reductions in every
-//! direction over f32, bf16 and f16 (S2), 16-bit elementwise kernels and a broadcast over heads
-//! (S3), the row kernels at lengths that are no power of two (SO), vLLM's silu_and_mul on the halves of `[t, 2 * d]` (V1), a copy of the V rows' size (V0),
-//! vLLM's kernels (V2-V4), the backwards (G), the launch overhead (T1) and the first call in a
-//! new process (C1).
+//! direction over f32, bf16 and f16 (S2), the row kernels at lengths that are no power of two
+//! (SO), 16-bit elementwise kernels and a broadcast over heads (S3), vLLM's silu_and_mul on the
+//! halves of `[t, 2 * d]` (V1), a copy of the V rows' size (V0), vLLM's kernels (V2-V4), the
+//! backwards (G), the launch overhead (T1) and the first call in a new process (C1).
 //!
 //! ```text
 //! cargo bench -p fuse-benches                          all of it, full sizes (needs a GPU)

@@ -421,7 +421,7 @@ pub(crate) fn map_vectors(k: &Kernel, domain: &[usize]) -> u32 {
 ///
 /// A row reduced once and left (a row sum) whose rows are of 32-bit elements takes 120: on an
 /// H200 (item 124), S2's f32 row sums ran 0.8-2.2% faster at 2 to 4096 columns with 120 than
-/// with 40 (80 in between; equal at 32768 and 262144, whose grids are their rows), where the
+/// with 40 (80 in between; equal at 32768 and 262144 columns, 8192 and 1024 rows), where the
 /// 16-bit ones did not (bf16 at 2 columns 2% slower with 80 or 120, f16 mixed) and W9 (two
 /// passes) was 1.3% slower with 120.
 pub(crate) fn row_blocks_per_sm(k: &Kernel, domain: &[usize], plan: &Plan) -> u32 {
