@@ -245,7 +245,8 @@ pub(crate) fn wide_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
 /// The registers a thread of a row-in-registers entry (`cached_rows`, `block_rows`,
 /// `exact_rows`) needs, roughly: its share of the cached rows ([`CACHE`] elements of each cached
 /// tensor, a register each 4 bytes), 16 for each pass over the row (its accumulators, indices
-/// and loop), 16 more, and [`PHILOX_REGISTERS`] for a kernel that draws random numbers.
+/// and loop), 16 more, [`PHILOX_REGISTERS`] for a kernel that draws random numbers and
+/// [`WIDE_CALL_REGISTERS`] for one with an `f64` slow-path call ([`wide_calls`]).
 fn cached_registers(k: &Kernel, plan: &Plan) -> u32 {
     let words: u32 = cached_params(k, plan)
         .iter()
@@ -256,8 +257,36 @@ fn cached_registers(k: &Kernel, plan: &Plan) -> u32 {
     } else {
         0
     };
-    CACHE * words + 16 * plan.passes.len() as u32 + 16 + philox
+    let calls = if wide_calls(k) {
+        WIDE_CALL_REGISTERS
+    } else {
+        0
+    };
+    CACHE * words + 16 * plan.passes.len() as u32 + 16 + philox + calls
 }
+
+/// Whether a kernel computes an `f64` division, remainder, square root or math routine, each
+/// of which calls a slow path (special cases, a quotient's rounding) that keeps the caller's
+/// live values in registers of its own.
+fn wide_calls(k: &Kernel) -> bool {
+    use crate::func::Func;
+    let live = crate::fusion::live_nodes(&k.body());
+    let call = |n: &crate::ir::Node| match &n.op {
+        Op::Binary(BinOp::Div | BinOp::Rem, ..) => true,
+        Op::Call(f, _) => f.is_routine() || matches!(f, Func::Sqrt | Func::Recip),
+        _ => false,
+    };
+    let nodes = k.nodes.iter().zip(live);
+    nodes
+        .filter(|(_, l)| *l)
+        .any(|(n, _)| n.elem() == Elem::F64 && call(n))
+}
+
+/// The registers an `f64` slow-path call ([`wide_calls`]) takes beside a cached row
+/// ([`cached_registers`]): random program `p41713` (four `f64` tensors and two `f32` cached over
+/// two passes, estimated at 224) took 228 registers without its two `f64` divisions and its
+/// `rsqrt`, and spilled 104 bytes with them at one block (255), on sm_80 and sm_90.
+const WIDE_CALL_REGISTERS: u32 = 32;
 
 /// Whether a row-in-registers entry can hold its rows at all: [`cached_registers`] at most the
 /// 255 registers a thread can have. Random programs `p30138` and `p30485` (seven and eight
@@ -736,6 +765,32 @@ mod tests {
             fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
         });
         assert_eq!((wide.0, softmax.0), (1, softmax.1));
+    }
+
+    /// Rows are not held in registers where their cache, passes and `f64` slow-path calls need
+    /// more than 255: random program `p41713`, whose cached entry spilled 104 bytes at one block,
+    /// but the same program with products in place of its quotients fits.
+    #[test]
+    fn rows_with_wide_calls_beyond_255_registers_are_not_cached() {
+        let fits = |tokens| {
+            let k = kernel(tokens);
+            let plan = crate::plan::plan(&k);
+            super::rows_fit_registers(&k, &plan)
+        };
+        let divides = fits(quote! {
+            fn p(x0: [bf16; d0], x1: [f64; d0], x2: [f64; d0], x3: [f64; d0], x4: [f64; d0],
+                x5: [f32; d0], x6: [f32; d0]) -> ([f64; d0], [f32; d0]) {
+                ((rsqrt(relu(x1)) / x2.copysign((x3 / x4))),
+                    (gelu_tanh(max((x5 - x5), d0)) + x6))
+            }
+        });
+        let multiplies = fits(quote! {
+            fn p(x0: [bf16; d0], x1: [f64; d0], x2: [f64; d0], x3: [f64; d0], x4: [f64; d0],
+                x5: [f32; d0], x6: [f32; d0]) -> ([f64; d0], [f32; d0]) {
+                ((relu(x1) * x2.copysign((x3 * x4))), (gelu_tanh(max((x5 - x5), d0)) + x6))
+            }
+        });
+        assert_eq!((divides, multiplies), (false, true));
     }
 
     /// Elementwise grids: two vectors a thread where each element calls a math routine, four
