@@ -109,8 +109,39 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             }
         }
         else {
+            const long long fz_to = (-b0) & 3;
+            const long long fz_h = fz_to < len ? fz_to : len;
+            const long long fz_nv = (len - fz_h) >> 2;
             #pragma unroll 4
-            for (long long r = lane; r < len; r += width) {
+            for (long long c = lane; c < fz_nv; c += width) {
+                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
+                {
+                    const int j = 0;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 1;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 2;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 3;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    acc1 = fmaxf(acc1, v0);
+                }
+            }
+            for (long long k = lane; k < len - (fz_nv << 2); k += width) {
+                const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
                 acc1 = fmaxf(acc1, v0);
@@ -177,8 +208,47 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             }
         }
         else {
+            const long long fz_to = (-b0) & 3;
+            const long long fz_h = fz_to < len ? fz_to : len;
+            const long long fz_nv = (len - fz_h) >> 2;
             #pragma unroll 4
-            for (long long r = lane; r < len; r += width) {
+            for (long long c = lane; c < fz_nv; c += width) {
+                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
+                {
+                    const int j = 0;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 1;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 2;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 3;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+            }
+            for (long long k = lane; k < len - (fz_nv << 2); k += width) {
+                const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
                 const float v2 = (v0 - v1);
@@ -293,8 +363,93 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             }
         }
         else {
+            const long long fz_to = (-b0) & 3;
+            const long long fz_h = fz_to < len ? fz_to : len;
+            const long long fz_nv = (len - fz_h) >> 2;
+            const long long steps = live ? fz_nv : 0;
             #pragma unroll 4
-            for (long long r = lane; live && r < len; r += width) {
+            for (long long c = lane; c < steps; c += width) {
+                fz_vec<float, 4> s0;
+                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
+                bool fz_bad = false;
+                {
+                    const int j = 0;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = v5;
+                }
+                {
+                    const int j = 1;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = v5;
+                }
+                {
+                    const int j = 2;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = v5;
+                }
+                {
+                    const int j = 3;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = lv_x.v[j];
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    s0.v[j] = v5;
+                }
+                if (fz_bad) {
+                    {
+                        const int j = 0;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = v5;
+                    }
+                }
+                *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + c) = s0;
+            }
+            for (long long k = lane; live && k < len - (fz_nv << 2); k += width) {
+                const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
                 const float v0 = p_x[o0];
                 const float v2 = (v0 - v1);

@@ -84,8 +84,39 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
             }
         }
         else {
+            const long long fz_to = (-b0) & 3;
+            const long long fz_h = fz_to < len ? fz_to : len;
+            const long long fz_nv = (len - fz_h) >> 2;
             #pragma unroll 4
-            for (long long r = lane; r < len; r += width) {
+            for (long long c = lane; c < fz_nv; c += width) {
+                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
+                {
+                    const int j = 0;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 1;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 2;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+                {
+                    const int j = 3;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    acc1 = fmaxf(acc1, v0);
+                }
+            }
+            for (long long k = lane; k < len - (fz_nv << 2); k += width) {
+                const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
                 const float v0 = fz_f16_to_f32(p_x[o0]);
                 acc1 = fmaxf(acc1, v0);
@@ -152,8 +183,47 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
             }
         }
         else {
+            const long long fz_to = (-b0) & 3;
+            const long long fz_h = fz_to < len ? fz_to : len;
+            const long long fz_nv = (len - fz_h) >> 2;
             #pragma unroll 4
-            for (long long r = lane; r < len; r += width) {
+            for (long long c = lane; c < fz_nv; c += width) {
+                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
+                {
+                    const int j = 0;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 1;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 2;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+                {
+                    const int j = 3;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    acc4 = acc4 + v3;
+                }
+            }
+            for (long long k = lane; k < len - (fz_nv << 2); k += width) {
+                const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
                 const float v0 = fz_f16_to_f32(p_x[o0]);
                 const float v2 = (v0 - v1);
@@ -229,8 +299,54 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
             }
         }
         else {
+            const long long fz_to = (-b0) & 3;
+            const long long fz_h = fz_to < len ? fz_to : len;
+            const long long fz_nv = (len - fz_h) >> 2;
+            const long long steps = live ? fz_nv : 0;
             #pragma unroll 4
-            for (long long r = lane; live && r < len; r += width) {
+            for (long long c = lane; c < steps; c += width) {
+                fz_vec<unsigned short, 4> s0;
+                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
+                {
+                    const int j = 0;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 1;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 2;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                {
+                    const int j = 3;
+                    const long long r = fz_h + c * 4 + j;
+                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    s0.v[j] = fz_f32_to_f16(v5);
+                }
+                *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + c) = s0;
+            }
+            for (long long k = lane; live && k < len - (fz_nv << 2); k += width) {
+                const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
                 const float v0 = fz_f16_to_f32(p_x[o0]);
                 const float v2 = (v0 - v1);

@@ -1181,6 +1181,70 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
     }
 }
 
+/// Streamed rows whose length is no multiple of four take their middle as vectors from each
+/// row's first whole vector (`peeled_row_loop`), the elements before it and after the last
+/// one by one: 16-bit softmax and row reductions, and f32 ones, at odd lengths and at 2 mod 4
+/// (1030), where each row starts at another place in its vector; and a length past the
+/// register rows' (5001).
+#[test]
+fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(9, 37), (7, 1027), (5, 1030), (3, 4095), (2, 5001)] {
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        emulate_16_bit_softmax("peeled softmax", &x, rows, cols);
+        let d = [("rows", rows), ("cols", cols)];
+        let h: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::reduce_rows(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
+        emulate(
+            &format!("bf16 peeled reduce_rows {rows}x{cols}"),
+            &kernels::bf16s::reduce_rows::__fuse::PROGRAM,
+            vec![hex(&h)],
+            vec![],
+            &d,
+            &cpu,
+            &["bf16"; 4],
+            &[
+                Tol::close(1e-2, 2e-2),
+                Tol::EXACT,
+                Tol::close(1e-2, 1e-3),
+                Tol::close(1e-2, 1e-3),
+            ],
+        );
+        let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
+        emulate(
+            &format!("peeled softmax {rows}x{cols}"),
+            &kernels::softmax::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        let label = labels(&mut rng, rows, cols);
+        let cpu = kernels::cross_entropy(
+            &dev,
+            &put(&dev, &x, &[rows, cols]),
+            &put(&dev, &label, &[rows]),
+        )
+        .unwrap();
+        emulate(
+            &format!("peeled cross_entropy {rows}x{cols}"),
+            &kernels::cross_entropy::__fuse::PROGRAM,
+            vec![hex(&x), hex(&label)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(2e-5, 1e-6)],
+        );
+    }
+}
+
 /// GroupNorm (`mean(x, (c, s))`, the weight and bias gathered at each element's channel), in
 /// f32 and bf16: positions a multiple of eight, of four only, and of neither, so that each
 /// vector reads its channel's weight once where it can (`lane_invariants`) and each element

@@ -155,6 +155,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         reuse: None,
         stash: None,
         step_lanes: 4,
+        peeled: false,
         cache_lanes: match entry.path {
             Path::RowsCachedWide => 8,
             _ => 4,
@@ -376,6 +377,9 @@ struct Cuda<'a> {
     /// The elements of a row's vector step (`rows::Cuda::vector_row_step`): four, or eight in
     /// the streamed passes of kernels of 2-byte tensors.
     step_lanes: u32,
+    /// In a streamed row's peeled vector loop (`rows::Cuda::peeled_row_loop`): the vectors start
+    /// `fz_h` elements into the row, the first on a whole vector of memory.
+    peeled: bool,
     /// The elements of each of a cached row's vectors in registers (`rc_<name>[q]`): four, or
     /// eight (16 bytes of 2-byte elements) on the wide path.
     cache_lanes: u32,

@@ -3,7 +3,7 @@
 
 use super::text::narrow_helpers;
 use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
-use crate::ir::{DimId, NodeId, Op, Reduce};
+use crate::ir::{DimId, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
     block_copies_ahead, cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2,
@@ -710,12 +710,17 @@ impl Cuda<'_> {
                     self.close();
                     self.open("else");
                 }
-                self.line("#pragma unroll 4");
-                self.open(format!(
-                    "for (long long r = lane; {guard}r < len; r += width)"
-                ));
-                self.row_step(pass, axis, &[], &shapes, false);
-                self.close();
+                match widths.first().filter(|_| self.peels(pass, axis)) {
+                    Some(&v) => self.peeled_row_loop(pass, axis, &shapes, v, guard),
+                    None => {
+                        self.line("#pragma unroll 4");
+                        self.open(format!(
+                            "for (long long r = lane; {guard}r < len; r += width)"
+                        ));
+                        self.row_step(pass, axis, &[], &shapes, false);
+                        self.close();
+                    }
+                }
                 for _ in widths {
                     self.close();
                 }
@@ -770,6 +775,80 @@ impl Cuda<'_> {
         }
     }
 
+    /// Whether a streamed pass whose row length is no multiple of four takes its row as vectors
+    /// from the first whole vector of memory on (`peeled_row_loop`): where every tensor it loads
+    /// or writes along the row is of the kernel's domain (one row offset, so that one element
+    /// starts a whole vector in all of them), and nothing in it counts on a vector starting at
+    /// a multiple of its lanes (random values, drawn four lanes a Philox block; quotients of a
+    /// position, computed once a vector; partial sums, stored a vector at a time).
+    fn peels(&self, pass: &Pass, axis: DimId) -> bool {
+        let Launch::Rows { domain, .. } = &self.k.launch else {
+            return false;
+        };
+        let along = |shape: &[DimId]| shape.last() == Some(&axis);
+        let loads = self.row_vectors(pass, axis, &[]);
+        let writes = pass.writes.iter().map(|&o| &self.k.outputs[o]);
+        let random = self.pass_elems(pass).iter().any(|&id| {
+            let node = &self.k.nodes[id];
+            matches!(node.op, Op::Random(..)) && along(&node.shape)
+        });
+        !random
+            && !self.k.has_partials()
+            && self.lane_invariants(pass, axis).1.is_empty()
+            && (!loads.is_empty() || !pass.writes.is_empty())
+            && loads
+                .iter()
+                .all(|&p| self.k.params[p].shape.as_deref() == Some(domain))
+            && writes.clone().all(|o| o.shape == *domain)
+    }
+
+    /// A streamed pass over a row whose length is no multiple of four (`peels`): the elements
+    /// before the row's first whole vector of `v` (`fz_h`, fewer than `v`) and after its last
+    /// (fewer than `v`) element by element, the rest as the vector loop takes whole rows. At
+    /// odd lengths the rows took 2-byte loads an element otherwise (bf16 softmax at 4095
+    /// columns: three passes of them).
+    fn peeled_row_loop(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        shapes: &[Vec<DimId>],
+        v: u32,
+        guard: &str,
+    ) {
+        let Launch::Rows { domain, .. } = &self.k.launch else {
+            return;
+        };
+        let s = self.shape_index(domain);
+        let shift = v.trailing_zeros();
+        // At most the row: a row shorter than its way to a whole vector is all `fz_h`.
+        self.line(format!("const long long fz_to = (-b{s}) & {};", v - 1));
+        self.line("const long long fz_h = fz_to < len ? fz_to : len;");
+        self.line(format!("const long long fz_nv = (len - fz_h) >> {shift};"));
+        let steps = match guard {
+            "" => "fz_nv".to_string(),
+            _ => {
+                self.line("const long long steps = live ? fz_nv : 0;");
+                "steps".to_string()
+            }
+        };
+        self.line("#pragma unroll 4");
+        self.open(format!("for (long long c = lane; c < {steps}; c += width)"));
+        self.step_lanes = v;
+        self.peeled = true;
+        self.vector_row_step(pass, axis, &[], shapes, false);
+        self.peeled = false;
+        self.step_lanes = 4;
+        self.close();
+        self.open(format!(
+            "for (long long k = lane; {guard}k < len - (fz_nv << {shift}); k += width)"
+        ));
+        self.line(format!(
+            "const long long r = k < fz_h ? k : k + (fz_nv << {shift});"
+        ));
+        self.row_step(pass, axis, &[], shapes, false);
+        self.close();
+    }
+
     /// Whether rows stream as vectors (when their length allows): rows contiguous in memory, in
     /// a kernel without a register cache or with one tensor along the row. The vector step of a
     /// wider kernel beside its cached one spilled (`w6_layernorm_gelu` on sm_80: x, gamma and
@@ -803,6 +882,7 @@ impl Cuda<'_> {
         // Vector `c`: with `at_q` (a cached pass) `c = lane + q * width`, added so that the
         // unrolled `q`s share one address plus constant offsets where `width` is a constant.
         let at = if at_q { " + lane + q * width" } else { " + c" };
+        let peel = if self.peeled { " + fz_h" } else { "" };
         // Other tensors contiguous along the row (gamma, beta) load four at a time too. In the
         // row-a-block loop and light rows' loops, these loads ask L2 to evict their lines last
         // (`fz_keep`), as the row's own loads or bulk copies do; so do the writes of rows
@@ -822,7 +902,8 @@ impl Cuda<'_> {
             let (t, name) = self.param_text(p);
             let s = self.shape_index(param.shape.as_ref().expect("a tensor"));
             let v = self.step_lanes;
-            let from = format!("reinterpret_cast<const fz_vec<{t}, {v}>*>(p_{name} + b{s}){at}");
+            let from =
+                format!("reinterpret_cast<const fz_vec<{t}, {v}>*>(p_{name} + b{s}{peel}){at}");
             self.line(match keep {
                 true => format!("const fz_vec<{t}, {v}> lv_{name} = fz_ld_keep({from});"),
                 false => format!("const fz_vec<{t}, {v}> lv_{name} = *({from});"),
@@ -910,7 +991,7 @@ impl Cuda<'_> {
                 continue;
             }
             let to = format!(
-                "reinterpret_cast<fz_vec<{t}, {}>*>(out{o} + b{s}){at}",
+                "reinterpret_cast<fz_vec<{t}, {}>*>(out{o} + b{s}{peel}){at}",
                 self.step_lanes
             );
             let bits = self.vector_bits(o, !cached.is_empty() && vectors.is_empty());
@@ -1058,9 +1139,10 @@ impl Cuda<'_> {
         for j in 0..v {
             self.open("");
             self.line(format!("const int j = {j};"));
-            self.line(match self.hoisted_positions {
-                true => format!("const long long r = fz_pos[q * {v} + j];"),
-                false => format!("const long long r = c * {v} + j;"),
+            self.line(match (self.hoisted_positions, self.peeled) {
+                (true, _) => format!("const long long r = fz_pos[q * {v} + j];"),
+                (false, true) => format!("const long long r = fz_h + c * {v} + j;"),
+                (false, false) => format!("const long long r = c * {v} + j;"),
             });
             self.row_vectors_now = vectors.to_vec();
             self.row_step(pass, axis, in_registers, shapes, true);
@@ -1203,6 +1285,46 @@ mod tests {
     /// The text of `tokens`' row-a-block entry for rows of exactly 4096.
     fn exact_rows(tokens: proc_macro2::TokenStream) -> String {
         entry_source(tokens, Path::RowBlockExact)
+    }
+
+    /// The streamed rows peel where every tensor along the row is of the domain: a bf16
+    /// softmax's vectors of four from each row's first whole one, its stores too; not a
+    /// layernorm's, whose gamma along the row starts on a whole vector where the row may not,
+    /// nor a pass that draws random values.
+    #[test]
+    fn odd_rows_peel_where_every_tensor_along_them_is_of_the_domain() {
+        let general = |tokens| entry_source(tokens, Path::Rows);
+        let softmax = general(quote! {
+            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        assert_eq!(
+            softmax
+                .matches("const long long fz_to = (-b0) & 3;")
+                .count(),
+            3,
+            "{softmax}"
+        );
+        assert!(
+            softmax.contains("const long long r = fz_h + c * 4 + j;"),
+            "{softmax}"
+        );
+        assert!(
+            softmax.contains("reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + c"),
+            "{softmax}"
+        );
+        let layernorm = general(quote! {
+            fn l(x: [bf16; r, c], g: [bf16; c]) -> [bf16; r, c] {
+                let d = x - mean(x, c);
+                d * rsqrt(mean(d * d, c) + 1e-5) * g
+            }
+        });
+        assert!(!layernorm.contains("fz_h"), "{layernorm}");
+        let dropout = general(quote! {
+            fn d(x: [f32; r, c], seed: u64) -> [f32; r, c] { dropout(x - max(x, c), 0.5, seed) }
+        });
+        // The maximum's pass peels; the pass that draws does not.
+        assert_eq!(dropout.matches("fz_to = ").count(), 1, "{dropout}");
+        assert!(dropout.contains("for (long long r = lane; live && r < len; r += width)"));
     }
 
     /// A row a block that loads its rows straight into registers asks L2 for the block's next
