@@ -112,7 +112,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
-            #pragma unroll 4
+            #pragma unroll 1
             for (long long c = lane; c < fz_nv; c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
                 {
@@ -140,6 +140,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     acc1 = fmaxf(acc1, v0);
                 }
             }
+            #pragma unroll 1
             for (long long k = lane; k < len - (fz_nv << 2); k += width) {
                 const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
@@ -211,7 +212,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
-            #pragma unroll 4
+            #pragma unroll 1
             for (long long c = lane; c < fz_nv; c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
                 {
@@ -247,6 +248,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     acc4 = acc4 + v3;
                 }
             }
+            #pragma unroll 1
             for (long long k = lane; k < len - (fz_nv << 2); k += width) {
                 const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
@@ -367,7 +369,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
             const long long steps = live ? fz_nv : 0;
-            #pragma unroll 4
+            #pragma unroll 1
             for (long long c = lane; c < steps; c += width) {
                 fz_vec<float, 4> s0;
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
@@ -448,6 +450,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                 }
                 *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + c) = s0;
             }
+            #pragma unroll 1
             for (long long k = lane; live && k < len - (fz_nv << 2); k += width) {
                 const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;

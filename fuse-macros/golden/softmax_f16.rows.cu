@@ -87,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
-            #pragma unroll 4
+            #pragma unroll 1
             for (long long c = lane; c < fz_nv; c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
                 {
@@ -115,6 +115,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     acc1 = fmaxf(acc1, v0);
                 }
             }
+            #pragma unroll 1
             for (long long k = lane; k < len - (fz_nv << 2); k += width) {
                 const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
@@ -186,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
-            #pragma unroll 4
+            #pragma unroll 1
             for (long long c = lane; c < fz_nv; c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
                 {
@@ -222,6 +223,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     acc4 = acc4 + v3;
                 }
             }
+            #pragma unroll 1
             for (long long k = lane; k < len - (fz_nv << 2); k += width) {
                 const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;
@@ -303,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
             const long long steps = live ? fz_nv : 0;
-            #pragma unroll 4
+            #pragma unroll 1
             for (long long c = lane; c < steps; c += width) {
                 fz_vec<unsigned short, 4> s0;
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
@@ -345,6 +347,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                 }
                 *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + c) = s0;
             }
+            #pragma unroll 1
             for (long long k = lane; live && k < len - (fz_nv << 2); k += width) {
                 const long long r = k < fz_h ? k : k + (fz_nv << 2);
                 const long long o0 = b0 + r;

@@ -831,7 +831,7 @@ impl Cuda<'_> {
                 "steps".to_string()
             }
         };
-        self.line("#pragma unroll 4");
+        self.line("#pragma unroll 1");
         self.open(format!("for (long long c = lane; c < {steps}; c += width)"));
         self.step_lanes = v;
         self.peeled = true;
@@ -839,6 +839,7 @@ impl Cuda<'_> {
         self.peeled = false;
         self.step_lanes = 4;
         self.close();
+        self.line("#pragma unroll 1");
         self.open(format!(
             "for (long long k = lane; {guard}k < len - (fz_nv << {shift}); k += width)"
         ));
