@@ -79,8 +79,41 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
         const long long b0 = c0 * d_cols;
         float acc1 = (-__int_as_float(0x7f800000));
         if ((len & 3) == 0) {
-            #pragma unroll 4
-            for (long long c = lane; c < (len >> 2); c += width) {
+            long long fz_c = lane;
+            #pragma unroll 1
+            for (; fz_c + 3 * width < (len >> 2); fz_c += 4 * width) {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const long long c = fz_c + u * width;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                }
+            }
+            #pragma unroll 1
+            for (long long c = fz_c; c < (len >> 2); c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 {
                     const int j = 0;
@@ -112,8 +145,41 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
+            long long fz_c = lane;
             #pragma unroll 1
-            for (long long c = lane; c < fz_nv; c += width) {
+            for (; fz_c + 3 * width < fz_nv; fz_c += 4 * width) {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const long long c = fz_c + u * width;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
+                    {
+                        const int j = 0;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        acc1 = fmaxf(acc1, v0);
+                    }
+                }
+            }
+            #pragma unroll 1
+            for (long long c = fz_c; c < fz_nv; c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
                 {
                     const int j = 0;
@@ -171,8 +237,49 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
         const float v1 = acc1;
         float acc4 = (float)0;
         if ((len & 3) == 0) {
-            #pragma unroll 4
-            for (long long c = lane; c < (len >> 2); c += width) {
+            long long fz_c = lane;
+            #pragma unroll 1
+            for (; fz_c + 3 * width < (len >> 2); fz_c += 4 * width) {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const long long c = fz_c + u * width;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+            }
+            #pragma unroll 1
+            for (long long c = fz_c; c < (len >> 2); c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 {
                     const int j = 0;
@@ -212,8 +319,49 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
+            long long fz_c = lane;
             #pragma unroll 1
-            for (long long c = lane; c < fz_nv; c += width) {
+            for (; fz_c + 3 * width < fz_nv; fz_c += 4 * width) {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const long long c = fz_c + u * width;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
+                    {
+                        const int j = 0;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        acc4 = acc4 + v3;
+                    }
+                }
+            }
+            #pragma unroll 1
+            for (long long c = fz_c; c < fz_nv; c += width) {
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
                 {
                     const int j = 0;
@@ -282,8 +430,94 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
         const fz_divider dv_4 = fz_divider_of(v4);
         if ((len & 3) == 0) {
             const long long steps = live ? len >> 2 : 0;
-            #pragma unroll 4
-            for (long long c = lane; c < steps; c += width) {
+            long long fz_c = lane;
+            #pragma unroll 1
+            for (; fz_c + 3 * width < steps; fz_c += 4 * width) {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const long long c = fz_c + u * width;
+                    fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
+                    bool fz_bad = false;
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    if (fz_bad) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                    }
+                    *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
+                }
+            }
+            #pragma unroll 1
+            for (long long c = fz_c; c < steps; c += width) {
                 fz_vec<float, 4> s0;
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
                 bool fz_bad = false;
@@ -369,8 +603,94 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
             const long long steps = live ? fz_nv : 0;
+            long long fz_c = lane;
             #pragma unroll 1
-            for (long long c = lane; c < steps; c += width) {
+            for (; fz_c + 3 * width < steps; fz_c += 4 * width) {
+                #pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const long long c = fz_c + u * width;
+                    fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
+                    bool fz_bad = false;
+                    {
+                        const int j = 0;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = fz_h + c * 4 + j;
+                        const float v0 = lv_x.v[j];
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
+                        const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                        s0.v[j] = v5;
+                    }
+                    if (fz_bad) {
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = v5;
+                        }
+                    }
+                    *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + c) = s0;
+                }
+            }
+            #pragma unroll 1
+            for (long long c = fz_c; c < steps; c += width) {
                 fz_vec<float, 4> s0;
                 const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
                 bool fz_bad = false;
