@@ -112,32 +112,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < (len >> 2); c += width) {
-                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
+            if (fz_c < (len >> 2)) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < (len >> 2) ? c : fz_c;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + fz_cl);
+                    if (c < (len >> 2)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
                 }
             }
         }
@@ -178,32 +184,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < fz_nv; c += width) {
-                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    acc1 = fmaxf(acc1, v0);
+            if (fz_c < fz_nv) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < fz_nv ? c : fz_c;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + fz_cl);
+                    if (c < fz_nv) {
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
                 }
             }
             #pragma unroll 1
@@ -278,40 +290,46 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < (len >> 2); c += width) {
-                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
+            if (fz_c < (len >> 2)) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < (len >> 2) ? c : fz_c;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + fz_cl);
+                    if (c < (len >> 2)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
                 }
             }
         }
@@ -360,40 +378,46 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < fz_nv; c += width) {
-                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
+            if (fz_c < fz_nv) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < fz_nv ? c : fz_c;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + fz_cl);
+                    if (c < fz_nv) {
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
                 }
             }
             #pragma unroll 1
@@ -516,86 +540,92 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < steps; c += width) {
-                fz_vec<float, 4> s0;
-                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + c);
-                bool fz_bad = false;
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                if (fz_bad) {
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
+            if (fz_c < steps) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < steps ? c : fz_c;
+                    fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0) + fz_cl);
+                    if (c < steps) {
+                        bool fz_bad = false;
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                        }
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + fz_cl) = s0;
                     }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
                 }
-                *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
             }
         }
         else {
@@ -689,86 +719,92 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax(
                     *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + c) = s0;
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < steps; c += width) {
-                fz_vec<float, 4> s0;
-                const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
-                bool fz_bad = false;
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = lv_x.v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
-                    s0.v[j] = v5;
-                }
-                if (fz_bad) {
-                    {
-                        const int j = 0;
-                        const long long r = fz_h + c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
+            if (fz_c < steps) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < steps ? c : fz_c;
+                    fz_vec<float, 4> s0;
+                    const fz_vec<float, 4> lv_x = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + fz_cl);
+                    if (c < steps) {
+                        bool fz_bad = false;
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = lv_x.v[j];
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                            s0.v[j] = v5;
+                        }
+                        if (fz_bad) {
+                            {
+                                const int j = 0;
+                                const long long r = fz_h + c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 1;
+                                const long long r = fz_h + c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 2;
+                                const long long r = fz_h + c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                            {
+                                const int j = 3;
+                                const long long r = fz_h + c * 4 + j;
+                                const float v0 = lv_x.v[j];
+                                const float v2 = (v0 - v1);
+                                const float v3 = expf(v2);
+                                const float v5 = fz_div_by(v3, v4, dv_4);
+                                s0.v[j] = v5;
+                            }
+                        }
+                        *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + fz_cl) = s0;
                     }
-                    {
-                        const int j = 1;
-                        const long long r = fz_h + c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = fz_h + c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = fz_h + c * 4 + j;
-                        const float v0 = lv_x.v[j];
-                        const float v2 = (v0 - v1);
-                        const float v3 = expf(v2);
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
                 }
-                *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + c) = s0;
             }
             #pragma unroll 1
             for (long long k = lane; live && k < len - (fz_nv << 2); k += width) {

@@ -87,32 +87,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < (len >> 2); c += width) {
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
+            if (fz_c < (len >> 2)) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < (len >> 2) ? c : fz_c;
+                    const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + fz_cl);
+                    if (c < (len >> 2)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
                 }
             }
         }
@@ -153,32 +159,38 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < fz_nv; c += width) {
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
+            if (fz_c < fz_nv) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < fz_nv ? c : fz_c;
+                    const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + fz_cl);
+                    if (c < fz_nv) {
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            acc1 = fmaxf(acc1, v0);
+                        }
+                    }
                 }
             }
             #pragma unroll 1
@@ -253,40 +265,46 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < (len >> 2); c += width) {
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
+            if (fz_c < (len >> 2)) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < (len >> 2) ? c : fz_c;
+                    const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + fz_cl);
+                    if (c < (len >> 2)) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
                 }
             }
         }
@@ -335,40 +353,46 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     }
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < fz_nv; c += width) {
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
+            if (fz_c < fz_nv) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < fz_nv ? c : fz_c;
+                    const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + fz_cl);
+                    if (c < fz_nv) {
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            acc4 = acc4 + v3;
+                        }
+                    }
                 }
             }
             #pragma unroll 1
@@ -452,47 +476,53 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + c) = s0;
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < steps; c += width) {
-                fz_vec<unsigned short, 4> s0;
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
+            if (fz_c < steps) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < steps ? c : fz_c;
+                    fz_vec<unsigned short, 4> s0;
+                    const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + fz_cl);
+                    if (c < steps) {
+                        {
+                            const int j = 0;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + fz_cl) = s0;
+                    }
                 }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + c) = s0;
             }
         }
         else {
@@ -547,47 +577,53 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
                     *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + c) = s0;
                 }
             }
-            #pragma unroll 1
-            for (long long c = fz_c; c < steps; c += width) {
-                fz_vec<unsigned short, 4> s0;
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
+            if (fz_c < steps) {
+                #pragma unroll
+                for (int u = 0; u < 3; ++u) {
+                    const long long c = fz_c + u * width;
+                    const long long fz_cl = c < steps ? c : fz_c;
+                    fz_vec<unsigned short, 4> s0;
+                    const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + fz_cl);
+                    if (c < steps) {
+                        {
+                            const int j = 0;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 1;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 2;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        {
+                            const int j = 3;
+                            const long long r = fz_h + c * 4 + j;
+                            const float v0 = fz_f16_to_f32(lv_x.v[j]);
+                            const float v2 = (v0 - v1);
+                            const float v3 = expf(v2);
+                            const float v5 = fz_div_by(v3, v4, dv_4);
+                            s0.v[j] = fz_f32_to_f16(v5);
+                        }
+                        *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + fz_cl) = s0;
+                    }
                 }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + c) = s0;
             }
             #pragma unroll 1
             for (long long k = lane; live && k < len - (fz_nv << 2); k += width) {

@@ -156,6 +156,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         stash: None,
         step_lanes: 4,
         peeled: false,
+        tail: None,
         cache_lanes: match entry.path {
             Path::RowsCachedWide => 8,
             _ => 4,
@@ -380,6 +381,10 @@ struct Cuda<'a> {
     /// In a streamed row's peeled vector loop (`rows::Cuda::peeled_row_loop`): the vectors start
     /// `fz_h` elements into the row, the first on a whole vector of memory.
     peeled: bool,
+    /// In the last steps of a streamed row's vector loop (`rows::Cuda::row_vector_loop`): the
+    /// vector `c`'s test, under which the step works on the vectors it loaded at `fz_cl`, a
+    /// vector of the row wherever `c` is.
+    tail: Option<String>,
     /// The elements of each of a cached row's vectors in registers (`rc_<name>[q]`): four, or
     /// eight (16 bytes of 2-byte elements) on the wide path.
     cache_lanes: u32,
