@@ -701,7 +701,7 @@ impl Cuda<'_> {
                     };
                     self.step_lanes = v;
                     self.row_randoms = true;
-                    self.row_vector_loop(&steps, |p| {
+                    self.row_vector_loop(&steps, 4, |p| {
                         p.vector_row_step(pass, axis, &[], &shapes, false)
                     });
                     self.row_randoms = false;
@@ -832,7 +832,7 @@ impl Cuda<'_> {
         };
         self.step_lanes = v;
         self.peeled = true;
-        self.row_vector_loop(&steps, |p| {
+        self.row_vector_loop(&steps, 1, |p| {
             p.vector_row_step(pass, axis, &[], shapes, false)
         });
         self.peeled = false;
@@ -848,15 +848,28 @@ impl Cuda<'_> {
         self.close();
     }
 
-    /// A streamed row's loop over its vectors `c` from `lane` below `steps`, `width` apart: four
-    /// at a time, each `step` in turn with nothing between their loads; then the last one to
-    /// three, their loads together too, at `fz_cl` (the first of them where `c` is past the
-    /// row), each step under its test (`tail`). Left to ptxas to unroll, a loop of f16 row sums
-    /// took an exit test after each load, one 16-byte load in flight a thread, and ran 4-19%
-    /// slower at 40 registers than at 32 (S2's f16 row sums at 256-262144 columns, on an
-    /// H200), where bf16's had its four loads in flight at 64; with the last ones a step at a
-    /// time, SO's f32 row sums at 100-5120 columns (two to ten vectors a lane) ran 8-22% slower.
-    fn row_vector_loop(&mut self, steps: &str, mut step: impl FnMut(&mut Self)) {
+    /// A streamed row's loop over its vectors `c` from `lane` below `steps`, `width` apart. In a
+    /// kernel of 2-byte tensors (eight lanes a vector): four at a time, each `step` in turn with
+    /// nothing between their loads; then the last one to three, their loads together too, at
+    /// `fz_cl` (the first of them where `c` is past the row), each step under its test
+    /// (`tail`). Left to ptxas to unroll, a loop of f16 row sums took an exit test after each
+    /// load, one 16-byte load in flight a thread, and ran 4-19% slower at 40 registers than at
+    /// 32 (S2's f16 row sums at 256-262144 columns, on an H200), where bf16's had its four loads
+    /// in flight at 64; with the last ones a step at a time, SO's bf16 row sums at 3000 columns
+    /// ran 16% slower. Batched, 16-bit row sums ran 1-6% faster at 256-262144 columns and 19%
+    /// at 100 and 1000 (benches/NOTES.md item 125).
+    ///
+    /// Other kernels' loops (four lanes) are ptxas's to unroll, `unroll` times: batched, f32 row
+    /// sums took 72 registers where they had 56 (three blocks an SM, not four) and ran 4-19%
+    /// slower at 100-5120 columns.
+    fn row_vector_loop(&mut self, steps: &str, unroll: u32, mut step: impl FnMut(&mut Self)) {
+        if self.lanes < 8 {
+            self.line(format!("#pragma unroll {unroll}"));
+            self.open(format!("for (long long c = lane; c < {steps}; c += width)"));
+            step(self);
+            self.close();
+            return;
+        }
         self.line("long long fz_c = lane;");
         self.line("#pragma unroll 1");
         self.open(format!(
