@@ -786,7 +786,7 @@ impl Cuda<'_> {
         };
         let along = |shape: &[DimId]| shape.last() == Some(&axis);
         let loads = self.row_vectors(pass, axis, &[]);
-        let writes = pass.writes.iter().map(|&o| &self.k.outputs[o]);
+        let mut writes = pass.writes.iter().map(|&o| &self.k.outputs[o]);
         let random = self.pass_elems(pass).iter().any(|&id| {
             let node = &self.k.nodes[id];
             matches!(node.op, Op::Random(..)) && along(&node.shape)
@@ -798,7 +798,7 @@ impl Cuda<'_> {
             && loads
                 .iter()
                 .all(|&p| self.k.params[p].shape.as_deref() == Some(domain))
-            && writes.clone().all(|o| o.shape == *domain)
+            && writes.all(|o| o.shape == *domain)
     }
 
     /// A streamed pass over a row whose length is no multiple of four (`peels`): the elements

@@ -265,21 +265,19 @@ fn cached_registers(k: &Kernel, plan: &Plan) -> u32 {
     CACHE * words + 16 * plan.passes.len() as u32 + 16 + philox + calls
 }
 
-/// Whether a kernel computes an `f64` division, remainder, square root or math routine, each
-/// of which calls a slow path (special cases, a quotient's rounding) that keeps the caller's
-/// live values in registers of its own.
+/// Whether a kernel computes an `f64` math routine or remainder ([`routines`]), division or
+/// square root, each of which calls a slow path (special cases, a quotient's rounding) that
+/// keeps the caller's live values in registers of its own.
 fn wide_calls(k: &Kernel) -> bool {
     use crate::func::Func;
     let live = crate::fusion::live_nodes(&k.body());
-    let call = |n: &crate::ir::Node| match &n.op {
-        Op::Binary(BinOp::Div | BinOp::Rem, ..) => true,
-        Op::Call(f, _) => f.is_routine() || matches!(f, Func::Sqrt | Func::Recip),
+    let divides = |n: &crate::ir::Node| match &n.op {
+        Op::Binary(BinOp::Div, ..) => true,
+        Op::Call(f, _) => matches!(f, Func::Sqrt | Func::Recip),
         _ => false,
     };
-    let nodes = k.nodes.iter().zip(live);
-    nodes
-        .filter(|(_, l)| *l)
-        .any(|(n, _)| n.elem() == Elem::F64 && call(n))
+    let mut nodes = k.nodes.iter().zip(live).filter(|(_, l)| *l);
+    routines(k).contains(&Elem::F64) || nodes.any(|(n, _)| n.elem() == Elem::F64 && divides(n))
 }
 
 /// The registers an `f64` slow-path call ([`wide_calls`]) takes beside a cached row
