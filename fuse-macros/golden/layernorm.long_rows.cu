@@ -276,7 +276,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_layernorm_long_rows(
                 const float v5 = (v0 - v4);
                 const float v6 = (v5 * v5);
                 acc7 = acc7 + v6;
-                sc_x[r - begin] = v5;
+                sc_x[q] = v5;
             }
         }
         #pragma unroll

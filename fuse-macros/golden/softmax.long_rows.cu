@@ -150,58 +150,59 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
     for (long long g = blockIdx.x / blocks; g < groups; g += clusters) {
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
-        if ((len & 3) == 0) {
-            #pragma unroll 2
-            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                fz_copy_async<4 * sizeof(float)>(sc_x + (c * 4 - begin), p_x + b0 + c * 4);
-            }
+        const int fz_to = (int)((-(b0 + begin)) & 3);
+        const int fz_hh = fz_to < end - begin ? fz_to : end - begin;
+        const int fz_h = begin + fz_hh;
+        const int fz_nv = (end - fz_h) / 4;
+        const int fz_rest = end - begin - fz_nv * 4;
+        if ((len & 3) != 0) __syncthreads();
+        #pragma unroll 2
+        for (int c = threadIdx.x; c < fz_nv; c += 256) {
+            fz_copy_async<4 * sizeof(float)>(sc_x + c * 4, p_x + b0 + fz_h + c * 4);
         }
-        else {
-            #pragma unroll 2
-            for (int r = begin + threadIdx.x; r < end; r += 256) {
-                fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + b0 + r);
-            }
+        for (int k = threadIdx.x; k < fz_rest; k += 256) {
+            const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 4 + (k - fz_hh);
+            fz_copy_async<sizeof(float)>(sc_x + fz_nv * 4 + k, p_x + b0 + r);
         }
         if (g + fz_ahead < groups) {
             fz_prefetch_part_l2(p_x + (g + fz_ahead) * len, len, blocks, rank);
         }
         fz_copy_wait();
         float acc1 = (-__int_as_float(0x7f800000));
-        if ((len & 3) == 0) {
-            #pragma unroll 1
-            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                const int q = 0;
-                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    acc1 = fmaxf(acc1, v0);
-                }
+        #pragma unroll 1
+        for (int c = threadIdx.x; c < fz_nv; c += 256) {
+            const int q = 0;
+            const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c]};
+            {
+                const int j = 0;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                acc1 = fmaxf(acc1, v0);
+            }
+            {
+                const int j = 1;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                acc1 = fmaxf(acc1, v0);
+            }
+            {
+                const int j = 2;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                acc1 = fmaxf(acc1, v0);
+            }
+            {
+                const int j = 3;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                acc1 = fmaxf(acc1, v0);
             }
         }
-        else {
+        {
             #pragma unroll 1
-            for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = r - begin;
+            for (int k = threadIdx.x; k < fz_rest; k += 256) {
+                const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 4 + (k - fz_hh);
+                const int q = fz_nv * 4 + k;
                 const int j = 0;
                 const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const float v0 = rc_x[q].v[j];
@@ -239,62 +240,61 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
         }
         const float v1 = acc1;
         float acc4 = (float)0;
-        if ((len & 3) == 0) {
-            #pragma unroll 1
-            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                const int q = 0;
-                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                fz_vec<float, 4> fz_st;
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = rc_x[q].v[j];
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
-                }
-                reinterpret_cast<fz_vec<float, 4>*>(sc_x)[c - begin / 4] = fz_st;
+        #pragma unroll 1
+        for (int c = threadIdx.x; c < fz_nv; c += 256) {
+            const int q = 0;
+            const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c]};
+            fz_vec<float, 4> fz_st;
+            {
+                const int j = 0;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+                fz_st.v[j] = v3;
             }
+            {
+                const int j = 1;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+                fz_st.v[j] = v3;
+            }
+            {
+                const int j = 2;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+                fz_st.v[j] = v3;
+            }
+            {
+                const int j = 3;
+                const long long r = fz_h + c * 4 + j;
+                const float v0 = rc_x[q].v[j];
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+                fz_st.v[j] = v3;
+            }
+            reinterpret_cast<fz_vec<float, 4>*>(sc_x)[c] = fz_st;
         }
-        else {
+        {
             #pragma unroll 1
-            for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = r - begin;
+            for (int k = threadIdx.x; k < fz_rest; k += 256) {
+                const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 4 + (k - fz_hh);
+                const int q = fz_nv * 4 + k;
                 const int j = 0;
                 const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const float v0 = rc_x[q].v[j];
                 const float v2 = (v0 - v1);
                 const float v3 = expf(v2);
                 acc4 = acc4 + v3;
-                sc_x[r - begin] = v3;
+                sc_x[q] = v3;
             }
         }
         #pragma unroll
@@ -328,78 +328,77 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
         }
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);
-        if ((len & 3) == 0) {
-            #pragma unroll 1
-            for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
-                const int q = 0;
-                const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c - begin / 4]};
-                fz_vec<float, 4> s0;
-                bool fz_bad = false;
+        #pragma unroll 1
+        for (int c = threadIdx.x; c < fz_nv; c += 256) {
+            const int q = 0;
+            const fz_vec<float, 4> rc_x[1] = {reinterpret_cast<const fz_vec<float, 4>*>(sc_x)[c]};
+            fz_vec<float, 4> s0;
+            bool fz_bad = false;
+            {
+                const int j = 0;
+                const long long r = fz_h + c * 4 + j;
+                const float v3 = rc_x[q].v[j];
+                const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                s0.v[j] = v5;
+            }
+            {
+                const int j = 1;
+                const long long r = fz_h + c * 4 + j;
+                const float v3 = rc_x[q].v[j];
+                const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                s0.v[j] = v5;
+            }
+            {
+                const int j = 2;
+                const long long r = fz_h + c * 4 + j;
+                const float v3 = rc_x[q].v[j];
+                const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                s0.v[j] = v5;
+            }
+            {
+                const int j = 3;
+                const long long r = fz_h + c * 4 + j;
+                const float v3 = rc_x[q].v[j];
+                const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                s0.v[j] = v5;
+            }
+            if (fz_bad) {
                 {
                     const int j = 0;
-                    const long long r = c * 4 + j;
+                    const long long r = fz_h + c * 4 + j;
                     const float v3 = rc_x[q].v[j];
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
                 {
                     const int j = 1;
-                    const long long r = c * 4 + j;
+                    const long long r = fz_h + c * 4 + j;
                     const float v3 = rc_x[q].v[j];
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
                 {
                     const int j = 2;
-                    const long long r = c * 4 + j;
+                    const long long r = fz_h + c * 4 + j;
                     const float v3 = rc_x[q].v[j];
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
                 {
                     const int j = 3;
-                    const long long r = c * 4 + j;
+                    const long long r = fz_h + c * 4 + j;
                     const float v3 = rc_x[q].v[j];
-                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
+                    const float v5 = fz_div_by(v3, v4, dv_4);
                     s0.v[j] = v5;
                 }
-                if (fz_bad) {
-                    {
-                        const int j = 0;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 1;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 2;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                    {
-                        const int j = 3;
-                        const long long r = c * 4 + j;
-                        const float v3 = rc_x[q].v[j];
-                        const float v5 = fz_div_by(v3, v4, dv_4);
-                        s0.v[j] = v5;
-                    }
-                }
-                *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0) + c) = s0;
             }
+            *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + c) = s0;
         }
-        else {
+        {
             #pragma unroll 1
-            for (int r = begin + threadIdx.x; r < end; r += 256) {
-                const int q = r - begin;
+            for (int k = threadIdx.x; k < fz_rest; k += 256) {
+                const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 4 + (k - fz_hh);
+                const int q = fz_nv * 4 + k;
                 const int j = 0;
                 const fz_vec<float, 1>* const rc_x = reinterpret_cast<const fz_vec<float, 1>*>(sc_x);
                 const long long o0 = b0 + r;

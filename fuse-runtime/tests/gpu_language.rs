@@ -1146,7 +1146,8 @@ fn softmax_3d_middle_and_last() {
 /// Rows past the register cache, which the runtime caches in shared memory: in one block (6000),
 /// or on sm_90 split over a cluster of blocks (32768 in 2, 262144 in 14, 40001 in 3; one block
 /// on sm_80, or streamed where that is too small); too long for any (1_000_003): streamed.
-/// Lengths that are not a multiple of 4 take the element-wise copy.
+/// Lengths that are not a multiple of 4 take their vectors from each block's first whole one in
+/// memory, and the elements around them one by one.
 const LONG_SHAPES: [(usize, usize); 6] = [
     (257, 32768),
     (33, 262_144),

@@ -378,8 +378,9 @@ struct Cuda<'a> {
     /// The elements of a row's vector step (`rows::Cuda::vector_row_step`): four, or eight in
     /// the streamed passes of kernels of 2-byte tensors.
     step_lanes: u32,
-    /// In a streamed row's peeled vector loop (`rows::Cuda::peeled_row_loop`): the vectors start
-    /// `fz_h` elements into the row, the first on a whole vector of memory.
+    /// In a peeled vector loop (a streamed row's, `rows::Cuda::peeled_row_loop`, or a long row
+    /// part's, `long_rows::peel_bounds`): the vectors start `fz_h` elements into the row, the
+    /// first on a whole vector of memory.
     peeled: bool,
     /// In the last steps of a streamed row's vector loop (`rows::Cuda::row_vector_loop`): the
     /// vector `c`'s test, under which the step works on the vectors it loaded at `fz_cl`, a

@@ -780,7 +780,7 @@ impl Cuda<'_> {
     /// starts a whole vector in all of them), and nothing in it counts on a vector starting at
     /// a multiple of its lanes (random values, drawn four lanes a Philox block; quotients of a
     /// position, computed once a vector; partial sums, stored a vector at a time).
-    fn peels(&self, pass: &Pass, axis: DimId) -> bool {
+    pub(super) fn peels(&self, pass: &Pass, axis: DimId) -> bool {
         let Launch::Rows { domain, .. } = &self.k.launch else {
             return false;
         };

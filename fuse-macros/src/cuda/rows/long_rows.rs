@@ -65,10 +65,19 @@ impl Cuda<'_> {
         self.partials_in_shared = self.k.has_partials();
         self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
         self.row_start(rows, axis, plan);
-        self.shared_load(&cached);
+        let peel = self.long_peel(plan, axis, &cached);
+        if let Some(v) = peel {
+            self.peel_bounds(v, &cached);
+            // Where the length is no multiple of `v`, which thread takes which element of shared
+            // memory moves from row to row with `fz_hh`: the copies of this row wait for every
+            // thread to have read the last (emulated, a 4 x 37 softmax in clusters of 4 read an
+            // element the next row's copy had overwritten).
+            self.line(format!("if ((len & {}) != 0) __syncthreads();", v - 1));
+        }
+        self.shared_load(&cached, peel);
         self.next_row_prefetch(&cached);
         self.line("fz_copy_wait();");
-        self.shared_passes(plan, axis, &cached);
+        self.shared_passes(plan, axis, &cached, peel);
         self.close();
         if self.partials_in_shared {
             self.write_shared_parts();
@@ -130,12 +139,70 @@ impl Cuda<'_> {
         }
     }
 
+    /// The widest vector (`long_lanes`) where this block's part of every row is taken from its
+    /// first whole vector in memory on (`peel_bounds`), whatever the row's length: where every
+    /// pass peels as a streamed one would (`rows::Cuda::peels`: every tensor along the row of
+    /// the domain, no random draw, no partial sums). Else `None`: vectors where the length is a
+    /// multiple of their lanes, elements otherwise. At 12289 columns on an H200, element by
+    /// element, a bf16 softmax ran at 30% of copy speed and an f32 one at 78% (NOTES item 127).
+    fn long_peel(&self, plan: &Plan, axis: DimId, cached: &[usize]) -> Option<u32> {
+        let peels = plan.passes.iter().all(|pass| self.peels(pass, axis));
+        peels.then(|| self.long_lanes(cached)[0])
+    }
+
+    /// This block's part of row `g` (elements `begin` to `end`) as a peeled row: the first
+    /// `fz_hh` elements (fewer than `v`) up to the first whole vector in memory, which is
+    /// element `fz_h` of the row, then `fz_nv` vectors, then the rest (fewer than `v`). In
+    /// shared memory the vectors lie first, so that each is whole there too, then the elements
+    /// before and after them (`fz_nv * v + k` for the `k`th: `fz_rest` in all).
+    fn peel_bounds(&mut self, v: u32, cached: &[usize]) {
+        let s = self.shape_index(self.k.params[cached[0]].shape.as_ref().expect("a tensor"));
+        self.line(format!(
+            "const int fz_to = (int)((-(b{s} + begin)) & {});",
+            v - 1
+        ));
+        self.line("const int fz_hh = fz_to < end - begin ? fz_to : end - begin;");
+        self.line("const int fz_h = begin + fz_hh;");
+        self.line(format!("const int fz_nv = (end - fz_h) / {v};"));
+        self.line(format!("const int fz_rest = end - begin - fz_nv * {v};"));
+    }
+
     /// Starts copying this block's part of the row into shared memory, each thread the elements
     /// it will read in every pass (so no barrier is needed, before the copies or after them: a
     /// thread overwrites only elements it read itself in the previous row's passes): 16-byte
     /// copies (four elements) when the length allows, else one element a copy; all in flight at
-    /// once (`cp.async` on sm_80+) until `fz_copy_wait`.
-    fn shared_load(&mut self, cached: &[usize]) {
+    /// once (`cp.async` on sm_80+) until `fz_copy_wait`. A `peel`ed part (`peel_bounds`) copies
+    /// its vectors and then its elements before and after them, at every length.
+    fn shared_load(&mut self, cached: &[usize], peel: Option<u32>) {
+        if let Some(v) = peel {
+            self.line("#pragma unroll 2");
+            self.open(format!(
+                "for (int c = threadIdx.x; c < fz_nv; c += {BLOCK})"
+            ));
+            for &p in cached {
+                let (t, name) = self.param_text(p);
+                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+                self.line(format!(
+                    "fz_copy_async<{v} * sizeof({t})>(sc_{name} + c * {v}, p_{name} + b{s} + fz_h + c * {v});"
+                ));
+            }
+            self.close();
+            self.open(format!(
+                "for (int k = threadIdx.x; k < fz_rest; k += {BLOCK})"
+            ));
+            self.line(format!(
+                "const int r = k < fz_hh ? begin + k : fz_h + fz_nv * {v} + (k - fz_hh);"
+            ));
+            for &p in cached {
+                let (t, name) = self.param_text(p);
+                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+                self.line(format!(
+                    "fz_copy_async<sizeof({t})>(sc_{name} + fz_nv * {v} + k, p_{name} + b{s} + r);"
+                ));
+            }
+            self.close();
+            return;
+        }
         for (i, v) in self.long_lanes(cached).into_iter().enumerate() {
             let test = format!("if ((len & {}) == 0)", v - 1);
             self.open(if i == 0 { test } else { format!("else {test}") });
@@ -203,16 +270,19 @@ impl Cuda<'_> {
 
     /// The passes over this block's part of the row, from shared memory: each pass's block
     /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
-    fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize]) {
+    fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize], peel: Option<u32>) {
         let shapes = self.layout.shapes();
         let (_, stashes) = pass_stashes(self.k, plan, cached, false);
         for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
             self.defers_division = !self.k.draws_random();
-            self.shared_vector_loop(pass, axis, cached, &shapes);
+            match peel {
+                Some(v) => self.peeled_vector_loop(pass, axis, cached, &shapes, v),
+                None => self.shared_vector_loop(pass, axis, cached, &shapes),
+            }
             self.defers_division = false;
-            self.shared_element_loop(pass, axis, cached, &shapes);
+            self.shared_element_loop(pass, axis, cached, &shapes, peel);
             (self.reuse, self.stash) = (None, None);
             self.block_reduce(&pass.reduces, false);
             self.cluster_reduce(&pass.reduces);
@@ -285,6 +355,44 @@ impl Cuda<'_> {
         }
     }
 
+    /// A peeled part's vectors (`peel_bounds`), `c` the vector's index from element `fz_h` of
+    /// the row (`rows::Cuda::peeled`) and its place in shared memory.
+    fn peeled_vector_loop(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+        v: u32,
+    ) {
+        self.line("#pragma unroll 1");
+        self.open(format!(
+            "for (int c = threadIdx.x; c < fz_nv; c += {BLOCK})"
+        ));
+        self.line("const int q = 0;");
+        for &p in cached {
+            let (t, name) = self.param_text(p);
+            self.line(format!("const fz_vec<{t}, {v}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>(sc_{name})[c]}};"));
+        }
+        let stash = self.stash.map(|_| self.param_text(cached[0]));
+        if let Some((t, _)) = &stash {
+            self.line(format!("fz_vec<{t}, {v}> fz_st;"));
+        }
+        self.step_lanes = v;
+        self.rows_at_q = true;
+        self.peeled = true;
+        self.vector_row_step(pass, axis, cached, shapes, false);
+        self.peeled = false;
+        self.rows_at_q = false;
+        self.step_lanes = 4;
+        if let Some((t, name)) = &stash {
+            self.line(format!(
+                "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[c] = fz_st;"
+            ));
+        }
+        self.close();
+    }
+
     /// One element a step, for lengths that are not a multiple of four: the cached tensors read
     /// through `rc_<name>[q].v[j]`, which here points into shared memory, a vector of one element
     /// (`j` is 0): each thread reads only the elements it copied, before any barrier. Read as
@@ -296,13 +404,29 @@ impl Cuda<'_> {
         axis: DimId,
         cached: &[usize],
         shapes: &[Vec<DimId>],
+        peel: Option<u32>,
     ) {
-        self.open("else");
-        self.line("#pragma unroll 1");
-        self.open(format!(
-            "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
-        ));
-        self.line("const int q = r - begin;");
+        match peel {
+            Some(v) => {
+                self.open("");
+                self.line("#pragma unroll 1");
+                self.open(format!(
+                    "for (int k = threadIdx.x; k < fz_rest; k += {BLOCK})"
+                ));
+                self.line(format!(
+                    "const int r = k < fz_hh ? begin + k : fz_h + fz_nv * {v} + (k - fz_hh);"
+                ));
+                self.line(format!("const int q = fz_nv * {v} + k;"));
+            }
+            None => {
+                self.open("else");
+                self.line("#pragma unroll 1");
+                self.open(format!(
+                    "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
+                ));
+                self.line("const int q = r - begin;");
+            }
+        }
         self.line("const int j = 0;");
         for &p in cached {
             let (t, name) = self.param_text(p);
@@ -311,7 +435,7 @@ impl Cuda<'_> {
         self.row_step(pass, axis, cached, shapes, false);
         if let Some(n) = self.stash {
             let (_, name) = self.param_text(cached[0]);
-            self.line(format!("sc_{name}[r - begin] = v{n};"));
+            self.line(format!("sc_{name}[q] = v{n};"));
         }
         self.close();
         self.close();
