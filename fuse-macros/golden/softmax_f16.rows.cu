@@ -53,41 +53,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         const long long c0 = g;
         const long long b0 = c0 * d_cols;
         float acc1 = (-__int_as_float(0x7f800000));
-        if ((len & 3) == 0) {
-            #pragma unroll 4
-            for (long long c = lane; c < (len >> 2); c += width) {
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    acc1 = fmaxf(acc1, v0);
-                }
-            }
-        }
-        else {
+        {
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
-            #pragma unroll 1
+            #pragma unroll 4
             for (long long c = lane; c < fz_nv; c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
                 {
@@ -145,49 +115,11 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         }
         const float v1 = acc1;
         float acc4 = (float)0;
-        if ((len & 3) == 0) {
-            #pragma unroll 4
-            for (long long c = lane; c < (len >> 2); c += width) {
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-            }
-        }
-        else {
+        {
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
-            #pragma unroll 1
+            #pragma unroll 4
             for (long long c = lane; c < fz_nv; c += width) {
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);
                 {
@@ -255,57 +187,12 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16(
         }
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);
-        if ((len & 3) == 0) {
-            const long long steps = live ? len >> 2 : 0;
-            #pragma unroll 4
-            for (long long c = lane; c < steps; c += width) {
-                fz_vec<unsigned short, 4> s0;
-                const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0) + c);
-                {
-                    const int j = 0;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 1;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 2;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                {
-                    const int j = 3;
-                    const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(lv_x.v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
-                    s0.v[j] = fz_f32_to_f16(v5);
-                }
-                *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + c) = s0;
-            }
-        }
-        else {
+        {
             const long long fz_to = (-b0) & 3;
             const long long fz_h = fz_to < len ? fz_to : len;
             const long long fz_nv = (len - fz_h) >> 2;
             const long long steps = live ? fz_nv : 0;
-            #pragma unroll 1
+            #pragma unroll 4
             for (long long c = lane; c < steps; c += width) {
                 fz_vec<unsigned short, 4> s0;
                 const fz_vec<unsigned short, 4> lv_x = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0 + fz_h) + c);

@@ -682,46 +682,19 @@ impl Cuda<'_> {
                     (true, true) => &[8, 4],
                     (true, false) => &[4],
                 };
-                // The vector loop runs to a count of vectors, not while `c * v < len`: from
-                // that test ptxas could not count the steps, and unrolled the loop with an exit
-                // test after each load, one 16-byte load in flight a thread (S2's f32 row sums
-                // at 88-95% of copy speed where torch.compile's ran at 97-102%). A pass that
-                // writes counts none where its row is not `live`.
-                for &v in widths {
-                    self.open(format!("if ((len & {}) == 0)", v - 1));
-                    let shift = v.trailing_zeros();
-                    let steps = match guard {
-                        "" => format!("(len >> {shift})"),
-                        _ => {
-                            self.line(format!(
-                                "const long long steps = live ? len >> {shift} : 0;"
-                            ));
-                            "steps".to_string()
-                        }
-                    };
-                    self.step_lanes = v;
-                    self.row_randoms = true;
-                    self.row_vector_loop(&steps, 4, |p| {
-                        p.vector_row_step(pass, axis, &[], &shapes, false)
-                    });
-                    self.row_randoms = false;
-                    self.step_lanes = 4;
-                    self.close();
-                    self.open("else");
-                }
-                match widths.first().filter(|_| self.peels(pass, axis)) {
-                    Some(&v) => self.peeled_row_loop(pass, axis, &shapes, v, guard),
-                    None => {
-                        self.line("#pragma unroll 4");
-                        self.open(format!(
-                            "for (long long r = lane; {guard}r < len; r += width)"
-                        ));
-                        self.row_step(pass, axis, &[], &shapes, false);
+                let peel = widths.first().filter(|_| self.peels(pass, axis)).copied();
+                match peel {
+                    // Rows of 2-byte elements peel at every length (NOTES item 127): one vector
+                    // loop in the kernel, not one a length. With a loop of their own for the
+                    // rows whose length is a multiple of four beside the peeled one, SO's bf16
+                    // RMSNorm ran at 74% of copy speed at 1027 columns, 85% without; but the
+                    // f32 row sum 3.5-4% slower at 100 and 5120 columns without it.
+                    Some(v) if self.narrow_rows() => {
+                        self.open("");
+                        self.peeled_row_loop(pass, axis, &shapes, v, guard);
                         self.close();
                     }
-                }
-                for _ in widths {
-                    self.close();
+                    _ => self.row_loops(pass, axis, &shapes, widths, guard, peel),
                 }
             } else {
                 self.line("#pragma unroll");
@@ -774,11 +747,87 @@ impl Cuda<'_> {
         }
     }
 
-    /// Whether a streamed pass whose row length is no multiple of four takes its row as vectors
-    /// from the first whole vector of memory on (`peeled_row_loop`): where every tensor it loads
-    /// or writes along the row is of the kernel's domain (one row offset, so that one element
-    /// starts a whole vector in all of them), and nothing in it counts on a vector starting at
-    /// a multiple of its lanes (random values, drawn four lanes a Philox block; quotients of a
+    /// A streamed pass: rows whose length is a multiple of a width in `widths` (widest first)
+    /// as vectors of it, the others as vectors of `peel` from their first whole one where the
+    /// pass peels (`peeled_row_loop`), else element by element.
+    fn row_loops(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        shapes: &[Vec<DimId>],
+        widths: &[u32],
+        guard: &str,
+        peel: Option<u32>,
+    ) {
+        // The vector loop runs to a count of vectors, not while `c * v < len`: from
+        // that test ptxas could not count the steps, and unrolled the loop with an exit
+        // test after each load, one 16-byte load in flight a thread (S2's f32 row sums
+        // at 88-95% of copy speed where torch.compile's ran at 97-102%). A pass that
+        // writes counts none where its row is not `live`.
+        for &v in widths {
+            self.open(format!("if ((len & {}) == 0)", v - 1));
+            let shift = v.trailing_zeros();
+            let steps = match guard {
+                "" => format!("(len >> {shift})"),
+                _ => {
+                    self.line(format!(
+                        "const long long steps = live ? len >> {shift} : 0;"
+                    ));
+                    "steps".to_string()
+                }
+            };
+            self.step_lanes = v;
+            self.row_randoms = true;
+            self.row_vector_loop(&steps, None, |p| {
+                p.vector_row_step(pass, axis, &[], shapes, false)
+            });
+            self.row_randoms = false;
+            self.step_lanes = 4;
+            self.close();
+            self.open("else");
+        }
+        match peel {
+            Some(v) => self.peeled_row_loop(pass, axis, shapes, v, guard),
+            None => {
+                self.line("#pragma unroll 4");
+                self.open(format!(
+                    "for (long long r = lane; {guard}r < len; r += width)"
+                ));
+                self.row_step(pass, axis, &[], shapes, false);
+                self.close();
+            }
+        }
+        for _ in widths {
+            self.close();
+        }
+    }
+
+    /// Whether every tensor along the rows (inputs and outputs) is of 2-byte elements or
+    /// narrower: such rows take one peeled loop at every length (`row_passes`).
+    fn narrow_rows(&self) -> bool {
+        let Launch::Rows { axis, .. } = &self.k.launch else {
+            return false;
+        };
+        let along = |shape: &[DimId]| shape.last() == Some(axis);
+        self.k
+            .tensor_params()
+            .filter(|(_, _, s)| along(s))
+            .map(|(_, p, _)| p.elem)
+            .chain(
+                self.k
+                    .outputs
+                    .iter()
+                    .filter(|o| along(&o.shape))
+                    .map(|o| o.elem),
+            )
+            .all(|e| e.bits() <= 16)
+    }
+
+    /// Whether a streamed pass takes its rows as vectors from the first whole vector of memory
+    /// on (`peeled_row_loop`; a long row's part too, `long_rows::long_peel`): where every tensor
+    /// it loads or writes along the row is of the kernel's domain (one row offset, so that one
+    /// element starts a whole vector in all of them), and nothing in it counts on a vector
+    /// starting at a multiple of its lanes (random values, drawn four lanes a Philox block; quotients of a
     /// position, computed once a vector; partial sums, stored a vector at a time).
     pub(super) fn peels(&self, pass: &Pass, axis: DimId) -> bool {
         let Launch::Rows { domain, .. } = &self.k.launch else {
@@ -801,11 +850,12 @@ impl Cuda<'_> {
             && writes.all(|o| o.shape == *domain)
     }
 
-    /// A streamed pass over a row whose length is no multiple of four (`peels`): the elements
-    /// before the row's first whole vector of `v` (`fz_h`, fewer than `v`) and after its last
-    /// (fewer than `v`) element by element, the rest as the vector loop takes whole rows. At
-    /// odd lengths the rows took 2-byte loads an element otherwise (bf16 softmax at 4095
-    /// columns: three passes of them).
+    /// A streamed pass over a row (`peels`): the elements before the row's first whole vector
+    /// of `v` (`fz_h`, fewer than `v`) and after its last (fewer than `v`) element by element,
+    /// the rest as vectors (`row_vector_loop`). At odd lengths the rows took 2-byte loads an
+    /// element otherwise (bf16 softmax at 4095 columns: three passes of them). Rows of 2-byte
+    /// elements take it at every length, the others where the length is no multiple of four
+    /// (`row_passes`).
     fn peeled_row_loop(
         &mut self,
         pass: &Pass,
@@ -832,7 +882,12 @@ impl Cuda<'_> {
         };
         self.step_lanes = v;
         self.peeled = true;
-        self.row_vector_loop(&steps, 1, |p| {
+        // Beside a loop of its own for the rows whose length is a multiple of four (not
+        // `narrow_rows`), two vectors a step: ptxas's loop unrolled four times left the f32
+        // row sum over its 48 registers (it spilled), and once, SO's f32 softmax at 1027
+        // columns ran at 65% of copy speed, at 77% with two.
+        let batch = (!self.narrow_rows()).then_some(2);
+        self.row_vector_loop(&steps, batch, |p| {
             p.vector_row_step(pass, axis, &[], shapes, false)
         });
         self.peeled = false;
@@ -859,31 +914,41 @@ impl Cuda<'_> {
     /// ran 16% slower. Batched, 16-bit row sums ran 1-6% faster at 256-262144 columns and 19%
     /// at 100 and 1000 (benches/NOTES.md item 125).
     ///
-    /// Other kernels' loops (four lanes) are ptxas's to unroll, `unroll` times: batched, f32 row
-    /// sums took 72 registers where they had 56 (three blocks an SM, not four) and ran 4-19%
-    /// slower at 100-5120 columns.
-    fn row_vector_loop(&mut self, steps: &str, unroll: u32, mut step: impl FnMut(&mut Self)) {
-        if self.lanes < 8 {
-            self.line(format!("#pragma unroll {unroll}"));
-            self.open(format!("for (long long c = lane; c < {steps}; c += width)"));
-            step(self);
-            self.close();
-            return;
-        }
+    /// Other kernels' loops (four lanes) are ptxas's to unroll four times, or `batch` vectors
+    /// a step as above: four, f32 row sums took 72 registers where they had 56 (three blocks
+    /// an SM, not four) and ran 4-19% slower at 100-5120 columns.
+    fn row_vector_loop(
+        &mut self,
+        steps: &str,
+        batch: Option<u32>,
+        mut step: impl FnMut(&mut Self),
+    ) {
+        let n = match (self.lanes >= 8, batch) {
+            (true, _) => 4,
+            (false, Some(n)) => n,
+            (false, None) => {
+                self.line("#pragma unroll 4");
+                self.open(format!("for (long long c = lane; c < {steps}; c += width)"));
+                step(self);
+                self.close();
+                return;
+            }
+        };
         self.line("long long fz_c = lane;");
         self.line("#pragma unroll 1");
         self.open(format!(
-            "for (; fz_c + 3 * width < {steps}; fz_c += 4 * width)"
+            "for (; fz_c + {} * width < {steps}; fz_c += {n} * width)",
+            n - 1
         ));
         self.line("#pragma unroll");
-        self.open("for (int u = 0; u < 4; ++u)");
+        self.open(format!("for (int u = 0; u < {n}; ++u)"));
         self.line("const long long c = fz_c + u * width;");
         step(self);
         self.close();
         self.close();
         self.open(format!("if (fz_c < {steps})"));
         self.line("#pragma unroll");
-        self.open("for (int u = 0; u < 3; ++u)");
+        self.open(format!("for (int u = 0; u < {}; ++u)", n - 1));
         self.line("const long long c = fz_c + u * width;");
         self.line(format!("const long long fz_cl = c < {steps} ? c : fz_c;"));
         self.tail = Some(format!("c < {steps}"));
@@ -1344,9 +1409,10 @@ mod tests {
     /// The streamed rows peel where every tensor along the row is of the domain: a bf16
     /// softmax's vectors of four from each row's first whole one, its stores too; not a
     /// layernorm's, whose gamma along the row starts on a whole vector where the row may not,
-    /// nor a pass that draws random values.
+    /// nor a pass that draws random values. Rows of 2-byte elements peel at every length, f32
+    /// rows only where the length is no multiple of four.
     #[test]
-    fn odd_rows_peel_where_every_tensor_along_them_is_of_the_domain() {
+    fn rows_peel_where_every_tensor_along_them_is_of_the_domain() {
         let general = |tokens| entry_source(tokens, Path::Rows);
         let softmax = general(quote! {
             fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
@@ -1366,6 +1432,18 @@ mod tests {
             softmax.contains("reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0 + fz_h) + c"),
             "{softmax}"
         );
+        // Rows of 2-byte elements peel at every length: no loop for the others.
+        assert!(!softmax.contains("if ((len & 3) == 0)"), "{softmax}");
+        let sum = |elem| general(quote! { fn r(x: [#elem; r, c]) -> [#elem; r] { sum(x, c) } });
+        let narrow = sum(quote!(bf16));
+        assert!(!narrow.contains("(len & 7) == 0"), "{narrow}");
+        assert!(narrow.contains("fz_c += 4 * width"), "{narrow}");
+        // f32 rows keep their loop for lengths of whole vectors, ptxas's to unroll, beside the
+        // peeled one two vectors a step.
+        let wide = sum(quote!(f32));
+        assert!(wide.contains("if ((len & 3) == 0)"), "{wide}");
+        assert!(wide.contains("for (long long c = lane; c < (len >> 2); c += width)"));
+        assert!(wide.contains("for (; fz_c + 1 * width < fz_nv; fz_c += 2 * width)"));
         let layernorm = general(quote! {
             fn l(x: [bf16; r, c], g: [bf16; c]) -> [bf16; r, c] {
                 let d = x - mean(x, c);

@@ -21,8 +21,34 @@ pub(crate) const MIN_BLOCKS: u32 = 2;
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel's general entry, which
 /// streams its rows and holds none on chip: [`min_blocks`], but at most three (85 registers). At
 /// four, `layernorm_quantize`'s streaming loop spilled on sm_90 once it was an entry of its own.
+///
+/// But a row of one tensor reduced once or twice in one pass and left (`sum(x, cols)`: nothing
+/// written along the row, no math routine, no random draw, elements of at most 32 bits) holds
+/// one step's vectors and its accumulators: five blocks (48 registers) at four lanes, four (64)
+/// at eight. (Four reductions of a row spilled 12 bytes at five, a product with another
+/// tensor's permuted row 60: the tests' `reduce_rows` and `sums_of_products`.) Left unbounded,
+/// ptxas gave the f32 row sum 56 registers once its rows of every length took one vector loop
+/// (`rows::Cuda::peeled_row_loop`), four blocks an SM where five had run 3-11% faster at
+/// 100-5120 columns (benches/NOTES.md items 125 and 127), and the 16-bit ones 72.
 pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
-    min_blocks(k, plan).min(MIN_BLOCKS + 1)
+    let narrow = k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
+    let reduces = k
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Reduce(..)))
+        .count();
+    let light = plan.passes.len() == 1
+        && k.tensor_params().count() == 1
+        && reduces <= 2
+        && !writes_rows(k)
+        && narrow
+        && !k.draws_random()
+        && routines(k).is_empty();
+    match (light, crate::plan::rows::lanes(k)) {
+        (true, 8..) => MIN_BLOCKS + 2,
+        (true, _) => MIN_BLOCKS + 3,
+        (false, _) => min_blocks(k, plan).min(MIN_BLOCKS + 1),
+    }
 }
 
 /// The `__launch_bounds__` minimum of blocks per SM for a row kernel, which caps its registers
@@ -557,6 +583,36 @@ mod tests {
         };
         assert_eq!((quantize, softmax, cross_entropy), (40, 160, 40));
         assert_eq!((row_sum(quote!(f32)), row_sum(quote!(bf16))), (120, 40));
+    }
+
+    /// The general row entry's register bound: a row of one tensor reduced once or twice and
+    /// left takes five blocks an SM at four lanes, four at eight; more reductions, another
+    /// tensor or a written row, three at most.
+    #[test]
+    fn streamed_row_sums_bound_their_registers() {
+        let bound = |tokens| {
+            let k = kernel(tokens);
+            super::stream_min_blocks(&k, &crate::plan::plan(&k))
+        };
+        let f32_sum = bound(quote! { fn r(x: [f32; rows, cols]) -> [f32; rows] { sum(x, cols) } });
+        let bf16_sum =
+            bound(quote! { fn r(x: [bf16; rows, cols]) -> [bf16; rows] { sum(x, cols) } });
+        let stats = bound(quote! {
+            fn r(x: [f32; rows, cols]) -> ([f32; rows], [f32; rows], [f32; rows], [f32; rows]) {
+                (sum(x, cols), prod(x, cols), max(x, cols), min(x, cols))
+            }
+        });
+        let products = bound(quote! {
+            fn r(x: [f32; rows, cols], y: [f32; rows, cols]) -> [f32; rows] { sum(x * y, cols) }
+        });
+        let softmax = bound(quote! {
+            fn s(x: [f32; rows, cols]) -> [f32; rows, cols] { let e = (x - max(x, cols)).exp(); e / sum(e, cols) }
+        });
+        assert_eq!((f32_sum, bf16_sum), (5, 4));
+        assert!(
+            stats <= 3 && products <= 3 && softmax <= 3,
+            "{stats} {products} {softmax}"
+        );
     }
 
     /// The grid where a block loads whole rows straight into registers: more blocks for
