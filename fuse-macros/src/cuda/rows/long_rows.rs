@@ -311,8 +311,8 @@ impl Cuda<'_> {
         }
     }
 
-    /// A vector's elements a step, `c` the vector's index in the row: the cached tensors as one
-    /// vector each from shared memory (`rc_<name>[0]`, as the register cache names them).
+    /// A vector's elements a step (`shared_vector_step`), `c` the vector's index in the row,
+    /// where the row's length is a multiple of its lanes.
     fn shared_vector_loop(
         &mut self,
         pass: &Pass,
@@ -329,27 +329,7 @@ impl Cuda<'_> {
             self.open(format!(
                 "for (int c = begin / {v} + threadIdx.x; c < end / {v}; c += {BLOCK})"
             ));
-            self.line("const int q = 0;");
-            for &p in cached {
-                let (t, name) = self.param_text(p);
-                self.line(format!("const fz_vec<{t}, {v}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}]}};"));
-            }
-            let stash = self.stash.map(|_| self.param_text(cached[0]));
-            if let Some((t, _)) = &stash {
-                self.line(format!("fz_vec<{t}, {v}> fz_st;"));
-            }
-            // `rc_<name>[q]` is the vector, as in a tiled short row: a pass that only takes a
-            // 16-bit row's maximum takes it two elements an instruction (`packed_reduction`).
-            self.step_lanes = v;
-            self.rows_at_q = true;
-            self.vector_row_step(pass, axis, cached, shapes, false);
-            self.rows_at_q = false;
-            self.step_lanes = 4;
-            if let Some((t, name)) = &stash {
-                self.line(format!(
-                    "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[c - begin / {v}] = fz_st;"
-                ));
-            }
+            self.shared_vector_step(pass, axis, cached, shapes, v, &format!("c - begin / {v}"));
             self.close();
             self.close();
         }
@@ -369,28 +349,45 @@ impl Cuda<'_> {
         self.open(format!(
             "for (int c = threadIdx.x; c < fz_nv; c += {BLOCK})"
         ));
+        self.peeled = true;
+        self.shared_vector_step(pass, axis, cached, shapes, v, "c");
+        self.peeled = false;
+        self.close();
+    }
+
+    /// A vector step from shared memory: the cached tensors' vectors of `v` at `slot` of this
+    /// block's part (`rc_<name>[0]`, as the register cache names them), and a stashing pass's
+    /// values stored back there.
+    fn shared_vector_step(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+        v: u32,
+        slot: &str,
+    ) {
         self.line("const int q = 0;");
         for &p in cached {
             let (t, name) = self.param_text(p);
-            self.line(format!("const fz_vec<{t}, {v}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>(sc_{name})[c]}};"));
+            self.line(format!("const fz_vec<{t}, {v}> rc_{name}[1] = {{reinterpret_cast<const fz_vec<{t}, {v}>*>(sc_{name})[{slot}]}};"));
         }
         let stash = self.stash.map(|_| self.param_text(cached[0]));
         if let Some((t, _)) = &stash {
             self.line(format!("fz_vec<{t}, {v}> fz_st;"));
         }
+        // `rc_<name>[q]` is the vector, as in a tiled short row: a pass that only takes a
+        // 16-bit row's maximum takes it two elements an instruction (`packed_reduction`).
         self.step_lanes = v;
         self.rows_at_q = true;
-        self.peeled = true;
         self.vector_row_step(pass, axis, cached, shapes, false);
-        self.peeled = false;
         self.rows_at_q = false;
         self.step_lanes = 4;
         if let Some((t, name)) = &stash {
             self.line(format!(
-                "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[c] = fz_st;"
+                "reinterpret_cast<fz_vec<{t}, {v}>*>(sc_{name})[{slot}] = fz_st;"
             ));
         }
-        self.close();
     }
 
     /// One element a step, for lengths that are not a multiple of four: the cached tensors read
