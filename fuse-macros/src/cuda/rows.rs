@@ -827,8 +827,9 @@ impl Cuda<'_> {
     /// on (`peeled_row_loop`; a long row's part too, `long_rows::long_peel`): where every tensor
     /// it loads or writes along the row is of the kernel's domain (one row offset, so that one
     /// element starts a whole vector in all of them), and nothing in it counts on a vector
-    /// starting at a multiple of its lanes (random values, drawn four lanes a Philox block; quotients of a
-    /// position, computed once a vector; partial sums, stored a vector at a time).
+    /// starting at a multiple of its lanes (random values, drawn four lanes a Philox block;
+    /// quotients of a position, computed once a vector; partial sums, stored a vector at a
+    /// time).
     pub(super) fn peels(&self, pass: &Pass, axis: DimId) -> bool {
         let Launch::Rows { domain, .. } = &self.k.launch else {
             return false;

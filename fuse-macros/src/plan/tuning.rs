@@ -27,9 +27,9 @@ pub(crate) const MIN_BLOCKS: u32 = 2;
 /// one step's vectors and its accumulators: five blocks (48 registers) at four lanes, four (64)
 /// at eight. (Four reductions of a row spilled 12 bytes at five, a product with another
 /// tensor's permuted row 60: the tests' `reduce_rows` and `sums_of_products`.) Left unbounded,
-/// ptxas gave the f32 row sum 56 registers once its rows of every length took one vector loop
-/// (`rows::Cuda::peeled_row_loop`), four blocks an SM where five had run 3-11% faster at
-/// 100-5120 columns (benches/NOTES.md items 125 and 127), and the 16-bit ones 72.
+/// ptxas gave the f32 row sum 56 registers beside a peeled loop of two vectors a step
+/// (`rows::Cuda::peeled_row_loop`), four blocks an SM where five had run 3-9% faster at
+/// 100-5120 columns (benches/NOTES.md items 125 and 127), and the 16-bit ones' one loop 72.
 pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     let narrow = k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
     let reduces = k
