@@ -32,14 +32,9 @@ pub(crate) const MIN_BLOCKS: u32 = 2;
 /// 100-5120 columns (benches/NOTES.md items 125 and 127), and the 16-bit ones' one loop 72.
 pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     let narrow = k.tensor_params().all(|(_, p, _)| p.elem.bits() <= 32);
-    let reduces = k
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.op, Op::Reduce(..)))
-        .count();
     let light = plan.passes.len() == 1
         && k.tensor_params().count() == 1
-        && reduces <= 2
+        && reduces(k) <= 2
         && !writes_rows(k)
         && narrow
         && !k.draws_random()
@@ -89,11 +84,7 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
     if wide_slots >= WIDE_SLOTS && wide_routines >= WIDE_ROUTINES {
         return 1;
     }
-    let reduces = k
-        .nodes
-        .iter()
-        .filter(|n| matches!(n.op, Op::Reduce(..)))
-        .count();
+    let reduces = reduces(k);
     // The rows kept on chip are the tensors over the whole domain; per-row operands (a label,
     // say) cost a register or two whatever their type.
     let (domain, axis) = match &k.launch {
@@ -137,6 +128,14 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         }
         (false, _, _) => MIN_BLOCKS,
     }
+}
+
+/// The kernel's reductions.
+fn reduces(k: &Kernel) -> usize {
+    k.nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Reduce(..)))
+        .count()
 }
 
 /// The registers a thread of a row kernel with partial sums over rows holds across the rows

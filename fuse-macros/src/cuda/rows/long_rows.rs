@@ -179,27 +179,13 @@ impl Cuda<'_> {
             self.open(format!(
                 "for (int c = threadIdx.x; c < fz_nv; c += {BLOCK})"
             ));
-            for &p in cached {
-                let (t, name) = self.param_text(p);
-                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-                self.line(format!(
-                    "fz_copy_async<{v} * sizeof({t})>(sc_{name} + c * {v}, p_{name} + b{s} + fz_h + c * {v});"
-                ));
-            }
+            self.copies(cached, v, &format!("c * {v}"), &format!("fz_h + c * {v}"));
             self.close();
             self.open(format!(
                 "for (int k = threadIdx.x; k < fz_rest; k += {BLOCK})"
             ));
-            self.line(format!(
-                "const int r = k < fz_hh ? begin + k : fz_h + fz_nv * {v} + (k - fz_hh);"
-            ));
-            for &p in cached {
-                let (t, name) = self.param_text(p);
-                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-                self.line(format!(
-                    "fz_copy_async<sizeof({t})>(sc_{name} + fz_nv * {v} + k, p_{name} + b{s} + r);"
-                ));
-            }
+            self.peeled_position(v);
+            self.copies(cached, 1, &format!("fz_nv * {v} + k"), "r");
             self.close();
             return;
         }
@@ -212,13 +198,12 @@ impl Cuda<'_> {
             self.open(format!(
                 "for (int c = begin / {v} + threadIdx.x; c < end / {v}; c += {BLOCK})"
             ));
-            for &p in cached {
-                let (t, name) = self.param_text(p);
-                let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
-                self.line(format!(
-                    "fz_copy_async<{v} * sizeof({t})>(sc_{name} + (c * {v} - begin), p_{name} + b{s} + c * {v});"
-                ));
-            }
+            self.copies(
+                cached,
+                v,
+                &format!("(c * {v} - begin)"),
+                &format!("c * {v}"),
+            );
             self.close();
             self.close();
         }
@@ -227,15 +212,33 @@ impl Cuda<'_> {
         self.open(format!(
             "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
         ));
+        self.copies(cached, 1, "(r - begin)", "r");
+        self.close();
+        self.close();
+    }
+
+    /// The copies of `v` elements of each cached tensor, from element `from` of this row to
+    /// `to` of its shared part.
+    fn copies(&mut self, cached: &[usize], v: u32, to: &str, from: &str) {
         for &p in cached {
             let (t, name) = self.param_text(p);
             let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
+            let bytes = match v {
+                1 => format!("sizeof({t})"),
+                _ => format!("{v} * sizeof({t})"),
+            };
             self.line(format!(
-                "fz_copy_async<sizeof({t})>(sc_{name} + (r - begin), p_{name} + b{s} + r);"
+                "fz_copy_async<{bytes}>(sc_{name} + {to}, p_{name} + b{s} + {from});"
             ));
         }
-        self.close();
-        self.close();
+    }
+
+    /// In a peeled part's loop over the elements around its vectors (`peel_bounds`), the row
+    /// position `r` of the `k`th: the first `fz_hh` before the vectors, the rest after them.
+    fn peeled_position(&mut self, v: u32) {
+        self.line(format!(
+            "const int r = k < fz_hh ? begin + k : fz_h + fz_nv * {v} + (k - fz_hh);"
+        ));
     }
 
     /// Declares `fz_ahead`: `next_row_prefetch` asks L2 for row `g + fz_ahead`. With a cluster
@@ -410,9 +413,7 @@ impl Cuda<'_> {
                 self.open(format!(
                     "for (int k = threadIdx.x; k < fz_rest; k += {BLOCK})"
                 ));
-                self.line(format!(
-                    "const int r = k < fz_hh ? begin + k : fz_h + fz_nv * {v} + (k - fz_hh);"
-                ));
+                self.peeled_position(v);
                 self.line(format!("const int q = fz_nv * {v} + k;"));
             }
             None => {
