@@ -1539,10 +1539,10 @@ fn fp8_conversions_run_on_an_emulated_gpu() {
     }
 }
 
-/// Rows of 16-bit floats a block holds in registers (4096 exactly, and 3000) store softmax's
 /// 16-bit dropout with probabilities of the values' types, parameters, in an elementwise loop
-/// and in a row kernel's vector steps: the draws rounded to the type compare with p as integers
-/// (`fz_u01_bound_bf16`, `_f16`), each mask the CPU's.
+/// and in a row kernel's vector steps (among them rows a block holds in registers: 4096
+/// exactly, and 5120 and 8192 in vectors of eight): the draws rounded to the type compare
+/// with p as integers (`fz_u01_bound_bf16`, `_f16`), each mask the CPU's.
 #[test]
 fn sixteen_bit_dropout_runs_on_an_emulated_gpu() {
     if !available() {
@@ -1583,7 +1583,14 @@ fn sixteen_bit_dropout_runs_on_an_emulated_gpu() {
             &[Tol::EXACT; 2],
         );
     }
-    for (rows, cols) in [(7, 64), (3, 1000), (2, 4096), (2, 5000)] {
+    for (rows, cols) in [
+        (7, 64),
+        (3, 1000),
+        (2, 4096),
+        (2, 5000),
+        (2, 5120),
+        (4, 8192),
+    ] {
         let seed = rng.next_u64();
         let y: Vec<f16> = rng
             .floats::<f32>(rows * cols, -4.0, 4.0)
@@ -1616,6 +1623,53 @@ fn sixteen_bit_rows_keep_f32_values_on_an_emulated_gpu() {
     for (rows, cols) in [(4, 4096), (3, 3000)] {
         let x = rng.floats::<f32>(rows * cols, -8.0, 8.0);
         emulate_16_bit_softmax("softmax kept", &x, rows, cols);
+    }
+}
+
+/// 16-bit rows of 4097 to 8192 elements, a multiple of eight, a block holds in registers in
+/// 16-byte vectors, 32 elements a thread (`wide_block_rows`): the shortest (4104, the last
+/// threads' vectors half in the row), 5120 and the longest, over more rows than the grid's
+/// three blocks; softmax keeps `exp(x - max)` in f32 beside them, layernorm reads its gamma
+/// along the row and writes a value a row.
+#[test]
+fn wide_block_rows_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(4, 4104), (2, 5120), (5, 8192)] {
+        for program in [
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            &kernels::f16s::softmax::__fuse::PROGRAM,
+            &kernels::bf16s::layernorm::__fuse::PROGRAM,
+        ] {
+            let taken = program.pick(&[rows, cols], 90, false).unwrap().path;
+            assert_eq!(taken, "wide_block_rows");
+        }
+        let x = rng.floats::<f32>(rows * cols, -8.0, 8.0);
+        emulate_16_bit_softmax("wide block", &x, rows, cols);
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let g: Vec<fuse_runtime::bf16> = rng
+            .floats::<f32>(cols, 0.5, 1.5)
+            .iter()
+            .map(|&v| fuse_runtime::bf16::from_f32(v))
+            .collect();
+        let eps = fuse_runtime::bf16::from_f32(1e-3);
+        let shape = [rows, cols];
+        let cpu =
+            kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
+                .unwrap();
+        emulate(
+            &format!("bf16 layernorm {rows}x{cols}"),
+            &kernels::bf16s::layernorm::__fuse::PROGRAM,
+            vec![hex(&b), hex(&g)],
+            vec![Element::to_bits(eps)],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16", "f32"],
+            &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
+        );
     }
 }
 

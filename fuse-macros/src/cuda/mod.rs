@@ -158,7 +158,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         peeled: false,
         tail: None,
         cache_lanes: match entry.path {
-            Path::RowsCachedWide => 8,
+            Path::RowsCachedWide | Path::RowBlockWide => 8,
             _ => 4,
         },
         cast_bits: None,
@@ -239,6 +239,10 @@ fn path_comment(entry: &Entry) -> String {
         Path::RowBlockExact => format!(
             "rows of exactly {} elements, on sm_{} and later: a block a row, held in registers, no bounds tests.",
             w.min_len, w.min_arch
+        ),
+        Path::RowBlockWide => format!(
+            "rows of {} to {} elements{multiple}, on sm_{} and later: a block a row, held in registers in 16-byte vectors of 2-byte elements, 32 a thread.",
+            w.min_len, w.max_len, w.min_arch
         ),
         Path::ShortRows => format!(
             "rows of 1 to {} elements: tiles of whole rows through shared memory, 16-byte loads and stores.",

@@ -18,9 +18,13 @@ impl Cuda<'_> {
     pub(super) fn rows_body(&mut self, domain: &[DimId], axis: DimId, plan: &Plan) {
         let rows = self.row_counts(domain, axis, plan);
         let cached = cached_params(self.k, self.plan);
-        let block = matches!(self.path, Path::RowBlock | Path::RowBlockExact);
+        let block = matches!(
+            self.path,
+            Path::RowBlock | Path::RowBlockExact | Path::RowBlockWide
+        );
         if block {
-            // A cached row a block (rows of `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements):
+            // A cached row a block (rows of `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements,
+            // twice as many 2-byte ones on the wide entry):
             // `width`, `lane` and `per_block` are constants, so the block reductions lose their
             // run-time segment tests, every thread is live, and the passes skip the bounds tests
             // that such a row always passes.
@@ -617,7 +621,11 @@ impl Cuda<'_> {
     fn length_guard(&mut self) {
         if !matches!(
             self.path,
-            Path::RowBlock | Path::RowBlockExact | Path::RowsCached | Path::RowsCachedWide
+            Path::RowBlock
+                | Path::RowBlockExact
+                | Path::RowBlockWide
+                | Path::RowsCached
+                | Path::RowsCachedWide
         ) {
             return;
         }

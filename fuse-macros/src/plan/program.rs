@@ -84,6 +84,10 @@ pub enum Path {
     RowBlock,
     /// Rows of exactly `CACHE * BLOCK` elements: as `RowBlock`, without bounds tests.
     RowBlockExact,
+    /// As `RowBlock` for a kernel of 2-byte tensors (those of `RowsCachedWide`): rows of
+    /// `CACHE * BLOCK + 1` to `2 * CACHE * BLOCK` elements, a multiple of eight, in 16-byte
+    /// vectors of eight, `2 * CACHE` a thread.
+    RowBlockWide,
     /// Rows of 1 to `SHORT` elements, tiles of whole rows through shared memory.
     ShortRows,
     /// Rows longer than the register cache, in the dynamic shared memory of a block or a
@@ -111,6 +115,7 @@ impl Path {
             Path::RowsCachedWide => "_wide_cached_rows",
             Path::RowBlock => "_block_rows",
             Path::RowBlockExact => "_exact_rows",
+            Path::RowBlockWide => "_wide_block_rows",
             Path::ShortRows => "_short_rows",
             Path::LongRows => "_long_rows",
             Path::ColumnPairs => "_column_pairs",
@@ -128,6 +133,7 @@ impl Path {
             Path::RowsCachedWide => "wide_cached_rows",
             Path::RowBlock => "block_rows",
             Path::RowBlockExact => "exact_rows",
+            Path::RowBlockWide => "wide_block_rows",
             Path::ShortRows => "short_rows",
             Path::LongRows => "long_rows",
             Path::Columns => "columns",
@@ -445,6 +451,21 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     block,
                     rows_of(register_row / 2 + 1, register_row, 4, 90),
                 ));
+                // 16-bit rows past those, up to twice as long, a block a row in vectors of
+                // eight, which the long-row entry would take otherwise: SO's bf16 softmax at
+                // 5120 columns ran there at 53% of copy speed on an H200, bound by `expf`
+                // twice an element (benches/NOTES.md item 127), where the registers keep
+                // `exp(x - max)` in f32.
+                if wide_cache(k, plan) {
+                    let blocks =
+                        tuning::wide_min_blocks(k, plan, tuning::register_min_blocks(k, plan));
+                    entries.push(entry(
+                        Path::RowBlockWide,
+                        Some(blocks),
+                        block,
+                        rows_of(register_row + 1, 2 * register_row, 8, 90),
+                    ));
+                }
                 // Kernels with partial sums over rows take their segments at a constant width
                 // where the length fixes it (`plan::rows::segment_width`).
                 if k.has_partials() {
@@ -642,8 +663,9 @@ mod tests {
     }
 
     /// A 16-bit softmax also has the wide cached entry, tried before the row-a-block ones for
-    /// rows a multiple of eight long up to 2048; a kernel with a 4-byte tensor along its rows
-    /// has none.
+    /// rows a multiple of eight long up to 2048, and a wide row-a-block entry for those of 4097
+    /// to 8192, tried before the long rows; a kernel with a 4-byte tensor along its rows has
+    /// neither.
     #[test]
     fn sixteen_bit_rows_have_a_wide_cached_entry() {
         let bf16 = program(&kernel(quote! {
@@ -663,6 +685,16 @@ mod tests {
         );
         let at = |p: Path| bf16.entries.iter().position(|e| e.path == p).unwrap();
         assert!(at(Path::RowsCachedWide) < at(Path::RowBlockExact));
+        let block = &bf16.entries[at(Path::RowBlockWide)];
+        assert_eq!(
+            (
+                block.when.min_len,
+                block.when.max_len,
+                block.when.multiple_of
+            ),
+            (4097, 8192, 8)
+        );
+        assert!(at(Path::RowBlockWide) < at(Path::LongRows));
         let text = crate::cuda::text(&kernel(quote! {
             fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
         }));
@@ -685,6 +717,12 @@ mod tests {
             text.contains("__launch_bounds__(256, 4) fuse_s_exact_rows("),
             "{text}"
         );
+        // The wide row a block: a thread's 32 elements in 16 registers and their 32 f32 slots,
+        // at a block an SM fewer too.
+        assert!(
+            text.contains("__launch_bounds__(256, 3) fuse_s_wide_block_rows("),
+            "{text}"
+        );
         // A per-row f32 output is written once a row: the rows stay wide.
         let per_row = paths(quote! {
             fn s(x: [bf16; r, c]) -> ([bf16; r, c], [f32; r]) {
@@ -700,7 +738,7 @@ mod tests {
                 (e / sum(e, c) * (g as bf16))
             }
         });
-        assert!(!mixed.contains(&Path::RowsCachedWide));
+        assert!(!mixed.contains(&Path::RowsCachedWide) && !mixed.contains(&Path::RowBlockWide));
     }
 
     /// The short-row entries that take 16-bit rows in vectors of eight have a grid of their
