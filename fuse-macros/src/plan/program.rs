@@ -6,8 +6,8 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, needs_divisors, seed_params, slot_count, tile_eights, tiling,
-    wide_cache, wide_copies_ahead, SEGMENT_WIDTHS, SHORT,
+    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count,
+    tile_eights, tiling, wide_cache, wide_copies_ahead, SEGMENT_WIDTHS, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -455,8 +455,9 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // eight, which the long-row entry would take otherwise: SO's bf16 softmax at
                 // 5120 columns ran there at 53% of copy speed on an H200, bound by `expf`
                 // twice an element (benches/NOTES.md item 127), where the registers keep
-                // `exp(x - max)` in f32.
-                if wide_cache(k, plan) {
+                // `exp(x - max)` in f32: 81% here. Not light rows, which the long-row entry's
+                // bulk copies serve better: bf16 RMSNorm at 5120 columns 98% there, 87% here.
+                if wide_cache(k, plan) && direct_row_cost(k, plan).is_none() {
                     let blocks =
                         tuning::wide_min_blocks(k, plan, tuning::register_min_blocks(k, plan));
                     entries.push(entry(
