@@ -1185,7 +1185,8 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
 /// row's first whole vector (`peeled_row_loop`), the elements before it and after the last
 /// one by one: 16-bit softmax and row reductions, and f32 ones, at odd lengths and at 2 mod 4
 /// (1030), where each row starts at another place in its vector; and a length past the
-/// register rows' (5001).
+/// register rows' (5001). (At 4095 the softmaxes and cross-entropy hold their rows a block a
+/// row in registers, peeled as well: `peeled_register_rows_run_on_an_emulated_gpu`.)
 #[test]
 fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
     if !available() {
@@ -1234,6 +1235,88 @@ fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
         .unwrap();
         emulate(
             &format!("peeled cross_entropy {rows}x{cols}"),
+            &kernels::cross_entropy::__fuse::PROGRAM,
+            vec![hex(&x), hex(&label)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(2e-5, 1e-6)],
+        );
+    }
+}
+
+/// Rows of 2049 to 4096 elements whose length is no multiple of four, held a block a row in
+/// registers from each row's first whole vector in memory, the elements before it and after
+/// the last whole one streamed in every pass (`block_rows_peeled`): lengths at 1, 2 and 3 mod 4,
+/// the shortest and the longest, f32 and 16-bit softmax, two tensors cached
+/// (`softmax_products`), values a row written beside the row (`softmax_stats`), a position
+/// compared with a label (cross-entropy), over more rows than the grid's blocks.
+#[test]
+fn peeled_register_rows_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(4, 2049), (5, 2054), (3, 3003), (5, 4095)] {
+        let peeled = |program: &'static Program| {
+            let entry = program.pick(&[rows, cols], 90, false).unwrap();
+            assert_eq!(entry.path, "block_rows_peeled", "{}", program.name());
+        };
+        for program in [
+            &kernels::softmax::__fuse::PROGRAM,
+            &kernels::softmax_products::__fuse::PROGRAM,
+            &kernels::softmax_stats::__fuse::PROGRAM,
+            &kernels::cross_entropy::__fuse::PROGRAM,
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            &kernels::f16s::softmax::__fuse::PROGRAM,
+        ] {
+            peeled(program);
+        }
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        let y = rng.floats::<f32>(rows * cols, -2.0, 2.0);
+        let d = [("rows", rows), ("cols", cols)];
+        let shape = [rows, cols];
+        emulate_16_bit_softmax("peeled registers", &x, rows, cols);
+        let cpu = kernels::softmax(&dev, &put(&dev, &x, &shape)).unwrap();
+        emulate(
+            &format!("peeled registers softmax {rows}x{cols}"),
+            &kernels::softmax::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        let cpu = kernels::softmax_products(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape))
+            .unwrap();
+        emulate(
+            &format!("peeled registers softmax_products {rows}x{cols}"),
+            &kernels::softmax_products::__fuse::PROGRAM,
+            vec![hex(&x), hex(&y)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-5, 1e-7)],
+        );
+        let cpu = kernels::softmax_stats(&dev, &put(&dev, &x, &shape)).unwrap();
+        emulate(
+            &format!("peeled registers softmax_stats {rows}x{cols}"),
+            &kernels::softmax_stats::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"; 3],
+            &[Tol::close(1e-5, 1e-7), Tol::EXACT, Tol::close(1e-6, 1e-6)],
+        );
+        let label = labels(&mut rng, rows, cols);
+        let cpu = kernels::cross_entropy(&dev, &put(&dev, &x, &shape), &put(&dev, &label, &[rows]))
+            .unwrap();
+        emulate(
+            &format!("peeled registers cross_entropy {rows}x{cols}"),
             &kernels::cross_entropy::__fuse::PROGRAM,
             vec![hex(&x), hex(&label)],
             vec![],

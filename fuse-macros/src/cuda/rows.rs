@@ -98,7 +98,10 @@ impl Cuda<'_> {
         let wide_copy = wide && wide_copies_ahead(self.k, self.plan);
         self.direct_rows = direct_row_cost(self.k, self.plan).is_some() && !wide_copy;
         let exact = self.path == Path::RowBlockExact;
+        // A peeled row's vectors start where its first whole one does: copies ahead, a vector
+        // a thread into its place in the buffer, count on them starting at the row's start.
         let prefetch = !cached.is_empty()
+            && !self.peels_cache()
             && match block {
                 true => block_copies_ahead(self.k, self.plan, &cached, exact),
                 false => !self.direct_rows && (prefetches(self.k, &cached) || wide_copy),
@@ -283,7 +286,10 @@ impl Cuda<'_> {
         // A row a block that holds its row in registers, where a value needs its element's
         // position along the row (`index`, a random draw): the thread's sixteen positions,
         // made once and kept (see `hoist_positions`).
-        self.hoisted_positions = self.whole_rows && !cached.is_empty() && self.uses_positions(axis);
+        self.hoisted_positions = self.whole_rows
+            && !cached.is_empty()
+            && !self.peels_cache()
+            && self.uses_positions(axis);
         if self.hoisted_positions {
             self.hoist_positions();
         }
@@ -300,6 +306,9 @@ impl Cuda<'_> {
             self.line("const long long g = live ? gl : groups - 1;");
         }
         self.row_start(rows, axis, plan);
+        if self.peels_cache() && !cached.is_empty() {
+            self.peel_cache_bounds();
+        }
         let has_cache = !cached_params(self.k, self.plan).is_empty();
         let stream = self.streams_vectors(domain, axis, has_cache);
         if cached.is_empty() {
@@ -450,13 +459,14 @@ impl Cuda<'_> {
             self.line("const int c = lane + q * width;");
             // A row a block, or a light row, asks L2 to keep what it reads, as it does its other
             // loads along the row (`vector_row_step`).
+            let peel = if self.peels_cache() { " + fz_h" } else { "" };
             let from = match (from_buffer, self.treats_rows_whole()) {
                 (true, _) => format!("pf_{name}[buf][q * {BLOCK} + threadIdx.x]"),
-                (false, false) => {
-                    format!("reinterpret_cast<const fz_vec<{t}, {l}>*>(p_{name} + b{s})[c]")
-                }
+                (false, false) => format!(
+                    "reinterpret_cast<const fz_vec<{t}, {l}>*>(p_{name} + b{s}{peel})[c]"
+                ),
                 (false, true) => format!(
-                    "fz_ld_keep(reinterpret_cast<const fz_vec<{t}, {l}>*>(p_{name} + b{s}) + c)"
+                    "fz_ld_keep(reinterpret_cast<const fz_vec<{t}, {l}>*>(p_{name} + b{s}{peel}) + c)"
                 ),
             };
             if self.treats_rows_whole() && !from_buffer {
@@ -555,6 +565,49 @@ impl Cuda<'_> {
         }
     }
 
+    /// Whether this entry holds rows in registers at lengths that are no multiple of its
+    /// vectors (`plan::rows::peeled_cache`: the row-a-block entry whose `When` takes any
+    /// length): each row's vectors from its first whole one in memory, `fz_h` elements on; the
+    /// elements before it and after its last whole one (fewer than four each) streamed in each
+    /// pass (`peeled_elements`).
+    fn peels_cache(&self) -> bool {
+        self.path == Path::RowBlock && self.when.multiple_of == 1
+    }
+
+    /// A peeled row's bounds (`peels_cache`), as the streamed rows' (`peeled_row_loop`): `fz_h`
+    /// elements to its first whole vector in memory (all of a row shorter than that), and its
+    /// `fz_nv` whole vectors from there. The row's tensors are of the domain, so one offset
+    /// serves them all.
+    fn peel_cache_bounds(&mut self) {
+        let Launch::Rows { domain, .. } = &self.k.launch else {
+            return;
+        };
+        let s = self.shape_index(domain);
+        let l = self.cache_lanes;
+        self.line(format!("const long long fz_to = (-b{s}) & {};", l - 1));
+        self.line("const long long fz_h = fz_to < len ? fz_to : len;");
+        self.line(format!(
+            "const int fz_nv = (int)((len - fz_h) >> {});",
+            l.trailing_zeros()
+        ));
+    }
+
+    /// A pass's elements of a peeled row outside its whole vectors (`peels_cache`), fewer than
+    /// eight: a thread each, from memory, computed from the loads as a streamed row computes
+    /// them, without the values earlier passes stored in the slots.
+    fn peeled_elements(&mut self, pass: &Pass, axis: DimId, shapes: &[Vec<DimId>], guard: &str) {
+        let shift = self.cache_lanes.trailing_zeros();
+        self.line("#pragma unroll 1");
+        self.open(format!(
+            "for (int k = lane; {guard}k < (int)len - (fz_nv << {shift}); k += width)"
+        ));
+        self.line(format!(
+            "const long long r = k < fz_h ? k : k + ((long long)fz_nv << {shift});"
+        ));
+        self.row_step(pass, axis, &[], shapes, false);
+        self.close();
+    }
+
     /// Whether vector `c = lane + q * width` of a cached row is in the row, `None` where it
     /// always is (`full_rows`). A cached row has at most `CACHE * BLOCK` elements, so the test
     /// is 32-bit; a row a block is longer than `CACHE * BLOCK / 2` (else `width` would be
@@ -562,7 +615,9 @@ impl Cuda<'_> {
     /// so its first half always is.
     fn in_cached_row(&self) -> Option<String> {
         let l = self.cache_lanes;
-        if self.full_rows {
+        if self.peels_cache() {
+            Some("c < fz_nv".into())
+        } else if self.full_rows {
             None
         } else if self.whole_rows || self.fixed_width().is_some() {
             Some(format!("(q < {} || c * {l} < (int)len)", CACHE / 8))
@@ -712,7 +767,10 @@ impl Cuda<'_> {
                 // unconditional loads of the first half were hoisted and spilled
                 // (`w7_layernorm_quantize` at 64 registers): the test stays there.
                 let l = self.cache_lanes;
-                let inside = if self.full_rows || self.row_vectors(pass, axis, cached).is_empty() {
+                let inside = if self.full_rows
+                    || self.peels_cache()
+                    || self.row_vectors(pass, axis, cached).is_empty()
+                {
                     self.in_cached_row()
                 } else {
                     Some(format!("c * {l} < (int)len"))
@@ -733,7 +791,9 @@ impl Cuda<'_> {
                 }
                 self.step_lanes = l;
                 self.row_randoms = true;
+                self.peeled = self.peels_cache();
                 self.vector_row_step(pass, axis, cached, &shapes, true);
+                self.peeled = false;
                 self.row_randoms = false;
                 self.step_lanes = 4;
                 if stash.is_some() {
@@ -743,6 +803,9 @@ impl Cuda<'_> {
                 (self.reuse, self.stash) = (None, None);
                 self.close();
                 self.close();
+                if self.peels_cache() {
+                    self.peeled_elements(pass, axis, &shapes, guard);
+                }
             }
             self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");

@@ -6,8 +6,8 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, direct_row_cost, needs_divisors, seed_params, slot_count,
-    tile_eights, tiling, wide_cache, wide_copies_ahead, SEGMENT_WIDTHS, SHORT,
+    cached_bytes, cached_params, direct_row_cost, needs_divisors, peeled_cache, seed_params,
+    slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead, SEGMENT_WIDTHS, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -216,10 +216,14 @@ pub struct Entry {
 
 impl Entry {
     /// The entry's name among its kernel's: its path's, with the longest row for the short rows,
-    /// which have several entries (`short_rows_4`).
+    /// which have several entries (`short_rows_4`), and `_peeled` for the row-a-block entry that
+    /// takes any length (`plan::rows::peeled_cache`).
     pub fn label(&self) -> String {
         match self.path {
             Path::ShortRows => format!("{}_{}", self.path.name(), self.when.max_len),
+            Path::RowBlock if self.when.multiple_of == 1 => {
+                format!("{}_peeled", self.path.name())
+            }
             path => path.name().to_string(),
         }
     }
@@ -488,6 +492,14 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     rows,
                     rows_of(1, register_row, 4, 0),
                 ));
+                // Rows a block of other lengths: the same entry, each row's vectors from its
+                // first whole one (`plan::rows::peeled_cache`).
+                if peeled_cache(k, plan) {
+                    let when = rows_of(register_row / 2 + 1, register_row, 1, 90);
+                    let mut peeled = entry(Path::RowBlock, bound, block, when);
+                    peeled.symbol = format!("{}_peeled", peeled.symbol);
+                    entries.push(peeled);
+                }
             }
             let cache_bytes = cached_bytes(k, plan);
             if cache_bytes > 0 {
@@ -605,6 +617,7 @@ mod tests {
                 RowBlockExact,
                 RowBlock,
                 RowsCached,
+                RowBlock,
                 LongRows,
                 Rows
             ]
@@ -803,30 +816,68 @@ mod tests {
         let p = program(&kernel(quote! {
             fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
         }));
-        let pick = |len: u64, arch: u32| {
-            p.entries
-                .iter()
-                .find(|e| {
-                    let w = e.when;
-                    len >= w.min_len
-                        && len <= w.max_len
-                        && len.is_multiple_of(w.multiple_of)
-                        && arch >= w.min_arch
-                        && !w.long_rows
-                })
-                .map(|e| e.path)
+        let first = |len: u64, arch: u32| {
+            p.entries.iter().find(|e| {
+                let w = e.when;
+                len >= w.min_len
+                    && len <= w.max_len
+                    && len.is_multiple_of(w.multiple_of)
+                    && arch >= w.min_arch
+                    && !w.long_rows
+            })
         };
+        let pick = |len: u64, arch: u32| first(len, arch).map(|e| e.path);
         assert_eq!(pick(3, 90), Some(Path::ShortRows));
         assert_eq!(pick(7, 90), Some(Path::ShortRows));
         assert_eq!(pick(32, 90), Some(Path::ShortRows));
+        // Lengths that are no multiple of four take the peeled copy of the row-a-block entry.
+        let peeled = |len: u64, arch: u32| {
+            let e = first(len, arch).unwrap();
+            (e.path, e.symbol.ends_with("_peeled"))
+        };
         assert_eq!(pick(33, 90), Some(Path::Rows));
-        assert_eq!(pick(36, 90), Some(Path::RowsCached));
+        assert_eq!(peeled(36, 90), (Path::RowsCached, false));
         assert_eq!(pick(37, 90), Some(Path::Rows));
-        assert_eq!(pick(2048, 90), Some(Path::RowsCached));
-        assert_eq!(pick(2052, 90), Some(Path::RowBlock));
-        assert_eq!(pick(2052, 80), Some(Path::RowsCached));
-        assert_eq!(pick(4096, 90), Some(Path::RowBlockExact));
+        assert_eq!(peeled(2048, 90), (Path::RowsCached, false));
+        assert_eq!(peeled(2052, 90), (Path::RowBlock, false));
+        assert_eq!(peeled(2051, 90), (Path::RowBlock, true));
+        assert_eq!(peeled(2052, 80), (Path::RowsCached, false));
+        assert_eq!(pick(2051, 80), Some(Path::Rows));
+        assert_eq!(peeled(4096, 90), (Path::RowBlockExact, false));
+        assert_eq!(peeled(4095, 90), (Path::RowBlock, true));
         assert_eq!(pick(4100, 90), Some(Path::Rows));
+        assert_eq!(pick(4099, 90), Some(Path::Rows));
+    }
+
+    /// The row-a-block entry's peeled copy is there where every tensor along the row is of the
+    /// domain and nothing counts on a vector starting at a multiple of four: not beside a
+    /// weight along the row, random draws along it or a position's quotient.
+    #[test]
+    fn register_rows_peel_where_vectors_may_start_anywhere() {
+        let peeled = |tokens| {
+            program(&kernel(tokens))
+                .entries
+                .iter()
+                .filter(|e| e.symbol.ends_with("_peeled"))
+                .count()
+        };
+        assert_eq!(
+            peeled(quote! {
+                fn s(x: [bf16; r, c], y: [bf16; r, c], l: [i64; r]) -> ([f32; r, c], [f32; r]) {
+                    let z = (x * y) as f32;
+                    let e = (z - max(z, c)).exp();
+                    (e / sum(e, c), sum(if index(c) as i64 == l { z } else { 0.0 }, c))
+                }
+            }),
+            1
+        );
+        for tokens in [
+            quote! { fn f(x: [f32; r, c], w: [f32; c]) -> [f32; r, c] { x * rsqrt(mean(x * x, c) + 1e-6) * w } },
+            quote! { fn d(x: [f32; r, c], seed: u64) -> [f32; r, c] { dropout(x - max(x, c), 0.5, seed) } },
+            quote! { fn q(x: [f32; r, c]) -> [f32; r, c] { x - max(x, c) + (index(c) / 4) as f32 } },
+        ] {
+            assert_eq!(peeled(tokens), 0);
+        }
     }
 
     /// A value the macro derives itself (no user tokens behind it) is planned and printed as

@@ -103,6 +103,41 @@ pub(crate) fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
+/// Whether a kernel's rows a block in registers (`Path::RowBlock`, 2049 to 4096 elements) also
+/// have an entry for lengths that are no multiple of four (`When::multiple_of` 1, its symbol
+/// ending in `_peeled`): each row's vectors from the first whole one in memory, the elements
+/// before and after them streamed in each pass (`cuda::rows`'s `peels_cache`). Where every
+/// tensor along the row is of the domain (one offset to a whole vector in all of them), and
+/// nothing counts on a vector starting at a multiple of its lanes (as the streamed rows'
+/// `peels`): no random values along the row, no quotients of a position, no partial sums over
+/// rows. On an H200 (benches/NOTES.md item 128), SO's rows of 4095 columns ran at 96% of copy
+/// speed there against 70% streamed (f32 softmax), 78 against 41% (bf16 softmax), 97 against
+/// 79% (bf16 RMSNorm). The segments' entry (`cached_rows`) peeled too ran slower than streamed
+/// at 1027 columns (f32 softmax 70 against 76%, bf16 softmax 31 against 44%): each pass waits
+/// on its few streamed elements' loads, in rows four times shorter.
+pub(crate) fn peeled_cache(k: &Kernel, plan: &Plan) -> bool {
+    let Launch::Rows { domain, axis } = &k.launch else {
+        return false;
+    };
+    let along = |shape: &[DimId]| shape.last() == Some(axis);
+    let live = crate::fusion::live_nodes(&k.body());
+    let counts_on_lanes = k.nodes.iter().enumerate().any(|(i, n)| {
+        live[i]
+            && match n.op {
+                Op::Random(..) => along(&n.shape),
+                Op::Binary(BinOp::Div, a, _) => matches!(k.nodes[a].op, Op::Index(d) if d == *axis),
+                _ => false,
+            }
+    });
+    !cached_params(k, plan).is_empty()
+        && !k.has_partials()
+        && !counts_on_lanes
+        && k.tensor_params().all(|(_, _, s)| !along(s) || s == domain)
+        && k.outputs
+            .iter()
+            .all(|o| !along(&o.shape) || o.shape == *domain)
+}
+
 /// Whether a kernel's cached rows also have the wide entry (`Path::RowsCachedWide`): every
 /// cached tensor of 2-byte elements and every tensor along the row of at most 2 (`row_elems`),
 /// so that each of its vectors, the outputs' included, is at most 16 bytes at eight lanes.
