@@ -284,8 +284,9 @@ impl Cuda<'_> {
         prefetch: bool,
     ) {
         // A row a block that holds its row in registers, where a value needs its element's
-        // position along the row (`index`, a random draw): the thread's sixteen positions,
-        // made once and kept (see `hoist_positions`).
+        // position along the row (`index`, a random draw): the thread's sixteen positions (32
+        // at eight lanes), made once and kept (see `hoist_positions`); a peeled row's start
+        // moves from row to row.
         self.hoisted_positions = self.whole_rows
             && !cached.is_empty()
             && !self.peels_cache()
@@ -608,8 +609,8 @@ impl Cuda<'_> {
         self.close();
     }
 
-    /// Whether vector `c = lane + q * width` of a cached row is in the row, `None` where it
-    /// always is (`full_rows`). A cached row has at most `CACHE * BLOCK` elements, so the test
+    /// Whether vector `c = lane + q * width` of a cached row is in the row (of a peeled row,
+    /// among its whole vectors: `c < fz_nv`), `None` where it always is (`full_rows`). A cached row has at most `CACHE * BLOCK` elements, so the test
     /// is 32-bit; a row a block is longer than `CACHE * BLOCK / 2` (else `width` would be
     /// smaller), and so is a row of segments of a constant width than half of what they hold,
     /// so its first half always is.
