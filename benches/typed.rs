@@ -99,9 +99,9 @@ const S2_COLS: [usize; 7] = [2, 32, 256, 1024, 4096, 32768, 262144];
 /// SW's row widths: the wide entry's, 32 elements a lane, half a warp a row (512) to two warps.
 const SW_COLS: [usize; 3] = [512, 1024, 2048];
 /// SO's row lengths, none a power of two: a multiple of four and not of eight (100), of eight
-/// (1000, 3000, 5120, 7168: the hidden sizes of larger models, which 16-bit rows hold in
-/// vectors of eight a block a row), odd (1027, 4095, 12289), across the short, cached, register
-/// and streamed rows' lengths; the rows as many as fit in `sweep_total` elements.
+/// (1000, 3000, 5120, 7168: the hidden sizes of larger models, where a 16-bit softmax holds its
+/// rows a block a row in vectors of eight), odd (1027, 4095, 12289), across the short, cached,
+/// register and streamed rows' lengths; the rows as many as fit in `sweep_total` elements.
 const SO_COLS: [usize; 8] = [100, 1000, 1027, 3000, 4095, 5120, 7168, 12289];
 /// S2's column-sum heights (the widths follow from the number of elements).
 const S2_ROWS: [usize; 4] = [256, 4096, 65536, 1 << 20];
