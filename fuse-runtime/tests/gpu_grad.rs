@@ -195,7 +195,12 @@ fn activation_softmax_and_loss_gradients_match_the_cpu() {
                 )?;
                 Ok((c, g.a, g.b))
             },
-            &[tol(1.0, 1e-6), tol(2.0, 1e-6), tol(2.0, 1e-6)],
+            // The value within one bf16 step: the backends' f32 `silu(a) * b` differ in their
+            // last bits (the GPU's `expf` is not the CPU's), and rounded to bf16 they can land
+            // on the two sides of a step, 2^-7 of the value at the bottom of a binade, where
+            // `tol(1.0, ..)` allowed half that: 3.4637e-3 against 3.4790e-3 failed at
+            // 2403 x 4096 in one run of four on an H200.
+            &[tol(2.0, 1e-6), tol(2.0, 1e-6), tol(2.0, 1e-6)],
         );
         let (xh, dh) = (halves(&x, f16::from_f32), halves(&d, f16::from_f32));
         assert_gpu_matches_cpu(
