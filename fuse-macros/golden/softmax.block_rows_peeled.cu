@@ -72,12 +72,16 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_block_rows_pee
         const long long fz_to = (-b0) & 3;
         const long long fz_h = fz_to < len ? fz_to : len;
         const int fz_nv = (int)((len - fz_h) >> 2);
+        const int fz_nx = (int)len - (fz_nv << 2);
+        const long long fz_rx = lane < fz_h ? (long long)lane : lane + ((long long)fz_nv << 2);
         fz_vec<float, 4> rc_x[4];
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             if (c < fz_nv) rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<float, 4>*>(p_x + b0 + fz_h) + c);
         }
+        float rx_x = 0;
+        if (lane < fz_nx) rx_x = p_x[b0 + fz_rx];
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -109,11 +113,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_block_rows_pee
                 }
             }
         }
-        #pragma unroll 1
-        for (int k = lane; k < (int)len - (fz_nv << 2); k += width) {
-            const long long r = k < fz_h ? k : k + ((long long)fz_nv << 2);
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
+        if (lane < fz_nx) {
+            const long long r = fz_rx;
+            const float v0 = rx_x;
             acc1 = fmaxf(acc1, v0);
         }
         #pragma unroll
@@ -176,11 +178,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_block_rows_pee
                 rc_x[q] = fz_st;
             }
         }
-        #pragma unroll 1
-        for (int k = lane; k < (int)len - (fz_nv << 2); k += width) {
-            const long long r = k < fz_h ? k : k + ((long long)fz_nv << 2);
-            const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
+        if (lane < fz_nx) {
+            const long long r = fz_rx;
+            const float v0 = rx_x;
             const float v2 = (v0 - v1);
             const float v3 = expf(v2);
             acc4 = acc4 + v3;
@@ -268,11 +268,10 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_block_rows_pee
                 *(reinterpret_cast<fz_vec<float, 4>*>(out0 + b0 + fz_h) + lane + q * width) = s0;
             }
         }
-        #pragma unroll 1
-        for (int k = lane; live && k < (int)len - (fz_nv << 2); k += width) {
-            const long long r = k < fz_h ? k : k + ((long long)fz_nv << 2);
+        if (live && lane < fz_nx) {
+            const long long r = fz_rx;
             const long long o0 = b0 + r;
-            const float v0 = p_x[o0];
+            const float v0 = rx_x;
             const float v2 = (v0 - v1);
             const float v3 = expf(v2);
             const float v5 = fz_div_by(v3, v4, dv_4);

@@ -154,6 +154,8 @@ struct Shared {
 #[derive(Default)]
 struct Emulation {
     grid: Option<u32>,
+    /// The device's compute capability the entry is picked for; `None` for sm_90.
+    arch: Option<u32>,
     misalign: bool,
     shared: Option<Shared>,
     wide: bool,
@@ -203,7 +205,7 @@ impl Emulation {
             .zip(types)
             .map(|(o, t)| o.shape.iter().product::<usize>() * size(t))
             .collect();
-        // The entry the runtime picks on an sm_90 device, and each argument slot as the runtime
+        // The entry the runtime picks on an sm_90 device (or `arch`), and each argument slot as the runtime
         // fills it, from the program.
         let sig = program.signature;
         let sizes: Vec<usize> = sig
@@ -215,7 +217,7 @@ impl Emulation {
         // path whenever the launch gives it the memory (the runtime does for long rows only).
         let entry = match self.shared {
             Some(_) => program.entries.iter().find(|e| e.path == "long_rows"),
-            None => program.pick(&sizes, 90, false),
+            None => program.pick(&sizes, self.arch.unwrap_or(90), false),
         }
         .expect("an entry takes every shape");
         let size_of = |d: &DimRef| d.size(&sizes) as u64;
@@ -1324,6 +1326,161 @@ fn peeled_register_rows_run_on_an_emulated_gpu() {
             &cpu,
             &["f32"],
             &[Tol::close(2e-5, 1e-6)],
+        );
+    }
+}
+
+/// Rows of 257 to 2048 elements (to 4096 on sm_80) whose length is no multiple of the vectors,
+/// held in registers by segments from each row's first whole vector in memory, the elements
+/// around those vectors one a thread, loaded beside them (`cached_rows_peeled`, and
+/// `wide_cached_rows_peeled` for 16-bit rows): lengths at 1, 2, 3, 5 and 7 mod 8, the shortest
+/// and the longest, segments of 16 to 256 threads, f32 and 16-bit softmax, two tensors cached
+/// (`softmax_products`), values a row written beside the row (`softmax_stats`), a position
+/// compared with a label (cross-entropy), mostly over more rows than the grid's segments.
+#[test]
+fn peeled_segment_rows_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let cases = [
+        (35, 257, 90),
+        (17, 1027, 90),
+        (9, 1030, 90),
+        (9, 1533, 90),
+        (9, 2047, 90),
+    ];
+    let sm_80 = [(3, 2053, 80), (3, 4095, 80)];
+    for (rows, cols, arch) in cases.into_iter().chain(sm_80) {
+        // Two blocks: most rows are more than their segments, which then take a second.
+        let how = Emulation {
+            grid: Some(2),
+            arch: Some(arch),
+            ..Emulation::default()
+        };
+        let wide = cols <= 2048;
+        for (program, path) in [
+            (&kernels::softmax::__fuse::PROGRAM, "cached_rows_peeled"),
+            (
+                &kernels::softmax_products::__fuse::PROGRAM,
+                "cached_rows_peeled",
+            ),
+            (
+                &kernels::softmax_stats::__fuse::PROGRAM,
+                "cached_rows_peeled",
+            ),
+            (
+                &kernels::cross_entropy::__fuse::PROGRAM,
+                "cached_rows_peeled",
+            ),
+            (
+                &kernels::bf16s::softmax::__fuse::PROGRAM,
+                if wide {
+                    "wide_cached_rows_peeled"
+                } else {
+                    "cached_rows_peeled"
+                },
+            ),
+            (
+                &kernels::f16s::softmax::__fuse::PROGRAM,
+                if wide {
+                    "wide_cached_rows_peeled"
+                } else {
+                    "cached_rows_peeled"
+                },
+            ),
+        ] {
+            let entry = program.pick(&[rows, cols], arch, false).unwrap();
+            assert_eq!(entry.path, path, "{} at {cols}, sm_{arch}", program.name());
+        }
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        let y = rng.floats::<f32>(rows * cols, -2.0, 2.0);
+        let d = [("rows", rows), ("cols", cols)];
+        let shape = [rows, cols];
+        let what = format!("peeled segments {rows}x{cols} sm_{arch}");
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
+        let program = &kernels::bf16s::softmax::__fuse::PROGRAM;
+        let tol = [Tol::close(1e-2, 1e-6)];
+        how.run(
+            &format!("bf16 softmax {what}"),
+            program,
+            vec![hex(&b)],
+            vec![],
+            &d,
+            &cpu,
+            &["bf16"],
+            &tol,
+        );
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
+        let program = &kernels::f16s::softmax::__fuse::PROGRAM;
+        let tol = [Tol::close(2e-3, 1e-6)];
+        how.run(
+            &format!("f16 softmax {what}"),
+            program,
+            vec![hex(&h)],
+            vec![],
+            &d,
+            &cpu,
+            &["f16"],
+            &tol,
+        );
+        let cpu = kernels::softmax(&dev, &put(&dev, &x, &shape)).unwrap();
+        let program = &kernels::softmax::__fuse::PROGRAM;
+        let tol = [Tol::close(1e-5, 1e-7)];
+        how.run(
+            &format!("softmax {what}"),
+            program,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &tol,
+        );
+        let cpu = kernels::softmax_products(&dev, &put(&dev, &x, &shape), &put(&dev, &y, &shape))
+            .unwrap();
+        let program = &kernels::softmax_products::__fuse::PROGRAM;
+        let (tensors, tol) = (vec![hex(&x), hex(&y)], [Tol::close(1e-5, 1e-7)]);
+        how.run(
+            &format!("softmax_products {what}"),
+            program,
+            tensors,
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &tol,
+        );
+        let cpu = kernels::softmax_stats(&dev, &put(&dev, &x, &shape)).unwrap();
+        let program = &kernels::softmax_stats::__fuse::PROGRAM;
+        let tol = [Tol::close(1e-5, 1e-7), Tol::EXACT, Tol::close(1e-6, 1e-6)];
+        how.run(
+            &format!("softmax_stats {what}"),
+            program,
+            vec![hex(&x)],
+            vec![],
+            &d,
+            &cpu,
+            &["f32"; 3],
+            &tol,
+        );
+        let label = labels(&mut rng, rows, cols);
+        let cpu = kernels::cross_entropy(&dev, &put(&dev, &x, &shape), &put(&dev, &label, &[rows]))
+            .unwrap();
+        let program = &kernels::cross_entropy::__fuse::PROGRAM;
+        let (tensors, tol) = (vec![hex(&x), hex(&label)], [Tol::close(2e-5, 1e-6)]);
+        how.run(
+            &format!("cross_entropy {what}"),
+            program,
+            tensors,
+            vec![],
+            &d,
+            &cpu,
+            &["f32"],
+            &tol,
         );
     }
 }

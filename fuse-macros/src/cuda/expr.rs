@@ -33,6 +33,9 @@ impl Cuda<'_> {
                     (Scope::Element, _) if self.row_vectors_now.contains(p) => {
                         return self.row_element(param.elem, &format!("lv_{name}"));
                     }
+                    (Scope::Element, _) if self.cached.contains(p) && self.peeled_extras => {
+                        format!("rx_{name}")
+                    }
                     (Scope::Element, _) if self.cached.contains(p) && self.in_shared => {
                         return self.row_element(param.elem, &format!("rc_{name}"));
                     }

@@ -156,6 +156,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         stash: None,
         step_lanes: 4,
         peeled: false,
+        peeled_extras: false,
         tail: None,
         cache_lanes: match entry.path {
             Path::RowsCachedWide | Path::RowBlockWide => 8,
@@ -386,6 +387,9 @@ struct Cuda<'a> {
     /// part's, `long_rows::peel_bounds`): the vectors start `fz_h` elements into the row, the
     /// first on a whole vector of memory.
     peeled: bool,
+    /// In a peeled cached row's step of the element around its vectors
+    /// (`rows::Cuda::peeled_elements`): the cached tensors' element is `rx_<name>`.
+    peeled_extras: bool,
     /// In the last steps of a streamed row's vector loop (`rows::Cuda::row_vector_loop`): the
     /// vector `c`'s test, under which the step works on the vectors it loaded at `fz_cl`, a
     /// vector of the row wherever `c` is.

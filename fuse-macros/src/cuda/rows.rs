@@ -54,10 +54,21 @@ impl Cuda<'_> {
                 // element a thread and three block reductions a row: 7% of copy speed on an
                 // H200 (benches/NOTES.md item 119).
                 self.line("width = 1;");
-                self.line(format!(
-                    "while (width * {} < len) width <<= 1;",
-                    self.cache_elems()
-                ));
+                match self.peels_cache() {
+                    // A peeled row's whole vectors (at most `len` rounded down to a whole
+                    // vector) in `CACHE` registers a thread, and the fewer than two vectors'
+                    // worth of elements around them one a thread (`peel_cache_bounds`).
+                    true => self.line(format!(
+                        "while (width * {} < (len & ~{}LL) || width < {}) width <<= 1;",
+                        self.cache_elems(),
+                        self.cache_lanes - 1,
+                        2 * self.cache_lanes
+                    )),
+                    false => self.line(format!(
+                        "while (width * {} < len) width <<= 1;",
+                        self.cache_elems()
+                    )),
+                }
             } else if !partials {
                 // Short rows: up to four elements a thread, so that each has several loads in
                 // flight. Rows shorter than a block's four vectors a thread: a segment of up to
@@ -475,6 +486,13 @@ impl Cuda<'_> {
             }
             self.line(format!("{}rc_{name}[q] = {from};", self.if_in_cached_row()));
             self.close();
+            if self.peels_cache() {
+                // This thread's element around the row's whole vectors, where it has one.
+                self.line(format!("{t} rx_{name} = 0;"));
+                self.line(format!(
+                    "if (lane < fz_nx) rx_{name} = p_{name}[b{s} + fz_rx];"
+                ));
+            }
         }
     }
 
@@ -567,45 +585,53 @@ impl Cuda<'_> {
     }
 
     /// Whether this entry holds rows in registers at lengths that are no multiple of its
-    /// vectors (`plan::rows::peeled_cache`: the row-a-block entry whose `When` takes any
-    /// length): each row's vectors from its first whole one in memory, `fz_h` elements on; the
-    /// elements before it and after its last whole one (fewer than four each) streamed in each
-    /// pass (`peeled_elements`).
+    /// vectors (`plan::peels_cache`): each row's vectors from its first whole one in memory,
+    /// `fz_h` elements on; the elements before it and after its last whole one (fewer than a
+    /// vector each) one a thread beside them (`peeled_elements`).
     fn peels_cache(&self) -> bool {
-        self.path == Path::RowBlock && self.when.multiple_of == 1
+        crate::plan::peels_cache(self.path, &self.when)
     }
 
     /// A peeled row's bounds (`peels_cache`), as the streamed rows' (`peeled_row_loop`): `fz_h`
-    /// elements to its first whole vector in memory (all of a row shorter than that), and its
-    /// `fz_nv` whole vectors from there. The row's tensors are of the domain, so one offset
-    /// serves them all.
+    /// elements to its first whole vector in memory (all of a row shorter than that), its
+    /// `fz_nv` whole vectors from there, and the `fz_nx` elements around them, fewer than two
+    /// vectors' worth, of which this thread's is at `fz_rx` where `lane < fz_nx`. The row's
+    /// tensors are of the domain, so one offset serves them all.
     fn peel_cache_bounds(&mut self) {
         let Launch::Rows { domain, .. } = &self.k.launch else {
             return;
         };
         let s = self.shape_index(domain);
         let l = self.cache_lanes;
+        let shift = l.trailing_zeros();
         self.line(format!("const long long fz_to = (-b{s}) & {};", l - 1));
         self.line("const long long fz_h = fz_to < len ? fz_to : len;");
+        self.line(format!("const int fz_nv = (int)((len - fz_h) >> {shift});"));
+        self.line(format!("const int fz_nx = (int)len - (fz_nv << {shift});"));
         self.line(format!(
-            "const int fz_nv = (int)((len - fz_h) >> {});",
-            l.trailing_zeros()
+            "const long long fz_rx = lane < fz_h ? (long long)lane : lane + ((long long)fz_nv << {shift});"
         ));
     }
 
-    /// A pass's elements of a peeled row outside its whole vectors (`peels_cache`), fewer than
-    /// eight: a thread each, from memory, computed from the loads as a streamed row computes
-    /// them, without the values earlier passes stored in the slots.
-    fn peeled_elements(&mut self, pass: &Pass, axis: DimId, shapes: &[Vec<DimId>], guard: &str) {
-        let shift = self.cache_lanes.trailing_zeros();
-        self.line("#pragma unroll 1");
-        self.open(format!(
-            "for (int k = lane; {guard}k < (int)len - (fz_nv << {shift}); k += width)"
-        ));
-        self.line(format!(
-            "const long long r = k < fz_h ? k : k + ((long long)fz_nv << {shift});"
-        ));
-        self.row_step(pass, axis, &[], shapes, false);
+    /// A pass's element of a peeled row outside its whole vectors (`peels_cache`), where this
+    /// thread has one: of the cached tensors, the one loaded beside the vectors (`rx_<name>`),
+    /// computed as a streamed row computes it, without the values earlier passes stored in
+    /// the slots. Loaded from memory in every pass instead, SO's f32 softmax at 1027 columns
+    /// ran at 70% of copy speed on an H200 (77% streamed), its bf16 softmax at 31% (44%): each
+    /// pass waited for its loads.
+    fn peeled_elements(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        cached: &[usize],
+        shapes: &[Vec<DimId>],
+        guard: &str,
+    ) {
+        self.open(format!("if ({guard}lane < fz_nx)"));
+        self.line("const long long r = fz_rx;");
+        self.peeled_extras = true;
+        self.row_step(pass, axis, cached, shapes, false);
+        self.peeled_extras = false;
         self.close();
     }
 
@@ -805,7 +831,7 @@ impl Cuda<'_> {
                 self.close();
                 self.close();
                 if self.peels_cache() {
-                    self.peeled_elements(pass, axis, &shapes, guard);
+                    self.peeled_elements(pass, axis, cached, &shapes, guard);
                 }
             }
             self.block_reduce(&pass.reduces, true);

@@ -12,7 +12,9 @@ pub(crate) mod program;
 pub(crate) mod rows;
 pub(crate) mod tuning;
 
-pub use program::{columns, program, Divisor, Entry, Grid, Param, Path, Program, When};
+pub use program::{
+    columns, peels_cache, program, Divisor, Entry, Grid, Param, Path, Program, When,
+};
 
 pub struct Plan {
     /// Values computed once per row (once per launch for `Map` and `Full`) before any pass.

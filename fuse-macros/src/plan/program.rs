@@ -221,12 +221,21 @@ impl Entry {
     pub fn label(&self) -> String {
         match self.path {
             Path::ShortRows => format!("{}_{}", self.path.name(), self.when.max_len),
-            Path::RowBlock if self.when.multiple_of == 1 => {
-                format!("{}_peeled", self.path.name())
-            }
+            path if peels_cache(path, &self.when) => format!("{}_peeled", path.name()),
             path => path.name().to_string(),
         }
     }
+}
+
+/// Whether an entry of `path` taken `when` holds rows in registers at lengths that are no
+/// multiple of its vectors (`plan::rows::peeled_cache`): each row's vectors from its first
+/// whole one in memory, the fewer than two vectors' worth of elements around them a thread
+/// each, beside them (`cuda::rows`).
+pub fn peels_cache(path: Path, when: &When) -> bool {
+    matches!(
+        path,
+        Path::RowBlock | Path::RowsCached | Path::RowsCachedWide
+    ) && when.multiple_of == 1
 }
 
 /// The schedule of checked kernel `k`.
@@ -492,13 +501,36 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     rows,
                     rows_of(1, register_row, 4, 0),
                 ));
-                // Rows a block of other lengths: the same entry, each row's vectors from its
-                // first whole one (`plan::rows::peeled_cache`).
+                // Rows of other lengths: the same entries, each row's vectors from its first
+                // whole one (`plan::rows::peeled_cache`): a block a row, then segments (the
+                // wide ones where the kernel has them), from `PEELED_MIN_LEN`. Streamed
+                // instead, SO's bf16 softmax at 1027 columns ran at 44% of copy speed on an
+                // H200, its f32 softmax at 77%.
                 if peeled_cache(k, plan) {
-                    let when = rows_of(register_row / 2 + 1, register_row, 1, 90);
-                    let mut peeled = entry(Path::RowBlock, bound, block, when);
-                    peeled.symbol = format!("{}_peeled", peeled.symbol);
-                    entries.push(peeled);
+                    let mut peeled = |path, bound, grid, when| {
+                        let mut e = entry(path, bound, grid, when);
+                        e.symbol = format!("{}_peeled", e.symbol);
+                        entries.push(e);
+                    };
+                    let min_len = tuning::PEELED_MIN_LEN;
+                    peeled(
+                        Path::RowBlock,
+                        bound,
+                        block,
+                        rows_of(register_row / 2 + 1, register_row, 1, 90),
+                    );
+                    if wide_cache(k, plan) {
+                        // The bound of the wide entry above.
+                        let blocks = tuning::wide_min_blocks(k, plan, tuning::min_blocks(k, plan));
+                        let when = rows_of(min_len, tuning::WIDE_CACHED_ROW, 1, 0);
+                        peeled(Path::RowsCachedWide, Some(blocks), rows, when);
+                    }
+                    peeled(
+                        Path::RowsCached,
+                        bound,
+                        rows,
+                        rows_of(min_len, register_row, 1, 0),
+                    );
                 }
             }
             let cache_bytes = cached_bytes(k, plan);
@@ -618,6 +650,7 @@ mod tests {
                 RowBlock,
                 RowsCached,
                 RowBlock,
+                RowsCached,
                 LongRows,
                 Rows
             ]
@@ -690,13 +723,23 @@ mod tests {
             .iter()
             .filter(|e| e.path == Path::RowsCachedWide)
             .collect();
-        let [wide] = wide[..] else {
-            panic!("one wide entry")
+        // And its peeled copy for other lengths from 257, tried after it.
+        let [wide, peeled] = wide[..] else {
+            panic!("two wide entries")
         };
         assert_eq!(
             (wide.when.min_len, wide.when.max_len, wide.when.multiple_of),
             (1, 2048, 8)
         );
+        assert_eq!(
+            (
+                peeled.when.min_len,
+                peeled.when.max_len,
+                peeled.when.multiple_of
+            ),
+            (257, 2048, 1)
+        );
+        assert_eq!(peeled.label(), "wide_cached_rows_peeled");
         let at = |p: Path| bf16.entries.iter().position(|e| e.path == p).unwrap();
         assert!(at(Path::RowsCachedWide) < at(Path::RowBlockExact));
         let block = &bf16.entries[at(Path::RowBlockWide)];
@@ -830,7 +873,8 @@ mod tests {
         assert_eq!(pick(3, 90), Some(Path::ShortRows));
         assert_eq!(pick(7, 90), Some(Path::ShortRows));
         assert_eq!(pick(32, 90), Some(Path::ShortRows));
-        // Lengths that are no multiple of four take the peeled copy of the row-a-block entry.
+        // Lengths that are no multiple of four take the peeled copies of the register entries
+        // from 257: segments, a block a row from 2049 on sm_90.
         let peeled = |len: u64, arch: u32| {
             let e = first(len, arch).unwrap();
             (e.path, e.symbol.ends_with("_peeled"))
@@ -838,20 +882,25 @@ mod tests {
         assert_eq!(pick(33, 90), Some(Path::Rows));
         assert_eq!(peeled(36, 90), (Path::RowsCached, false));
         assert_eq!(pick(37, 90), Some(Path::Rows));
+        assert_eq!(pick(255, 90), Some(Path::Rows));
+        assert_eq!(peeled(257, 90), (Path::RowsCached, true));
+        assert_eq!(peeled(1027, 80), (Path::RowsCached, true));
         assert_eq!(peeled(2048, 90), (Path::RowsCached, false));
+        assert_eq!(peeled(2047, 90), (Path::RowsCached, true));
         assert_eq!(peeled(2052, 90), (Path::RowBlock, false));
         assert_eq!(peeled(2051, 90), (Path::RowBlock, true));
         assert_eq!(peeled(2052, 80), (Path::RowsCached, false));
-        assert_eq!(pick(2051, 80), Some(Path::Rows));
+        assert_eq!(peeled(2051, 80), (Path::RowsCached, true));
         assert_eq!(peeled(4096, 90), (Path::RowBlockExact, false));
         assert_eq!(peeled(4095, 90), (Path::RowBlock, true));
         assert_eq!(pick(4100, 90), Some(Path::Rows));
         assert_eq!(pick(4099, 90), Some(Path::Rows));
     }
 
-    /// The row-a-block entry's peeled copy is there where every tensor along the row is of the
-    /// domain and nothing counts on a vector starting at a multiple of four: not beside a
-    /// weight along the row, random draws along it or a position's quotient.
+    /// The register entries' peeled copies (a block a row, segments, and the wide segments of
+    /// 16-bit rows) are there where every tensor along the row is of the domain and nothing
+    /// counts on a vector starting at a multiple of four: not beside a weight along the row,
+    /// random draws along it or a position's quotient.
     #[test]
     fn register_rows_peel_where_vectors_may_start_anywhere() {
         let peeled = |tokens| {
@@ -869,7 +918,13 @@ mod tests {
                     (e / sum(e, c), sum(if index(c) as i64 == l { z } else { 0.0 }, c))
                 }
             }),
-            1
+            2
+        );
+        assert_eq!(
+            peeled(quote! {
+                fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+            }),
+            3
         );
         for tokens in [
             quote! { fn f(x: [f32; r, c], w: [f32; c]) -> [f32; r, c] { x * rsqrt(mean(x * x, c) + 1e-6) * w } },

@@ -384,6 +384,12 @@ pub(crate) fn column_quad_min_blocks(slots: u32) -> u32 {
 /// mean and min fit on sm_80 and sm_90).
 pub(crate) const PAIR_LIGHT_SLOTS: u32 = 3;
 
+/// The shortest row the segments' peeled entries take (`Path::RowsCached` and
+/// `Path::RowsCachedWide` at any length, `plan::program::peels_cache`): segments of at least 16
+/// lanes of eight elements (eight of four), each holding one of the row's elements around its
+/// whole vectors (fewer than two vectors' worth); shorter rows stream.
+pub(crate) const PEELED_MIN_LEN: u64 = 257;
+
 /// The longest row of the wide cached entry (`Path::RowsCachedWide`): 2048 elements, 64
 /// threads of 32. Longer rows go on to the row-a-block entries, as 4-byte rows do.
 pub(crate) const WIDE_CACHED_ROW: u64 = 2048;
