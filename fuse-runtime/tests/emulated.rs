@@ -1332,9 +1332,9 @@ fn peeled_register_rows_run_on_an_emulated_gpu() {
 
 /// Rows of 257 to 2048 elements (to 4096 on sm_80) whose length is no multiple of the vectors,
 /// held in registers by segments from each row's first whole vector in memory, the elements
-/// around those vectors one a thread, loaded beside them (`cached_rows_peeled`, and
-/// `wide_cached_rows_peeled` for 16-bit rows): lengths at 1, 2, 3, 5 and 7 mod 8, the shortest
-/// and the longest, segments of 16 to 256 threads, f32 and 16-bit softmax, two tensors cached
+/// around those vectors one a thread, loaded beside them (`cached_rows_peeled_<max>`, and
+/// `wide_cached_rows_peeled_<max>` for 16-bit rows, each of a constant width): lengths at 1, 2,
+/// 3, 5 and 7 mod 8, the shortest and the longest, segments of 16 to 256 threads, f32 and 16-bit softmax, two tensors cached
 /// (`softmax_products`), values a row written beside the row (`softmax_stats`), a position
 /// compared with a label (cross-entropy), mostly over more rows than the grid's segments.
 #[test]
@@ -1345,12 +1345,13 @@ fn peeled_segment_rows_run_on_an_emulated_gpu() {
     let (dev, mut rng) = (Device::cpu(), Rng::new());
     let cases = [
         (35, 257, 90),
+        (11, 777, 90),
         (17, 1027, 90),
         (9, 1030, 90),
         (9, 1533, 90),
         (9, 2047, 90),
     ];
-    let sm_80 = [(3, 2053, 80), (3, 4095, 80)];
+    let sm_80: [(usize, usize, u32); 2] = [(3, 2053, 80), (3, 4095, 80)];
     for (rows, cols, arch) in cases.into_iter().chain(sm_80) {
         // Two blocks: most rows are more than their segments, which then take a second.
         let how = Emulation {
@@ -1358,40 +1359,24 @@ fn peeled_segment_rows_run_on_an_emulated_gpu() {
             arch: Some(arch),
             ..Emulation::default()
         };
-        let wide = cols <= 2048;
+        // The entries of a constant width: 512, 1024, 2048 or 4096 elements a segment.
+        let max_len = cols.next_power_of_two();
+        let cached = format!("cached_rows_peeled_{max_len}");
+        let narrow = match cols <= 2048 {
+            true => format!("wide_cached_rows_peeled_{max_len}"),
+            false => cached.clone(),
+        };
         for (program, path) in [
-            (&kernels::softmax::__fuse::PROGRAM, "cached_rows_peeled"),
-            (
-                &kernels::softmax_products::__fuse::PROGRAM,
-                "cached_rows_peeled",
-            ),
-            (
-                &kernels::softmax_stats::__fuse::PROGRAM,
-                "cached_rows_peeled",
-            ),
-            (
-                &kernels::cross_entropy::__fuse::PROGRAM,
-                "cached_rows_peeled",
-            ),
-            (
-                &kernels::bf16s::softmax::__fuse::PROGRAM,
-                if wide {
-                    "wide_cached_rows_peeled"
-                } else {
-                    "cached_rows_peeled"
-                },
-            ),
-            (
-                &kernels::f16s::softmax::__fuse::PROGRAM,
-                if wide {
-                    "wide_cached_rows_peeled"
-                } else {
-                    "cached_rows_peeled"
-                },
-            ),
+            (&kernels::softmax::__fuse::PROGRAM, &cached),
+            (&kernels::softmax_products::__fuse::PROGRAM, &cached),
+            (&kernels::softmax_stats::__fuse::PROGRAM, &cached),
+            (&kernels::cross_entropy::__fuse::PROGRAM, &cached),
+            (&kernels::bf16s::softmax::__fuse::PROGRAM, &narrow),
+            (&kernels::f16s::softmax::__fuse::PROGRAM, &narrow),
         ] {
             let entry = program.pick(&[rows, cols], arch, false).unwrap();
-            assert_eq!(entry.path, path, "{} at {cols}, sm_{arch}", program.name());
+            let name = program.name();
+            assert_eq!(entry.path, path.as_str(), "{name} at {cols}, sm_{arch}");
         }
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
         let y = rng.floats::<f32>(rows * cols, -2.0, 2.0);

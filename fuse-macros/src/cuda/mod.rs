@@ -928,12 +928,16 @@ mod tests {
             let k = kernel(tokens);
             let program = crate::plan::program(&k);
             // One file per entry point, `<kernel>.<path>.cu`; of the short rows' entries, which
-            // differ only in the lengths they dispatch, the first.
+            // differ only in the lengths they dispatch, and of each path's peeled segments,
+            // which differ only in their width, the first.
             let entries = program.entries.iter().zip(super::sources(&k, &program));
-            let mut short = false;
+            let mut seen = std::collections::BTreeSet::new();
             for (entry, text) in entries {
-                if entry.path == crate::plan::Path::ShortRows && std::mem::replace(&mut short, true)
-                {
+                use crate::plan::Path::{RowsCached, RowsCachedWide, ShortRows};
+                let peeled = crate::plan::peels_cache(entry.path, &entry.when);
+                let several = entry.path == ShortRows
+                    || (peeled && matches!(entry.path, RowsCached | RowsCachedWide));
+                if several && !seen.insert(entry.path.name()) {
                     continue;
                 }
                 let file = format!("{name}.{}.cu", entry.label());

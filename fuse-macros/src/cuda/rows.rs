@@ -54,22 +54,11 @@ impl Cuda<'_> {
                 // element a thread and three block reductions a row: 7% of copy speed on an
                 // H200 (benches/NOTES.md item 119).
                 self.line("width = 1;");
-                match self.peels_cache() {
-                    // A peeled row's whole vectors (at most `len` rounded down to a whole
-                    // vector) in `CACHE` registers a thread, and the fewer than two vectors'
-                    // worth of elements around them one a thread (`peel_cache_bounds`).
-                    true => self.line(format!(
-                        "while (width * {} < (len & ~{}LL) || width < {}) width <<= 1;",
-                        self.cache_elems(),
-                        self.cache_lanes - 1,
-                        2 * self.cache_lanes
-                    )),
-                    false => self.line(format!(
-                        "while (width * {} < len) width <<= 1;",
-                        self.cache_elems()
-                    )),
-                }
-            } else if !partials {
+                self.line(format!(
+                    "while (width * {} < len) width <<= 1;",
+                    self.cache_elems()
+                ));
+            } else if fixed.is_none() && !partials {
                 // Short rows: up to four elements a thread, so that each has several loads in
                 // flight. Rows shorter than a block's four vectors a thread: a segment of up to
                 // a warp each, of the fewest threads that take four vectors each, reduced by
@@ -656,10 +645,7 @@ impl Cuda<'_> {
     /// The constant width of the segments being written (`plan::rows::segment_width`), whose
     /// rows are longer than half of what they hold; `None` where it is set at run time.
     fn fixed_width(&self) -> Option<u32> {
-        match self.path {
-            Path::RowsCached => segment_width(self.k, &self.when),
-            _ => None,
-        }
+        segment_width(self.k, self.path, &self.when)
     }
 
     /// The elements of a cached row a thread holds: `CACHE / 4` vectors of `cache_lanes`.

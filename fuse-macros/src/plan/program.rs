@@ -221,7 +221,12 @@ impl Entry {
     pub fn label(&self) -> String {
         match self.path {
             Path::ShortRows => format!("{}_{}", self.path.name(), self.when.max_len),
-            path if peels_cache(path, &self.when) => format!("{}_peeled", path.name()),
+            Path::RowBlock if peels_cache(self.path, &self.when) => {
+                format!("{}_peeled", self.path.name())
+            }
+            path if peels_cache(path, &self.when) => {
+                format!("{}_peeled_{}", path.name(), self.when.max_len)
+            }
             path => path.name().to_string(),
         }
     }
@@ -507,30 +512,37 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 // instead, SO's bf16 softmax at 1027 columns ran at 44% of copy speed on an
                 // H200, its f32 softmax at 77%.
                 if peeled_cache(k, plan) {
-                    let mut peeled = |path, bound, grid, when| {
+                    let mut peeled = |path, bound, grid, when: When| {
                         let mut e = entry(path, bound, grid, when);
-                        e.symbol = format!("{}_peeled", e.symbol);
+                        e.symbol = match path {
+                            Path::RowBlock => format!("{}_peeled", e.symbol),
+                            _ => format!("{}_peeled_{}", e.symbol, when.max_len),
+                        };
                         entries.push(e);
                     };
-                    let min_len = tuning::PEELED_MIN_LEN;
                     peeled(
                         Path::RowBlock,
                         bound,
                         block,
                         rows_of(register_row / 2 + 1, register_row, 1, 90),
                     );
-                    if wide_cache(k, plan) {
-                        // The bound of the wide entry above.
-                        let blocks = tuning::wide_min_blocks(k, plan, tuning::min_blocks(k, plan));
-                        let when = rows_of(min_len, tuning::WIDE_CACHED_ROW, 1, 0);
-                        peeled(Path::RowsCachedWide, Some(blocks), rows, when);
+                    // Segments of a constant width each (`plan::rows::segment_width`), rows of
+                    // `PEELED_MIN_LEN` on in lengths of powers of two: where the wide entry
+                    // takes 16-bit rows (to 2048), the others only past them (on sm_80).
+                    let wide = wide_cache(k, plan);
+                    let mut max_len = 2 * (tuning::PEELED_MIN_LEN - 1);
+                    while max_len <= register_row {
+                        let when = rows_of(max_len / 2 + 1, max_len, 1, 0);
+                        if wide && max_len <= tuning::WIDE_CACHED_ROW {
+                            // The bound of the wide entry above.
+                            let min_blocks = tuning::min_blocks(k, plan);
+                            let blocks = tuning::wide_min_blocks(k, plan, min_blocks);
+                            peeled(Path::RowsCachedWide, Some(blocks), rows, when);
+                        } else {
+                            peeled(Path::RowsCached, bound, rows, when);
+                        }
+                        max_len *= 2;
                     }
-                    peeled(
-                        Path::RowsCached,
-                        bound,
-                        rows,
-                        rows_of(min_len, register_row, 1, 0),
-                    );
                 }
             }
             let cache_bytes = cached_bytes(k, plan);
@@ -651,6 +663,9 @@ mod tests {
                 RowsCached,
                 RowBlock,
                 RowsCached,
+                RowsCached,
+                RowsCached,
+                RowsCached,
                 LongRows,
                 Rows
             ]
@@ -715,31 +730,32 @@ mod tests {
     /// neither.
     #[test]
     fn sixteen_bit_rows_have_a_wide_cached_entry() {
-        let bf16 = program(&kernel(quote! {
+        let k = kernel(quote! {
             fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
-        }));
+        });
+        let bf16 = program(&k);
         let wide: Vec<_> = bf16
             .entries
             .iter()
             .filter(|e| e.path == Path::RowsCachedWide)
             .collect();
-        // And its peeled copy for other lengths from 257, tried after it.
-        let [wide, peeled] = wide[..] else {
-            panic!("two wide entries")
+        // And its peeled copies for other lengths from 257, tried after it, a constant width
+        // each.
+        let [wide, peeled @ ..] = &wide[..] else {
+            panic!("wide entries")
         };
         assert_eq!(
             (wide.when.min_len, wide.when.max_len, wide.when.multiple_of),
             (1, 2048, 8)
         );
-        assert_eq!(
-            (
-                peeled.when.min_len,
-                peeled.when.max_len,
-                peeled.when.multiple_of
-            ),
-            (257, 2048, 1)
-        );
-        assert_eq!(peeled.label(), "wide_cached_rows_peeled");
+        let lens: Vec<_> = peeled
+            .iter()
+            .map(|e| (e.when.min_len, e.when.max_len, e.when.multiple_of))
+            .collect();
+        assert_eq!(lens, [(257, 512, 1), (513, 1024, 1), (1025, 2048, 1)]);
+        assert_eq!(peeled[1].label(), "wide_cached_rows_peeled_1024");
+        let width = crate::plan::rows::segment_width(&k, Path::RowsCachedWide, &peeled[1].when);
+        assert_eq!(width, Some(32));
         let at = |p: Path| bf16.entries.iter().position(|e| e.path == p).unwrap();
         assert!(at(Path::RowsCachedWide) < at(Path::RowBlockExact));
         let block = &bf16.entries[at(Path::RowBlockWide)];
@@ -877,7 +893,7 @@ mod tests {
         // from 257: segments, a block a row from 2049 on sm_90.
         let peeled = |len: u64, arch: u32| {
             let e = first(len, arch).unwrap();
-            (e.path, e.symbol.ends_with("_peeled"))
+            (e.path, e.symbol.contains("_peeled"))
         };
         assert_eq!(pick(33, 90), Some(Path::Rows));
         assert_eq!(peeled(36, 90), (Path::RowsCached, false));
@@ -907,7 +923,7 @@ mod tests {
             program(&kernel(tokens))
                 .entries
                 .iter()
-                .filter(|e| e.symbol.ends_with("_peeled"))
+                .filter(|e| e.symbol.contains("_peeled"))
                 .count()
         };
         assert_eq!(
@@ -918,13 +934,14 @@ mod tests {
                     (e / sum(e, c), sum(if index(c) as i64 == l { z } else { 0.0 }, c))
                 }
             }),
-            2
+            5
         );
+        // A block a row, the wide segments to 2048 and the others past them.
         assert_eq!(
             peeled(quote! {
                 fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
             }),
-            3
+            5
         );
         for tokens in [
             quote! { fn f(x: [f32; r, c], w: [f32; c]) -> [f32; r, c] { x * rsqrt(mean(x * x, c) + 1e-6) * w } },

@@ -6,7 +6,7 @@
 use crate::abi::{BLOCK, CACHE};
 use crate::ir::{DimId, Kernel, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
-use crate::plan::{Layout, Pass, Plan};
+use crate::plan::{Layout, Pass, Path, Plan};
 use crate::ty::Elem;
 use std::collections::BTreeSet;
 
@@ -75,15 +75,22 @@ pub(crate) fn segments_ask_l2(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool
 /// 55 of the row-a-block entry (benches/NOTES.md item 120).
 pub(crate) const SEGMENT_WIDTHS: [u32; 4] = [16, 32, 64, 128];
 
-/// The constant width of a `RowsCached` entry's segments (threads a row) that `when` takes,
-/// for a kernel with partial sums over rows ([`SEGMENT_WIDTHS`]); `None` where it is set when
-/// the kernel runs.
-pub(crate) fn segment_width(k: &Kernel, when: &crate::plan::When) -> Option<u32> {
-    let width = u32::try_from(when.max_len / u64::from(CACHE)).ok()?;
-    let fixed = SEGMENT_WIDTHS.contains(&width)
-        && when.max_len == u64::from(width * CACHE)
-        && when.min_len == when.max_len / 2 + 1;
-    (k.has_partials() && fixed).then_some(width)
+/// The constant width of a segments' entry (threads a row) of `path` that `when` takes: for a
+/// kernel with partial sums over rows ([`SEGMENT_WIDTHS`]), and for the peeled entries
+/// (`plan::peels_cache`, rows of `width * elems / 2 + 1` to `width * elems`, `elems` a thread's
+/// `CACHE` elements, twice as many on the wide entry); `None` where it is set when the kernel
+/// runs. At a width set when it ran, the wide peeled entry of a 16-bit softmax spilled 28 bytes
+/// at its 80 registers, none at a constant one.
+pub(crate) fn segment_width(k: &Kernel, path: Path, when: &crate::plan::When) -> Option<u32> {
+    let elems = match path {
+        Path::RowsCached => CACHE,
+        Path::RowsCachedWide => 2 * CACHE,
+        _ => return None,
+    };
+    let width = u32::try_from(when.max_len / u64::from(elems)).ok()?;
+    let fixed = when.max_len == u64::from(width * elems) && when.min_len == when.max_len / 2 + 1;
+    let partials = path == Path::RowsCached && k.has_partials() && SEGMENT_WIDTHS.contains(&width);
+    (fixed && (partials || crate::plan::peels_cache(path, when))).then_some(width)
 }
 
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain

@@ -385,9 +385,9 @@ pub(crate) fn column_quad_min_blocks(slots: u32) -> u32 {
 pub(crate) const PAIR_LIGHT_SLOTS: u32 = 3;
 
 /// The shortest row the segments' peeled entries take (`Path::RowsCached` and
-/// `Path::RowsCachedWide` at any length, `plan::program::peels_cache`): segments of at least 16
-/// lanes of eight elements (eight of four), each holding one of the row's elements around its
-/// whole vectors (fewer than two vectors' worth); shorter rows stream.
+/// `Path::RowsCachedWide` at any length, `plan::peels_cache`): segments of at least 16 lanes of
+/// eight elements (32 of four), each lane holding one of the row's elements around its whole
+/// vectors (fewer than two vectors' worth); shorter rows stream.
 pub(crate) const PEELED_MIN_LEN: u64 = 257;
 
 /// The longest row of the wide cached entry (`Path::RowsCachedWide`): 2048 elements, 64
