@@ -53,7 +53,7 @@ template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N :
 FZ_PACKED(fz_max_f16, fmaxf, "max.f16x2")
 FZ_PACKED(fz_min_f16, fminf, "min.f16x2")
 #undef FZ_PACKED
-extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cached_rows_peeled_512(
+extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cached_rows_peeled_512(
     const unsigned short* __restrict__ p_x,
     unsigned short* __restrict__ out0,
     const long long d_rows,
@@ -86,7 +86,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
         }
         unsigned short rx_x = 0;
         if (lane < fz_nx) rx_x = p_x[b0 + fz_rx];
-        fz_vec<float, 8> rs_x[4];
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -126,7 +125,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             if (c < fz_nv) {
-                fz_vec<float, 8> fz_st;
                 {
                     const int j = 0;
                     const long long r = fz_h + c * 8 + j;
@@ -134,7 +132,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 1;
@@ -143,7 +140,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 2;
@@ -152,7 +148,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 3;
@@ -161,7 +156,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 4;
@@ -170,7 +164,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 5;
@@ -179,7 +172,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 6;
@@ -188,7 +180,6 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 7;
@@ -197,9 +188,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
-                    fz_st.v[j] = v3;
                 }
-                rs_x[q] = fz_st;
             }
         }
         if (lane < fz_nx) {
@@ -240,56 +229,72 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                 {
                     const int j = 0;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 1;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 2;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 3;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 4;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 5;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 6;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 7;
                     const long long r = fz_h + c * 8 + j;
-                    const float v3 = rs_x[q].v[j];
+                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                    const float v2 = (v0 - v1);
+                    const float v3 = expf(v2);
                     const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
@@ -297,56 +302,72 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_softmax_f16_wide_cache
                     {
                         const int j = 0;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 1;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 2;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 3;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 4;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 5;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 6;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }
                     {
                         const int j = 7;
                         const long long r = fz_h + c * 8 + j;
-                        const float v3 = rs_x[q].v[j];
+                        const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                        const float v2 = (v0 - v1);
+                        const float v3 = expf(v2);
                         const float v5 = fz_div_by(v3, v4, dv_4);
                         s0.v[j] = fz_f32_to_f16(v5);
                     }

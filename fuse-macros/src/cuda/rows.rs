@@ -725,8 +725,11 @@ impl Cuda<'_> {
         // read, as long rows do (`long_rows::stashes`): in the row-a-block copy of the loop,
         // the usual one, in light rows' segmented loop, and in the wide entry's (in f32 slots,
         // at one block an SM fewer: `tuning::wide_min_blocks`); in every segmented loop,
-        // `w7_layernorm_quantize` spilled 4 bytes on sm_90 at its 64 registers.
-        let stashing = if self.treats_rows_whole() || self.path == Path::RowsCachedWide {
+        // `w7_layernorm_quantize` spilled 4 bytes on sm_90 at its 64 registers. Not in the wide
+        // entry's peeled copies: with their f32 slots, 16-bit softmaxes spilled 4-20 bytes at
+        // their 80 registers.
+        let wide_slots = self.path == Path::RowsCachedWide && !self.peels_cache();
+        let stashing = if self.treats_rows_whole() || wide_slots {
             cached
         } else {
             &[]

@@ -534,10 +534,9 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     while max_len <= register_row {
                         let when = rows_of(max_len / 2 + 1, max_len, 1, 0);
                         if wide && max_len <= tuning::WIDE_CACHED_ROW {
-                            // The bound of the wide entry above.
-                            let min_blocks = tuning::min_blocks(k, plan);
-                            let blocks = tuning::wide_min_blocks(k, plan, min_blocks);
-                            peeled(Path::RowsCachedWide, Some(blocks), rows, when);
+                            // Without the f32 slots of the wide entry above, and its block an
+                            // SM fewer: with them, 16-bit softmaxes spilled at 80 registers.
+                            peeled(Path::RowsCachedWide, bound, rows, when);
                         } else {
                             peeled(Path::RowsCached, bound, rows, when);
                         }
