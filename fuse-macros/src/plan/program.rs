@@ -526,9 +526,9 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                         block,
                         rows_of(register_row / 2 + 1, register_row, 1, 90),
                     );
-                    // Segments of a constant width each (`plan::rows::segment_width`), rows of
-                    // `PEELED_MIN_LEN` on in lengths of powers of two: where the wide entry
-                    // takes 16-bit rows (to 2048), the others only past them (on sm_80).
+                    // Segments of a constant width each (`plan::rows::segment_width`): rows from
+                    // `PEELED_MIN_LEN` on, up to 512, to 1024, ... to 4096; 16-bit rows in the
+                    // wide entries to 2048, in the others only past them (on sm_80).
                     let wide = wide_cache(k, plan);
                     let mut max_len = 2 * (tuning::PEELED_MIN_LEN - 1);
                     while max_len <= register_row {
