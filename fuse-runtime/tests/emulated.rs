@@ -156,6 +156,8 @@ struct Emulation {
     grid: Option<u32>,
     /// The device's compute capability the entry is picked for; `None` for sm_90.
     arch: Option<u32>,
+    /// The entry to run, by its label, in place of the one the runtime would pick.
+    entry: Option<&'static str>,
     misalign: bool,
     shared: Option<Shared>,
     wide: bool,
@@ -215,9 +217,10 @@ impl Emulation {
             .collect();
         // With shared memory the long-row entry runs at any length, as its kernel takes the
         // path whenever the launch gives it the memory (the runtime does for long rows only).
-        let entry = match self.shared {
-            Some(_) => program.entries.iter().find(|e| e.path == "long_rows"),
-            None => program.pick(&sizes, self.arch.unwrap_or(90), false),
+        let entry = match (self.shared, self.entry) {
+            (Some(_), _) => program.entries.iter().find(|e| e.path == "long_rows"),
+            (None, Some(label)) => program.entries.iter().find(|e| e.path == label),
+            (None, None) => program.pick(&sizes, self.arch.unwrap_or(90), false),
         }
         .expect("an entry takes every shape");
         let size_of = |d: &DimRef| d.size(&sizes) as u64;
@@ -1187,8 +1190,9 @@ fn row_reductions_take_a_warp_a_row_on_an_emulated_gpu() {
 /// row's first whole vector (`peeled_row_loop`), the elements before it and after the last
 /// one by one: 16-bit softmax and row reductions, and f32 ones, at odd lengths and at 2 mod 4
 /// (1030), where each row starts at another place in its vector; and a length past the
-/// register rows' (5001). (At 4095 the softmaxes and cross-entropy hold their rows a block a
-/// row in registers, peeled as well: `peeled_register_rows_run_on_an_emulated_gpu`.)
+/// register rows' (5001). Up to 4095 on the streamed entry (`rows`), which the kernels would
+/// take there without their register entries (peeled too: `peeled_register_rows_` and
+/// `peeled_segment_rows_run_on_an_emulated_gpu`).
 #[test]
 fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
     if !available() {
@@ -1196,13 +1200,18 @@ fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
     }
     let (dev, mut rng) = (Device::cpu(), Rng::new());
     for (rows, cols) in [(9, 37), (7, 1027), (5, 1030), (3, 4095), (2, 5001)] {
+        // The streamed entry where the registers' entries would take the rows.
+        let how = Emulation {
+            entry: (cols < 4096).then_some("rows"),
+            ..Emulation::default()
+        };
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
-        emulate_16_bit_softmax("peeled softmax", &x, rows, cols);
+        emulate_16_bit_softmax_as(&how, "peeled softmax", &x, rows, cols);
         let d = [("rows", rows), ("cols", cols)];
         let h: Vec<fuse_runtime::bf16> =
             x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
         let cpu = kernels::bf16s::reduce_rows(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
-        emulate(
+        how.run(
             &format!("bf16 peeled reduce_rows {rows}x{cols}"),
             &kernels::bf16s::reduce_rows::__fuse::PROGRAM,
             vec![hex(&h)],
@@ -1218,7 +1227,7 @@ fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
             ],
         );
         let cpu = kernels::softmax(&dev, &put(&dev, &x, &[rows, cols])).unwrap();
-        emulate(
+        how.run(
             &format!("peeled softmax {rows}x{cols}"),
             &kernels::softmax::__fuse::PROGRAM,
             vec![hex(&x)],
@@ -1235,7 +1244,7 @@ fn odd_rows_stream_as_peeled_vectors_on_an_emulated_gpu() {
             &put(&dev, &label, &[rows]),
         )
         .unwrap();
-        emulate(
+        how.run(
             &format!("peeled cross_entropy {rows}x{cols}"),
             &kernels::cross_entropy::__fuse::PROGRAM,
             vec![hex(&x), hex(&label)],
@@ -1593,10 +1602,15 @@ fn permuted_views_run_on_an_emulated_gpu() {
 /// The bf16 and f16 softmax of `x` (`rows x cols`, cast from f32) on the emulated GPU against
 /// the CPU backend, named `what`.
 fn emulate_16_bit_softmax(what: &str, x: &[f32], rows: usize, cols: usize) {
+    emulate_16_bit_softmax_as(&Emulation::default(), what, x, rows, cols);
+}
+
+/// [`emulate_16_bit_softmax`] as `how` says.
+fn emulate_16_bit_softmax_as(how: &Emulation, what: &str, x: &[f32], rows: usize, cols: usize) {
     let (dev, shape) = (Device::cpu(), [rows, cols]);
     let b: Vec<fuse_runtime::bf16> = x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
     let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &shape)).unwrap();
-    emulate(
+    how.run(
         &format!("bf16 {what} {rows}x{cols}"),
         &kernels::bf16s::softmax::__fuse::PROGRAM,
         vec![hex(&b)],
@@ -1608,7 +1622,7 @@ fn emulate_16_bit_softmax(what: &str, x: &[f32], rows: usize, cols: usize) {
     );
     let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
     let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &shape)).unwrap();
-    emulate(
+    how.run(
         &format!("f16 {what} {rows}x{cols}"),
         &kernels::f16s::softmax::__fuse::PROGRAM,
         vec![hex(&h)],
