@@ -590,16 +590,22 @@ impl Cuda<'_> {
         let Launch::Rows { domain, .. } = &self.k.launch else {
             return;
         };
-        let s = self.shape_index(domain);
         let l = self.cache_lanes;
         let shift = l.trailing_zeros();
-        self.line(format!("const long long fz_to = (-b{s}) & {};", l - 1));
-        self.line("const long long fz_h = fz_to < len ? fz_to : len;");
+        self.first_whole_vector(domain, l);
         self.line(format!("const int fz_nv = (int)((len - fz_h) >> {shift});"));
         self.line(format!("const int fz_nx = (int)len - (fz_nv << {shift});"));
         self.line(format!(
             "const long long fz_rx = lane < fz_h ? (long long)lane : lane + ((long long)fz_nv << {shift});"
         ));
+    }
+
+    /// `fz_h`, the elements from the start of the row (of `domain`'s tensors) to its first whole
+    /// vector of `v` in memory: at most the row, a row shorter than its way there all of it.
+    fn first_whole_vector(&mut self, domain: &[DimId], v: u32) {
+        let s = self.shape_index(domain);
+        self.line(format!("const long long fz_to = (-b{s}) & {};", v - 1));
+        self.line("const long long fz_h = fz_to < len ? fz_to : len;");
     }
 
     /// A pass's element of a peeled row outside its whole vectors (`peels_cache`), where this
@@ -955,11 +961,8 @@ impl Cuda<'_> {
         let Launch::Rows { domain, .. } = &self.k.launch else {
             return;
         };
-        let s = self.shape_index(domain);
         let shift = v.trailing_zeros();
-        // At most the row: a row shorter than its way to a whole vector is all `fz_h`.
-        self.line(format!("const long long fz_to = (-b{s}) & {};", v - 1));
-        self.line("const long long fz_h = fz_to < len ? fz_to : len;");
+        self.first_whole_vector(domain, v);
         self.line(format!("const long long fz_nv = (len - fz_h) >> {shift};"));
         let steps = match guard {
             "" => "fz_nv".to_string(),
