@@ -79,8 +79,8 @@ pub(crate) const SEGMENT_WIDTHS: [u32; 4] = [16, 32, 64, 128];
 /// kernel with partial sums over rows ([`SEGMENT_WIDTHS`]), and for the peeled entries
 /// (`plan::peels_cache`, rows of `width * elems / 2 + 1` to `width * elems`, `elems` a thread's
 /// `CACHE` elements, twice as many on the wide entry); `None` where it is set when the kernel
-/// runs. At a width set when it ran, the wide peeled entry of a 16-bit softmax spilled 28 bytes
-/// at its 80 registers, none at a constant one.
+/// runs. At a width set when it ran, the wide peeled entry of an f16 softmax spilled 20 bytes
+/// at its 80 registers, none at a constant one (a bf16 softmax's, until its f32 slots went too).
 pub(crate) fn segment_width(k: &Kernel, path: Path, when: &crate::plan::When) -> Option<u32> {
     let elems = match path {
         Path::RowsCached => CACHE,
