@@ -137,6 +137,38 @@ impl View {
             gathers: vec![],
         }
     }
+
+    /// Where the view of a parameter of dims `storage`, over `shape`, reads each element at
+    /// the same coordinates in the parameter along every dim of `shape` (in any order: a
+    /// permuted view), and picks each other dim of the parameter by an index over those dims
+    /// (`x[.., labels]` with `labels: [n]` of `x: [n, v]`): each element of the parameter is
+    /// then read by at most one element of the view, so a gradient goes back by a comparison.
+    /// The picked dims with their indices, or `None` for a view that moves elements otherwise
+    /// (a part or a step of a dim, an index with dims of its own).
+    pub fn picks(&self, storage: &[DimId], shape: &[DimId]) -> Option<Vec<(DimId, NodeId)>> {
+        let stride = |d: DimId| -> Option<Linear> {
+            let at = storage.iter().position(|&x| x == d)?;
+            Some(vec![(1, storage[at + 1..].to_vec())])
+        };
+        if self.offset.iter().any(|&(c, _)| c != 0) || shape.len() != self.strides.len() {
+            return None;
+        }
+        for (&d, s) in shape.iter().zip(&self.strides) {
+            if stride(d)? != *s {
+                return None;
+            }
+        }
+        let mut picks = vec![];
+        for g in &self.gathers {
+            let d = storage.iter().copied().find(|&d| {
+                !shape.contains(&d)
+                    && stride(d).as_ref() == Some(&g.stride)
+                    && !picks.iter().any(|&(p, _)| p == d)
+            })?;
+            picks.push((d, g.index));
+        }
+        (shape.len() + picks.len() == storage.len()).then_some(picks)
+    }
 }
 
 /// The dim of a slice picked by an index value: `p[.. + index * stride + ..]` where

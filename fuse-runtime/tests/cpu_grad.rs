@@ -1052,3 +1052,296 @@ fn bf16_gradients_are_computed_in_f32() {
     close("dx", &g.x, &want.x);
     close("dw", &g.w, &want.w);
 }
+
+fuse! {
+    #[vjp(x)]
+    #[jvp(x)]
+    pub fn gathered_cross_entropy(x: [f64; rows, cols], label: [i64; rows]) -> [f64; rows] {
+        logsumexp(x, cols) - x[.., label]
+    }
+
+    #[vjp(x, y)]
+    #[jvp(x, y)]
+    pub fn permuted(x: [f64; r, c], y: [f64; c, r]) -> [f64; r, c] {
+        x * permute(y, (r, c)) + permute(y, (r, c)).sin()
+    }
+
+    #[vjp(x, w)]
+    #[jvp(x, w)]
+    pub fn elements(x: [f64; n], w: [f64; 2, 3]) -> [f64; n] {
+        (x * w[1][2] + w[0][0]).tanh() * w[1][2]
+    }
+
+    #[vjp(x, w)]
+    #[jvp(x, w)]
+    pub fn picked(x: [f64; n], w: [f64; m], i: i64) -> [f64; n] {
+        x * w[i] + w[i] * w[i] + x[0] * x
+    }
+
+    #[vjp(x, table)]
+    #[jvp(x, table)]
+    pub fn pairs(x: [f64; a, b], table: [f64; a, k, b], i: [u8; a, b]) -> [f64; a, b] {
+        x * table[.., i, ..].exp()
+    }
+
+    #[jvp(x)]
+    pub fn silu_and_mul(x: [f64; t, 2 * d]) -> [f64; t, d] {
+        let gate = x[.., ..d];
+        gate / (1.0 + (-gate).exp()) * x[.., d..]
+    }
+
+    #[jvp(emb, cache)]
+    pub fn embed(emb: [f64; vocab, e], tokens: [u32; t], cache: [f64; p, 2 * e], pos: [i64; t]) -> [f64; t, e] {
+        emb[tokens, ..].tanh() * cache[pos, ..e] + cache[pos, e..]
+    }
+}
+
+/// `f`'s tangent at `x` along `v`, by central differences: `(f(x + h v) - f(x - h v)) / 2h`.
+fn numeric_tangent(
+    x: &[Vec<f64>],
+    v: &[Vec<f64>],
+    f: &dyn Fn(&[Vec<f64>]) -> Vec<f64>,
+) -> Vec<f64> {
+    let h = 1e-6;
+    let at = |s: f64| -> Vec<Vec<f64>> {
+        x.iter()
+            .zip(v)
+            .map(|(x, v)| x.iter().zip(v).map(|(x, v)| x + s * h * v).collect())
+            .collect()
+    };
+    let (up, down) = (f(&at(1.0)), f(&at(-1.0)));
+    up.iter()
+        .zip(&down)
+        .map(|(u, d)| (u - d) / (2.0 * h))
+        .collect()
+}
+
+/// Reads through views, gathers and constant indices: reverse mode against finite differences
+/// where each element of the parameter is read by at most one element of the view (a permuted
+/// view, a gather whose indices run along the other dims, `w[1][2]`), out-of-range indices
+/// included (they read zero, and take no gradient); forward mode against reverse mode there,
+/// and against finite differences through parts and gathers by an index with dims of its own.
+#[test]
+fn views_and_gathers_have_derivatives() {
+    // The label's logit's gradient goes back in the launch of the row's softmax.
+    assert_eq!(gathered_cross_entropy::VJP_LAUNCHES, 1);
+    assert_eq!(gathered_cross_entropy::VALUE_AND_VJP_LAUNCHES, 1);
+    assert_eq!(gathered_cross_entropy::JVP_LAUNCHES, 1);
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols) in [(3, 7), (1, 1), (6, 13)] {
+        let s = vec![rows, cols];
+        let p = |v: &[f64], shape: &[usize]| put(&dev, v, shape);
+        let x = rng.floats::<f64>(rows * cols, -3.0, 3.0);
+        let l = common::put(&dev, &rng.indices(rows, cols), &[rows]);
+        check(
+            Case {
+                what: "gathered_cross_entropy",
+                inputs: vec![(x.clone(), s.clone())],
+                outputs: vec![vec![rows]],
+                run: &|v| {
+                    vec![host(
+                        &gathered_cross_entropy(&dev, &p(&v[0], &s), &l).unwrap(),
+                    )]
+                },
+                vjp: &|v, d| {
+                    let g =
+                        gathered_cross_entropy::vjp(&dev, &p(&v[0], &s), &l, &p(&d[0], &[rows]))
+                            .unwrap();
+                    vec![host(&g.x)]
+                },
+                jvp: &|v, t| {
+                    let (_, j) =
+                        gathered_cross_entropy::jvp(&dev, &p(&v[0], &s), &l, &p(&t[0], &s))
+                            .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        // The training pair gives `vjp`'s bits.
+        let (bx, dl) = (p(&x, &s), p(&rng.floats::<f64>(rows, -1.0, 1.0), &[rows]));
+        let (loss, saved) = gathered_cross_entropy::forward_train(&dev, &bx, &l).unwrap();
+        assert_eq!(
+            host(&loss),
+            host(&gathered_cross_entropy(&dev, &bx, &l).unwrap())
+        );
+        let g = gathered_cross_entropy::backward(&dev, &saved, &dl).unwrap();
+        let want = gathered_cross_entropy::vjp(&dev, &bx, &l, &dl).unwrap();
+        assert_eq!(host(&g.x), host(&want.x));
+        let y = rng.floats::<f64>(rows * cols, -3.0, 3.0);
+        let ys = vec![cols, rows];
+        check(
+            Case {
+                what: "permuted",
+                inputs: vec![(x.clone(), s.clone()), (y.clone(), ys.clone())],
+                outputs: vec![s.clone()],
+                run: &|v| {
+                    vec![host(
+                        &permuted(&dev, &p(&v[0], &s), &p(&v[1], &ys)).unwrap(),
+                    )]
+                },
+                vjp: &|v, d| {
+                    let g =
+                        permuted::vjp(&dev, &p(&v[0], &s), &p(&v[1], &ys), &p(&d[0], &s)).unwrap();
+                    vec![host(&g.x), host(&g.y)]
+                },
+                jvp: &|v, t| {
+                    let (_, j) = permuted::jvp(
+                        &dev,
+                        &p(&v[0], &s),
+                        &p(&v[1], &ys),
+                        &p(&t[0], &s),
+                        &p(&t[1], &ys),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let n = rows * cols;
+        let w = rng.floats::<f64>(6, -1.0, 1.0);
+        check(
+            Case {
+                what: "elements",
+                inputs: vec![(x.clone(), vec![n]), (w.clone(), vec![2, 3])],
+                outputs: vec![vec![n]],
+                run: &|v| {
+                    vec![host(
+                        &elements(&dev, &p(&v[0], &[n]), &p(&v[1], &[2, 3])).unwrap(),
+                    )]
+                },
+                vjp: &|v, d| {
+                    let g =
+                        elements::vjp(&dev, &p(&v[0], &[n]), &p(&v[1], &[2, 3]), &p(&d[0], &[n]))
+                            .unwrap();
+                    vec![host(&g.x), host(&g.w)]
+                },
+                jvp: &|v, t| {
+                    let (_, j) = elements::jvp(
+                        &dev,
+                        &p(&v[0], &[n]),
+                        &p(&v[1], &[2, 3]),
+                        &p(&t[0], &[n]),
+                        &p(&t[1], &[2, 3]),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let m = cols + 2;
+        let w = rng.floats::<f64>(m, -1.0, 1.0);
+        let i = rng.indices(1, m)[0];
+        check(
+            Case {
+                what: "picked",
+                inputs: vec![(x.clone(), vec![n]), (w.clone(), vec![m])],
+                outputs: vec![vec![n]],
+                run: &|v| {
+                    vec![host(
+                        &picked(&dev, &p(&v[0], &[n]), &p(&v[1], &[m]), i).unwrap(),
+                    )]
+                },
+                vjp: &|v, d| {
+                    let g = picked::vjp(&dev, &p(&v[0], &[n]), &p(&v[1], &[m]), i, &p(&d[0], &[n]))
+                        .unwrap();
+                    vec![host(&g.x), host(&g.w)]
+                },
+                jvp: &|v, t| {
+                    let (_, tj) = picked::jvp(
+                        &dev,
+                        &p(&v[0], &[n]),
+                        &p(&v[1], &[m]),
+                        i,
+                        &p(&t[0], &[n]),
+                        &p(&t[1], &[m]),
+                    )
+                    .unwrap();
+                    vec![host(&tj)]
+                },
+            },
+            &mut rng,
+        );
+        let k = 4;
+        let ts = vec![rows, k, cols];
+        let table = rng.floats::<f64>(rows * k * cols, -1.0, 1.0);
+        let idx: Vec<u8> = (0..n).map(|_| rng.below(k as u64 + 1) as u8).collect();
+        let idx = common::put(&dev, &idx, &s);
+        check(
+            Case {
+                what: "pairs",
+                inputs: vec![(x.clone(), s.clone()), (table.clone(), ts.clone())],
+                outputs: vec![s.clone()],
+                run: &|v| {
+                    vec![host(
+                        &pairs(&dev, &p(&v[0], &s), &p(&v[1], &ts), &idx).unwrap(),
+                    )]
+                },
+                vjp: &|v, d| {
+                    let g = pairs::vjp(&dev, &p(&v[0], &s), &p(&v[1], &ts), &idx, &p(&d[0], &s))
+                        .unwrap();
+                    vec![host(&g.x), host(&g.table)]
+                },
+                jvp: &|v, t| {
+                    let (_, j) = pairs::jvp(
+                        &dev,
+                        &p(&v[0], &s),
+                        &p(&v[1], &ts),
+                        &idx,
+                        &p(&t[0], &s),
+                        &p(&t[1], &ts),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+
+        // Forward mode through parts and through gathers by an index of its own dims.
+        let (t, d) = (rows, cols);
+        let xs = vec![t, 2 * d];
+        let x2 = rng.floats::<f64>(t * 2 * d, -3.0, 3.0);
+        let v2 = rng.floats::<f64>(t * 2 * d, -1.0, 1.0);
+        let (y, tangent) = silu_and_mul::jvp(&dev, &p(&x2, &xs), &p(&v2, &xs)).unwrap();
+        assert_eq!(host(&y), host(&silu_and_mul(&dev, &p(&x2, &xs)).unwrap()));
+        let want = numeric_tangent(&[x2], &[v2], &|a| {
+            host(&silu_and_mul(&dev, &p(&a[0], &xs)).unwrap())
+        });
+        assert_grad("silu_and_mul tangent", &host(&tangent), &want);
+
+        let (vocab, e, positions) = (cols + 1, rows + 2, 5);
+        let emb = rng.floats::<f64>(vocab * e, -2.0, 2.0);
+        let cache = rng.floats::<f64>(positions * 2 * e, -2.0, 2.0);
+        let tokens: Vec<u32> = (0..t).map(|_| rng.below(vocab as u64 + 1) as u32).collect();
+        let tokens = common::put(&dev, &tokens, &[t]);
+        let pos = common::put(&dev, &rng.indices(t, positions), &[t]);
+        let (es, cs) = (vec![vocab, e], vec![positions, 2 * e]);
+        let (ve, vc) = (
+            rng.floats::<f64>(vocab * e, -1.0, 1.0),
+            rng.floats::<f64>(positions * 2 * e, -1.0, 1.0),
+        );
+        let run = |a: &[Vec<f64>]| {
+            host(&embed(&dev, &p(&a[0], &es), &tokens, &p(&a[1], &cs), &pos).unwrap())
+        };
+        let (y, tangent) = embed::jvp(
+            &dev,
+            &p(&emb, &es),
+            &tokens,
+            &p(&cache, &cs),
+            &pos,
+            &p(&ve, &es),
+            &p(&vc, &cs),
+        )
+        .unwrap();
+        assert_eq!(host(&y), run(&[emb.clone(), cache.clone()]));
+        let want = numeric_tangent(&[emb, cache], &[ve, vc], &run);
+        assert!(
+            want.iter().any(|v| *v != 0.0),
+            "a tangent that is not all zero"
+        );
+        assert_grad("embed tangent", &host(&tangent), &want);
+    }
+}

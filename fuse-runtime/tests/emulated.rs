@@ -15,6 +15,9 @@ use common::kernels;
 #[allow(dead_code)]
 #[path = "../../benches/kernels.rs"]
 mod bench_kernels;
+#[allow(dead_code)]
+#[path = "common/grad_kernels.rs"]
+mod grad_kernels;
 use common::*;
 use fuse_runtime::__private::{DimRef, Grid, Param, Program};
 use fuse_runtime::{Device, Element};
@@ -1544,6 +1547,96 @@ fn group_norm_runs_on_an_emulated_gpu() {
                 Tol::close(1.0 / 128.0, 1e-2),
                 Tol::close(1e-5, 1e-5),
                 Tol::close(1e-5, 1e-5),
+            ],
+        );
+    }
+}
+
+/// Derivatives through views and gathers, each launch against the same launch on the CPU
+/// backend: the gathered cross-entropy's loss and gradient in one row launch (labels out of
+/// range, ignored and past 2^32 included), its tangent, `silu_and_mul`'s tangent through the
+/// halves of its input, and a permuted view's gradients.
+#[test]
+fn gradients_through_views_run_on_an_emulated_gpu() {
+    use fuse_runtime::bf16;
+    use grad_kernels::cross_entropy_gathered::{
+        __cross_entropy_gathered_j0 as ce_tangent, __cross_entropy_gathered_v0 as ce_both,
+    };
+    use grad_kernels::permuted::__permuted_d0 as permuted_grads;
+    use grad_kernels::silu_and_mul::__silu_and_mul_j0 as silu_tangent;
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let b16 = |v: Vec<f32>| -> Vec<bf16> { v.into_iter().map(bf16::from_f32).collect() };
+    for (rows, cols) in [(5, 7), (3, 1000), (9, 33), (2, 4096)] {
+        let s = [rows, cols];
+        let dims = [("rows", rows), ("cols", cols)];
+        let z = b16(rng.floats::<f32>(rows * cols, -3.0, 3.0));
+        let v = b16(rng.floats::<f32>(rows * cols, -1.0, 1.0));
+        let label = labels(&mut rng, rows, cols);
+        let dl = rng.floats::<f32>(rows, -1.0, 1.0);
+        let (bz, bl) = (put(&dev, &z, &s), put(&dev, &label, &[rows]));
+        let cpu = ce_both(&dev, &bz, &bl, &put(&dev, &dl, &[rows])).unwrap();
+        emulate(
+            &format!("cross_entropy_gathered value_and_vjp {rows}x{cols}"),
+            &ce_both::__fuse::PROGRAM,
+            vec![hex(&z), hex(&label), hex(&dl)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "bf16"],
+            &[Tol::close(1e-5, 1e-5), Tol::close(2f64.powi(-7), 1e-6)],
+        );
+        let cpu = ce_tangent(&dev, &bz, &bl, &put(&dev, &v, &s)).unwrap();
+        emulate(
+            &format!("cross_entropy_gathered jvp {rows}x{cols}"),
+            &ce_tangent::__fuse::PROGRAM,
+            vec![hex(&z), hex(&label), hex(&v)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-5), Tol::close(1e-4, 1e-4)],
+        );
+        let (t, d) = (rows, cols);
+        let x = b16(rng.floats::<f32>(t * 2 * d, -3.0, 3.0));
+        let tx = b16(rng.floats::<f32>(t * 2 * d, -1.0, 1.0));
+        let xs = [t, 2 * d];
+        let cpu = silu_tangent(&dev, &put(&dev, &x, &xs), &put(&dev, &tx, &xs)).unwrap();
+        emulate(
+            &format!("silu_and_mul jvp {t}x{d}"),
+            &silu_tangent::__fuse::PROGRAM,
+            vec![hex(&x), hex(&tx)],
+            vec![],
+            &[("t", t), ("d", d)],
+            &cpu,
+            &["bf16", "bf16"],
+            &[
+                Tol::close(2f64.powi(-7), 1e-6),
+                Tol::close(2f64.powi(-7), 1e-6),
+            ],
+        );
+        let y = b16(rng.floats::<f32>(rows * cols, -2.0, 2.0));
+        let dy = b16(rng.floats::<f32>(rows * cols, -1.0, 1.0));
+        let cpu = permuted_grads(
+            &dev,
+            &put(&dev, &z, &s),
+            &put(&dev, &y, &[cols, rows]),
+            &put(&dev, &dy, &s),
+        )
+        .unwrap();
+        emulate(
+            &format!("permuted vjp {rows}x{cols}"),
+            &permuted_grads::__fuse::PROGRAM,
+            vec![hex(&z), hex(&y), hex(&dy)],
+            vec![],
+            &[("r", rows), ("c", cols)],
+            &cpu,
+            &["bf16", "bf16"],
+            &[
+                Tol::close(2f64.powi(-7), 1e-6),
+                Tol::close(2f64.powi(-7), 1e-6),
             ],
         );
     }

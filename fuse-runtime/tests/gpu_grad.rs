@@ -263,6 +263,74 @@ fn activation_softmax_and_loss_gradients_match_the_cpu() {
     }
 }
 
+/// Reads through views and gathers: the gathered cross-entropy's loss and gradient (labels out
+/// of range included) and its tangent, `silu_and_mul`'s tangent through the parts of its
+/// input, and a permuted view's gradients and tangent, on the GPU against the CPU's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn views_and_gathers_gradients_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng::new();
+    for (rows, cols) in SHAPES {
+        let s = [rows, cols];
+        let x = halves(&rng.floats::<f32>(rows * cols, -3.0, 3.0), bf16::from_f32);
+        let v = halves(&rng.floats::<f32>(rows * cols, -1.0, 1.0), bf16::from_f32);
+        let label = rng.indices(rows, cols);
+        let dl = rng.floats::<f32>(rows, -1.0, 1.0);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("cross_entropy_gathered {rows}x{cols}"),
+            |dev: &Device| {
+                let (x, label) = (put(dev, &x, &s), put(dev, &label, &[rows]));
+                let (loss, g) = cross_entropy_gathered::value_and_vjp(
+                    dev,
+                    &x,
+                    &label,
+                    &put(dev, &dl, &[rows]),
+                )?;
+                let (_, t) = cross_entropy_gathered::jvp(dev, &x, &label, &put(dev, &v, &s))?;
+                Ok((loss, g.z, t))
+            },
+            &[
+                Tol::close(1e-5, 1e-5),
+                tol(2.0, 1e-6),
+                Tol::close(1e-4, 1e-4),
+            ],
+        );
+        let (t, d) = (rows, cols);
+        let x2 = halves(&rng.floats::<f32>(t * 2 * d, -3.0, 3.0), bf16::from_f32);
+        let v2 = halves(&rng.floats::<f32>(t * 2 * d, -1.0, 1.0), bf16::from_f32);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("silu_and_mul {t}x{d}"),
+            |dev: &Device| {
+                let xs = [t, 2 * d];
+                silu_and_mul::jvp(dev, &put(dev, &x2, &xs), &put(dev, &v2, &xs))
+            },
+            &[tol(2.0, 1e-6), tol(2.0, 1e-6)],
+        );
+        let y = halves(&rng.floats::<f32>(rows * cols, -2.0, 2.0), bf16::from_f32);
+        let dy = halves(&rng.floats::<f32>(rows * cols, -1.0, 1.0), bf16::from_f32);
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("permuted {rows}x{cols}"),
+            |dev: &Device| {
+                let (x, y) = (put(dev, &x, &s), put(dev, &y, &[cols, rows]));
+                let g = permuted::vjp(dev, &x, &y, &put(dev, &dy, &s))?;
+                let (_, t) = permuted::jvp(
+                    dev,
+                    &x,
+                    &y,
+                    &put(dev, &v, &s),
+                    &put(dev, &dy, &[cols, rows]),
+                )?;
+                Ok((g.x, g.y, t))
+            },
+            &[tol(2.0, 1e-6), tol(2.0, 1e-6), tol(2.0, 1e-6)],
+        );
+    }
+}
+
 /// The training pairs on the GPU against the CPU's, at every shape: the forward's outputs and
 /// what `backward` computes from what it saved (a row's statistics, a mask).
 #[test]

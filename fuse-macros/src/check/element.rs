@@ -96,14 +96,6 @@ impl Checker<'_> {
         );
         self.cx.spanned(t, message);
     }
-
-    /// Whether a value of the kernel reads a tensor by constant indexing (`w[0]`), and where.
-    pub fn first_element(&self) -> Option<TokenStream> {
-        self.nodes
-            .iter()
-            .find(|n| matches!(n.op, Op::Element(..)))
-            .map(|n| n.tokens.clone())
-    }
 }
 
 #[cfg(test)]
@@ -188,9 +180,9 @@ mod tests {
             quote! { fn f(x: [f32; n], s: f32) -> [f32; n] { x * s[0] } },
             "only a tensor parameter can be indexed",
         );
-        assert_error(
-            quote! { #[vjp(x)] fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * w[1] } },
-            "`#[vjp]` does not yet differentiate a kernel that indexes a tensor",
+        // Derivatives go through constant indexing.
+        kernel(
+            quote! { #[vjp(x, w)] #[jvp(w)] fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { x * w[1] } },
         );
         // A `let` name of the parameter itself is the parameter.
         kernel(quote! { fn f(x: [f32; n], w: [f32; 3]) -> [f32; n] { let v = w; x * v[1] } });

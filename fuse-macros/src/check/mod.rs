@@ -292,21 +292,6 @@ impl<'a> Checker<'a> {
             self.cx.spanned(&p.name, format!("`#[{mode}]` does not yet differentiate a kernel that reads `{name}`, which has some of the dims `({})` that a reduction takes together, and not all; apply `{name}` in a kernel of its own", names.join(", ")));
             return None;
         }
-        if let (Some(attr), Some(at)) = (def.derive.first(), self.first_view()) {
-            let mode = if attr.reverse { "vjp" } else { "jvp" };
-            let permutes = matches!(at.clone().into_iter().next(), Some(proc_macro2::TokenTree::Ident(i)) if i == "permute");
-            let message = match permutes {
-                true => format!("`#[{mode}]` does not yet differentiate a kernel that permutes a tensor, as here; pass the tensor in the order read as a parameter of its own"),
-                false => format!("`#[{mode}]` does not yet differentiate a kernel that slices a tensor, as here; pass each part as a tensor parameter of its own"),
-            };
-            self.cx.spanned(at, message);
-            return None;
-        }
-        if let (Some(attr), Some(at)) = (def.derive.first(), self.first_element()) {
-            let mode = if attr.reverse { "vjp" } else { "jvp" };
-            self.cx.spanned(at, format!("`#[{mode}]` does not yet differentiate a kernel that indexes a tensor, as here; pass the element as a scalar parameter, as in `w0: f32`"));
-            return None;
-        }
         let (mut vjp, mut jvp) = (None, None);
         for attr in &def.derive {
             let mode = if attr.reverse { "vjp" } else { "jvp" };
@@ -368,6 +353,9 @@ impl<'a> Checker<'a> {
                 }
             }
             *slot = Some(listed);
+        }
+        if let Some((at, message)) = vjp.as_ref().and_then(|listed| self.first_scatter(listed)) {
+            self.cx.spanned(&at, message);
         }
         (self.cx.len() == errors_before).then_some((vjp, jvp))
     }

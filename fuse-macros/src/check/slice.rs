@@ -590,12 +590,33 @@ impl Checker<'_> {
         None
     }
 
-    /// The first slice of the kernel, where `#[vjp]` and `#[jvp]` stop.
-    pub fn first_view(&self) -> Option<TokenStream> {
-        self.nodes
-            .iter()
-            .find(|n| matches!(n.op, Op::View(..)))
-            .map(|n| n.tokens.clone())
+    /// The first read of a parameter listed in `#[vjp]` whose gradient would be a scatter
+    /// (a part, a step, a gather by an index with dims of its own: see [`View::picks`]), and
+    /// the error that says so.
+    pub fn first_scatter(&self, listed: &[usize]) -> Option<(TokenStream, String)> {
+        self.nodes.iter().find_map(|n| {
+            let Op::View(p, view) = &n.op else {
+                return None;
+            };
+            let storage = self.params[*p].shape.as_ref()?;
+            if !listed.contains(p) || view.picks(storage, &n.shape).is_some() {
+                return None;
+            }
+            let name = crate::ir::plain_name(&self.params[*p].name);
+            let own: Vec<String> = view
+                .gathers
+                .iter()
+                .flat_map(|g| &self.nodes[g.index].shape)
+                .filter(|d| !storage.contains(d))
+                .map(|&d| format!("`{}`", self.dims[d].text(&self.dims)))
+                .collect();
+            let message = match (own.first(), view.gathers.is_empty()) {
+                (Some(d), _) => format!("`#[vjp]` does not yet differentiate a gather from `{name}` by an index with a dim `{name}` lacks ({d}), as here: indices may repeat, and its gradient would add up what each picks, a scatter; leave `{name}` out of `#[vjp]`, or list it in `#[jvp]`"),
+                (None, false) => format!("`#[vjp]` differentiates a gather from `{name}` whose indices run along `{name}`'s other dims, read whole (`x[.., labels]` with `labels: [n]` of `x: [n, v]`), and not this one; leave `{name}` out of `#[vjp]`, or list it in `#[jvp]`"),
+                (None, true) => format!("`#[vjp]` does not yet differentiate a part or step of `{name}`, as here: its gradient would be a scatter into `{name}`'s shape; pass each part as a tensor parameter of its own, or list `{name}` in `#[jvp]`"),
+            };
+            Some((n.tokens.clone(), message))
+        })
     }
 }
 

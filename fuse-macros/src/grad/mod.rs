@@ -510,6 +510,25 @@ impl Graph {
                         None => a,
                     });
                 }
+                Op::View(p, view) => {
+                    let storage = self.params[p].shape.clone().unwrap_or_default();
+                    // Check refuses a listed parameter's view that `picks` does not take.
+                    if let Some(picks) = view.picks(&storage, &at) {
+                        let c = self.picked(a, &picks);
+                        grads[p] = Some(match grads[p] {
+                            Some(g) => self.add(g, c),
+                            None => c,
+                        });
+                    }
+                }
+                Op::Element(p, offset) => {
+                    if let Some(c) = self.element_adjoint(p, offset, a) {
+                        grads[p] = Some(match grads[p] {
+                            Some(g) => self.add(g, c),
+                            None => c,
+                        });
+                    }
+                }
                 Op::Reduce(r, x, dim) if self.float(x) => {
                     let over = self.shape(x);
                     let c = self.reduce_adjoint(r, x, dim, i, a);
@@ -536,6 +555,53 @@ impl Graph {
                 self.cast(g, self.params[p].elem)
             })
             .collect()
+    }
+
+    /// The adjoint `a` of a view that [`View::picks`] dims of its parameter by `picks`, at the
+    /// parameter: each element of the view is the parameter's element at the same coordinates
+    /// along the view's dims and at the index along each picked dim, so the parameter's
+    /// element gets `a` where every index equals its coordinate, and nothing elsewhere (nor
+    /// where an index is out of range, which reads zero).
+    fn picked(&mut self, a: NodeId, picks: &[(DimId, NodeId)]) -> NodeId {
+        let mut c = a;
+        for &(d, index) in picks {
+            let at = self.push(Op::Index(d), Elem::U32, vec![d]);
+            let at = self.cast(at, Elem::I64);
+            let index = self.cast(index, Elem::I64);
+            let hit = self.bin(BinOp::Eq, at, index);
+            let zero = self.lit(0.0);
+            c = self.select(hit, c, zero);
+        }
+        c
+    }
+
+    /// The adjoint `a` of element `offset` of parameter `p` (`w[1]`, every dim of `w` of fixed
+    /// size), at the parameter: `a` at that element, zero at the others.
+    fn element_adjoint(&mut self, p: usize, offset: u64, a: NodeId) -> Option<NodeId> {
+        let storage = self.params[p].shape.clone()?;
+        let mut flat: Option<NodeId> = None;
+        let mut stride = 1u64;
+        for &d in storage.iter().rev() {
+            let Dim::Fixed(size) = self.dims[d] else {
+                return None;
+            };
+            let i = self.push(Op::Index(d), Elem::U32, vec![d]);
+            let i = self.cast(i, Elem::I64);
+            let s = self.push(Op::Int(stride.into()), Elem::I64, vec![]);
+            let term = self.mul(i, s);
+            flat = Some(match flat {
+                Some(f) => self.add(f, term),
+                None => term,
+            });
+            stride = stride.saturating_mul(size);
+        }
+        let offset = self.push(Op::Int(offset.into()), Elem::I64, vec![]);
+        let hit = match flat {
+            Some(f) => self.bin(BinOp::Eq, f, offset),
+            None => self.push(Op::Bool(true), Elem::Bool, vec![]),
+        };
+        let zero = self.lit(0.0);
+        Some(self.select(hit, a, zero))
     }
 
     /// The adjoint of reduction `n` (of `x` over `dim`) given its adjoint `a`, at `x`.
@@ -612,6 +678,19 @@ impl Graph {
                         tan[i] = Some(self.p(load));
                     }
                 }
+                // The same view, or element, of the tangent.
+                Op::View(p, view) => {
+                    if let Some(j) = wrt.iter().position(|&w| w == p) {
+                        let t = tangents[j];
+                        tan[i] = Some(self.read_like(i, t, Op::View(t, view)));
+                    }
+                }
+                Op::Element(p, offset) => {
+                    if let Some(j) = wrt.iter().position(|&w| w == p) {
+                        let t = tangents[j];
+                        tan[i] = Some(self.read_like(i, t, Op::Element(t, offset)));
+                    }
+                }
                 Op::Reduce(r, x, dim) if self.float(x) => {
                     if let Some(t) = tan[x] {
                         tan[i] = Some(self.reduce_tangent(r, x, dim, i, t));
@@ -647,6 +726,13 @@ impl Graph {
                 Some(self.cast(t, o.elem))
             })
             .collect()
+    }
+
+    /// `read`, a read of parameter `t`, over the shape of value `like`, in the compute type.
+    fn read_like(&mut self, like: NodeId, t: usize, read: Op) -> NodeId {
+        let shape = self.shape(like);
+        let read = self.push(read, self.params[t].elem, shape);
+        self.p(read)
     }
 
     /// The tangent of reduction `n` (of `x` over `dim`) given `x`'s tangent `t`.

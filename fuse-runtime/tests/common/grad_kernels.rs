@@ -67,4 +67,25 @@ fuse! {
     pub fn total(x: [f32; n]) -> f32 {
         logsumexp(x)
     }
+
+    /// Cross-entropy with the label's logit gathered: the gradient goes back to the label's
+    /// column by a comparison, in the launch of the row's softmax.
+    #[vjp(z)]
+    #[jvp(z)]
+    pub fn cross_entropy_gathered(z: [bf16; rows, cols], label: [i64; rows]) -> [f32; rows] {
+        logsumexp(z as f32, cols) - (z[.., label] as f32)
+    }
+
+    /// vLLM's `silu_and_mul` on the concatenated gate and up projections: forward mode
+    /// through the parts.
+    #[jvp(x)]
+    pub fn silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
+        silu(x[.., ..d]) * x[.., d..]
+    }
+
+    #[vjp(x, y)]
+    #[jvp(x, y)]
+    pub fn permuted(x: [bf16; r, c], y: [bf16; c, r]) -> [bf16; r, c] {
+        x * permute(y, (r, c)).exp()
+    }
 }
