@@ -1084,10 +1084,34 @@ fuse! {
         x * table[.., i, ..].exp()
     }
 
+    #[vjp(x)]
     #[jvp(x)]
     pub fn silu_and_mul(x: [f64; t, 2 * d]) -> [f64; t, d] {
         let gate = x[.., ..d];
         gate / (1.0 + (-gate).exp()) * x[.., d..]
+    }
+
+    /// Only the first half read, through a row's sum: the other half's gradient is zero, and
+    /// the sum is taken in a launch before the one that stores the half's gradient.
+    #[vjp(x)]
+    #[jvp(x)]
+    pub fn half_softmax(x: [f64; t, 2 * d]) -> [f64; t, d] {
+        let e = x[.., ..d].exp();
+        e / sum(e, d)
+    }
+
+    #[vjp(x, w)]
+    #[jvp(x, w)]
+    pub fn interleaved(x: [f64; n, d * 2], w: [f64; n, d]) -> [f64; n, d] {
+        x[.., (0..).step_by(2)] * w + x[.., (1..).step_by(2)].sin() * x[.., (0..).step_by(2)]
+    }
+
+    /// Parts of different dims: each part's gradient (a sum over the other part's dim) in a
+    /// launch over its own shape.
+    #[vjp(q, b)]
+    #[jvp(q, b)]
+    pub fn parts_apart(q: [f64; t, h + p], b: [f64; h]) -> [f64; t, h, p] {
+        q[.., ..h] * b + q[.., h..].exp()
     }
 
     #[jvp(emb, cache)]
@@ -1127,6 +1151,12 @@ fn views_and_gathers_have_derivatives() {
     assert_eq!(gathered_cross_entropy::VJP_LAUNCHES, 1);
     assert_eq!(gathered_cross_entropy::VALUE_AND_VJP_LAUNCHES, 1);
     assert_eq!(gathered_cross_entropy::JVP_LAUNCHES, 1);
+    // Both halves' gradients in one launch over the halves' shape; the other kernels' parts
+    // after the sums they need, or each over its own shape.
+    assert_eq!(silu_and_mul::VJP_LAUNCHES, 1);
+    assert_eq!(half_softmax::VJP_LAUNCHES, 2);
+    assert_eq!(interleaved::VJP_LAUNCHES, 1);
+    println!("parts_apart: {} launches", parts_apart::VJP_LAUNCHES);
     let (dev, mut rng) = (Device::cpu(), Rng::new());
     for (rows, cols) in [(3, 7), (1, 1), (6, 13)] {
         let s = vec![rows, cols];
@@ -1300,8 +1330,124 @@ fn views_and_gathers_have_derivatives() {
             &mut rng,
         );
 
-        // Forward mode through parts and through gathers by an index of its own dims.
+        // Parts: both halves, one half, interleaved pairs, parts of different dims.
         let (t, d) = (rows, cols);
+        let xs = vec![t, 2 * d];
+        let x2 = rng.floats::<f64>(t * 2 * d, -3.0, 3.0);
+        let half = vec![t, d];
+        check(
+            Case {
+                what: "silu_and_mul",
+                inputs: vec![(x2.clone(), xs.clone())],
+                outputs: vec![half.clone()],
+                run: &|v| vec![host(&silu_and_mul(&dev, &p(&v[0], &xs)).unwrap())],
+                vjp: &|v, c| {
+                    let g = silu_and_mul::vjp(&dev, &p(&v[0], &xs), &p(&c[0], &half)).unwrap();
+                    vec![host(&g.x)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) = silu_and_mul::jvp(&dev, &p(&v[0], &xs), &p(&tx[0], &xs)).unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        // The training pair stores the halves too.
+        let (bx, dy) = (p(&x2, &xs), p(&rng.floats::<f64>(t * d, -1.0, 1.0), &half));
+        let (_, saved) = silu_and_mul::forward_train(&dev, &bx).unwrap();
+        let g = silu_and_mul::backward(&dev, &saved, &dy).unwrap();
+        assert_eq!(
+            host(&g.x),
+            host(&silu_and_mul::vjp(&dev, &bx, &dy).unwrap().x)
+        );
+        check(
+            Case {
+                what: "half_softmax",
+                inputs: vec![(x2.clone(), xs.clone())],
+                outputs: vec![half.clone()],
+                run: &|v| vec![host(&half_softmax(&dev, &p(&v[0], &xs)).unwrap())],
+                vjp: &|v, c| {
+                    let g = half_softmax::vjp(&dev, &p(&v[0], &xs), &p(&c[0], &half)).unwrap();
+                    vec![host(&g.x)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) = half_softmax::jvp(&dev, &p(&v[0], &xs), &p(&tx[0], &xs)).unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let w2 = rng.floats::<f64>(t * d, -2.0, 2.0);
+        check(
+            Case {
+                what: "interleaved",
+                inputs: vec![(x2.clone(), xs.clone()), (w2.clone(), half.clone())],
+                outputs: vec![half.clone()],
+                run: &|v| {
+                    vec![host(
+                        &interleaved(&dev, &p(&v[0], &xs), &p(&v[1], &half)).unwrap(),
+                    )]
+                },
+                vjp: &|v, c| {
+                    let g =
+                        interleaved::vjp(&dev, &p(&v[0], &xs), &p(&v[1], &half), &p(&c[0], &half))
+                            .unwrap();
+                    vec![host(&g.x), host(&g.w)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) = interleaved::jvp(
+                        &dev,
+                        &p(&v[0], &xs),
+                        &p(&v[1], &half),
+                        &p(&tx[0], &xs),
+                        &p(&tx[1], &half),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let (h, pp) = (cols, rows + 1);
+        let qs = vec![t, h + pp];
+        let q = rng.floats::<f64>(t * (h + pp), -2.0, 2.0);
+        let b = rng.floats::<f64>(h, -2.0, 2.0);
+        check(
+            Case {
+                what: "parts_apart",
+                inputs: vec![(q.clone(), qs.clone()), (b.clone(), vec![h])],
+                outputs: vec![vec![t, h, pp]],
+                run: &|v| {
+                    vec![host(
+                        &parts_apart(&dev, &p(&v[0], &qs), &p(&v[1], &[h])).unwrap(),
+                    )]
+                },
+                vjp: &|v, c| {
+                    let g = parts_apart::vjp(
+                        &dev,
+                        &p(&v[0], &qs),
+                        &p(&v[1], &[h]),
+                        &p(&c[0], &[t, h, pp]),
+                    )
+                    .unwrap();
+                    vec![host(&g.q), host(&g.b)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) = parts_apart::jvp(
+                        &dev,
+                        &p(&v[0], &qs),
+                        &p(&v[1], &[h]),
+                        &p(&tx[0], &qs),
+                        &p(&tx[1], &[h]),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+
+        // Forward mode through gathers by an index of its own dims.
         let xs = vec![t, 2 * d];
         let x2 = rng.floats::<f64>(t * 2 * d, -3.0, 3.0);
         let v2 = rng.floats::<f64>(t * 2 * d, -1.0, 1.0);
@@ -1315,9 +1461,13 @@ fn views_and_gathers_have_derivatives() {
         let (vocab, e, positions) = (cols + 1, rows + 2, 5);
         let emb = rng.floats::<f64>(vocab * e, -2.0, 2.0);
         let cache = rng.floats::<f64>(positions * 2 * e, -2.0, 2.0);
-        let tokens: Vec<u32> = (0..t).map(|_| rng.below(vocab as u64 + 1) as u32).collect();
+        // Some out of range, the first in range: the tangent is not all zero.
+        let mut tokens: Vec<u32> = (0..t).map(|_| rng.below(vocab as u64 + 1) as u32).collect();
+        tokens[0] = rng.below(vocab as u64) as u32;
         let tokens = common::put(&dev, &tokens, &[t]);
-        let pos = common::put(&dev, &rng.indices(t, positions), &[t]);
+        let mut pos = rng.indices(t, positions);
+        pos[0] = rng.below(positions as u64) as i64;
+        let pos = common::put(&dev, &pos, &[t]);
         let (es, cs) = (vec![vocab, e], vec![positions, 2 * e]);
         let (ve, vc) = (
             rng.floats::<f64>(vocab * e, -1.0, 1.0),

@@ -1562,8 +1562,11 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
     use grad_kernels::cross_entropy_gathered::{
         __cross_entropy_gathered_j0 as ce_tangent, __cross_entropy_gathered_v0 as ce_both,
     };
+    use grad_kernels::half_softmax::{__half_softmax_d0 as sums, __half_softmax_d1 as half};
     use grad_kernels::permuted::__permuted_d0 as permuted_grads;
-    use grad_kernels::silu_and_mul::__silu_and_mul_j0 as silu_tangent;
+    use grad_kernels::silu_and_mul::{
+        __silu_and_mul_d0 as silu_grad, __silu_and_mul_j0 as silu_tangent,
+    };
     if !available() {
         return;
     }
@@ -1616,6 +1619,43 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
                 Tol::close(2f64.powi(-7), 1e-6),
                 Tol::close(2f64.powi(-7), 1e-6),
             ],
+        );
+        // The gradients stored through the halves' views into a buffer of `x`'s shape, which
+        // holds other values before: both halves overwrite it; one half leaves the other.
+        let dy = b16(rng.floats::<f32>(t * d, -1.0, 1.0));
+        let before = b16(rng.floats::<f32>(t * 2 * d, -9.0, 9.0));
+        let (bx, bdy) = (put(&dev, &x, &xs), put(&dev, &dy, &[t, d]));
+        let mut cpu = put(&dev, &before, &xs);
+        silu_grad(&dev, &bx, &bdy, &mut cpu).unwrap();
+        let written = |before: &[bf16]| Emulation {
+            written: vec![hex(before)],
+            ..Emulation::default()
+        };
+        written(&before).run(
+            &format!("silu_and_mul vjp {t}x{d}"),
+            &silu_grad::__fuse::PROGRAM,
+            vec![hex(&x), hex(&dy)],
+            vec![],
+            &[("t", t), ("d", d)],
+            &cpu,
+            &["bf16"],
+            &[Tol::close(2f64.powi(-7), 1e-6)],
+        );
+        let df = rng.floats::<f32>(t * d, -1.0, 1.0);
+        let bdf = put(&dev, &df, &[t, d]);
+        let (s0, s1) = sums(&dev, &bx, &bdf).unwrap();
+        let (h0, h1) = (common::host(&s0), common::host(&s1));
+        let mut cpu = put(&dev, &before, &xs);
+        half(&dev, &bx, &bdf, &s0, &s1, &mut cpu).unwrap();
+        written(&before).run(
+            &format!("half_softmax vjp {t}x{d}"),
+            &half::__fuse::PROGRAM,
+            vec![hex(&x), hex(&df), hex(&h0), hex(&h1)],
+            vec![],
+            &[("t", t), ("d", d)],
+            &cpu,
+            &["bf16"],
+            &[Tol::close(2f64.powi(-7), 1e-6)],
         );
         let y = b16(rng.floats::<f32>(rows * cols, -2.0, 2.0));
         let dy = b16(rng.floats::<f32>(rows * cols, -1.0, 1.0));

@@ -264,8 +264,9 @@ fn activation_softmax_and_loss_gradients_match_the_cpu() {
 }
 
 /// Reads through views and gathers: the gathered cross-entropy's loss and gradient (labels out
-/// of range included) and its tangent, `silu_and_mul`'s tangent through the parts of its
-/// input, and a permuted view's gradients and tangent, on the GPU against the CPU's.
+/// of range included) and its tangent, `silu_and_mul`'s tangent and gradient through the
+/// halves of its input (and a gradient of which one half is zero), and a permuted view's
+/// gradients and tangent, on the GPU against the CPU's.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn views_and_gathers_gradients_match_the_cpu() {
@@ -300,14 +301,25 @@ fn views_and_gathers_gradients_match_the_cpu() {
         let (t, d) = (rows, cols);
         let x2 = halves(&rng.floats::<f32>(t * 2 * d, -3.0, 3.0), bf16::from_f32);
         let v2 = halves(&rng.floats::<f32>(t * 2 * d, -1.0, 1.0), bf16::from_f32);
+        let dy = halves(&rng.floats::<f32>(t * d, -1.0, 1.0), bf16::from_f32);
+        let df = rng.floats::<f32>(t * d, -1.0, 1.0);
         assert_gpu_matches_cpu(
             &gpu,
             &format!("silu_and_mul {t}x{d}"),
             |dev: &Device| {
                 let xs = [t, 2 * d];
-                silu_and_mul::jvp(dev, &put(dev, &x2, &xs), &put(dev, &v2, &xs))
+                let x = put(dev, &x2, &xs);
+                let (y, tangent) = silu_and_mul::jvp(dev, &x, &put(dev, &v2, &xs))?;
+                let (_, g) = silu_and_mul::value_and_vjp(dev, &x, &put(dev, &dy, &[t, d]))?;
+                let h = half_softmax::vjp(dev, &x, &put(dev, &df, &[t, d]))?;
+                Ok((y, tangent, g.x, h.x))
             },
-            &[tol(2.0, 1e-6), tol(2.0, 1e-6)],
+            &[
+                tol(2.0, 1e-6),
+                tol(2.0, 1e-6),
+                tol(2.0, 1e-6),
+                tol(2.0, 1e-6),
+            ],
         );
         let y = halves(&rng.floats::<f32>(rows * cols, -2.0, 2.0), bf16::from_f32);
         let dy = halves(&rng.floats::<f32>(rows * cols, -1.0, 1.0), bf16::from_f32);

@@ -590,16 +590,21 @@ impl Checker<'_> {
         None
     }
 
-    /// The first read of a parameter listed in `#[vjp]` whose gradient would be a scatter
-    /// (a part, a step, a gather by an index with dims of its own: see [`View::picks`]), and
-    /// the error that says so.
+    /// The first read of a parameter listed in `#[vjp]` whose gradient would be a scatter-add:
+    /// a gather that may read an element more than once (an index with dims of its own, or
+    /// not along the parameter's other dims: see [`View::picks`]), and the error that says so.
+    /// Parts and steps read each element once: their gradients are stored through the same
+    /// views ([`crate::grad::Grad::Parts`]).
     pub fn first_scatter(&self, listed: &[usize]) -> Option<(TokenStream, String)> {
         self.nodes.iter().find_map(|n| {
             let Op::View(p, view) = &n.op else {
                 return None;
             };
             let storage = self.params[*p].shape.as_ref()?;
-            if !listed.contains(p) || view.picks(storage, &n.shape).is_some() {
+            if !listed.contains(p)
+                || view.gathers.is_empty()
+                || view.picks(storage, &n.shape).is_some()
+            {
                 return None;
             }
             let name = crate::ir::plain_name(&self.params[*p].name);
@@ -610,10 +615,9 @@ impl Checker<'_> {
                 .filter(|d| !storage.contains(d))
                 .map(|&d| format!("`{}`", self.dims[d].text(&self.dims)))
                 .collect();
-            let message = match (own.first(), view.gathers.is_empty()) {
-                (Some(d), _) => format!("`#[vjp]` does not yet differentiate a gather from `{name}` by an index with a dim `{name}` lacks ({d}), as here: indices may repeat, and its gradient would add up what each picks, a scatter; leave `{name}` out of `#[vjp]`, or list it in `#[jvp]`"),
-                (None, false) => format!("`#[vjp]` differentiates a gather from `{name}` whose indices run along `{name}`'s other dims, read whole (`x[.., labels]` with `labels: [n]` of `x: [n, v]`), and not this one; leave `{name}` out of `#[vjp]`, or list it in `#[jvp]`"),
-                (None, true) => format!("`#[vjp]` does not yet differentiate a part or step of `{name}`, as here: its gradient would be a scatter into `{name}`'s shape; pass each part as a tensor parameter of its own, or list `{name}` in `#[jvp]`"),
+            let message = match own.first() {
+                Some(d) => format!("`#[vjp]` does not yet differentiate a gather from `{name}` by an index with a dim `{name}` lacks ({d}), as here: indices may repeat, and its gradient would add up what each picks, a scatter; leave `{name}` out of `#[vjp]`, or list it in `#[jvp]`"),
+                None => format!("`#[vjp]` differentiates a gather from `{name}` whose indices run along `{name}`'s other dims, read whole (`x[.., labels]` with `labels: [n]` of `x: [n, v]`), and not this one; leave `{name}` out of `#[vjp]`, or list it in `#[jvp]`"),
             };
             Some((n.tokens.clone(), message))
         })

@@ -365,8 +365,32 @@ fn body(d: Option<&Derived>, result: &Result, bound: &[(usize, TokenStream)]) ->
         Dest::Result(j) => local(&format!("__r{j}")),
         Dest::Temp(t) => local(&format!("__t{t}")),
     };
+    let rt = rt();
     let mut calls = TokenStream::new();
+    let mut allocated: Vec<usize> = vec![];
     for step in &d.steps {
+        // A result stored in parts, allocated before the first launch that stores one: of its
+        // parameter's shape, zeroed where the parts leave elements out.
+        for w in &step.written {
+            if allocated.contains(&w.result) {
+                continue;
+            }
+            allocated.push(w.result);
+            let v = var(Dest::Result(w.result));
+            let like = &step.kernel.params[w.param].name;
+            let t = elem_tokens(step.kernel.params[w.param].elem);
+            let alloc = match w.covered {
+                true => quote!(alloc),
+                false => quote!(alloc_zeroed),
+            };
+            calls.extend(quote! {
+                let mut #v = #rt::__private::#alloc::<#t>(#dev, #rt::__private::AnyBuffer::shape(#like))?;
+            });
+        }
+        let written = step.written.iter().map(|w| {
+            let v = var(Dest::Result(w.result));
+            quote!(&mut #v)
+        });
         let f = &step.kernel.name;
         let args = step.kernel.params[..d.inputs].iter().map(|p| &p.name);
         let temps = step
@@ -379,13 +403,19 @@ fn body(d: Option<&Derived>, result: &Result, bound: &[(usize, TokenStream)]) ->
                     quote!(&#v)
                 }
             });
-        let outs: Vec<Ident> = step.dests.iter().map(|&dest| var(dest)).collect();
-        let bind = match outs.len() {
-            1 => quote!(#(#outs)*),
-            _ => quote!((#(#outs),*)),
-        };
-        calls.extend(quote! {
-            let #bind = #f(#dev, #(#args,)* #(#temps),*)?;
+        // The outputs it returns: all but the parts it stores.
+        let outs: Vec<Ident> = step
+            .dests
+            .iter()
+            .zip(&step.kernel.outputs)
+            .filter(|(_, o)| o.place.is_none())
+            .map(|(&dest, _)| var(dest))
+            .collect();
+        let call = quote!(#f(#dev, #(#args,)* #(#temps,)* #(#written),*)?);
+        calls.extend(match outs.len() {
+            0 => quote!(#call;),
+            1 => quote!(let #(#outs)* = #call;),
+            _ => quote!(let (#(#outs),*) = #call;),
         });
     }
     let r = |j: usize| var(Dest::Result(j));

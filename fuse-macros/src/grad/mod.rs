@@ -18,7 +18,9 @@
 //! end.
 
 use crate::func::Func;
-use crate::ir::{Dim, DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamInfo, Reduce};
+use crate::ir::{
+    Dim, DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamInfo, Reduce, View,
+};
 use crate::parse::{BinOp, UnOp};
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span};
@@ -47,6 +49,20 @@ pub struct Graph {
     /// The temporaries written before the derived function runs: the values the training
     /// pair's forward saves.
     saved: Vec<usize>,
+}
+
+/// A listed parameter's gradient, in its type.
+pub enum Grad {
+    /// A value over the parameter's shape.
+    Whole(NodeId),
+    /// The gradient of a parameter read only in parts (slices of its composite dims,
+    /// `x[.., ..d]`): each part's, over the part's shape, to be stored where the part's view
+    /// reads; `covered` where the parts read cover the parameter (the other elements'
+    /// gradient is zero).
+    Parts {
+        parts: Vec<(View, NodeId)>,
+        covered: bool,
+    },
 }
 
 /// An adjoint or tangent's partial derivative: one, minus one, or a value.
@@ -489,7 +505,7 @@ impl Graph {
         outputs: &[OutputInfo],
         cotangents: &[Option<usize>],
         wrt: &[usize],
-    ) -> Vec<NodeId> {
+    ) -> Vec<Grad> {
         let n = self.nodes.len();
         let mut adj: Vec<Option<NodeId>> = vec![None; n];
         for (o, c) in outputs.iter().zip(cotangents) {
@@ -500,6 +516,8 @@ impl Graph {
             self.give(&mut adj, o.node, seed, &at);
         }
         let mut grads: Vec<Option<NodeId>> = vec![None; self.params.len()];
+        // The adjoints of the parts read (views without gathers that `picks` does not take).
+        let mut parts: Vec<Vec<(View, NodeId, Vec<DimId>)>> = vec![vec![]; self.params.len()];
         for i in (0..n).rev() {
             let Some(a) = adj[i] else { continue };
             let at = self.shape(i);
@@ -512,13 +530,19 @@ impl Graph {
                 }
                 Op::View(p, view) => {
                     let storage = self.params[p].shape.clone().unwrap_or_default();
-                    // Check refuses a listed parameter's view that `picks` does not take.
+                    // Check refuses a listed parameter's other views: gathers that may read
+                    // an element twice.
                     if let Some(picks) = view.picks(&storage, &at) {
                         let c = self.picked(a, &picks);
                         grads[p] = Some(match grads[p] {
                             Some(g) => self.add(g, c),
                             None => c,
                         });
+                    } else if view.gathers.is_empty() {
+                        match parts[p].iter_mut().find(|(v, _, _)| *v == *view) {
+                            Some((_, sum, _)) => *sum = self.add(*sum, a),
+                            None => parts[p].push((*view, a, at)),
+                        }
                     }
                 }
                 Op::Element(p, offset) => {
@@ -546,15 +570,43 @@ impl Graph {
         wrt.iter()
             .map(|&p| {
                 let shape = self.params[p].shape.clone().unwrap_or_default();
+                if !parts[p].is_empty() {
+                    return self.parts_grad(p, std::mem::take(&mut parts[p]));
+                }
                 let g = match grads[p] {
                     Some(g) => g,
                     None => self.lit(0.0),
                 };
                 let g = self.sum_to(g, &shape);
                 let g = self.broadcast_to(g, &shape);
-                self.cast(g, self.params[p].elem)
+                Grad::Whole(self.cast(g, self.params[p].elem))
             })
             .collect()
+    }
+
+    /// The gradient of parameter `p`, read only through the parts of `parts` (each distinct
+    /// view with the sum of its reads' adjoints, and its shape): each part's over its view's
+    /// shape, in `p`'s type. The parts cover `p` where there are as many as its composite dims
+    /// have parts together, each dim's parts being disjoint.
+    fn parts_grad(&mut self, p: usize, parts: Vec<(View, NodeId, Vec<DimId>)>) -> Grad {
+        let storage = self.params[p].shape.clone().unwrap_or_default();
+        let combinations: u64 = storage
+            .iter()
+            .map(|&d| match &self.dims[d] {
+                Dim::Composite(c) => c.terms().iter().map(|&(k, _)| k).sum(),
+                _ => 1,
+            })
+            .product();
+        let covered = parts.len() as u64 == combinations;
+        let elem = self.params[p].elem;
+        let parts = parts
+            .into_iter()
+            .map(|(view, a, shape)| {
+                let a = self.broadcast_to(a, &shape);
+                (view, self.cast(a, elem))
+            })
+            .collect();
+        Grad::Parts { parts, covered }
     }
 
     /// The adjoint `a` of a view that [`View::picks`] dims of its parameter by `picks`, at the
@@ -843,6 +895,37 @@ mod tests {
                 .count();
             assert_eq!(per_element, divisions, "with values: {with_values}");
         }
+    }
+
+    /// A parameter read in parts: each part's gradient is stored through its view, both
+    /// halves in one launch over their shape; the gradient's buffer is zeroed first only where
+    /// the parts read leave elements out.
+    #[test]
+    fn parts_are_stored_through_their_views() {
+        use super::schedule::Written;
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., ..d] * x[.., d..] }
+        });
+        let d = super::vjp(&k, false, "d").unwrap();
+        assert_eq!(d.steps.len(), 1);
+        let step = &d.steps[0];
+        let covered = Written {
+            result: 0,
+            param: 0,
+            covered: true,
+        };
+        assert_eq!(step.written, [covered]);
+        assert_eq!(step.kernel.outputs.len(), 2);
+        assert!(step.kernel.outputs.iter().all(|o| o.place.is_some()));
+        assert!(matches!(step.kernel.launch, crate::ir::Launch::Map { .. }));
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn f(x: [f32; t, 2 * d]) -> [f32; t, d] { x[.., d..].exp() }
+        });
+        let d = super::vjp(&k, false, "d").unwrap();
+        let written: Vec<bool> = d.steps[0].written.iter().map(|w| w.covered).collect();
+        assert_eq!(written, [false]);
     }
 
     /// The values a kernel reduces along dim 1 (`cols`), one for each reduction.

@@ -1,8 +1,10 @@
 //! The derivative's launches: the values wanted, split into as few kernels as fusion allows,
 //! with temporaries for the reductions nested in others, and merged where they fuse.
 
-use super::Graph;
-use crate::ir::{Dim, DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamInfo, Reduce};
+use super::{Grad, Graph};
+use crate::ir::{
+    Dim, DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamInfo, Place, Reduce, View,
+};
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
 
@@ -18,12 +20,24 @@ pub enum Dest {
 }
 
 /// One launch of a derived function: its kernel, whose parameters are the graph's first
-/// `inputs` parameters followed by the temporaries `temps` (graph parameters), and where each
-/// output goes.
+/// `inputs` parameters followed by the temporaries `temps` (graph parameters) and the results
+/// it writes in parts (`written`), and where each output goes.
 pub struct Step {
     pub kernel: Kernel,
     pub temps: Vec<usize>,
     pub dests: Vec<Dest>,
+    /// The results the launch stores in parts, in the order of its `&mut` parameters: each
+    /// result's place among the function's, the parameter whose shape it has, and whether
+    /// the parts cover it (else the function zeroes it first).
+    pub written: Vec<Written>,
+}
+
+/// A result stored through the views of its parts ([`Grad::Parts`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Written {
+    pub result: usize,
+    pub param: usize,
+    pub covered: bool,
 }
 
 /// A value wanted from a derived function.
@@ -35,6 +49,36 @@ struct Root {
     dest: Dest,
     /// Written as partial sums over rows (`OutputInfo::partial`), into `[parts, len]`.
     partial: bool,
+    /// Stored through a view of its result's buffer, which has the shape of a parameter:
+    /// one part of a gradient ([`Grad::Parts`]).
+    place: Option<(Written, View)>,
+}
+
+/// A value a derived function returns: its node, type and shape, and the view of its result's
+/// buffer it is stored through where it is one part of the result.
+type Wanted = (NodeId, Elem, Vec<DimId>, Option<(Written, View)>);
+
+/// The roots of a gradient, result `j` of the function, of parameter `p`.
+fn grad_roots(g: &Graph, j: usize, p: usize, grad: &Grad) -> Vec<Wanted> {
+    let elem = g.params[p].elem;
+    match grad {
+        Grad::Whole(node) => {
+            let shape = g.params[p].shape.clone().unwrap_or_default();
+            vec![(*node, elem, shape, None)]
+        }
+        Grad::Parts { parts, covered } => parts
+            .iter()
+            .map(|(view, node)| {
+                let written = Written {
+                    result: j,
+                    param: p,
+                    covered: *covered,
+                };
+                let shape = g.nodes[*node].shape.clone();
+                (*node, elem, shape, Some((written, view.clone())))
+            })
+            .collect(),
+    }
 }
 
 /// What a derived function computes: the graph and its launches.
@@ -49,13 +93,17 @@ pub struct Derived {
 pub fn vjp(k: &Kernel, with_values: bool, mode: &str) -> Result<Derived, String> {
     let (g, inputs, grads) = reverse(k);
     let wrt = k.vjp.clone().unwrap_or_default();
-    let mut roots = vec![];
+    let mut roots: Vec<Wanted> = vec![];
     if with_values {
-        roots.extend(k.outputs.iter().map(|o| (o.node, o.elem, o.shape.clone())));
+        roots.extend(
+            k.outputs
+                .iter()
+                .map(|o| (o.node, o.elem, o.shape.clone(), None)),
+        );
     }
-    for (&p, &node) in wrt.iter().zip(&grads) {
-        let shape = g.params[p].shape.clone().unwrap_or_default();
-        roots.push((node, g.params[p].elem, shape));
+    for (i, (&p, grad)) in wrt.iter().zip(&grads).enumerate() {
+        let j = i + if with_values { k.outputs.len() } else { 0 };
+        roots.extend(grad_roots(&g, j, p, grad));
     }
     finish(k, g, inputs, roots, vec![], mode)
 }
@@ -63,7 +111,7 @@ pub fn vjp(k: &Kernel, with_values: bool, mode: &str) -> Result<Derived, String>
 /// The graph of `k`'s gradients (of `#[vjp]`'s list), given a cotangent parameter for each
 /// float output: the graph, its first parameters that are the function's inputs (the kernel's
 /// and the cotangents), and the gradient of each listed parameter.
-fn reverse(k: &Kernel) -> (Graph, usize, Vec<NodeId>) {
+fn reverse(k: &Kernel) -> (Graph, usize, Vec<Grad>) {
     let wrt = k.vjp.clone().unwrap_or_default();
     let mut g = Graph::new(k);
     let names = output_names(&param_names(k), k.outputs.len(), k.tuple, "d_");
@@ -97,38 +145,47 @@ pub fn jvp(k: &Kernel, mode: &str) -> Result<Derived, String> {
         .collect();
     let inputs = g.params.len();
     let outs = g.forward(&k.outputs, &wrt, &tangents);
-    let mut roots: Vec<(NodeId, Elem, Vec<DimId>)> = k
+    let mut roots: Vec<Wanted> = k
         .outputs
         .iter()
-        .map(|o| (o.node, o.elem, o.shape.clone()))
+        .map(|o| (o.node, o.elem, o.shape.clone(), None))
         .collect();
     for (o, t) in k.outputs.iter().zip(outs) {
         if let Some(t) = t {
-            roots.push((t, o.elem, o.shape.clone()));
+            roots.push((t, o.elem, o.shape.clone(), None));
         }
     }
     finish(k, g, inputs, roots, vec![], mode)
 }
 
 /// The launches computing `roots`, reading the values of `using` from the temporaries beside
-/// them (the training pair's saved values) rather than computing them.
+/// them (the training pair's saved values) rather than computing them. Each root is a result
+/// of its own, in order, except the parts of one result, which are that result.
 fn finish(
     k: &Kernel,
     mut g: Graph,
     inputs: usize,
-    roots: Vec<(NodeId, Elem, Vec<DimId>)>,
+    roots: Vec<Wanted>,
     using: Vec<(NodeId, usize)>,
     mode: &str,
 ) -> Result<Derived, String> {
+    let mut results = 0;
     let roots = roots
         .into_iter()
-        .enumerate()
-        .map(|(j, (node, elem, shape))| Root {
-            node,
-            elem,
-            shape,
-            dest: Dest::Result(j),
-            partial: false,
+        .map(|(node, elem, shape, place)| {
+            let j = match &place {
+                Some((w, _)) => w.result,
+                None => results,
+            };
+            results = results.max(j + 1);
+            Root {
+                node,
+                elem,
+                shape,
+                dest: Dest::Result(j),
+                partial: false,
+                place,
+            }
         })
         .collect();
     let mut planned = vec![];
@@ -146,7 +203,8 @@ fn finish(
             Step {
                 kernel,
                 temps,
-                dests: p.roots.iter().map(|r| r.dest).collect(),
+                dests: p.ordered().iter().map(|r| r.dest).collect(),
+                written: p.written(),
             }
         })
         .collect();
@@ -225,6 +283,26 @@ impl Planned {
         temps
     }
 
+    /// The roots in the order of the launch's outputs: those it returns, then the parts it
+    /// stores through views (as a kernel's returned outputs come before its `&mut` writes).
+    fn ordered(&self) -> Vec<&Root> {
+        let (returned, placed): (Vec<&Root>, Vec<&Root>) =
+            self.roots.iter().partition(|r| r.place.is_none());
+        returned.into_iter().chain(placed).collect()
+    }
+
+    /// The results stored in parts, each once, in the order of their first part: the order
+    /// of the launch's `&mut` parameters.
+    fn written(&self) -> Vec<Written> {
+        let mut out: Vec<Written> = vec![];
+        for (w, _) in self.roots.iter().filter_map(|r| r.place.as_ref()) {
+            if !out.iter().any(|o| o.result == w.result) {
+                out.push(*w);
+            }
+        }
+        out
+    }
+
     /// The temporaries the launch writes.
     fn writes(&self) -> impl Iterator<Item = usize> + '_ {
         self.roots.iter().filter_map(|r| match r.dest {
@@ -258,11 +336,10 @@ impl Planned {
                         _ => axis.is_none() && !g.nodes[i].shape.is_empty(),
                     }
             });
-            let root_needs = axis.is_none()
-                && self
-                    .roots
-                    .iter()
-                    .any(|root| after[root.node] && !root.shape.is_empty());
+            let root_needs = self.roots.iter().any(|root| {
+                after[root.node]
+                    && ((axis.is_none() && !root.shape.is_empty()) || root.place.is_some())
+            });
             if needed || root_needs {
                 found.push(r);
             }
@@ -323,6 +400,7 @@ fn plan(
                 shape,
                 dest: Dest::Temp(t),
                 partial: false,
+                place: None,
             });
         }
         if !temp_roots.is_empty() {
@@ -345,7 +423,7 @@ fn build(
     temps: &[usize],
     name: &str,
 ) -> Option<Kernel> {
-    let (roots, live) = (&p.roots, p.live(g));
+    let (roots, live) = (p.ordered(), p.live(g));
     let param_index = |p: usize| -> usize {
         match p < inputs {
             true => p,
@@ -380,7 +458,7 @@ fn build(
     }
     // Each result in its type: a cast where the value is of another.
     let mut outputs = vec![];
-    for r in roots {
+    for r in &roots {
         let mut id = map[r.node];
         if nodes[id].elem() != r.elem {
             let shape = nodes[id].shape.clone();
@@ -399,7 +477,7 @@ fn build(
             packed: false,
         });
     }
-    let params: Vec<ParamInfo> = (0..inputs)
+    let mut params: Vec<ParamInfo> = (0..inputs)
         .chain(temps.iter().copied())
         .map(|p| ParamInfo {
             name: g.params[p].name.clone(),
@@ -409,6 +487,28 @@ fn build(
             packed: g.params[p].packed,
         })
         .collect();
+    // The results stored in parts: a `&mut` parameter each, after the temporaries, and each
+    // part's output stored through its view of it.
+    for w in p.written() {
+        let name = format!("__w{}", w.result);
+        params.push(ParamInfo {
+            name: Ident::new(&name, Span::call_site()),
+            elem: g.params[w.param].elem,
+            shape: g.params[w.param].shape.clone(),
+            written: true,
+            packed: false,
+        });
+        let param = params.len() - 1;
+        for (r, o) in roots.iter().zip(&mut outputs) {
+            if let Some((_, view)) = r.place.as_ref().filter(|(x, _)| x.result == w.result) {
+                o.place = Some(Place {
+                    param,
+                    shape: params[param].shape.clone().unwrap_or_default(),
+                    view: view.clone(),
+                });
+            }
+        }
+    }
     // The partial sums' dim, added last, only where a launch uses it.
     let dims = match g.parts {
         Some(parts)
@@ -436,8 +536,12 @@ fn build(
         },
         launch => launch,
     };
+    // A store through a view is an elementwise launch's (check's rule for `&mut` writes).
+    if outputs.iter().any(|o| o.place.is_some()) && !matches!(launch, Launch::Map { .. }) {
+        return None;
+    }
     let doc = "Hidden: a launch of a derived function.";
-    let tuple = outputs.len() > 1;
+    let tuple = outputs.iter().filter(|o| o.place.is_none()).count() > 1;
     Some(Kernel {
         attrs: vec![
             syn::parse_quote!(#[doc = #doc]),
@@ -649,6 +753,7 @@ fn with_partials(
                 shape: vec![rows],
                 dest: Dest::Temp(placeholder),
                 partial: false,
+                place: None,
             };
         }
     }
@@ -658,6 +763,7 @@ fn with_partials(
         shape: vec![rows, len],
         dest: Dest::Temp(PARTIAL),
         partial: true,
+        place: None,
     }));
     let before: Vec<usize> = planned[..at]
         .iter()

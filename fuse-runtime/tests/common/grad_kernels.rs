@@ -76,11 +76,20 @@ fuse! {
         logsumexp(z as f32, cols) - (z[.., label] as f32)
     }
 
-    /// vLLM's `silu_and_mul` on the concatenated gate and up projections: forward mode
-    /// through the parts.
+    /// vLLM's `silu_and_mul` on the concatenated gate and up projections: both halves'
+    /// gradients stored in one launch over the halves' shape.
+    #[vjp(x)]
     #[jvp(x)]
     pub fn silu_and_mul(x: [bf16; t, 2 * d]) -> [bf16; t, d] {
         silu(x[.., ..d]) * x[.., d..]
+    }
+
+    /// One half read, through a row's sum: the gradient's other half is zero, the sum taken in
+    /// a launch before the one that stores the half.
+    #[vjp(x)]
+    pub fn half_softmax(x: [bf16; t, 2 * d]) -> [f32; t, d] {
+        let e = (x[.., ..d] as f32).exp();
+        e / sum(e, d)
     }
 
     #[vjp(x, y)]

@@ -57,12 +57,17 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
         .iter()
         .zip(&grads)
         .enumerate()
-        .map(|(j, (&p, &node))| Root {
-            node,
-            elem: g.params[p].elem,
-            shape: g.params[p].shape.clone().unwrap_or_default(),
+        .flat_map(|(j, (&p, grad))| {
+            let roots = super::grad_roots(&g, j, p, grad);
+            roots.into_iter().map(move |root| (j, root))
+        })
+        .map(|(j, (node, elem, shape, place))| Root {
             dest: super::Dest::Result(j),
+            node,
+            elem,
+            shape,
             partial: false,
+            place,
         })
         .collect();
     let domain = match &k.launch {
@@ -142,6 +147,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             shape: o.shape.clone(),
             dest: super::Dest::Result(j),
             partial: false,
+            place: None,
         })
         .collect();
     let forward_with = |g: &Graph, saved: &[NodeId]| {
@@ -152,6 +158,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             shape: g.nodes[n].shape.clone(),
             dest: super::Dest::Result(k.outputs.len() + i),
             partial: false,
+            place: None,
         }));
         let p = Planned {
             roots,
@@ -248,10 +255,10 @@ fn pack(forward: &mut Kernel, backward: &mut Derived, o: usize, temp: usize) {
     }
 }
 
-fn roots_of(roots: &[Root]) -> Vec<(NodeId, Elem, Vec<crate::ir::DimId>)> {
+fn roots_of(roots: &[Root]) -> Vec<super::Wanted> {
     roots
         .iter()
-        .map(|r| (r.node, r.elem, r.shape.clone()))
+        .map(|r| (r.node, r.elem, r.shape.clone(), r.place.clone()))
         .collect()
 }
 
@@ -333,6 +340,7 @@ fn bytes_of(d: &Derived, domain: &[crate::ir::DimId], saved: &[usize]) -> u32 {
                 .params
                 .iter()
                 .enumerate()
+                .filter(|(_, p)| !p.written)
                 .filter(|(_, p)| p.shape.as_ref().is_some_and(|s| same_dims(s, domain)))
                 .filter(|(i, _)| *i < d.inputs || !saved.contains(&s.temps[*i - d.inputs]))
                 .filter(|(i, _)| {
