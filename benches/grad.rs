@@ -221,6 +221,19 @@ fn case(id: &str) -> Option<Case> {
             },
             prepare: None,
         },
+        "G5G" => Case {
+            id: "G5G",
+            label: "cross-entropy forward + backward bf16, the label's logit gathered",
+            backward: |dev, i| {
+                let z = &i.bf16s[0];
+                let rows = z.shape()[0];
+                let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
+                let labels = i.labels.as_ref().expect("G5G has labels");
+                let (loss, g) = g5_cross_entropy_gathered::value_and_vjp(dev, z, labels, &d)?;
+                Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
+            },
+            ..case("G5")?
+        },
         "G6" => Case {
             id: "G6",
             label: "softmax backward bf16",

@@ -382,6 +382,13 @@ fuse! {
         logsumexp(z, v) - sum(if index(v) as i64 == label { z } else { 0.0 }, v)
     }
 
+    /// G5 as the workload writes it, the label's logit gathered (`z[row, label]`): the first
+    /// pass over a row does no label test, which G5's one-hot sum does in every element.
+    #[vjp(z)]
+    pub fn g5_cross_entropy_gathered(z: [bf16; t, v], label: [i64; t]) -> [f32; t] {
+        logsumexp(z as f32, v) - (z[.., label] as f32)
+    }
+
     /// G6: softmax, its shift detached as doc/language.md advises: the shift cancels, and
     /// its derivative (the maximum's, split among ties) would take two passes more.
     #[vjp(x)]
