@@ -22,6 +22,15 @@ fuse! {
         d * rsqrt(mean(d * d, (c, s)) + eps)
     }
 
+    /// GroupNorm with its per-channel affine: `x`'s gradient and every tangent derived (the
+    /// weight's gradient would sum over part of the merged dim).
+    #[vjp(x)]
+    #[jvp(x, w, bias)]
+    pub fn group_norm_affine(x: [f64; b, g, c, s], w: [f64; g, c], bias: [f64; g, c]) -> [f64; b, g, c, s] {
+        let d = x - mean(x, (c, s));
+        d * rsqrt(mean(d * d, (c, s)) + 1e-5) * w + bias
+    }
+
     #[vjp(x)]
     #[jvp(x)]
     pub fn softmax(x: [f64; rows, cols]) -> [f64; rows, cols] {
@@ -138,6 +147,55 @@ fn group_norm_gradients_match_finite_differences() {
             (left - right).abs() <= 1e-9 * (1.0 + left.abs()),
             "{left} against {right}"
         );
+
+        // With the affine: `dx` against finite differences, and the tangent along `x`, `w`
+        // and `bias` against finite differences of the forward.
+        let (w, bias) = (
+            rng.floats::<f64>(g * c, 0.5, 1.5),
+            rng.floats::<f64>(g * c, -1.0, 1.0),
+        );
+        let gc = [g, c];
+        let run = |a: &[Vec<f64>]| {
+            let y = group_norm_affine(
+                &dev,
+                &put(&dev, &a[0], &shape),
+                &put(&dev, &a[1], &gc),
+                &put(&dev, &a[2], &gc),
+            );
+            host(&y.unwrap())
+        };
+        let grads = group_norm_affine::vjp(
+            &dev,
+            &put(&dev, &x, &shape),
+            &put(&dev, &w, &gc),
+            &put(&dev, &bias, &gc),
+            &put(&dev, &dy, &shape),
+        )
+        .unwrap();
+        let want = numeric(&x, &|x| {
+            dot(&run(&[x.to_vec(), w.clone(), bias.clone()]), &dy)
+        });
+        assert_grad("affine dx", &host(&grads.x), &want);
+        let (vw, vb) = (
+            rng.floats::<f64>(g * c, -1.0, 1.0),
+            rng.floats::<f64>(g * c, -1.0, 1.0),
+        );
+        let (_, jv) = group_norm_affine::jvp(
+            &dev,
+            &put(&dev, &x, &shape),
+            &put(&dev, &w, &gc),
+            &put(&dev, &bias, &gc),
+            &put(&dev, &v, &shape),
+            &put(&dev, &vw, &gc),
+            &put(&dev, &vb, &gc),
+        )
+        .unwrap();
+        let want = numeric_tangent(
+            &[x.clone(), w.clone(), bias.clone()],
+            &[v.clone(), vw, vb],
+            &run,
+        );
+        assert_grad("affine tangent", &host(&jv), &want);
     }
 }
 

@@ -1682,6 +1682,70 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
     }
 }
 
+/// GroupNorm with its affine weight and bias (read at each element's place in the merged
+/// dim): `x`'s gradient and the tangent along every input, each launch against the CPU's.
+#[test]
+fn group_norm_derivatives_run_on_an_emulated_gpu() {
+    use grad_kernels::group_norm_affine::{
+        __group_norm_affine_d0 as grads, __group_norm_affine_j0 as tangents,
+    };
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (b, g, c, s) in [(2, 3, 5, 7), (1, 2, 4, 256), (3, 1, 3, 1024)] {
+        let shape = [b, g, c, s];
+        let dims = [("b", b), ("g", g), ("c", c), ("s", s)];
+        let n = b * g * c * s;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let (w, bias) = (
+            rng.floats::<f32>(g * c, 0.5, 1.5),
+            rng.floats::<f32>(g * c, -1.0, 1.0),
+        );
+        let dy = rng.floats::<f32>(n, -1.0, 1.0);
+        let (vw, vb) = (
+            rng.floats::<f32>(g * c, -1.0, 1.0),
+            rng.floats::<f32>(g * c, -1.0, 1.0),
+        );
+        let (bx, bw, bb) = (
+            put(&dev, &x, &shape),
+            put(&dev, &w, &[g, c]),
+            put(&dev, &bias, &[g, c]),
+        );
+        let cpu = grads(&dev, &bx, &bw, &bb, &put(&dev, &dy, &shape)).unwrap();
+        emulate(
+            &format!("group_norm_affine vjp {b}x{g}x{c}x{s}"),
+            &grads::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&bias), hex(&dy)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32"],
+            &[Tol::close(1e-4, 1e-4)],
+        );
+        let cpu = tangents(
+            &dev,
+            &bx,
+            &bw,
+            &bb,
+            &put(&dev, &dy, &shape),
+            &put(&dev, &vw, &[g, c]),
+            &put(&dev, &vb, &[g, c]),
+        )
+        .unwrap();
+        emulate(
+            &format!("group_norm_affine jvp {b}x{g}x{c}x{s}"),
+            &tangents::__fuse::PROGRAM,
+            vec![hex(&x), hex(&w), hex(&bias), hex(&dy), hex(&vw), hex(&vb)],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 1e-4)],
+        );
+    }
+}
+
 /// `permute`: each element read where its parameter's own layout has it, in an elementwise
 /// kernel and in row kernels along the dim whose stride is not one.
 #[test]

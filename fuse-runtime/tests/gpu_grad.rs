@@ -343,6 +343,63 @@ fn views_and_gathers_gradients_match_the_cpu() {
     }
 }
 
+/// GroupNorm with its affine weight and bias, read at each element's place in the merged dim
+/// `(c, s)`: `x`'s gradient and the tangent along every input, on the GPU against the CPU's,
+/// rows of 35 to 32768 elements.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn group_norm_derivatives_match_the_cpu() {
+    let Some(gpu) = gpu() else { return };
+    let mut rng = Rng::new();
+    for (b, g, c, s) in [
+        (2, 3, 5, 7),
+        (4, 32, 16, 1024),
+        (1, 2, 32, 1024),
+        (8, 4, 3, 33),
+    ] {
+        let shape = [b, g, c, s];
+        let n = b * g * c * s;
+        let x = rng.floats::<f32>(n, -3.0, 3.0);
+        let (w, bias) = (
+            rng.floats::<f32>(g * c, 0.5, 1.5),
+            rng.floats::<f32>(g * c, -1.0, 1.0),
+        );
+        let dy = rng.floats::<f32>(n, -1.0, 1.0);
+        let (vw, vb) = (
+            rng.floats::<f32>(g * c, -1.0, 1.0),
+            rng.floats::<f32>(g * c, -1.0, 1.0),
+        );
+        assert_gpu_matches_cpu(
+            &gpu,
+            &format!("group_norm_affine {b}x{g}x{c}x{s}"),
+            |dev: &Device| {
+                let (bx, bw, bb) = (
+                    put(dev, &x, &shape),
+                    put(dev, &w, &[g, c]),
+                    put(dev, &bias, &[g, c]),
+                );
+                let d = put(dev, &dy, &shape);
+                let grads = group_norm_affine::vjp(dev, &bx, &bw, &bb, &d)?;
+                let (y, t) = group_norm_affine::jvp(
+                    dev,
+                    &bx,
+                    &bw,
+                    &bb,
+                    &d,
+                    &put(dev, &vw, &[g, c]),
+                    &put(dev, &vb, &[g, c]),
+                )?;
+                Ok((grads.x, y, t))
+            },
+            &[
+                Tol::close(1e-4, 1e-4),
+                Tol::close(1e-4, 1e-4),
+                Tol::close(1e-4, 1e-4),
+            ],
+        );
+    }
+}
+
 /// The training pairs on the GPU against the CPU's, at every shape: the forward's outputs and
 /// what `backward` computes from what it saved (a row's statistics, a mask).
 #[test]

@@ -351,7 +351,7 @@ mod tests {
                     #[vjp(x, w)]
                     fn f(x: [f32; n, c, s], w: [f32; c]) -> [f32; n, c, s] { (x - mean(x, (c, s))) * w }
                 },
-                "`#[vjp]` does not yet differentiate a kernel that reads `w`, which has some of the dims `(c, s)`",
+                "`#[vjp]` does not yet differentiate a kernel with respect to `w`, which has some of the dims `(c, s)`",
             ),
         ];
         for (tokens, want) in cases {

@@ -268,30 +268,6 @@ impl<'a> Checker<'a> {
         outputs: &[OutputInfo],
     ) -> Option<(Option<Vec<usize>>, Option<Vec<usize>>)> {
         let errors_before = self.cx.len();
-        // A tensor with some of the dims a reduction takes together, read through gathers
-        // (`check::merge`): its gradient would be a reduction over part of a dim.
-        let merged: Vec<&Vec<DimId>> = self
-            .dims
-            .iter()
-            .filter_map(|d| match d {
-                Dim::Merged(parts) => Some(parts),
-                _ => None,
-            })
-            .collect();
-        let partial = self.params.iter().find_map(|p| {
-            let shape = p.shape.as_ref()?;
-            let parts = merged
-                .iter()
-                .find(|parts| parts.iter().any(|d| shape.contains(d)))?;
-            Some((p, parts))
-        });
-        if let (Some(attr), Some((p, parts))) = (def.derive.first(), partial) {
-            let mode = if attr.reverse { "vjp" } else { "jvp" };
-            let names: Vec<String> = parts.iter().map(|&d| self.dims[d].to_string()).collect();
-            let name = plain_name(&p.name);
-            self.cx.spanned(&p.name, format!("`#[{mode}]` does not yet differentiate a kernel that reads `{name}`, which has some of the dims `({})` that a reduction takes together, and not all; apply `{name}` in a kernel of its own", names.join(", ")));
-            return None;
-        }
         let (mut vjp, mut jvp) = (None, None);
         for attr in &def.derive {
             let mode = if attr.reverse { "vjp" } else { "jvp" };
@@ -354,7 +330,32 @@ impl<'a> Checker<'a> {
             }
             *slot = Some(listed);
         }
-        if let Some((at, message)) = vjp.as_ref().and_then(|listed| self.first_scatter(listed)) {
+        // A listed tensor with some of the dims a reduction takes together, read through
+        // gathers (`check::merge`): its gradient would be a reduction over part of a dim. (Its
+        // tangent is read through the same gathers; an unlisted one is read as in the kernel.)
+        let merged: Vec<&Vec<DimId>> = self
+            .dims
+            .iter()
+            .filter_map(|d| match d {
+                Dim::Merged(parts) => Some(parts),
+                _ => None,
+            })
+            .collect();
+        let partial = vjp.iter().flatten().find_map(|&p| {
+            let shape = self.params[p].shape.as_ref()?;
+            let parts = merged
+                .iter()
+                .find(|parts| parts.iter().any(|d| shape.contains(d)))?;
+            Some((p, parts))
+        });
+        if let Some((p, parts)) = partial {
+            let names: Vec<String> = parts.iter().map(|&d| self.dims[d].to_string()).collect();
+            let name = plain_name(&self.params[p].name);
+            let at = def.params[p].name.clone();
+            self.cx.spanned(&at, format!("`#[vjp]` does not yet differentiate a kernel with respect to `{name}`, which has some of the dims `({})` that a reduction takes together, and not all; leave `{name}` out of `#[vjp]` (the others' gradients are derived), or apply it in a kernel of its own", names.join(", ")));
+        } else if let Some((at, message)) =
+            vjp.as_ref().and_then(|listed| self.first_scatter(listed))
+        {
             self.cx.spanned(&at, message);
         }
         (self.cx.len() == errors_before).then_some((vjp, jvp))

@@ -92,6 +92,15 @@ fuse! {
         e / sum(e, d)
     }
 
+    /// GroupNorm with its per-channel affine, whose weight is read at each element's place in
+    /// the merged dim `(c, s)`: `x`'s gradient, and the tangent along every input.
+    #[vjp(x)]
+    #[jvp(x, w, bias)]
+    pub fn group_norm_affine(x: [f32; b, g, c, s], w: [f32; g, c], bias: [f32; g, c]) -> [f32; b, g, c, s] {
+        let d = x - mean(x, (c, s));
+        d * rsqrt(mean(d * d, (c, s)) + 1e-5) * w + bias
+    }
+
     #[vjp(x, y)]
     #[jvp(x, y)]
     pub fn permuted(x: [bf16; r, c], y: [bf16; c, r]) -> [bf16; r, c] {
