@@ -169,6 +169,50 @@ impl View {
         }
         (shape.len() + picks.len() == storage.len()).then_some(picks)
     }
+
+    /// Where the view is how `check::merge` reads a parameter of dims `storage` with only some
+    /// of the parts of merged dim `m` (`dims[m]`'s, GroupNorm's `w: [g, c]` against `(c, s)`),
+    /// over `shape` (the parameter's dims, its parts replaced by `m`): its own layout, each part
+    /// it has gathered by that part's coordinate over `m`. The merged dim and its parts.
+    pub fn merged_read(
+        &self,
+        storage: &[DimId],
+        shape: &[DimId],
+        dims: &[Dim],
+    ) -> Option<(DimId, Vec<DimId>)> {
+        let (m, parts) = shape.iter().find_map(|&d| match &dims[d] {
+            Dim::Merged(parts) if parts.iter().any(|p| storage.contains(p)) => Some((d, parts)),
+            _ => None,
+        })?;
+        let own = View::of_layout(storage, storage);
+        let stride = |d: DimId| {
+            storage
+                .iter()
+                .position(|&x| x == d)
+                .map(|at| &own.strides[at])
+        };
+        let strides: Option<Vec<Linear>> = shape
+            .iter()
+            .map(|&d| match d == m {
+                true => Some(vec![]),
+                false => stride(d).cloned(),
+            })
+            .collect();
+        let had: Vec<DimId> = parts
+            .iter()
+            .copied()
+            .filter(|p| storage.contains(p))
+            .collect();
+        let gathered = self.gathers.len() == had.len()
+            && self
+                .gathers
+                .iter()
+                .zip(&had)
+                .all(|(g, &d)| Some(&g.stride) == stride(d) && g.len == vec![(1, vec![d])]);
+        let covers = storage.len() + 1 == shape.len() + had.len();
+        (self.offset.is_empty() && strides? == self.strides && gathered && covers)
+            .then(|| (m, parts.clone()))
+    }
 }
 
 /// The dim of a slice picked by an index value: `p[.. + index * stride + ..]` where

@@ -22,13 +22,20 @@ fuse! {
         d * rsqrt(mean(d * d, (c, s)) + eps)
     }
 
-    /// GroupNorm with its per-channel affine: `x`'s gradient and every tangent derived (the
-    /// weight's gradient would sum over part of the merged dim).
-    #[vjp(x)]
+    /// GroupNorm with its per-channel affine: the weight's and bias's gradients sum over the
+    /// positions `s`, part of the merged dim `(c, s)`.
+    #[vjp(x, w, bias)]
     #[jvp(x, w, bias)]
     pub fn group_norm_affine(x: [f64; b, g, c, s], w: [f64; g, c], bias: [f64; g, c]) -> [f64; b, g, c, s] {
         let d = x - mean(x, (c, s));
         d * rsqrt(mean(d * d, (c, s)) + 1e-5) * w + bias
+    }
+
+    /// The weight stored channels first, read through `permute`.
+    #[vjp(x, w)]
+    pub fn group_norm_permuted(x: [f64; b, g, c, s], w: [f64; c, g]) -> [f64; b, g, c, s] {
+        let d = x - mean(x, (c, s));
+        d * rsqrt(mean(d * d, (c, s)) + 1e-5) * permute(w, (g, c))
     }
 
     #[vjp(x)]
@@ -176,6 +183,35 @@ fn group_norm_gradients_match_finite_differences() {
             dot(&run(&[x.to_vec(), w.clone(), bias.clone()]), &dy)
         });
         assert_grad("affine dx", &host(&grads.x), &want);
+        let want = numeric(&w, &|w| {
+            dot(&run(&[x.clone(), w.to_vec(), bias.clone()]), &dy)
+        });
+        assert_grad("affine dw", &host(&grads.w), &want);
+        let want = numeric(&bias, &|b| {
+            dot(&run(&[x.clone(), w.clone(), b.to_vec()]), &dy)
+        });
+        assert_grad("affine dbias", &host(&grads.bias), &want);
+        let wt: Vec<f64> = (0..c * g).map(|i| w[(i % g) * c + i / g]).collect();
+        let runp = |x: &[f64], wt: &[f64]| {
+            let y = group_norm_permuted(&dev, &put(&dev, x, &shape), &put(&dev, wt, &[c, g]));
+            dot(&host(&y.unwrap()), &dy)
+        };
+        let gp = group_norm_permuted::vjp(
+            &dev,
+            &put(&dev, &x, &shape),
+            &put(&dev, &wt, &[c, g]),
+            &put(&dev, &dy, &shape),
+        )
+        .unwrap();
+        assert_grad(
+            "permuted dw",
+            &host(&gp.w),
+            &numeric(&wt, &|wt| runp(&x, wt)),
+        );
+        assert_grad("permuted dx", &host(&gp.x), &numeric(&x, &|x| runp(x, &wt)));
+        // As doc/language.md says: the bias's sums over `b`; `dx` with the rows' statistics;
+        // the weight's sums over `b`, which need them; both summed over `s`.
+        assert_eq!(group_norm_affine::VJP_LAUNCHES, 4);
         let (vw, vb) = (
             rng.floats::<f64>(g * c, -1.0, 1.0),
             rng.floats::<f64>(g * c, -1.0, 1.0),

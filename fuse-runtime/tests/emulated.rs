@@ -1683,11 +1683,15 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
 }
 
 /// GroupNorm with its affine weight and bias (read at each element's place in the merged
-/// dim): `x`'s gradient and the tangent along every input, each launch against the CPU's.
+/// dim): the launch of `x`'s gradient, the one that sums the weight's and bias's over `s`
+/// (reading the sums over `b` through views over the parts of `(c, s)`), and the tangent along
+/// every input, each against the same launch on the CPU.
 #[test]
 fn group_norm_derivatives_run_on_an_emulated_gpu() {
     use grad_kernels::group_norm_affine::{
-        __group_norm_affine_d0 as grads, __group_norm_affine_j0 as tangents,
+        __group_norm_affine_d0 as bias_sums, __group_norm_affine_d1 as grads,
+        __group_norm_affine_d2 as weight_sums, __group_norm_affine_d3 as affine,
+        __group_norm_affine_j0 as tangents,
     };
     if !available() {
         return;
@@ -1712,16 +1716,42 @@ fn group_norm_derivatives_run_on_an_emulated_gpu() {
             put(&dev, &w, &[g, c]),
             put(&dev, &bias, &[g, c]),
         );
-        let cpu = grads(&dev, &bx, &bw, &bb, &put(&dev, &dy, &shape)).unwrap();
+        let bdy = put(&dev, &dy, &shape);
+        let cpu = grads(&dev, &bx, &bw, &bb, &bdy).unwrap();
         emulate(
-            &format!("group_norm_affine vjp {b}x{g}x{c}x{s}"),
+            &format!("group_norm_affine vjp dx {b}x{g}x{c}x{s}"),
             &grads::__fuse::PROGRAM,
             vec![hex(&x), hex(&w), hex(&bias), hex(&dy)],
             vec![],
             &dims,
             &cpu,
-            &["f32"],
-            &[Tol::close(1e-4, 1e-4)],
+            &["f32", "f32", "f32"],
+            &[
+                Tol::close(1e-4, 1e-4),
+                Tol::close(1e-4, 1e-4),
+                Tol::close(1e-4, 1e-4),
+            ],
+        );
+        let (t0, t1, _) = cpu;
+        let sb = bias_sums(&dev, &bx, &bw, &bb, &bdy).unwrap();
+        let sw = weight_sums(&dev, &bx, &bw, &bb, &bdy, &t0, &t1).unwrap();
+        let cpu = affine(&dev, &bx, &bw, &bb, &bdy, &sb, &sw).unwrap();
+        emulate(
+            &format!("group_norm_affine vjp dw, dbias {b}x{g}x{c}x{s}"),
+            &affine::__fuse::PROGRAM,
+            vec![
+                hex(&x),
+                hex(&w),
+                hex(&bias),
+                hex(&dy),
+                hex(&common::host(&sb)),
+                hex(&common::host(&sw)),
+            ],
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 1e-4)],
         );
         let cpu = tangents(
             &dev,

@@ -344,7 +344,7 @@ fn views_and_gathers_gradients_match_the_cpu() {
 }
 
 /// GroupNorm with its affine weight and bias, read at each element's place in the merged dim
-/// `(c, s)`: `x`'s gradient and the tangent along every input, on the GPU against the CPU's,
+/// `(c, s)`: every gradient and the tangent along every input, on the GPU against the CPU's,
 /// rows of 35 to 32768 elements.
 #[test]
 #[ignore = "needs a CUDA GPU"]
@@ -389,10 +389,13 @@ fn group_norm_derivatives_match_the_cpu() {
                     &put(dev, &vw, &[g, c]),
                     &put(dev, &vb, &[g, c]),
                 )?;
-                Ok((grads.x, y, t))
+                Ok((grads.x, grads.w, grads.bias, y, t))
             },
+            // The weight's and bias's gradients sum `b * s` terms.
             &[
                 Tol::close(1e-4, 1e-4),
+                Tol::close(1e-4, 1e-4 * (b * s) as f64),
+                Tol::close(1e-4, 1e-4 * (b * s) as f64),
                 Tol::close(1e-4, 1e-4),
                 Tol::close(1e-4, 1e-4),
             ],

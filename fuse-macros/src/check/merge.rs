@@ -349,7 +349,7 @@ mod tests {
             (
                 quote! {
                     #[vjp(x, w)]
-                    fn f(x: [f32; n, c, s], w: [f32; c]) -> [f32; n, c, s] { (x - mean(x, (c, s))) * w }
+                    fn f(x: [f32; n, c, s], w: [f32; c, 2 * e]) -> [f32; n, c, s, e] { (x - mean(x, (c, s))) * w[.., ..e] }
                 },
                 "`#[vjp]` does not yet differentiate a kernel with respect to `w`, which has some of the dims `(c, s)`",
             ),

@@ -331,8 +331,9 @@ impl<'a> Checker<'a> {
             *slot = Some(listed);
         }
         // A listed tensor with some of the dims a reduction takes together, read through
-        // gathers (`check::merge`): its gradient would be a reduction over part of a dim. (Its
-        // tangent is read through the same gathers; an unlisted one is read as in the kernel.)
+        // gathers (`check::merge`): its gradient is a reduction over part of a dim, which only
+        // a read of the whole tensor gives. (Its tangent is read through the same gathers; an
+        // unlisted one is read as in the kernel.)
         let merged: Vec<&Vec<DimId>> = self
             .dims
             .iter()
@@ -346,13 +347,21 @@ impl<'a> Checker<'a> {
             let parts = merged
                 .iter()
                 .find(|parts| parts.iter().any(|d| shape.contains(d)))?;
-            Some((p, parts))
+            // Read as a whole tensor is (`merge`'s gathers of its own layout), its gradient
+            // sums over the parts it lacks (`Graph::merged_adjoint`); through a slice, not yet.
+            let derivable = self.nodes.iter().all(|n| match &n.op {
+                Op::View(q, view) if *q == p => {
+                    view.merged_read(shape, &n.shape, &self.dims).is_some()
+                }
+                _ => true,
+            });
+            (!derivable).then_some((p, parts))
         });
         if let Some((p, parts)) = partial {
             let names: Vec<String> = parts.iter().map(|&d| self.dims[d].to_string()).collect();
             let name = plain_name(&self.params[p].name);
             let at = def.params[p].name.clone();
-            self.cx.spanned(&at, format!("`#[vjp]` does not yet differentiate a kernel with respect to `{name}`, which has some of the dims `({})` that a reduction takes together, and not all; leave `{name}` out of `#[vjp]` (the others' gradients are derived), or apply it in a kernel of its own", names.join(", ")));
+            self.cx.spanned(&at, format!("`#[vjp]` does not yet differentiate a kernel with respect to `{name}`, which has some of the dims `({})` that a reduction takes together, and not all, and is read through a slice; leave `{name}` out of `#[vjp]` (the others' gradients are derived), or read it whole", names.join(", ")));
         } else if let Some((at, message)) =
             vjp.as_ref().and_then(|listed| self.first_scatter(listed))
         {

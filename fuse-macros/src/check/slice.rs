@@ -604,6 +604,7 @@ impl Checker<'_> {
             if !listed.contains(p)
                 || view.gathers.is_empty()
                 || view.picks(storage, &n.shape).is_some()
+                || view.merged_read(storage, &n.shape, &self.dims).is_some()
             {
                 return None;
             }

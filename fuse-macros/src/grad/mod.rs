@@ -49,6 +49,9 @@ pub struct Graph {
     /// The temporaries written before the derived function runs: the values the training
     /// pair's forward saves.
     saved: Vec<usize>,
+    /// Values the derived function writes into temporaries first, for later launches to read
+    /// through views (`Graph::merged_adjoint`): each value and its temporary.
+    early: Vec<(NodeId, usize)>,
 }
 
 /// A listed parameter's gradient, in its type.
@@ -103,6 +106,7 @@ impl Graph {
             temps: vec![],
             parts: None,
             saved: vec![],
+            early: vec![],
         }
     }
 
@@ -532,7 +536,13 @@ impl Graph {
                     let storage = self.params[p].shape.clone().unwrap_or_default();
                     // Check refuses a listed parameter's other views: gathers that may read
                     // an element twice.
-                    if let Some(picks) = view.picks(&storage, &at) {
+                    if let Some((_, parts)) = view.merged_read(&storage, &at, &self.dims) {
+                        let c = self.merged_adjoint(a, &at, &parts, &storage);
+                        grads[p] = Some(match grads[p] {
+                            Some(g) => self.add(g, c),
+                            None => c,
+                        });
+                    } else if let Some(picks) = view.picks(&storage, &at) {
                         let c = self.picked(a, &picks);
                         grads[p] = Some(match grads[p] {
                             Some(g) => self.add(g, c),
@@ -625,6 +635,54 @@ impl Graph {
             c = self.select(hit, c, zero);
         }
         c
+    }
+
+    /// The adjoint `a` of a parameter of dims `storage` read with only some of `parts`, a
+    /// merged dim's (`View::merged_read`; the read's shape `at`, the merged dim in their place),
+    /// at the parameter: the sum of `a` over the parts it lacks (GroupNorm's `dw[g, c]`, the
+    /// sum over `s` of `a[g, (c, s)]`). A value over `m` cannot be summed over part of it, so
+    /// `a` goes to a temporary first (`early`), which the sum reads through a view over the
+    /// parts: `T[g, c * len(s) + s]` at `[g, c, s]`, the parameter's dims first.
+    fn merged_adjoint(
+        &mut self,
+        a: NodeId,
+        at: &[DimId],
+        parts: &[DimId],
+        storage: &[DimId],
+    ) -> NodeId {
+        let ct = self.ct;
+        let a = self.broadcast_to(a, at);
+        let a = self.p(a);
+        let t = self.param(&format!("__m{}", self.params.len()), ct, Some(at.to_vec()));
+        self.early.push((a, t));
+        // The parameter's dims in its order, then the parts it lacks: the sums over those
+        // (last, as a row kernel's axis) leave a value in the parameter's own order.
+        let lacks = parts.iter().copied().filter(|q| !storage.contains(q));
+        let shape: Vec<DimId> = storage.iter().copied().chain(lacks).collect();
+        let after = |dims: &[DimId], d: DimId| -> Vec<DimId> {
+            let at = dims
+                .iter()
+                .position(|&x| x == d)
+                .map_or(dims.len(), |i| i + 1);
+            dims[at..].to_vec()
+        };
+        let strides = shape
+            .iter()
+            .map(|&d| match parts.contains(&d) {
+                true => vec![(1, after(parts, d))],
+                false => vec![(1, after(at, d))],
+            })
+            .collect();
+        let view = View {
+            offset: vec![],
+            strides,
+            gathers: vec![],
+        };
+        let mut d = self.push(Op::View(t, Box::new(view)), ct, shape);
+        for &q in parts.iter().filter(|q| !storage.contains(q)) {
+            d = self.reduce(Reduce::Sum, d, Some(q));
+        }
+        d
     }
 
     /// The adjoint `a` of element `offset` of parameter `p` (`w[1]`, every dim of `w` of fixed

@@ -170,9 +170,24 @@ fn finish(
     mode: &str,
 ) -> Result<Derived, String> {
     let mut results = 0;
-    let roots = roots
+    // The values later launches read through views of their temporaries, planned first.
+    let early: Vec<Root> = g
+        .early
+        .clone()
         .into_iter()
-        .map(|(node, elem, shape, place)| {
+        .map(|(node, t)| Root {
+            node,
+            elem: g.params[t].elem,
+            shape: g.nodes[node].shape.clone(),
+            dest: Dest::Temp(t),
+            partial: false,
+            place: None,
+        })
+        .collect();
+    g.temps.extend(g.early.iter().copied());
+    let roots = early
+        .into_iter()
+        .chain(roots.into_iter().map(|(node, elem, shape, place)| {
             let j = match &place {
                 Some((w, _)) => w.result,
                 None => results,
@@ -186,7 +201,7 @@ fn finish(
                 partial: false,
                 place,
             }
-        })
+        }))
         .collect();
     let mut planned = vec![];
     plan(k, &mut g, inputs, roots, &using, &mut planned)?;
@@ -274,9 +289,15 @@ impl Planned {
 
     fn temps_read(&self, g: &Graph) -> Vec<usize> {
         let live = self.live(g);
+        let is_temp = |p: usize| g.temps.iter().any(|&(_, t)| t == p);
         let mut temps: Vec<usize> = (0..g.nodes.len())
             .filter(|&i| live[i])
-            .filter_map(|i| self.replacement(i))
+            .filter_map(|i| match (self.replacement(i), &g.nodes[i].op) {
+                (Some(t), _) => Some(t),
+                // A temporary read through a view (`Graph::early`).
+                (None, Op::View(p, _)) if is_temp(*p) => Some(*p),
+                _ => None,
+            })
             .collect();
         temps.sort_unstable();
         temps.dedup();
@@ -364,7 +385,14 @@ fn plan(
         roots,
         using: using.to_vec(),
     };
-    if build(k, g, inputs, &p, &p.temps_read(g), "__derived").is_some_and(|b| fair(&p, &b)) {
+    // A temporary read through a view is written by an earlier launch.
+    let reads_own = |p: &Planned| {
+        let writes: Vec<usize> = p.writes().collect();
+        p.temps_read(g).iter().any(|t| writes.contains(t))
+    };
+    if !reads_own(&p)
+        && build(k, g, inputs, &p, &p.temps_read(g), "__derived").is_some_and(|b| fair(&p, &b))
+    {
         planned.push(p);
         return Ok(());
     }
@@ -565,6 +593,10 @@ fn remap(op: &Op, map: &[usize], param: &dyn Fn(usize) -> usize) -> Op {
     match op {
         Op::Load(p) => Op::Load(param(*p)),
         Op::Scalar(p) => Op::Scalar(param(*p)),
+        Op::View(p, _) => match op.map_operands(|i| map[i]) {
+            Op::View(_, view) => Op::View(param(*p), view),
+            other => other,
+        },
         op => op.map_operands(|i| map[i]),
     }
 }

@@ -93,8 +93,9 @@ fuse! {
     }
 
     /// GroupNorm with its per-channel affine, whose weight is read at each element's place in
-    /// the merged dim `(c, s)`: `x`'s gradient, and the tangent along every input.
-    #[vjp(x)]
+    /// the merged dim `(c, s)`: every gradient (the weight's and bias's sum over `s`, part of
+    /// that dim) and the tangent along every input.
+    #[vjp(x, w, bias)]
     #[jvp(x, w, bias)]
     pub fn group_norm_affine(x: [f32; b, g, c, s], w: [f32; g, c], bias: [f32; g, c]) -> [f32; b, g, c, s] {
         let d = x - mean(x, (c, s));

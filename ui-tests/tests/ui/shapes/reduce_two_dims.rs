@@ -16,10 +16,15 @@ fuse! {
         argmax(x, (c, s))
     }
 
-    // A tensor with one of the dims reduced together can be read, but not differentiated.
+    // A tensor with one of the dims reduced together is differentiated where it is read
+    // whole (GroupNorm's weight), not through a slice.
     #[vjp(x, w)]
     fn k(x: [f32; n, c, s], w: [f32; c]) -> [f32; n, c, s] {
         (x - mean(x, (c, s))) * w
+    }
+    #[vjp(x, w)]
+    fn k2(x: [f32; n, c, s], w: [f32; c, 2 * e]) -> [f32; n, c, s, e] {
+        (x - mean(x, (c, s))) * w[.., ..e]
     }
 }
 
