@@ -1208,6 +1208,32 @@ fuse! {
         q[.., ..h] * b + q[.., h..].exp()
     }
 
+    /// A permuted parameter's gradient summed along another dim, and a softmax of a permuted
+    /// view: each written in the parameter's order from a value computed in the view's (a
+    /// launch of its own that transposes).
+    #[vjp(o, lse)]
+    #[jvp(o, lse)]
+    pub fn scaled_heads(o: [f64; t, h, d], lse: [f64; h, t]) -> [f64; t, h, d] {
+        o * permute(lse, (t, h)).exp()
+    }
+
+    #[vjp(y)]
+    #[jvp(y)]
+    pub fn softmax_of_transpose(y: [f64; c, r]) -> [f64; r, c] {
+        let v = permute(y, (r, c));
+        let e = (v - max(v, c)).exp();
+        e / sum(e, c)
+    }
+
+    /// A scalar whose gradient sums a term a row and a term an element: two full reductions
+    /// over different domains, a launch each.
+    #[vjp(x, softcap)]
+    #[jvp(x, softcap)]
+    pub fn softcapped(x: [f64; n, v], y: [i64; n], softcap: f64) -> [f64; n] {
+        let z = softcap * (x / softcap).tanh();
+        logsumexp(z, v) - softcap * (x[.., y] / softcap).tanh()
+    }
+
     #[jvp(emb, cache)]
     pub fn embed(emb: [f64; vocab, e], tokens: [u32; t], cache: [f64; p, 2 * e], pos: [i64; t]) -> [f64; t, e] {
         emb[tokens, ..].tanh() * cache[pos, ..e] + cache[pos, e..]
@@ -1533,6 +1559,93 @@ fn views_and_gathers_have_derivatives() {
                         &p(&v[1], &[h]),
                         &p(&tx[0], &qs),
                         &p(&tx[1], &[h]),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+
+        // Launches that transpose; full reductions over two domains.
+        let (tt, hh, dd) = (rows, cols, 3);
+        let (os, ls) = (vec![tt, hh, dd], vec![hh, tt]);
+        let o = rng.floats::<f64>(tt * hh * dd, -2.0, 2.0);
+        let lse = rng.floats::<f64>(hh * tt, -1.0, 1.0);
+        check(
+            Case {
+                what: "scaled_heads",
+                inputs: vec![(o.clone(), os.clone()), (lse.clone(), ls.clone())],
+                outputs: vec![os.clone()],
+                run: &|v| {
+                    vec![host(
+                        &scaled_heads(&dev, &p(&v[0], &os), &p(&v[1], &ls)).unwrap(),
+                    )]
+                },
+                vjp: &|v, c| {
+                    let g = scaled_heads::vjp(&dev, &p(&v[0], &os), &p(&v[1], &ls), &p(&c[0], &os))
+                        .unwrap();
+                    vec![host(&g.o), host(&g.lse)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) = scaled_heads::jvp(
+                        &dev,
+                        &p(&v[0], &os),
+                        &p(&v[1], &ls),
+                        &p(&tx[0], &os),
+                        &p(&tx[1], &ls),
+                    )
+                    .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let ys = vec![cols, rows];
+        check(
+            Case {
+                what: "softmax_of_transpose",
+                inputs: vec![(x.clone(), ys.clone())],
+                outputs: vec![s.clone()],
+                run: &|v| vec![host(&softmax_of_transpose(&dev, &p(&v[0], &ys)).unwrap())],
+                vjp: &|v, c| {
+                    let g = softmax_of_transpose::vjp(&dev, &p(&v[0], &ys), &p(&c[0], &s)).unwrap();
+                    vec![host(&g.y)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) =
+                        softmax_of_transpose::jvp(&dev, &p(&v[0], &ys), &p(&tx[0], &ys)).unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let softcap = rng.uniform(2.0, 5.0);
+        let cap = |v: &[f64]| v[0];
+        check(
+            Case {
+                what: "softcapped",
+                inputs: vec![(x.clone(), s.clone()), (vec![softcap], vec![])],
+                outputs: vec![vec![rows]],
+                run: &|v| {
+                    vec![host(
+                        &softcapped(&dev, &p(&v[0], &s), &l, cap(&v[1])).unwrap(),
+                    )]
+                },
+                vjp: &|v, c| {
+                    let g =
+                        softcapped::vjp(&dev, &p(&v[0], &s), &l, cap(&v[1]), &p(&c[0], &[rows]))
+                            .unwrap();
+                    vec![host(&g.x), host(&g.softcap)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) = softcapped::jvp(
+                        &dev,
+                        &p(&v[0], &s),
+                        &l,
+                        cap(&v[1]),
+                        &p(&tx[0], &s),
+                        cap(&tx[1]),
                     )
                     .unwrap();
                     vec![host(&j)]

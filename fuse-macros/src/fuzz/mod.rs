@@ -21,6 +21,7 @@
 //! (a new ui test shifts them); a failure is printed with its input, and an input that found a
 //! bug is kept below as a regression test, by its text.
 
+mod derive;
 mod gen;
 mod seeds;
 

@@ -18,6 +18,18 @@ const FOLDERS: [&str; 6] = [
 
 /// Every seed, flattened, in a fixed order so that a run is reproducible from its seed.
 pub fn all() -> Vec<Vec<Flat>> {
+    blocks()
+        .into_iter()
+        .map(|block| {
+            let mut flat = vec![];
+            flatten(block, &mut flat);
+            flat
+        })
+        .collect()
+}
+
+/// Every block of the repository, then the kernels of each that has several, one each.
+pub fn blocks() -> Vec<TokenStream> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let mut files = vec![];
     for folder in FOLDERS {
@@ -40,11 +52,19 @@ pub fn all() -> Vec<Vec<Flat>> {
         .collect();
     seeds.extend(kernels);
     seeds
+}
+
+/// Every kernel of the repository on its own (each block's kernels, split).
+pub fn kernels() -> Vec<TokenStream> {
+    blocks()
         .into_iter()
-        .map(|block| {
-            let mut flat = vec![];
-            flatten(block, &mut flat);
-            flat
+        .flat_map(|b| {
+            let split = split_kernels(b.clone());
+            if split.is_empty() {
+                vec![b]
+            } else {
+                split
+            }
         })
         .collect()
 }

@@ -365,6 +365,18 @@ impl Planned {
                 found.push(r);
             }
         }
+        // Full reductions iterate over one domain a launch: those over another than the widest
+        // one's go first (DyT-like scalars with a term a row and a term an element).
+        let full_over = |i: usize| match g.nodes[i].op {
+            Op::Reduce(_, x, None) if is_reduce(i) => Some(g.nodes[x].shape.clone()),
+            _ => None,
+        };
+        let widest = (0..n).filter_map(full_over).max_by_key(Vec::len);
+        for r in 0..n {
+            if !found.contains(&r) && full_over(r).is_some_and(|s| Some(&s) != widest.as_ref()) {
+                found.push(r);
+            }
+        }
         found
     }
 }
@@ -404,6 +416,13 @@ fn plan(
     }
     loop {
         let inner = p.inner_reductions(g);
+        if inner.is_empty()
+            && transpose(k, g, inputs, &mut p, using, planned)?
+            && build(k, g, inputs, &p, &p.temps_read(g), "__derived").is_some()
+        {
+            planned.push(p);
+            return Ok(());
+        }
         if inner.is_empty() {
             return Err(format!(
                 "the derivative of `{}` does not split into launches: this is a bug of fuse, please report it",
@@ -439,6 +458,47 @@ fn plan(
             return Ok(());
         }
     }
+}
+
+/// Where the one root of `p` is over its value's dims in another order (the gradient of a
+/// permuted parameter, in the parameter's order, of a value computed in the order it is read)
+/// and no launch computes it so: the value goes to a temporary in its own order, planned
+/// first, and the root reads it through a permuted view, an elementwise launch. Whether it
+/// did.
+fn transpose(
+    k: &Kernel,
+    g: &mut Graph,
+    inputs: usize,
+    p: &mut Planned,
+    using: &[(NodeId, usize)],
+    planned: &mut Vec<Planned>,
+) -> Result<bool, String> {
+    let [root] = &p.roots[..] else {
+        return Ok(false);
+    };
+    let (node, shape) = (root.node, g.shape(root.node));
+    let permuted = shape != root.shape
+        && shape.len() == root.shape.len()
+        && shape.iter().all(|d| root.shape.contains(d));
+    if !permuted || root.place.is_some() || root.partial {
+        return Ok(false);
+    }
+    let elem = g.elem(node);
+    let t = g.param(&format!("__t{}", g.temps.len()), elem, Some(shape.clone()));
+    g.temps.push((node, t));
+    let temp = Root {
+        node,
+        elem,
+        shape: shape.clone(),
+        dest: Dest::Temp(t),
+        partial: false,
+        place: None,
+    };
+    plan(k, g, inputs, vec![temp], using, planned)?;
+    let view = crate::ir::View::of_layout(&shape, &root.shape);
+    let read = g.push(Op::View(t, Box::new(view)), elem, root.shape.clone());
+    p.roots[0].node = read;
+    Ok(true)
 }
 
 /// The kernel computing `roots`, its parameters the graph's first `inputs` and then `temps`,
