@@ -73,9 +73,16 @@ fn main() {
         file.push_str("}\n\n");
         for p in batch {
             file.push_str(&p.glue);
+            let derive = match &p.derive {
+                Some(glue) => {
+                    file.push_str(glue);
+                    format!("Some(batch_{b}::derive_{})", p.name)
+                }
+                None => "None".to_string(),
+            };
             writeln!(
                 table,
-                "    Program {{ name: {:?}, seed: {:#x}, text: {:?}, desc: {:?}, run: batch_{b}::run_{} }},",
+                "    Program {{ name: {:?}, seed: {:#x}, text: {:?}, desc: {:?}, run: batch_{b}::run_{}, derive: {derive} }},",
                 p.name, p.seed, p.text, p.desc, p.name
             )
             .unwrap();

@@ -22,6 +22,9 @@ pub struct Program {
     pub text: String,
     pub desc: String,
     pub glue: String,
+    /// For a program with derivatives (`#[vjp]` and `#[jvp]` of every float parameter): the
+    /// glue that checks them (`fn derive_NAME`).
+    pub derive: Option<String>,
 }
 
 /// How a kernel iterates (see the language reference, "One fn, one launch").
@@ -1414,7 +1417,26 @@ impl Gen {
                 format!("({})", values.join(", ")),
             ),
         };
-        let mut text = format!("fn {name}({}){ret} {{\n", params.join(", "));
+        // Some programs without writes, with a float output and a float parameter, have
+        // derivatives along every float parameter (a stream of their own, so that the programs
+        // are the ones the seeds gave before).
+        let floats: Vec<usize> = (0..self.params.len())
+            .filter(|&i| self.params[i].buffer.is_none() && self.params[i].ty.is_float())
+            .collect();
+        let derives = self.writes.is_empty()
+            && !floats.is_empty()
+            && outs.iter().any(|&o| self.nodes[o].ty.is_float())
+            && Rng(seed ^ 0xd3e1_7a7e_0000_0005).percent(40);
+        let mut text = String::new();
+        if derives {
+            let names: Vec<&str> = floats
+                .iter()
+                .map(|&i| self.params[i].name.as_str())
+                .collect();
+            let list = names.join(", ");
+            writeln!(text, "#[vjp({list})]\n#[jvp({list})]").unwrap();
+        }
+        writeln!(text, "fn {name}({}){ret} {{", params.join(", ")).unwrap();
         for l in &self.lets {
             writeln!(text, "    {l}").unwrap();
         }
@@ -1487,13 +1509,111 @@ impl Gen {
             writeln!(desc, "write {} {} {}", w.buffer, w.value, items.join(" ")).unwrap();
         }
         let glue = self.glue(name, outs.len());
+        let derive = derives.then(|| self.derive_glue(name, outs, &floats));
         Program {
             name: name.to_string(),
             seed,
             text,
             desc,
             glue,
+            derive,
         }
+    }
+
+    /// The glue's type name of `ty`.
+    fn rust_ty(ty: Ty) -> &'static str {
+        match ty {
+            Ty::F16 => "f16",
+            Ty::Bf16 => "bf16",
+            other => other.name(),
+        }
+    }
+
+    /// `fn derive_NAME(dev, args) -> Result<Adjoint, Error>`: calls the forward, `vjp` with a
+    /// cotangent for each float output and `jvp` with a tangent for each float parameter
+    /// (`floats`), all drawn by the harness, and gathers `<J v, u>` and `<v, J^T u>`.
+    fn derive_glue(&self, name: &str, outs: &[usize], floats: &[usize]) -> String {
+        let mut s = format!(
+            "pub fn derive_{name}(dev: &Device, a: &Args) -> Result<crate::harness::Adjoint, Error> {{\n"
+        );
+        let mut args = vec![];
+        for (i, p) in self.params.iter().enumerate() {
+            let t = Self::rust_ty(p.ty);
+            match p.shape {
+                Some(_) => {
+                    writeln!(s, "    let {} = a.tensor::<{t}>(dev, {i})?;", p.name).unwrap();
+                    args.push(format!("&{}", p.name));
+                }
+                None => args.push(format!("a.scalar::<{t}>({i})")),
+            }
+        }
+        let args = args.join(", ");
+        writeln!(s, "    let r = {name}(dev, {args})?;").unwrap();
+        let out = |k: usize| match outs.len() {
+            1 => "r".to_string(),
+            _ => format!("r.{k}"),
+        };
+        let float_outs: Vec<usize> = (0..outs.len())
+            .filter(|&k| self.nodes[outs[k]].ty.is_float())
+            .collect();
+        let mut cots = vec![];
+        for (j, &k) in float_outs.iter().enumerate() {
+            let t = Self::rust_ty(self.nodes[outs[k]].ty);
+            writeln!(
+                s,
+                "    let u{j} = crate::harness::draw::<{t}>(dev, {}.shape(), {j})?;",
+                out(k)
+            )
+            .unwrap();
+            cots.push(format!("&u{j}"));
+        }
+        let mut tans = vec![];
+        for (j, &i) in floats.iter().enumerate() {
+            let p = &self.params[i];
+            let t = Self::rust_ty(p.ty);
+            let stream = 100 + j;
+            match p.shape {
+                Some(_) => {
+                    writeln!(
+                        s,
+                        "    let v{j} = crate::harness::draw::<{t}>(dev, {}.shape(), {stream})?;",
+                        p.name
+                    )
+                    .unwrap();
+                    tans.push(format!("&v{j}"));
+                }
+                None => {
+                    writeln!(
+                        s,
+                        "    let v{j} = crate::harness::draw::<{t}>(dev, &[], {stream})?;"
+                    )
+                    .unwrap();
+                    tans.push(format!("v{j}.to_vec()?[0]"));
+                }
+            }
+        }
+        writeln!(
+            s,
+            "    let g = {name}::vjp(dev, {args}, {})?;",
+            cots.join(", ")
+        )
+        .unwrap();
+        writeln!(
+            s,
+            "    let j = {name}::jvp(dev, {args}, {})?;",
+            tans.join(", ")
+        )
+        .unwrap();
+        writeln!(s, "    let mut adj = crate::harness::Adjoint::default();").unwrap();
+        for j in 0..float_outs.len() {
+            writeln!(s, "    adj.left(&j.{}, &u{j})?;", outs.len() + j).unwrap();
+        }
+        for (j, &i) in floats.iter().enumerate() {
+            let p = &self.params[i];
+            writeln!(s, "    adj.right(&v{j}, &g.{})?;", p.name).unwrap();
+        }
+        writeln!(s, "    Ok(adj)\n}}").unwrap();
+        s
     }
 
     /// `fn run_NAME(dev, args) -> Result<Vec<Out>, Error>`: uploads the inputs and each `&mut`

@@ -166,6 +166,113 @@ impl Out {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Derivatives.
+
+/// A float element type the derivative glue draws tangents and cotangents of.
+pub trait Float: Elem {
+    fn from_f64(v: f64) -> Self;
+}
+
+impl Float for f32 {
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+
+impl Float for f64 {
+    fn from_f64(v: f64) -> Self {
+        v
+    }
+}
+
+impl Float for f16 {
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+
+impl Float for bf16 {
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+
+/// A buffer of `shape` on `dev` of values in [-1, 1), drawn from `stream` (a tangent or a
+/// cotangent: the same for a program on every device).
+pub fn draw<T: Float>(dev: &Device, shape: &[usize], stream: u64) -> Result<Buffer<T>, Error> {
+    let mut rng = Rng(0xd1ff_0000_0000_0000 ^ stream.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+    let n: usize = shape.iter().product();
+    let v: Vec<T> = (0..n)
+        .map(|_| T::from_f64(rng.below(1 << 20) as f64 / f64::from(1 << 19) - 1.0))
+        .collect();
+    dev.upload(&v)?.reshape(shape)
+}
+
+/// `<J v, u>` (`left`, the tangent outputs against the cotangents) and `<v, J^T u>` (`right`,
+/// the tangents against the gradients), each with the sum of its terms' magnitudes: the two
+/// are equal but for rounding, which is small against those sums.
+#[derive(Default, Debug)]
+pub struct Adjoint {
+    pub left: f64,
+    pub right: f64,
+    pub left_abs: f64,
+    pub right_abs: f64,
+    /// Whether a 16-bit float took part (its rounding is `2^-8`, not `2^-24`).
+    pub narrow: bool,
+}
+
+fn floats<T: Elem>(b: &Buffer<T>) -> Result<Vec<f64>, Error> {
+    Ok(match T::values(b.to_vec()?) {
+        Vals::Float(v) => v,
+        Vals::Exact(v) => v.into_iter().map(|x| x as f64).collect(),
+    })
+}
+
+fn narrow<T>() -> bool {
+    std::mem::size_of::<T>() == 2
+}
+
+impl Adjoint {
+    fn dot<A: Elem, B: Elem>(a: &Buffer<A>, b: &Buffer<B>) -> Result<(f64, f64), Error> {
+        let (a, b) = (floats(a)?, floats(b)?);
+        let sum = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        let abs = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum();
+        Ok((sum, abs))
+    }
+
+    /// Adds `<t, u>` of a tangent output and its cotangent.
+    pub fn left<A: Elem, B: Elem>(&mut self, t: &Buffer<A>, u: &Buffer<B>) -> Result<(), Error> {
+        let (sum, abs) = Self::dot(t, u)?;
+        (self.left, self.left_abs) = (self.left + sum, self.left_abs + abs);
+        self.narrow |= narrow::<A>() || narrow::<B>();
+        Ok(())
+    }
+
+    /// Adds `<v, g>` of a tangent and its parameter's gradient.
+    pub fn right<A: Elem, B: Elem>(&mut self, v: &Buffer<A>, g: &Buffer<B>) -> Result<(), Error> {
+        let (sum, abs) = Self::dot(v, g)?;
+        (self.right, self.right_abs) = (self.right + sum, self.right_abs + abs);
+        self.narrow |= narrow::<A>() || narrow::<B>();
+        Ok(())
+    }
+
+    /// Whether every term was finite, so that the two sides can be compared.
+    pub fn finite(&self) -> bool {
+        [self.left, self.right, self.left_abs, self.right_abs]
+            .iter()
+            .all(|v| v.is_finite())
+    }
+
+    /// Whether the two sides agree: within `2^-6` (16-bit values) or `1e-4` (f32 and f64) of
+    /// the larger sum of magnitudes, rounding in each term and each sum.
+    pub fn agrees(&self) -> bool {
+        let rel = if self.narrow { 2f64.powi(-6) } else { 1e-4 };
+        let scale = self.left_abs.max(self.right_abs);
+        (self.left - self.right).abs() <= rel * scale + 1e-30
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Inputs.
 
 /// Sizes a dim takes: 1, primes, sizes that are not multiples of 4 or 8, powers of two, and

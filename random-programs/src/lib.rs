@@ -29,6 +29,13 @@ pub struct Program {
     /// Uploads the arguments to a device, calls the kernel, reads the outputs back.
     pub run:
         fn(&fuse_runtime::Device, &harness::Args) -> Result<Vec<harness::Out>, fuse_runtime::Error>,
+    /// For a program with `#[vjp]` and `#[jvp]` of every float parameter: gathers `<J v, u>`
+    /// and `<v, J^T u>` for the harness's tangents `v` and cotangents `u`.
+    pub derive: Option<Derive>,
 }
+
+/// The glue that checks a program's derivatives (`Program::derive`).
+pub type Derive =
+    fn(&fuse_runtime::Device, &harness::Args) -> Result<harness::Adjoint, fuse_runtime::Error>;
 
 include!(concat!(env!("OUT_DIR"), "/programs.rs"));
