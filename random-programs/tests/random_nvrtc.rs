@@ -3,8 +3,9 @@
 //! is compiled again with a lower one), failing on a compile error or a spill left, and listing
 //! the entries whose bound was lowered: the planner's bounds (`fuse-macros/src/plan/tuning.rs`)
 //! should fit most, where `fuse-runtime/tests/nvrtc_kernels.rs` holds the written kernels to
-//! their declared bounds. Every entry point of every eighth program by default (CI has two cores and the whole
-//! batch takes ten minutes there); `FUSE_RANDOM_NVRTC=all` compiles every entry of every program.
+//! their declared bounds. Every entry point of every eighth program by default, its derived
+//! launches' too (CI has two cores and the whole batch takes ten minutes there);
+//! `FUSE_RANDOM_NVRTC=all` compiles every entry of every program.
 //! `FUSE_DUMP_DIR=DIR` also writes each compiled entry's CUDA C to `DIR/<symbol>.cu`, to read
 //! or to run on the emulated GPU what a GPU run found (with `FUSE_RANDOM_ONLY`).
 //!
@@ -31,13 +32,21 @@ fn random_kernels_compile_for_sm80_and_sm90_without_spills() {
         .map(|p| p.name)
         .collect();
     let listed = std::env::var("FUSE_RANDOM_ONLY").is_ok_and(|o| !o.trim().is_empty());
-    let sampled = |name: &str| match listed {
-        true => only.contains(&name),
-        false => {
-            all || name
-                .strip_prefix('p')
-                .and_then(|n| n.parse::<usize>().ok())
-                .is_some_and(|n| n % 8 == 0)
+    // A derived launch (`__p8_d0`, `__p8_t`) counts as its program's.
+    let program = |name: &str| -> String {
+        let base = name.strip_prefix("__").unwrap_or(name);
+        base.split('_').next().unwrap_or(base).to_string()
+    };
+    let sampled = |name: &str| {
+        let name = program(name);
+        match listed {
+            true => only.contains(&name.as_str()),
+            false => {
+                all || name
+                    .strip_prefix('p')
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .is_some_and(|n| n % 8 == 0)
+            }
         }
     };
     // Naming the table links the programs in: `programs()` lists only what the binary holds.
