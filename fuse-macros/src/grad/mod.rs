@@ -536,7 +536,12 @@ impl Graph {
                     let storage = self.params[p].shape.clone().unwrap_or_default();
                     // Check refuses a listed parameter's other views: gathers that may read
                     // an element twice.
-                    if let Some((_, parts)) = view.merged_read(&storage, &at, &self.dims) {
+                    let merged = view.merged_read(&storage, &at, &self.dims);
+                    if let Some((_, parts)) = merged {
+                        // A temporary and launches of its own: only for a listed parameter.
+                        if !wrt.contains(&p) {
+                            continue;
+                        }
                         let c = self.merged_adjoint(a, &at, &parts, &storage);
                         grads[p] = Some(match grads[p] {
                             Some(g) => self.add(g, c),
@@ -984,6 +989,21 @@ mod tests {
         let d = super::vjp(&k, false, "d").unwrap();
         let written: Vec<bool> = d.steps[0].written.iter().map(|w| w.covered).collect();
         assert_eq!(written, [false]);
+    }
+
+    /// GroupNorm's affine weight, unlisted, costs nothing: `x`'s gradient is the one launch
+    /// it was before the weight's own gradient (summed over part of the merged dim, in
+    /// launches of its own) was derived.
+    #[test]
+    fn an_unlisted_partially_merged_parameter_adds_no_launch() {
+        let k = kernel(quote! {
+            #[vjp(x)]
+            fn f(x: [f32; b, g, c, s], w: [f32; g, c]) -> [f32; b, g, c, s] {
+                let d = x - mean(x, (c, s));
+                d * rsqrt(mean(d * d, (c, s)) + 1e-5) * w
+            }
+        });
+        assert_eq!(super::vjp(&k, false, "d").unwrap().steps.len(), 1);
     }
 
     /// The values a kernel reduces along dim 1 (`cols`), one for each reduction.
