@@ -1274,6 +1274,9 @@ fn views_and_gathers_have_derivatives() {
     // Both halves' gradients in one launch over the halves' shape; the other kernels' parts
     // after the sums they need, or each over its own shape.
     assert_eq!(silu_and_mul::VJP_LAUNCHES, 1);
+    // By bytes, an element of `[t, d]`: both halves of `x` and `dy` read, `dx`'s halves
+    // written, in f64.
+    assert_eq!(silu_and_mul::VJP_BYTES_PER_ELEMENT, 40.0);
     assert_eq!(half_softmax::VJP_LAUNCHES, 2);
     assert_eq!(interleaved::VJP_LAUNCHES, 1);
     println!("parts_apart: {} launches", parts_apart::VJP_LAUNCHES);

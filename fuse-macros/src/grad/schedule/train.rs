@@ -15,7 +15,7 @@
 
 use super::{build, finish, param_names, reverse, Derived, Planned, Root};
 use crate::grad::Graph;
-use crate::ir::{Kernel, Launch, NodeId, Op};
+use crate::ir::{Dim, Kernel, Launch, NodeId, Op};
 use crate::ty::Elem;
 
 /// What `forward_train` saves and `backward` reads.
@@ -335,32 +335,64 @@ fn bytes_of(d: &Derived, domain: &[crate::ir::DimId], saved: &[usize]) -> u32 {
     d.steps
         .iter()
         .map(|s| {
+            let dims = &s.kernel.dims;
             let reads: u32 = s
                 .kernel
                 .params
                 .iter()
                 .enumerate()
                 .filter(|(_, p)| !p.written)
-                .filter(|(_, p)| p.shape.as_ref().is_some_and(|s| same_dims(s, domain)))
                 .filter(|(i, _)| *i < d.inputs || !saved.contains(&s.temps[*i - d.inputs]))
                 .filter(|(i, _)| {
                     s.kernel
                         .nodes
                         .iter()
-                        .any(|n| matches!(n.op, Op::Load(q) if q == *i))
+                        .any(|n| matches!(n.op, Op::Load(q) | Op::View(q, _) if q == *i))
                 })
-                .map(|(_, p)| p.elem.bits() / 8)
+                .filter_map(|(_, p)| {
+                    let each = per_element(dims, p.shape.as_deref()?, domain)?;
+                    Some(each * p.elem.bits() / 8)
+                })
                 .sum();
             let writes: u32 = s
                 .kernel
                 .outputs
                 .iter()
-                .filter(|o| o.partial.is_none() && same_dims(&o.shape, domain))
-                .map(|o| o.elem.bits() / 8)
+                .filter(|o| o.partial.is_none())
+                .filter_map(|o| Some(per_element(dims, &o.shape, domain)? * o.elem.bits() / 8))
                 .sum();
             reads + writes
         })
         .sum()
+}
+
+/// How many elements of a tensor of `shape` there are an element of `domain`, where its dims
+/// are `domain`'s, some as a composite dim of parts of one of them (`x: [t, 2 * d]` against
+/// `[t, d]`: two); `None` for a tensor over other dims.
+fn per_element(
+    dims: &[Dim],
+    shape: &[crate::ir::DimId],
+    domain: &[crate::ir::DimId],
+) -> Option<u32> {
+    let mut each = 1u32;
+    let mut covered = vec![];
+    for &d in shape {
+        let (of, count) = match &dims[d] {
+            _ if domain.contains(&d) => (d, 1),
+            Dim::Composite(c) => {
+                let terms = c.terms();
+                let of = terms.first()?.1;
+                if !terms.iter().all(|&(_, x)| x == of) {
+                    return None;
+                }
+                (of, terms.iter().map(|&(k, _)| k).sum::<u64>())
+            }
+            _ => return None,
+        };
+        covered.push(of);
+        each = each.saturating_mul(u32::try_from(count).ok()?);
+    }
+    same_dims(&covered, domain).then_some(each)
 }
 
 /// A saved value as the docs name it: the source text of the kernel's own values, the
