@@ -1483,6 +1483,9 @@ fn views_and_gathers_have_derivatives() {
             host(&g.x),
             host(&silu_and_mul::vjp(&dev, &bx, &dy).unwrap().x)
         );
+        let (y, both) = silu_and_mul::value_and_vjp(&dev, &bx, &dy).unwrap();
+        assert_eq!(host(&y), host(&silu_and_mul(&dev, &bx).unwrap()));
+        assert_eq!(host(&both.x), host(&g.x));
         check(
             Case {
                 what: "half_softmax",
