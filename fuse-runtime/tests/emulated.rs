@@ -1683,15 +1683,14 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
 }
 
 /// GroupNorm with its affine weight and bias (read at each element's place in the merged
-/// dim): the launch of `x`'s gradient, the one that sums the weight's and bias's over `s`
-/// (reading the sums over `b` through views over the parts of `(c, s)`), and the tangent along
-/// every input, each against the same launch on the CPU.
+/// dim): the launch of `x`'s gradient, the one that sums the weight's and the bias's over `b`,
+/// the one that sums those over `s` (reading them through views over the parts of `(c, s)`),
+/// and the tangent along every input, each against the same launch on the CPU.
 #[test]
 fn group_norm_derivatives_run_on_an_emulated_gpu() {
     use grad_kernels::group_norm_affine::{
-        __group_norm_affine_d0 as bias_sums, __group_norm_affine_d1 as grads,
-        __group_norm_affine_d2 as weight_sums, __group_norm_affine_d3 as affine,
-        __group_norm_affine_j0 as tangents,
+        __group_norm_affine_d0 as grads, __group_norm_affine_d1 as over_b,
+        __group_norm_affine_d2 as over_s, __group_norm_affine_j0 as tangents,
     };
     if !available() {
         return;
@@ -1717,48 +1716,55 @@ fn group_norm_derivatives_run_on_an_emulated_gpu() {
             put(&dev, &bias, &[g, c]),
         );
         let bdy = put(&dev, &dy, &shape);
+        let inputs = || vec![hex(&x), hex(&w), hex(&bias), hex(&dy)];
+        let tol = || Tol::close(1e-4, 1e-4);
         let cpu = grads(&dev, &bx, &bw, &bb, &bdy).unwrap();
         emulate(
             &format!("group_norm_affine vjp dx {b}x{g}x{c}x{s}"),
             &grads::__fuse::PROGRAM,
-            vec![hex(&x), hex(&w), hex(&bias), hex(&dy)],
+            inputs(),
             vec![],
             &dims,
             &cpu,
             &["f32", "f32", "f32"],
-            &[
-                Tol::close(1e-4, 1e-4),
-                Tol::close(1e-4, 1e-4),
-                Tol::close(1e-4, 1e-4),
-            ],
+            &[tol(), tol(), tol()],
         );
         let (t0, t1, _) = cpu;
-        let sb = bias_sums(&dev, &bx, &bw, &bb, &bdy).unwrap();
-        let sw = weight_sums(&dev, &bx, &bw, &bb, &bdy, &t0, &t1).unwrap();
-        let cpu = affine(&dev, &bx, &bw, &bb, &bdy, &sb, &sw).unwrap();
+        let cpu = over_b(&dev, &bx, &bw, &bb, &bdy, &t0, &t1).unwrap();
+        let mut with_stats = inputs();
+        with_stats.extend([hex(&common::host(&t0)), hex(&common::host(&t1))]);
         emulate(
-            &format!("group_norm_affine vjp dw, dbias {b}x{g}x{c}x{s}"),
-            &affine::__fuse::PROGRAM,
-            vec![
-                hex(&x),
-                hex(&w),
-                hex(&bias),
-                hex(&dy),
-                hex(&common::host(&sb)),
-                hex(&common::host(&sw)),
-            ],
+            &format!("group_norm_affine vjp sums over b {b}x{g}x{c}x{s}"),
+            &over_b::__fuse::PROGRAM,
+            with_stats,
             vec![],
             &dims,
             &cpu,
             &["f32", "f32"],
-            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 1e-4)],
+            &[tol(), tol()],
+        );
+        // `over_b` returns its sums in the order of its roots, `over_s` reads them in the
+        // order of their temporaries.
+        let (s1, s0) = cpu;
+        let cpu = over_s(&dev, &bx, &bw, &bb, &bdy, &s0, &s1).unwrap();
+        let mut with_sums = inputs();
+        with_sums.extend([hex(&common::host(&s0)), hex(&common::host(&s1))]);
+        emulate(
+            &format!("group_norm_affine vjp dw, dbias {b}x{g}x{c}x{s}"),
+            &over_s::__fuse::PROGRAM,
+            with_sums,
+            vec![],
+            &dims,
+            &cpu,
+            &["f32", "f32"],
+            &[tol(), tol()],
         );
         let cpu = tangents(
             &dev,
             &bx,
             &bw,
             &bb,
-            &put(&dev, &dy, &shape),
+            &bdy,
             &put(&dev, &vw, &[g, c]),
             &put(&dev, &vb, &[g, c]),
         )
@@ -1771,7 +1777,7 @@ fn group_norm_derivatives_run_on_an_emulated_gpu() {
             &dims,
             &cpu,
             &["f32", "f32"],
-            &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 1e-4)],
+            &[tol(), tol()],
         );
     }
 }

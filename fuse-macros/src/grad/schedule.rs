@@ -206,6 +206,7 @@ fn finish(
     let mut planned = vec![];
     plan(k, &mut g, inputs, roots, &using, &mut planned)?;
     let planned = merge(k, &g, inputs, planned);
+    let planned = merge_later(k, &g, inputs, planned);
     let planned = partial_sums(k, &mut g, inputs, planned);
     let name = crate::ir::plain_name(&k.name);
     let steps = planned
@@ -671,6 +672,48 @@ fn fair(p: &Planned, b: &Kernel) -> bool {
         return true;
     };
     p.roots.len() == 1 || !crate::plan::columns(b) || b.outputs.iter().all(|o| &o.shape != domain)
+}
+
+/// Moves each launch into a later one it fuses with, where no launch between them reads what
+/// it writes (what it reads is written before it, so before the later one too): GroupNorm's
+/// bias's sums over `b`, which read only the inputs and so were planned first, join the
+/// weight's, which wait on the rows' statistics: one launch and one pass over `dy` fewer.
+fn merge_later(k: &Kernel, g: &Graph, inputs: usize, mut planned: Vec<Planned>) -> Vec<Planned> {
+    let mut i = 0;
+    while i < planned.len() {
+        let writes: Vec<usize> = planned[i].writes().collect();
+        let mut moved = false;
+        for j in i + 1..planned.len() {
+            let between = &planned[i + 1..j];
+            if between
+                .iter()
+                .any(|p| p.temps_read(g).iter().any(|t| writes.contains(t)))
+            {
+                break;
+            }
+            let mut both = planned[j].clone();
+            both.roots.extend(planned[i].roots.iter().cloned());
+            for &u in &planned[i].using {
+                if !both.using.contains(&u) {
+                    both.using.push(u);
+                }
+            }
+            let temps = both.temps_read(g);
+            if both.writes().any(|w| temps.contains(&w)) {
+                continue;
+            }
+            if build(k, g, inputs, &both, &temps, "__derived").is_some_and(|b| fair(&both, &b)) {
+                planned[j] = both;
+                planned.remove(i);
+                moved = true;
+                break;
+            }
+        }
+        if !moved {
+            i += 1;
+        }
+    }
+    planned
 }
 
 /// Moves the sums over rows of a launch over columns (a weight's gradient, `sum(dy * x *
