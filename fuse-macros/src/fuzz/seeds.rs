@@ -56,7 +56,11 @@ pub fn blocks() -> Vec<TokenStream> {
 
 /// Every kernel of the repository on its own (each block's kernels, split).
 pub fn kernels() -> Vec<TokenStream> {
-    blocks()
+    kernels_in(blocks())
+}
+
+fn kernels_in(blocks: Vec<TokenStream>) -> Vec<TokenStream> {
+    blocks
         .into_iter()
         .flat_map(|b| {
             let split = split_kernels(b.clone());

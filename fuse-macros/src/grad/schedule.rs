@@ -206,8 +206,8 @@ fn finish(
     let mut planned = vec![];
     plan(k, &mut g, inputs, roots, &using, &mut planned)?;
     let planned = merge(k, &g, inputs, planned);
-    let planned = merge_later(k, &g, inputs, planned);
     let planned = partial_sums(k, &mut g, inputs, planned);
+    let planned = merge_later(k, &g, inputs, planned);
     let name = crate::ir::plain_name(&k.name);
     let steps = planned
         .into_iter()
@@ -677,7 +677,9 @@ fn fair(p: &Planned, b: &Kernel) -> bool {
 /// Moves each launch into a later one it fuses with, where no launch between them reads what
 /// it writes (what it reads is written before it, so before the later one too): GroupNorm's
 /// bias's sums over `b`, which read only the inputs and so were planned first, join the
-/// weight's, which wait on the rows' statistics: one launch and one pass over `dy` fewer.
+/// weight's, which wait on the rows' statistics: one launch and one pass over `dy` fewer. A
+/// launch that reads the temporary the moved one writes then computes the value itself (a
+/// full sum and the scalar made of it in one launch), and the temporary is dropped.
 fn merge_later(k: &Kernel, g: &Graph, inputs: usize, mut planned: Vec<Planned>) -> Vec<Planned> {
     let mut i = 0;
     while i < planned.len() {
@@ -713,6 +715,23 @@ fn merge_later(k: &Kernel, g: &Graph, inputs: usize, mut planned: Vec<Planned>) 
             i += 1;
         }
     }
+    // A temporary now computed in the launch that read it is read by none: that launch
+    // computes the value without writing it.
+    let read: Vec<usize> = planned.iter().flat_map(|p| p.temps_read(g)).collect();
+    for p in &mut planned {
+        let unread: Vec<(NodeId, usize)> = p
+            .roots
+            .iter()
+            .filter_map(|r| match r.dest {
+                Dest::Temp(t) if !read.contains(&t) => Some((r.node, t)),
+                _ => None,
+            })
+            .collect();
+        p.roots
+            .retain(|r| !matches!(r.dest, Dest::Temp(t) if !read.contains(&t)));
+        p.using.retain(|u| !unread.contains(u));
+    }
+    planned.retain(|p| !p.roots.is_empty());
     planned
 }
 
