@@ -527,10 +527,7 @@ impl Graph {
             let at = self.shape(i);
             match self.nodes[i].op.clone() {
                 Op::Load(p) | Op::Scalar(p) => {
-                    grads[p] = Some(match grads[p] {
-                        Some(g) => self.add(g, a),
-                        None => a,
-                    });
+                    self.accumulate(&mut grads[p], a);
                 }
                 Op::View(p, view) => {
                     let storage = self.params[p].shape.clone().unwrap_or_default();
@@ -543,16 +540,10 @@ impl Graph {
                             continue;
                         }
                         let c = self.merged_adjoint(a, &at, &parts, &storage);
-                        grads[p] = Some(match grads[p] {
-                            Some(g) => self.add(g, c),
-                            None => c,
-                        });
+                        self.accumulate(&mut grads[p], c);
                     } else if let Some(picks) = view.picks(&storage, &at) {
                         let c = self.picked(a, &picks);
-                        grads[p] = Some(match grads[p] {
-                            Some(g) => self.add(g, c),
-                            None => c,
-                        });
+                        self.accumulate(&mut grads[p], c);
                     } else if view.gathers.is_empty() {
                         match parts[p].iter_mut().find(|(v, _, _)| *v == *view) {
                             Some((_, sum, _)) => *sum = self.add(*sum, a),
@@ -562,10 +553,7 @@ impl Graph {
                 }
                 Op::Element(p, offset) => {
                     if let Some(c) = self.element_adjoint(p, offset, a) {
-                        grads[p] = Some(match grads[p] {
-                            Some(g) => self.add(g, c),
-                            None => c,
-                        });
+                        self.accumulate(&mut grads[p], c);
                     }
                 }
                 Op::Reduce(r, x, dim) if self.float(x) => {
@@ -597,6 +585,14 @@ impl Graph {
                 Grad::Whole(self.cast(g, self.params[p].elem))
             })
             .collect()
+    }
+
+    /// Adds `c` to a gradient being summed (`None` before its first term).
+    fn accumulate(&mut self, sum: &mut Option<NodeId>, c: NodeId) {
+        *sum = Some(match *sum {
+            Some(g) => self.add(g, c),
+            None => c,
+        });
     }
 
     /// The gradient of parameter `p`, read only through the parts of `parts` (each distinct
@@ -662,8 +658,12 @@ impl Graph {
         self.early.push((a, t));
         // The parameter's dims in its order, then the parts it lacks: the sums over those
         // (last, as a row kernel's axis) leave a value in the parameter's own order.
-        let lacks = parts.iter().copied().filter(|q| !storage.contains(q));
-        let shape: Vec<DimId> = storage.iter().copied().chain(lacks).collect();
+        let lacks: Vec<DimId> = parts
+            .iter()
+            .copied()
+            .filter(|q| !storage.contains(q))
+            .collect();
+        let shape: Vec<DimId> = storage.iter().chain(&lacks).copied().collect();
         let after = |dims: &[DimId], d: DimId| -> Vec<DimId> {
             let at = dims
                 .iter()
@@ -684,7 +684,7 @@ impl Graph {
             gathers: vec![],
         };
         let mut d = self.push(Op::View(t, Box::new(view)), ct, shape);
-        for &q in parts.iter().filter(|q| !storage.contains(q)) {
+        for q in lacks {
             d = self.reduce(Reduce::Sum, d, Some(q));
         }
         d
