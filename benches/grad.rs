@@ -234,6 +234,19 @@ fn case(id: &str) -> Option<Case> {
             },
             ..case("G5")?
         },
+        "G5F" => Case {
+            id: "G5F",
+            label: "cross-entropy forward + backward bf16, gathered, #[fast_math]",
+            backward: |dev, i| {
+                let z = &i.bf16s[0];
+                let rows = z.shape()[0];
+                let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
+                let labels = i.labels.as_ref().expect("G5F has labels");
+                let (loss, g) = g5_cross_entropy_fast::value_and_vjp(dev, z, labels, &d)?;
+                Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
+            },
+            ..case("G5")?
+        },
         "G6" => Case {
             id: "G6",
             label: "softmax backward bf16",

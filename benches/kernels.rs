@@ -389,6 +389,14 @@ fuse! {
         logsumexp(z as f32, v) - (z[.., label] as f32)
     }
 
+    /// G5G with `#[fast_math]`: `exp` as `__expf` (`ex2.approx`), as Triton's softmax and
+    /// cross-entropy (the peers') compute it.
+    #[fast_math]
+    #[vjp(z)]
+    pub fn g5_cross_entropy_fast(z: [bf16; t, v], label: [i64; t]) -> [f32; t] {
+        logsumexp(z as f32, v) - (z[.., label] as f32)
+    }
+
     /// G6: softmax, its shift detached as doc/language.md advises: the shift cancels, and
     /// its derivative (the maximum's, split among ties) would take two passes more.
     #[vjp(x)]

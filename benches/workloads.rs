@@ -116,10 +116,10 @@ const CPU: Sizes = Sizes {
 };
 
 /// The rows, in the order they run; `copy` always runs, since `%copy` needs it.
-const IDS: [&str; 36] = [
+const IDS: [&str; 37] = [
     "W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8", "W9", "W10", "W11", "S1", "S2", "SW", "SO",
-    "S3", "V1", "V0", "V2", "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G5G", "G6", "G7", "G8",
-    "G1T", "G2T", "G6T", "GW", "T1", "C1",
+    "S3", "V1", "V0", "V2", "V3", "V4", "G1", "G2", "G3", "G4", "G5", "G5G", "G5F", "G6", "G7",
+    "G8", "G1T", "G2T", "G6T", "GW", "T1", "C1",
 ];
 
 /// What the command line asked for.
