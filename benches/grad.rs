@@ -64,6 +64,20 @@ impl Inputs {
     }
 }
 
+/// The logits, the labels, and the cotangent of each row's loss.
+type CrossEntropyInputs<'a> = (&'a Buffer<bf16>, &'a Buffer<i64>, Buffer<f32>);
+
+/// A cross-entropy's arguments besides its kernel's: the logits, the labels, and the
+/// cotangent of each row's loss, `1 / t` (the mean over rows).
+fn cross_entropy_inputs<'a>(dev: &Device, i: &'a Inputs) -> Result<CrossEntropyInputs<'a>, Error> {
+    let z = &i.bf16s[0];
+    let labels = i.labels.as_ref().ok_or_else(|| Error::Internal {
+        detail: "a cross-entropy case without labels".to_string(),
+    })?;
+    let rows = z.shape()[0];
+    Ok((z, labels, dev.upload(&vec![1.0 / rows as f32; rows])?))
+}
+
 /// Runs a training pair's forward on the inputs, untimed, for the backward to read.
 type Prepare = fn(&Device, &Inputs) -> Result<Box<dyn Any>, Error>;
 
@@ -212,10 +226,7 @@ fn case(id: &str) -> Option<Case> {
             formula: "4 t v",
             sums: &[false, false],
             backward: |dev, i| {
-                let z = &i.bf16s[0];
-                let rows = z.shape()[0];
-                let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
-                let labels = i.labels.as_ref().expect("G5 has labels");
+                let (z, labels, d) = cross_entropy_inputs(dev, i)?;
                 let (loss, g) = g5_cross_entropy::value_and_vjp(dev, z, labels, &d)?;
                 Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
             },
@@ -225,10 +236,7 @@ fn case(id: &str) -> Option<Case> {
             id: "G5G",
             label: "cross-entropy forward + backward bf16, the label's logit gathered",
             backward: |dev, i| {
-                let z = &i.bf16s[0];
-                let rows = z.shape()[0];
-                let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
-                let labels = i.labels.as_ref().expect("G5G has labels");
+                let (z, labels, d) = cross_entropy_inputs(dev, i)?;
                 let (loss, g) = g5_cross_entropy_gathered::value_and_vjp(dev, z, labels, &d)?;
                 Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
             },
@@ -238,10 +246,7 @@ fn case(id: &str) -> Option<Case> {
             id: "G5F",
             label: "cross-entropy forward + backward bf16, gathered, #[fast_math]",
             backward: |dev, i| {
-                let z = &i.bf16s[0];
-                let rows = z.shape()[0];
-                let d = dev.upload(&vec![1.0 / rows as f32; rows])?;
-                let labels = i.labels.as_ref().expect("G5F has labels");
+                let (z, labels, d) = cross_entropy_inputs(dev, i)?;
                 let (loss, g) = g5_cross_entropy_fast::value_and_vjp(dev, z, labels, &d)?;
                 Ok(vec![Grad::F32(loss), Grad::Bf16(g.z)])
             },
