@@ -12,15 +12,14 @@ use fuse_runtime::{fuse, Device, Error};
 fuse! {
     /// The loss `logsumexp(x) - x[label]` of each row, and the row's predicted class.
     ///
-    /// There is no indexing in the language: `index(cols)` is each element's column, so the `if`
-    /// keeps the label's logit and zeroes the rest, and the sum picks it out. A label outside
-    /// `0..cols` picks nothing, so its loss is the bare `logsumexp`, not a panic. `logsumexp`
-    /// subtracts the row's max before `exp`, so large logits do not overflow. All three
-    /// reductions run over `cols` and both outputs are `[rows]`, so this is one launch: a block
-    /// per row.
+    /// `x[.., label]` gathers each row's logit at its label. A label outside `0..cols` reads
+    /// 0.0, so its loss is the bare `logsumexp`, not a panic. `logsumexp` subtracts the row's
+    /// max before `exp`, so large logits do not overflow. Both reductions run over `cols` and
+    /// both outputs are `[rows]`, so this is one launch: a block per row. (The same pick as a
+    /// one-hot sum, `sum(if index(cols) as i64 == label { x } else { 0.0 }, cols)`, computes
+    /// the same values but tests the label in every element.)
     pub fn cross_entropy(x: [f32; rows, cols], label: [i64; rows]) -> ([f32; rows], [u32; rows]) {
-        let picked = sum(if index(cols) as i64 == label { x } else { 0.0 }, cols);
-        (logsumexp(x, cols) - picked, argmax(x, cols))
+        (logsumexp(x, cols) - x[.., label], argmax(x, cols))
     }
 }
 
