@@ -3401,6 +3401,90 @@ fn gathers_run_on_an_emulated_gpu() {
     }
 }
 
+/// bf16 copies store the bits they load, each NaN quieted with its payload kept as the CPU's
+/// conversion through f32 does: a plain copy and the cache write's scattered rows, vectors and
+/// odd tails, compared bit for bit with the CPU backend.
+#[test]
+fn bf16_copies_keep_their_bits_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    use fuse_runtime::bf16;
+    use kernels::writes as w;
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    // A bf16 buffer's bits, compared exactly (as `u16`), NaN payloads included.
+    let bits = |b: &fuse_runtime::Buffer<bf16>| -> Vec<u16> {
+        b.to_vec().unwrap().iter().map(|v| v.to_bits()).collect()
+    };
+    // Signalling and quiet NaNs of both signs with payloads, infinities, zeros, subnormals.
+    let specials = [
+        0x7f81u16, 0xff81, 0x7fc0, 0xffc3, 0x7fbf, 0x7f80, 0xff80, 0x8000, 0x0001, 0x807f,
+    ];
+    let mixed = |rng: &mut Rng, n: usize| -> Vec<bf16> {
+        let mut v: Vec<bf16> = rng.floats_special(n, -3.0, 3.0);
+        for (i, x) in v.iter_mut().enumerate() {
+            if i % 3 == 1 {
+                *x = bf16::from_bits(specials[(i / 3) % specials.len()]);
+            }
+        }
+        v
+    };
+    for (n, c) in [(5, 24), (3, 13), (1, 1), (17, 64)] {
+        let x = mixed(&mut rng, n * c);
+        let want = w::copy_bf16(&dev, &put(&dev, &x, &[n, c])).unwrap();
+        // The CPU's own bits: NaNs quieted, everything else as it was.
+        let got = bits(&want);
+        for (a, b) in x.iter().zip(&got) {
+            let q = if a.is_nan() {
+                a.to_bits() | 0x40
+            } else {
+                a.to_bits()
+            };
+            assert_eq!(q, *b, "the CPU's copy of {:#06x}", a.to_bits());
+        }
+        emulate(
+            &format!("copy_bf16 {n}x{c}"),
+            &w::copy_bf16::__fuse::PROGRAM,
+            vec![hex(&x)],
+            vec![],
+            &[("n", n), ("c", c)],
+            &put(&dev, &got, &[n, c]),
+            &["u16"],
+            &[Tol::EXACT],
+        );
+    }
+    let with = |written: Vec<String>| Emulation {
+        written,
+        ..Emulation::default()
+    };
+    for (t, h, d, slots) in [(7, 3, 16, 40), (5, 2, 3, 9)] {
+        let key = mixed(&mut rng, t * h * d);
+        // Distinct slots (a duplicate's winner is unspecified), one padding, one past the end.
+        let slot: Vec<i64> = (0..t as i64)
+            .map(|i| if i == 2 { -1 } else { i * 2 + 1 })
+            .collect();
+        let before = mixed(&mut rng, slots * h * d);
+        let mut cache = put(&dev, &before, &[slots, h, d]);
+        w::cache_rows(
+            &dev,
+            &put(&dev, &key, &[t, h, d]),
+            &put(&dev, &slot, &[t]),
+            &mut cache,
+        )
+        .unwrap();
+        with(vec![hex(&before)]).run(
+            &format!("cache_rows of special values {t}x{h}x{d} into {slots}"),
+            &w::cache_rows::__fuse::PROGRAM,
+            vec![hex(&key), hex(&slot)],
+            vec![],
+            &[("t", t), ("h", h), ("d", d), ("slots", slots)],
+            &put(&dev, &bits(&cache), &[slots, h, d]),
+            &["u16"],
+            &[Tol::EXACT],
+        );
+    }
+}
+
 /// Writes through `&mut` parameters: rows scattered to slots (some negative or past the end,
 /// writing nothing), two caches in one launch, halves and interleaved pairs of one buffer, a
 /// scatter beside a returned output, and every untouched element kept.

@@ -1024,6 +1024,11 @@ pub mod writes {
             cache[slot, .., ..] = key;
         }
 
+        /// A bf16 copy, as the cache write stores its rows: the bits as loaded, a NaN quieted.
+        pub fn copy_bf16(x: [bf16; n, c]) -> [bf16; n, c] {
+            x
+        }
+
         /// The key and the value cache in one launch.
         pub fn kv_cache(
             key: [f32; t, h, d],
