@@ -151,3 +151,108 @@ fn random_programs_derivatives_write_their_temporaries_first() {
         assert!(launches > 0);
     }
 }
+
+/// Random programs of a larger batch (p300-p799) whose derivatives did not plan: reductions
+/// over different dims (or over a dim and over every element) whose results only meet
+/// elementwise, which no rule put in earlier launches ("does not split into launches"); a sum
+/// over `d1` whose result scales values over a dim its operand lacks (the same); and a
+/// temporary left in a launch's `using` after `partial_sums` dropped the launch that wrote it,
+/// which a root that `merge_later` moved in read unwritten (p383's `vjp` did not compile).
+#[test]
+fn random_programs_derivatives_plan() {
+    let kernels = [
+        quote! {
+            #[vjp(x0, x1, x3, x5)]
+            #[jvp(x0, x1, x3, x5)]
+            fn p301(x0: [bf16; d0, d1, d2], x1: [f64; d0, d1], s2: u8, x3: [bf16; d0, d1, d2], x4: [i16; d0, d2], x5: [bf16; d1, d2]) -> ([bf16; d0, d1, d2], [bf16; d0, d1, d2]) {
+                let v2 = x1.is_finite();
+                let v3 = relu(x0);
+                let v5 = (if v2 { v3 } else { 4.0 });
+                let v16 = x3[.., x4, ..].round();
+                let v20 = sum(v5, d1);
+                ((-v5), ((if (!(s2 <= 2)) { (if v2 { x0 } else { v5.round() }) } else { (v16 % 3.0) }) - sum((v20 * x5), d1)))
+            }
+        },
+        quote! {
+            #[vjp(x0, x1, x3, x4, x5, x10, s11, x12)]
+            #[jvp(x0, x1, x3, x4, x5, x10, s11, x12)]
+            fn p314(x0: [bf16; d0, d1, d2], x1: [f64; d0, d1, d2], x2: [u64; d0, d2], x3: [f32; d2], x4: [f32; d0, d2], x5: [f64; d1, d0], x6: [u16; d0], x7: [u16; d0, d1], x8: [bool; d0, d1, d2], x9: [i8; d1, d2], x10: [f64; d0, d1, d2], s11: f64, x12: [f64; d2, d0]) -> ([f64; d0, d1, d2], [u16; d0, d1], [f64; d0, d1, d2]) {
+                let v6 = rsqrt(x1[.., x2, ..].signum()).atanh();
+                let v13 = logsumexp(x3.min(x4), d2);
+                (v6.max((index(d1) as f64)), (if v13.is_infinite() { (((permute(x5, (d0, d1)) as u16) * x6) - (x6 ^ x7)) } else { x6 }), sum((if x8[x9, .., ..] { v6 } else { x10 }).max(tanh(s11)), d2).min(permute(x12, (d0, d2))))
+            }
+        },
+        quote! {
+            #[vjp(x0, s2)]
+            #[jvp(x0, s2)]
+            fn p374(x0: [f16; d0], x1: [i16; d0], s2: f16) -> ([u8; d0], [f16; d0]) {
+                let v3 = ((-x1) as u8);
+                let v4 = (v3 | v3);
+                let v7 = v3.min((v4 & 9));
+                let v9 = (x0 / s2);
+                let v13 = (sum(x0, d0) * s2.atan());
+                (v7, (log2(v9) - v13))
+            }
+        },
+        quote! {
+            #[vjp(x0, x1, x3)]
+            #[jvp(x0, x1, x3)]
+            fn p383(x0: [bf16; d0, d1, d2], x1: [bf16; d0, d1, d2], x2: [i32; d0, d1], x3: [bf16; d0, d1, d2], s4: i64) -> [bf16; d0, d1, d2] {
+                let v5 = recip((x0 / x1).powi(x2));
+                let v9 = sum(x3[.., .., s4], d0);
+                v5.max(v9)
+            }
+        },
+        quote! {
+            #[vjp(x1, x2)]
+            #[jvp(x1, x2)]
+            fn p410(x0: [i16; d0, d1, d2], x1: [f64; d0, d1, d2], x2: [bf16; d2], x3: [bool; d0, d2]) -> [bf16; d0, d1, d2] {
+                let v7 = (if x3 { x2 } else { x2 });
+                (if (x1 == (-2.0)) { (-x2) } else { v7 }).clamp(acos(x2).acos(), 0.25)
+            }
+        },
+        quote! {
+            #[vjp(x1, x3, x4, x6, x7, x9, x10, x12, s13, x14, x15)]
+            #[jvp(x1, x3, x4, x6, x7, x9, x10, x12, s13, x14, x15)]
+            fn p470(x0: [u32; d0, d1, d2], x1: [f64; d0, d2], x2: [i16; d2], x3: [f32; d0, d1, d2], x4: [f32; d0, d2], x5: [i8; d0], x6: [f32; d2], x7: [f32; d0, d2], x8: [i64; d2], x9: [f32; d0], x10: [f64; d0, d1], x11: [i8; d0], x12: [f32; d0, d1], s13: f32, x14: [f32; d0, d1], x15: [f32; d2]) -> ([f64; d0, d1, d2], [f32; d0, d2], [f32; d0, d2]) {
+                let v17 = sum(x1[x2, ..].cosh().max((index(d1) as f64)), d1).mul_add((sum(x1.min((index(d1) as f64)), d1) % x1.cbrt()), (x3 as f64));
+                let v37 = x9.ln();
+                let v40 = sum(v37.max(x12), d1);
+                let v46 = logsumexp(((s13 - v37) * x14), d1);
+                let v48 = (v46 + 1.5);
+                (v17, (if ((x4[.., (x5 as i64)] > x4) || (x4 != x6)) { (if (x7[x8, ..] > x9) { asin(x7) } else { (x10[.., x11] as f32) }) } else { v40 }), (v48 + x15))
+            }
+        },
+        quote! {
+            #[vjp(x0, x1)]
+            #[jvp(x0, x1)]
+            fn p487(x0: [f16; d0, d1, d2], x1: [f16; d1, d2], x2: [i8; d2], x3: [u8; d1], x4: [u8; d1], x5: [u8; d0, d1]) -> ([f16; d0, d1, d2], [f16; d0, d1]) {
+                let v6 = x1[x2, ..].mul_add(x1, x0);
+                let v21 = (((x4 - 5) | x3.min(x5)) as f16);
+                (((x0 / 2.0) * v6).powf(min(((x3 as f16) * (index(d2) as f16)), d2)), v21)
+            }
+        },
+        quote! {
+            #[vjp(x0, x1, x2, x3, x4, x5)]
+            #[jvp(x0, x1, x2, x3, x4, x5)]
+            fn p557(x0: [f32; d0, d1, d2], x1: [f16; d1, d2], x2: [f32; d1], x3: [f16; d1, d2], x4: [f64; d0, d2], x5: [f64; d1, d2]) -> ([f16; d1, d2], [f64; d0, d1, d2]) {
+                let v2 = gelu(x1);
+                let v12 = x4.atanh();
+                (v2, (((x2 as f64) + (index(d0) as f64)) - (x3 as f64)).min(mean((v12 * x5), d0)))
+            }
+        },
+        quote! {
+            #[vjp(x1, x2, x4)]
+            #[jvp(x1, x2, x4)]
+            fn p585(x0: [i64; d0, d1, d2], x1: [f64; d0, d1, d2], x2: [f64; d0, d2], x3: [i16; d0], x4: [f64; d0, d2], x5: [u32; d0, d1]) -> ([u64; d0, d1, d2], [f64; d0, d1]) {
+                let v1 = x1;
+                ((v1 as u64), min(x2[.., (x3 as u32)].log(x4).acos(), d2).min((x5 as f64)))
+            }
+        },
+    ];
+    for tokens in kernels {
+        let k = crate::testing::kernel(tokens);
+        let launches = derives(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
+        assert!(launches > 0);
+    }
+}

@@ -207,7 +207,8 @@ fn finish(
     plan(k, &mut g, inputs, roots, &using, &mut planned)?;
     let planned = merge(k, &g, inputs, planned);
     let planned = partial_sums(k, &mut g, inputs, planned);
-    let planned = merge_later(k, &g, inputs, planned);
+    let saved: Vec<usize> = using.iter().map(|&(_, t)| t).collect();
+    let planned = merge_later(k, &g, inputs, planned, &saved);
     let name = crate::ir::plain_name(&k.name);
     let steps = planned
         .into_iter()
@@ -340,17 +341,24 @@ impl Planned {
         let n = g.nodes.len();
         let computed = |i: usize| live[i] && self.replacement(i).is_none();
         let is_reduce = |i: usize| computed(i) && matches!(g.nodes[i].op, Op::Reduce(..));
-        let mut found = vec![];
-        for r in (0..n).filter(|&i| is_reduce(i)) {
-            let Op::Reduce(_, _, axis) = g.nodes[r].op else {
-                unreachable!("`is_reduce` holds reductions")
-            };
-            // The values computed from `r`.
+        let axis = |i: usize| match g.nodes[i].op {
+            Op::Reduce(_, x, axis) => (x, axis),
+            _ => unreachable!("`is_reduce` holds reductions"),
+        };
+        // The values computed from `r`.
+        let after = |r: usize| {
             let mut after = vec![false; n];
             after[r] = true;
             for i in r + 1..n {
                 after[i] = computed(i) && g.nodes[i].op.operands().iter().any(|&o| after[o]);
             }
+            after
+        };
+        let reductions: Vec<NodeId> = (0..n).filter(|&i| is_reduce(i)).collect();
+        let mut found = vec![];
+        for &r in &reductions {
+            let (_, axis) = axis(r);
+            let after = after(r);
             let needed = (r + 1..n).any(|i| {
                 after[i]
                     && match g.nodes[i].op {
@@ -378,7 +386,39 @@ impl Planned {
                 found.push(r);
             }
         }
-        found
+        if !found.is_empty() {
+            return found;
+        }
+        // A launch iterates over its reductions' operands: a reduction over a dim whose result
+        // meets values over a dim its operand lacks (a sum over `d1` of `[d1, d2]` scaling a
+        // `[d0, d2]` tangent) goes first.
+        for &r in &reductions {
+            let (x, axis) = axis(r);
+            let domain = &g.nodes[x].shape;
+            let outside = |shape: &[DimId]| shape.iter().any(|d| !domain.contains(d));
+            let after = after(r);
+            let escapes = (r..n).any(|i| after[i] && outside(&g.nodes[i].shape))
+                || (self.roots.iter()).any(|root| after[root.node] && outside(&root.shape));
+            if axis.is_some() && escapes {
+                found.push(r);
+            }
+        }
+        if !found.is_empty() {
+            return found;
+        }
+        // A launch reduces over one dim, or over every element. Where reductions of several
+        // remain and none reads another (results that only meet elementwise: a scalar of
+        // `sum(x, d0)` over a one-dim domain beside a full sum, a weight's gradient as sums
+        // over `d0` and over `d1` of two temporaries), those of the most common one stay (the
+        // full ones on a tie) and the others go first.
+        let count = |a: Option<DimId>| reductions.iter().filter(|&&i| axis(i).1 == a).count();
+        let kept = (reductions.iter())
+            .map(|&i| axis(i).1)
+            .max_by_key(|&a| (count(a), a.is_none()));
+        reductions
+            .into_iter()
+            .filter(|&i| Some(axis(i).1) != kept)
+            .collect()
     }
 }
 
@@ -680,7 +720,13 @@ fn fair(p: &Planned, b: &Kernel) -> bool {
 /// weight's, which wait on the rows' statistics: one launch and one pass over `dy` fewer. A
 /// launch that reads the temporary the moved one writes then computes the value itself (a
 /// full sum and the scalar made of it in one launch), and the temporary is dropped.
-fn merge_later(k: &Kernel, g: &Graph, inputs: usize, mut planned: Vec<Planned>) -> Vec<Planned> {
+fn merge_later(
+    k: &Kernel,
+    g: &Graph,
+    inputs: usize,
+    mut planned: Vec<Planned>,
+    saved: &[usize],
+) -> Vec<Planned> {
     let mut i = 0;
     while i < planned.len() {
         let writes: Vec<usize> = planned[i].writes().collect();
@@ -702,6 +748,15 @@ fn merge_later(k: &Kernel, g: &Graph, inputs: usize, mut planned: Vec<Planned>) 
             }
             let temps = both.temps_read(g);
             if both.writes().any(|w| temps.contains(&w)) {
+                continue;
+            }
+            // Each temporary it reads is written before it (or saved by the training pair's
+            // forward): a `using` entry can outlive its launch, which `partial_sums` drops
+            // where the one launch that read the temporary computes the value itself; a root
+            // moved in beside it would read it unwritten (a random program's `vjp` did).
+            let earlier = planned[..i].iter().chain(between).flat_map(Planned::writes);
+            let written: Vec<usize> = earlier.chain(saved.iter().copied()).collect();
+            if temps.iter().any(|t| !written.contains(t)) {
                 continue;
             }
             if build(k, g, inputs, &both, &temps, "__derived").is_some_and(|b| fair(&both, &b)) {
