@@ -38,6 +38,15 @@ fuse! {
         d * rsqrt(mean(d * d, (c, s)) + 1e-5) * permute(w, (g, c))
     }
 
+    /// A weight over the first part of a merged dim that has a dim after it, `[(a, b), c]`:
+    /// its gradient sums a temporary over `b`, read with the strides of the dims after the
+    /// merged one (random program p698's `vjp` read it as if `(a, b)` were last).
+    #[vjp(x, w)]
+    #[jvp(x, w)]
+    pub fn merged_first(x: [f64; a, b, c], w: [f64; a, c]) -> [f64; c] {
+        sum(x * w, (a, b))
+    }
+
     #[vjp(x)]
     #[jvp(x)]
     pub fn softmax(x: [f64; rows, cols]) -> [f64; rows, cols] {
@@ -1237,6 +1246,55 @@ fuse! {
     #[jvp(emb, cache)]
     pub fn embed(emb: [f64; vocab, e], tokens: [u32; t], cache: [f64; p, 2 * e], pos: [i64; t]) -> [f64; t, e] {
         emb[tokens, ..].tanh() * cache[pos, ..e] + cache[pos, e..]
+    }
+}
+
+/// A parameter over part of a merged dim that is not the last of the read's shape: `dx` and
+/// `dw` against finite differences, and forward mode against reverse mode.
+#[test]
+fn merged_dims_before_others_differentiate() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (a, b, c) in [(1, 61, 3), (2, 3, 5), (3, 1, 2), (4, 7, 1)] {
+        let (x, w) = (
+            rng.floats::<f64>(a * b * c, -2.0, 2.0),
+            rng.floats::<f64>(a * c, -2.0, 2.0),
+        );
+        let dy = rng.floats::<f64>(c, -1.0, 1.0);
+        let loss = |x: &[f64], w: &[f64]| {
+            let y = merged_first(&dev, &put(&dev, x, &[a, b, c]), &put(&dev, w, &[a, c]));
+            dot(&host(&y.unwrap()), &dy)
+        };
+        let (px, pw) = (put(&dev, &x, &[a, b, c]), put(&dev, &w, &[a, c]));
+        let grads = merged_first::vjp(&dev, &px, &pw, &put(&dev, &dy, &[c])).unwrap();
+        let what = format!("{a}x{b}x{c}");
+        assert_grad(
+            &format!("dx {what}"),
+            &host(&grads.x),
+            &numeric(&x, &|x| loss(x, &w)),
+        );
+        assert_grad(
+            &format!("dw {what}"),
+            &host(&grads.w),
+            &numeric(&w, &|w| loss(&x, w)),
+        );
+        let (vx, vw) = (
+            rng.floats::<f64>(a * b * c, -1.0, 1.0),
+            rng.floats::<f64>(a * c, -1.0, 1.0),
+        );
+        let (_, jv) = merged_first::jvp(
+            &dev,
+            &px,
+            &pw,
+            &put(&dev, &vx, &[a, b, c]),
+            &put(&dev, &vw, &[a, c]),
+        )
+        .unwrap();
+        let left = dot(&host(&jv), &dy);
+        let right = dot(&vx, &host(&grads.x)) + dot(&vw, &host(&grads.w));
+        assert!(
+            (left - right).abs() <= 1e-9 * (1.0 + left.abs()),
+            "{what}: {left} against {right}"
+        );
     }
 }
 

@@ -534,12 +534,12 @@ impl Graph {
                     // Check refuses a listed parameter's other views: gathers that may read
                     // an element twice.
                     let merged = view.merged_read(&storage, &at, &self.dims);
-                    if let Some((_, parts)) = merged {
+                    if let Some((m, parts)) = merged {
                         // A temporary and launches of its own: only for a listed parameter.
                         if !wrt.contains(&p) {
                             continue;
                         }
-                        let c = self.merged_adjoint(a, &at, &parts, &storage);
+                        let c = self.merged_adjoint(a, &at, m, &parts, &storage);
                         self.accumulate(&mut grads[p], c);
                     } else if let Some(picks) = view.picks(&storage, &at) {
                         let c = self.picked(a, &picks);
@@ -648,6 +648,7 @@ impl Graph {
         &mut self,
         a: NodeId,
         at: &[DimId],
+        m: DimId,
         parts: &[DimId],
         storage: &[DimId],
     ) -> NodeId {
@@ -671,10 +672,12 @@ impl Graph {
                 .map_or(dims.len(), |i| i + 1);
             dims[at..].to_vec()
         };
+        // A part's stride: the parts after it, times the dims after `m` in `at` (the
+        // temporary's `[(d0, d1), d2]` read at `[d0, d2, d1]`: `d1` steps by `d2`).
         let strides = shape
             .iter()
             .map(|&d| match parts.contains(&d) {
-                true => vec![(1, after(parts, d))],
+                true => vec![(1, [after(parts, d), after(at, m)].concat())],
                 false => vec![(1, after(at, d))],
             })
             .collect();
