@@ -47,6 +47,15 @@ fuse! {
         sum(x * w, (a, b))
     }
 
+    /// A bf16 `min` that a later launch reads back: its ties are found there against the
+    /// value the first launch compared (random program p833's `vjp` lost the minimum's share
+    /// of `s`'s gradient when the temporary was rounded to bf16 and the products were not).
+    #[vjp(s, x)]
+    #[jvp(s, x)]
+    pub fn over_min(s: bf16, x: [bf16; n]) -> bf16 {
+        s / min(s * x, n)
+    }
+
     #[vjp(x)]
     #[jvp(x)]
     pub fn softmax(x: [f64; rows, cols]) -> [f64; rows, cols] {
@@ -1295,6 +1304,39 @@ fn merged_dims_before_others_differentiate() {
             (left - right).abs() <= 1e-9 * (1.0 + left.abs()),
             "{what}: {left} against {right}"
         );
+    }
+}
+
+/// Reverse and forward mode agree on a 16-bit reduction that a second launch reads from a
+/// temporary (`over_min`: two launches), for drawn tangents and cotangents.
+#[test]
+fn narrow_reductions_read_back_keep_their_ties() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    assert_eq!(over_min::VJP_LAUNCHES, 2);
+    let f = |v: bf16| f64::from(v.to_f32());
+    for n in [1, 8, 37] {
+        for _ in 0..50 {
+            let x: Vec<bf16> = rng.floats(n, -3.0, 3.0);
+            let s = bf16::from_f32(rng.uniform(-3.0, 3.0) as f32);
+            let (u, vs) = (
+                bf16::from_f32(rng.uniform(-1.0, 1.0) as f32),
+                bf16::from_f32(rng.uniform(-1.0, 1.0) as f32),
+            );
+            let vx: Vec<bf16> = rng.floats(n, -1.0, 1.0);
+            let px = common::put(&dev, &x, &[n]);
+            let g = over_min::vjp(&dev, s, &px, &common::put(&dev, &[u], &[])).unwrap();
+            let (_, t) = over_min::jvp(&dev, s, &px, vs, &common::put(&dev, &vx, &[n])).unwrap();
+            let left = f(common::host(&t)[0]) * f(u);
+            let gx = common::host(&g.x);
+            let right = f(common::host(&g.s)[0]) * f(vs)
+                + gx.iter().zip(&vx).map(|(&a, &b)| f(a) * f(b)).sum::<f64>();
+            // Each side rounded to bf16 on its way out: a few of its steps apart at most.
+            let tol = 4.0 * f64::from(f32::from(bf16::EPSILON)) * (left.abs() + right.abs());
+            assert!(
+                (left - right).abs() <= tol + 1e-6 || !left.is_finite(),
+                "n {n}, s {s}: <J v, u> {left} against <v, J^T u> {right}"
+            );
+        }
     }
 }
 

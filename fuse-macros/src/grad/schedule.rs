@@ -477,8 +477,12 @@ fn plan(
                 p.using.push((r, t));
                 continue;
             }
-            // In the reduction's own type, which its readers expect.
-            let (shape, elem) = (g.shape(r), g.elem(r));
+            // In the type the reduction is computed in, which its readers take it in: a
+            // 16-bit float's is held in f32 and rounded only where it is stored or cast, so a
+            // temporary of its own type would hand later launches a value rounded where the
+            // launch that wrote it compared the unrounded one (a `min`'s ties, which random
+            // program p833's `vjp` lost).
+            let (shape, elem) = (g.shape(r), g.elem(r).compute());
             let t = g.param(&format!("__t{}", g.temps.len()), elem, Some(shape.clone()));
             g.temps.push((r, t));
             p.using.push((r, t));
