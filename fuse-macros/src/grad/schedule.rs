@@ -335,7 +335,9 @@ impl Planned {
     }
 
     /// The reductions to compute in an earlier launch: each that a reduction over another dim
-    /// needs, and each over every element that a value over elements needs.
+    /// needs, and each over every element that a value over elements needs; where there are
+    /// none, a reduction whose result meets values its operand's dims do not cover, else those
+    /// of every dim but one where reductions of several remain.
     fn inner_reductions(&self, g: &Graph) -> Vec<NodeId> {
         let live = self.live(g);
         let n = g.nodes.len();
