@@ -193,7 +193,7 @@ fn emulate_both<R: Outputs>(
 
 impl Emulation {
     #[allow(clippy::too_many_arguments)]
-    fn run<R: Outputs>(
+    fn run<R: Outputs + ?Sized>(
         &self,
         what: &str,
         program: &'static Program,
@@ -3401,6 +3401,51 @@ fn gathers_run_on_an_emulated_gpu() {
     }
 }
 
+/// `cache_rows` of `key` at `slot` into a cache holding `before`, emulated against the CPU
+/// backend: the cache's values, or with `bits` its bits (as `u16`, NaN payloads included).
+fn cache_rows_emulated(
+    what: &str,
+    key: &[fuse_runtime::bf16],
+    slot: &[i64],
+    before: &[fuse_runtime::bf16],
+    [t, h, d, slots]: [usize; 4],
+    bits: bool,
+) {
+    use kernels::writes as w;
+    let dev = Device::cpu();
+    let mut cache = put(&dev, before, &[slots, h, d]);
+    let (key_buf, slot_buf) = (put(&dev, key, &[t, h, d]), put(&dev, slot, &[t]));
+    w::cache_rows(&dev, &key_buf, &slot_buf, &mut cache).unwrap();
+    let how = Emulation {
+        written: vec![hex(before)],
+        ..Emulation::default()
+    };
+    let run = |want: &dyn Outputs, ty: &str| {
+        how.run(
+            &format!("{what} {t}x{h}x{d} into {slots}"),
+            &w::cache_rows::__fuse::PROGRAM,
+            vec![hex(key), hex(slot)],
+            vec![],
+            &[("t", t), ("h", h), ("d", d), ("slots", slots)],
+            want,
+            &[ty],
+            &[Tol::EXACT],
+        )
+    };
+    match bits {
+        true => {
+            let b: Vec<u16> = cache
+                .to_vec()
+                .unwrap()
+                .iter()
+                .map(|v| v.to_bits())
+                .collect();
+            run(&put(&dev, &b, &[slots, h, d]), "u16");
+        }
+        false => run(&cache, "bf16"),
+    }
+}
+
 /// bf16 copies store the bits they load, each NaN quieted with its payload kept as the CPU's
 /// conversion through f32 does: a plain copy and the cache write's scattered rows, vectors and
 /// odd tails, compared bit for bit with the CPU backend.
@@ -3453,10 +3498,6 @@ fn bf16_copies_keep_their_bits_on_an_emulated_gpu() {
             &[Tol::EXACT],
         );
     }
-    let with = |written: Vec<String>| Emulation {
-        written,
-        ..Emulation::default()
-    };
     for (t, h, d, slots) in [(7, 3, 16, 40), (5, 2, 3, 9)] {
         let key = mixed(&mut rng, t * h * d);
         // Distinct slots (a duplicate's winner is unspecified), one padding, one past the end.
@@ -3464,23 +3505,13 @@ fn bf16_copies_keep_their_bits_on_an_emulated_gpu() {
             .map(|i| if i == 2 { -1 } else { i * 2 + 1 })
             .collect();
         let before = mixed(&mut rng, slots * h * d);
-        let mut cache = put(&dev, &before, &[slots, h, d]);
-        w::cache_rows(
-            &dev,
-            &put(&dev, &key, &[t, h, d]),
-            &put(&dev, &slot, &[t]),
-            &mut cache,
-        )
-        .unwrap();
-        with(vec![hex(&before)]).run(
-            &format!("cache_rows of special values {t}x{h}x{d} into {slots}"),
-            &w::cache_rows::__fuse::PROGRAM,
-            vec![hex(&key), hex(&slot)],
-            vec![],
-            &[("t", t), ("h", h), ("d", d), ("slots", slots)],
-            &put(&dev, &bits(&cache), &[slots, h, d]),
-            &["u16"],
-            &[Tol::EXACT],
+        cache_rows_emulated(
+            "cache_rows of special values",
+            &key,
+            &slot,
+            &before,
+            [t, h, d, slots],
+            true,
         );
     }
 }
@@ -3516,24 +3547,7 @@ fn writes_through_mut_parameters_run_on_an_emulated_gpu() {
                 .collect()
         };
         let before: Vec<fuse_runtime::bf16> = rng.floats(slots * h * d, -9.0, 9.0);
-        let mut cache = put(&dev, &before, &[slots, h, d]);
-        w::cache_rows(
-            &dev,
-            &put(&dev, &key, &[t, h, d]),
-            &put(&dev, &slot, &[t]),
-            &mut cache,
-        )
-        .unwrap();
-        with(vec![hex(&before)]).run(
-            &format!("cache_rows {t}x{h}x{d} into {slots}"),
-            &w::cache_rows::__fuse::PROGRAM,
-            vec![hex(&key), hex(&slot)],
-            vec![],
-            &[("t", t), ("h", h), ("d", d), ("slots", slots)],
-            &cache,
-            &["bf16"],
-            &[Tol::EXACT],
-        );
+        cache_rows_emulated("cache_rows", &key, &slot, &before, [t, h, d, slots], false);
         let key = rng.floats::<f32>(t * h * d, -3.0, 3.0);
         let value = rng.floats::<f32>(t * h * d, -3.0, 3.0);
         let (k0, v0) = (
