@@ -1226,6 +1226,15 @@ fuse! {
         q[.., ..h] * b + q[.., h..].exp()
     }
 
+    /// A part's gradient that is the sum itself, stored through its view by a launch of its
+    /// own (a mutation of `parts_apart` by the macro's fuzzer looped in the planner); `b`
+    /// only gives `h`.
+    #[vjp(q)]
+    #[jvp(q)]
+    pub fn parts_summed(q: [f64; t, h + p], b: [f64; h]) -> [f64; t, h, p] {
+        q[.., ..h] + q[.., h..].exp()
+    }
+
     /// A permuted parameter's gradient summed along another dim, and a softmax of a permuted
     /// view: each written in the parameter's order from a value computed in the view's (a
     /// launch of its own that transposes).
@@ -1384,6 +1393,8 @@ fn views_and_gathers_have_derivatives() {
     // Each part's gradient a sum along the other part's dim, then stored through its view
     // (a sum and an elementwise launch each), and `b`'s a sum over `t` and `p`.
     assert_eq!(parts_apart::VJP_LAUNCHES, 5);
+    // Each part's sum, then stored through its view: two launches a part.
+    assert_eq!(parts_summed::VJP_LAUNCHES, 4);
     let (dev, mut rng) = (Device::cpu(), Rng::new());
     for (rows, cols) in [(3, 7), (1, 1), (6, 13)] {
         let s = vec![rows, cols];
@@ -1671,6 +1682,25 @@ fn views_and_gathers_have_derivatives() {
                         &p(&tx[1], &[h]),
                     )
                     .unwrap();
+                    vec![host(&j)]
+                },
+            },
+            &mut rng,
+        );
+        let pb = p(&b, &[h]);
+        check(
+            Case {
+                what: "parts_summed",
+                inputs: vec![(q.clone(), qs.clone())],
+                outputs: vec![vec![t, h, pp]],
+                run: &|v| vec![host(&parts_summed(&dev, &p(&v[0], &qs), &pb).unwrap())],
+                vjp: &|v, c| {
+                    let g = parts_summed::vjp(&dev, &p(&v[0], &qs), &pb, &p(&c[0], &[t, h, pp]));
+                    vec![host(&g.unwrap().q)]
+                },
+                jvp: &|v, tx| {
+                    let (_, j) =
+                        parts_summed::jvp(&dev, &p(&v[0], &qs), &pb, &p(&tx[0], &qs)).unwrap();
                     vec![host(&j)]
                 },
             },

@@ -466,36 +466,61 @@ fn plan(
             planned.push(p);
             return Ok(());
         }
-        if inner.is_empty() {
-            return Err(format!(
+        let stuck = || {
+            format!(
                 "the derivative of `{}` does not split into launches: this is a bug of fuse, please report it",
                 crate::ir::plain_name(&k.name)
-            ));
+            )
+        };
+        if inner.is_empty() {
+            return Err(stuck());
         }
+        // Each turn reads another reduction from a temporary, or fails: a turn that changed
+        // nothing would find the same reductions again, forever.
+        let mut moved = false;
         let mut temp_roots = vec![];
         for r in inner {
-            if let Some(&(_, t)) = g.temps.iter().find(|(n, _)| *n == r) {
+            let t = match g.temps.iter().find(|(n, _)| *n == r) {
                 // Written already, for another root.
+                Some(&(_, t)) => t,
+                None => {
+                    // In the type the reduction is computed in, which its readers take it in:
+                    // a 16-bit float's is held in f32 and rounded only where it is stored or
+                    // cast, so a temporary of its own type would hand later launches a value
+                    // rounded where the launch that wrote it compared the unrounded one (a
+                    // `min`'s ties, which random program p833's `vjp` lost).
+                    let (shape, elem) = (g.shape(r), g.elem(r).compute());
+                    let t = g.param(&format!("__t{}", g.temps.len()), elem, Some(shape.clone()));
+                    g.temps.push((r, t));
+                    temp_roots.push(Root {
+                        node: r,
+                        elem,
+                        shape,
+                        dest: Dest::Temp(t),
+                        partial: false,
+                        place: None,
+                    });
+                    t
+                }
+            };
+            if !p.using.contains(&(r, t)) {
                 p.using.push((r, t));
-                continue;
+                moved = true;
             }
-            // In the type the reduction is computed in, which its readers take it in: a
-            // 16-bit float's is held in f32 and rounded only where it is stored or cast, so a
-            // temporary of its own type would hand later launches a value rounded where the
-            // launch that wrote it compared the unrounded one (a `min`'s ties, which random
-            // program p833's `vjp` lost).
-            let (shape, elem) = (g.shape(r), g.elem(r).compute());
-            let t = g.param(&format!("__t{}", g.temps.len()), elem, Some(shape.clone()));
-            g.temps.push((r, t));
-            p.using.push((r, t));
-            temp_roots.push(Root {
-                node: r,
-                elem,
-                shape,
-                dest: Dest::Temp(t),
-                partial: false,
-                place: None,
-            });
+            // A part that is the reduction itself (a part's gradient, stored through a view,
+            // which only an elementwise launch does) reads it back through a view of its
+            // temporary: a launch computes its own roots, so `using` alone would not, and
+            // the planner would find the same reduction again, forever.
+            let parts = p.roots.iter_mut();
+            for root in parts.filter(|root| root.node == r && root.place.is_some()) {
+                let (shape, elem) = (g.shape(r), g.elem(r).compute());
+                let view = crate::ir::View::of_layout(&shape, &root.shape);
+                root.node = g.push(Op::View(t, Box::new(view)), elem, root.shape.clone());
+                moved = true;
+            }
+        }
+        if !moved {
+            return Err(stuck());
         }
         if !temp_roots.is_empty() {
             plan(k, g, inputs, temp_roots, using, planned)?;
