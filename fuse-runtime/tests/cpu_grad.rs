@@ -56,6 +56,17 @@ fuse! {
         s / min(s * x, n)
     }
 
+    /// A scalar's gradient through a sum over everything, beside values over more dims (`d0`
+    /// bound by `z` alone): random program p1381's `vjp` read the sum's temporary before the
+    /// launch that writes it, and its `value_and_vjp` merged a block's partial sums of `x`'s
+    /// gradient into the launch that sums everything, where they have no rows.
+    #[vjp(s)]
+    #[jvp(s, x, y)]
+    pub fn scaled_min(z: [f64; d0, d1, d2], s: f64, x: [f64; d2], y: [f64; d1]) -> [f64; d0, d1, d2] {
+        let v = s * x;
+        (v * (index(d0) as f64)).min(y).min(sum(y - v, (d1, d2)))
+    }
+
     #[vjp(x)]
     #[jvp(x)]
     pub fn softmax(x: [f64; rows, cols]) -> [f64; rows, cols] {
@@ -1840,5 +1851,82 @@ fn views_and_gathers_have_derivatives() {
             "a tangent that is not all zero"
         );
         assert_grad("embed tangent", &host(&tangent), &want);
+    }
+}
+
+/// `scaled_min`'s gradients by each derived function against finite differences, its value
+/// against the forward's, and forward mode against reverse mode.
+#[test]
+fn totals_are_written_before_they_are_read() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (a, b, c) in [(1, 1, 1), (3, 5, 2), (2, 1, 7), (4, 3, 3)] {
+        let z = put(&dev, &rng.floats::<f64>(a * b * c, -1.0, 1.0), &[a, b, c]);
+        let s = rng.uniform(0.5, 2.0);
+        let (x, y) = (
+            rng.floats::<f64>(c, -2.0, 2.0),
+            rng.floats::<f64>(b, -2.0, 2.0),
+        );
+        let dy = rng.floats::<f64>(a * b * c, -1.0, 1.0);
+        let value = |s: f64, x: &[f64], y: &[f64]| {
+            host(&scaled_min(&dev, &z, s, &put(&dev, x, &[c]), &put(&dev, y, &[b])).unwrap())
+        };
+        let loss = |s: f64, x: &[f64], y: &[f64]| dot(&value(s, x, y), &dy);
+        let (px, py, pdy) = (
+            put(&dev, &x, &[c]),
+            put(&dev, &y, &[b]),
+            put(&dev, &dy, &[a, b, c]),
+        );
+        let grads = scaled_min::vjp(&dev, &z, s, &px, &py, &pdy).unwrap();
+        let (out, both) = scaled_min::value_and_vjp(&dev, &z, s, &px, &py, &pdy).unwrap();
+        let (saved_out, saved) = scaled_min::forward_train(&dev, &z, s, &px, &py).unwrap();
+        let pair = scaled_min::backward(&dev, &saved, &pdy).unwrap();
+        let what = format!("{a}x{b}x{c}");
+        assert_eq!(
+            host(&out),
+            value(s, &x, &y),
+            "{what}: value_and_vjp's value"
+        );
+        assert_eq!(
+            host(&saved_out),
+            value(s, &x, &y),
+            "{what}: forward_train's value"
+        );
+        let want = numeric(&[s], &|v| loss(v[0], &x, &y));
+        for (how, g) in [
+            ("vjp", &grads),
+            ("value_and_vjp", &both),
+            ("backward", &pair),
+        ] {
+            assert_grad(&format!("{how} ds {what}"), &host(&g.s), &want);
+        }
+        let (vs, vx, vy) = (
+            rng.uniform(-1.0, 1.0),
+            rng.floats::<f64>(c, -1.0, 1.0),
+            rng.floats::<f64>(b, -1.0, 1.0),
+        );
+        let (_, jv) = scaled_min::jvp(
+            &dev,
+            &z,
+            s,
+            &px,
+            &py,
+            vs,
+            &put(&dev, &vx, &[c]),
+            &put(&dev, &vy, &[b]),
+        )
+        .unwrap();
+        let left = dot(&host(&jv), &dy);
+        // The tangents of `x` and `y` by finite differences, `s`'s by the gradient.
+        let along = |t: f64| {
+            let shift = |v: &[f64], d: &[f64]| -> Vec<f64> {
+                v.iter().zip(d).map(|(v, d)| v + t * d).collect()
+            };
+            loss(s, &shift(&x, &vx), &shift(&y, &vy))
+        };
+        let right = vs * host(&grads.s)[0] + (along(1e-6) - along(-1e-6)) / 2e-6;
+        assert!(
+            (left - right).abs() <= 1e-6 * (1.0 + left.abs()),
+            "{what}: {left} against {right}"
+        );
     }
 }

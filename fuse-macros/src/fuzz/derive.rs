@@ -249,6 +249,16 @@ fn random_programs_derivatives_plan() {
                 ((v1 as u64), min(x2[.., (x3 as u32)].log(x4).acos(), d2).min((x5 as f64)))
             }
         },
+        // p1381 (the batch from p1300): the launch summing a row's sums of a total went last,
+        // after a launch that read the total (`vjp` did not compile).
+        quote! {
+            #[vjp(x0, s1, x2, x3)]
+            #[jvp(x0, s1, x2, x3)]
+            fn p1381(x0: [f64; d0, d1, d2], s1: f64, x2: [f64; d2], x3: [f64; d1]) -> [f64; d0, d1, d2] {
+                let v3 = s1.min(x2);
+                (log2(v3) * (index(d0) as f64)).min(x3).min(sum((x3 - v3), (d1, d2)))
+            }
+        },
     ];
     for tokens in kernels {
         let k = crate::testing::kernel(tokens);

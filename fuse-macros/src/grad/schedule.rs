@@ -700,6 +700,15 @@ fn build(
     if outputs.iter().any(|o| o.place.is_some()) && !matches!(launch, Launch::Map { .. }) {
         return None;
     }
+    // Partial sums are a block's rows' sums: a launch over their value's rows, not one that
+    // sums everything (random program p1381's `value_and_vjp` merged them into one).
+    let over_rows = |o: &OutputInfo| match &launch {
+        Launch::Rows { domain, axis } => *domain == o.shape && o.shape.last() == Some(axis),
+        _ => false,
+    };
+    if outputs.iter().any(|o| o.partial.is_some() && !over_rows(o)) {
+        return None;
+    }
     let doc = "Hidden: a launch of a derived function.";
     let tuple = outputs.iter().filter(|o| o.place.is_none()).count() > 1;
     Some(Kernel {
@@ -934,7 +943,18 @@ fn partial_sums(
                 next += 1;
             }
         }
-        planned.extend(ends);
+        // Each total's launch before the first that reads its temporary, which launch `at`
+        // wrote before (random program p1381's `vjp` read it before the total was summed).
+        for end in ends {
+            let reads = |p: &Planned| matches!(end.roots[0].dest, Dest::Temp(t) if p.temps_read(g).contains(&t));
+            let i = (at + 1..planned.len())
+                .find(|&i| reads(&planned[i]))
+                .unwrap_or(planned.len());
+            if i < next {
+                next += 1;
+            }
+            planned.insert(i, end);
+        }
     }
     // The temporaries that only the moved sums read (a row's rstd) are no longer written.
     let read: Vec<usize> = planned.iter().flat_map(|p| p.temps_read(g)).collect();
