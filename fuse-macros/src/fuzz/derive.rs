@@ -4,10 +4,20 @@
 //! `value_and_vjp`, `jvp`, the training pair) and emit both backends' text for each launch,
 //! never "a bug of fuse" or a panic. Found that a permuted GroupNorm weight's gradient did not
 //! split into launches.
+//!
+//! `mutated_kernels_differentiate` does the same for the fuzzer's inputs (its mutations of the
+//! same seeds) that check as one kernel: [`CI_CASES`] cases from the fuzzer's seed by default,
+//! `FUSE_FUZZ_DERIVE_CASES` and `FUSE_FUZZ_SEED` for a long session. Its first run found the
+//! planner looping forever on a part's gradient that is a sum itself.
 
+use super::{Failure, Progress};
 use crate::ir::{plain_name, Kernel};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
+use std::sync::mpsc;
+
+/// Cases of the run that `cargo test` does on every build.
+const CI_CASES: u64 = 3_000;
 
 /// The refusals a listed parameter may meet, by their start (see the errors of
 /// `doc/language.md`).
@@ -265,4 +275,71 @@ fn random_programs_derivatives_plan() {
         let launches = derives(&k).unwrap_or_else(|e| panic!("{}: {e}", k.name));
         assert!(launches > 0);
     }
+}
+
+/// Derives every float parameter of each input of the fuzzer that checks as one kernel, in its
+/// every derived function: each is refused or plans, as the repository's kernels must.
+#[test]
+fn mutated_kernels_differentiate() {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let seed = var("FUSE_FUZZ_SEED").unwrap_or(super::CI_SEED);
+    let cases = var("FUSE_FUZZ_DERIVE_CASES").unwrap_or(CI_CASES);
+    super::report(super::watched(move |progress| {
+        mutations(seed, cases, progress)
+    }));
+}
+
+fn mutations(seed: u64, cases: u64, progress: mpsc::Sender<Progress>) {
+    let seeds = super::Seeds::new();
+    let pool = super::gen::Pool::new();
+    let (mut derived, mut refused) = (0, 0);
+    for case in 0..cases {
+        let input = super::input(case, seed, &seeds, &pool);
+        let Ok(kernels) = crate::testing::kernels(input.clone()) else {
+            continue;
+        };
+        let [k] = &kernels[..] else { continue };
+        let listed = match with_derivatives(&input, k) {
+            Some(listed) => listed,
+            None if k.vjp.is_some() || k.jvp.is_some() => input,
+            None => continue,
+        };
+        let text = listed.to_string();
+        let _ = progress.send(Progress::Started(text.clone()));
+        let outcome = std::panic::catch_unwind(|| match crate::testing::kernels(listed) {
+            Ok(k) => derives(&k[0]).map(|_| true),
+            Err(errors) => match errors
+                .iter()
+                .find(|e| !REFUSALS.iter().any(|r| e.starts_with(r)))
+            {
+                Some(e) => Err(format!("an error other than a refusal: {e}")),
+                None => Ok(false),
+            },
+        });
+        let what = match outcome {
+            Ok(Ok(true)) => {
+                derived += 1;
+                continue;
+            }
+            Ok(Ok(false)) => {
+                refused += 1;
+                continue;
+            }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                let message = super::PANIC.with(|p| p.borrow_mut().take());
+                format!("panic: {}", message.unwrap_or_default())
+            }
+        };
+        let failure = Failure {
+            case,
+            what,
+            input: text,
+        };
+        let _ = progress.send(Progress::Failed(failure));
+    }
+    let summary = format!(
+        "{cases} cases from seed {seed:#x}: {derived} kernels differentiated, {refused} refused"
+    );
+    let _ = progress.send(Progress::Done(summary));
 }

@@ -177,12 +177,18 @@ impl Plan {
 
 /// Runs the plan's cases on a thread of its own, watched for hangs; every failure.
 fn run(plan: Plan) -> Vec<Failure> {
+    watched(move |progress| fuzz_thread(plan, progress))
+}
+
+/// Runs `cases` on a fuzzing thread of its own, which reports each input as it starts it, each
+/// failure and the summary: panics where no case finishes for [`STUCK`], with the input.
+fn watched(cases: impl FnOnce(mpsc::Sender<Progress>) + Send + 'static) -> Vec<Failure> {
     install_panic_hook();
     let (progress, finished) = mpsc::channel::<Progress>();
     std::thread::Builder::new()
         .name("fuzz".into())
         .stack_size(STACK)
-        .spawn(move || fuzz_thread(plan, progress))
+        .spawn(move || cases(progress))
         .expect("a thread");
     let mut failures = vec![];
     let mut current = String::new();
