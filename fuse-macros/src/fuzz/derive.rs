@@ -7,8 +7,9 @@
 //!
 //! `mutated_kernels_differentiate` does the same for the fuzzer's inputs (its mutations of the
 //! same seeds) that check as one kernel: [`CI_CASES`] cases from the fuzzer's seed by default,
-//! `FUSE_FUZZ_DERIVE_CASES` and `FUSE_FUZZ_SEED` for a long session. Its first run found the
-//! planner looping forever on a part's gradient that is a sum itself.
+//! `FUSE_FUZZ_DERIVE_CASES` and `FUSE_FUZZ_SEED` for a long session. Written after the fuzzer
+//! happened on a mutation with `#[vjp]` whose part's gradient is a sum itself, on which the
+//! planner looped forever.
 
 use super::{Failure, Progress};
 use crate::ir::{plain_name, Kernel};
