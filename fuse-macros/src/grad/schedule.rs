@@ -457,6 +457,12 @@ fn plan(
         }
         return Ok(());
     }
+    let stuck = || {
+        format!(
+            "the derivative of `{}` does not split into launches: this is a bug of fuse, please report it",
+            crate::ir::plain_name(&k.name)
+        )
+    };
     loop {
         let inner = p.inner_reductions(g);
         if inner.is_empty()
@@ -466,12 +472,6 @@ fn plan(
             planned.push(p);
             return Ok(());
         }
-        let stuck = || {
-            format!(
-                "the derivative of `{}` does not split into launches: this is a bug of fuse, please report it",
-                crate::ir::plain_name(&k.name)
-            )
-        };
         if inner.is_empty() {
             return Err(stuck());
         }
