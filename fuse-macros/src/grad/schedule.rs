@@ -946,10 +946,12 @@ fn partial_sums(
         // Each total's launch before the first that reads its temporary, which launch `at`
         // wrote before (random program p1381's `vjp` read it before the total was summed).
         for end in ends {
-            let reads = |p: &Planned| matches!(end.roots[0].dest, Dest::Temp(t) if p.temps_read(g).contains(&t));
-            let i = (at + 1..planned.len())
-                .find(|&i| reads(&planned[i]))
-                .unwrap_or(planned.len());
+            let i = match end.roots[0].dest {
+                Dest::Temp(total) => (at + 1..planned.len())
+                    .find(|&i| planned[i].temps_read(g).contains(&total))
+                    .unwrap_or(planned.len()),
+                Dest::Result(_) => planned.len(),
+            };
             if i < next {
                 next += 1;
             }
