@@ -58,8 +58,9 @@ fuse! {
 
     /// A scalar's gradient through a sum over everything, beside values over more dims (`d0`
     /// bound by `z` alone): random program p1381's `vjp` read the sum's temporary before the
-    /// launch that writes it, and its `value_and_vjp` merged a block's partial sums of `x`'s
-    /// gradient into the launch that sums everything, where they have no rows.
+    /// launch that writes it, and its `value_and_vjp` merged a block's partial sums (of the
+    /// adjoint of `v`, summed over `d0` and `d1`) into the launch that sums everything, where
+    /// they have no rows.
     #[vjp(s)]
     #[jvp(s, x, y)]
     pub fn scaled_min(z: [f64; d0, d1, d2], s: f64, x: [f64; d2], y: [f64; d1]) -> [f64; d0, d1, d2] {
