@@ -90,6 +90,21 @@ fn derives(k: &Kernel) -> Result<usize, String> {
     Ok(launches)
 }
 
+/// Whether the kernel of `listed` (derivatives listed) differentiates (`true`) or check refuses
+/// it with a documented error (`false`); `Err` with anything else.
+fn differentiates(listed: TokenStream) -> Result<bool, String> {
+    match crate::testing::kernels(listed) {
+        Ok(k) => derives(&k[0]).map(|_| true),
+        Err(errors) => match errors
+            .iter()
+            .find(|e| !REFUSALS.iter().any(|r| e.starts_with(r)))
+        {
+            Some(e) => Err(format!("an error other than a refusal: {e}")),
+            None => Ok(false),
+        },
+    }
+}
+
 #[test]
 fn every_kernel_of_the_repository_differentiates_or_says_why_not() {
     let (mut derived, mut refused, mut failures) = (0, 0, vec![]);
@@ -101,16 +116,7 @@ fn every_kernel_of_the_repository_differentiates_or_says_why_not() {
         let Some(listed) = with_derivatives(&tokens, k) else {
             continue;
         };
-        let outcome = std::panic::catch_unwind(|| match crate::testing::kernels(listed.clone()) {
-            Ok(k) => derives(&k[0]).map(|_| true),
-            Err(errors) => match errors
-                .iter()
-                .find(|e| !REFUSALS.iter().any(|r| e.starts_with(r)))
-            {
-                Some(e) => Err(format!("an error other than a refusal: {e}")),
-                None => Ok(false),
-            },
-        });
+        let outcome = std::panic::catch_unwind(|| differentiates(listed.clone()));
         match outcome {
             Ok(Ok(true)) => derived += 1,
             Ok(Ok(false)) => refused += 1,
@@ -307,16 +313,7 @@ fn mutations(seed: u64, cases: u64, progress: mpsc::Sender<Progress>) {
         };
         let text = listed.to_string();
         let _ = progress.send(Progress::Started(text.clone()));
-        let outcome = std::panic::catch_unwind(|| match crate::testing::kernels(listed) {
-            Ok(k) => derives(&k[0]).map(|_| true),
-            Err(errors) => match errors
-                .iter()
-                .find(|e| !REFUSALS.iter().any(|r| e.starts_with(r)))
-            {
-                Some(e) => Err(format!("an error other than a refusal: {e}")),
-                None => Ok(false),
-            },
-        });
+        let outcome = std::panic::catch_unwind(|| differentiates(listed));
         let what = match outcome {
             Ok(Ok(true)) => {
                 derived += 1;
