@@ -181,7 +181,10 @@ fn run(plan: Plan) -> Vec<Failure> {
 }
 
 /// Runs `cases` on a fuzzing thread of its own, which reports each input as it starts it, each
-/// failure and the summary: panics where no case finishes for [`STUCK`], with the input.
+/// failure and the summary: panics where no case finishes for [`STUCK`], with the input. The
+/// watch starts with the first case: the seeds are expanded before it (the repository's own
+/// kernels, which build), and that takes minutes in a debug build on a loaded machine, where
+/// CI runs both fuzzers beside the other tests.
 fn watched(cases: impl FnOnce(mpsc::Sender<Progress>) + Send + 'static) -> Vec<Failure> {
     install_panic_hook();
     let (progress, finished) = mpsc::channel::<Progress>();
@@ -192,9 +195,19 @@ fn watched(cases: impl FnOnce(mpsc::Sender<Progress>) + Send + 'static) -> Vec<F
         .expect("a thread");
     let mut failures = vec![];
     let mut current = String::new();
+    let mut started = false;
     loop {
-        match finished.recv_timeout(STUCK) {
-            Ok(Progress::Started(input)) => current = input,
+        let next = match started {
+            true => finished.recv_timeout(STUCK),
+            false => finished
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+        };
+        match next {
+            Ok(Progress::Started(input)) => {
+                current = input;
+                started = true;
+            }
             Ok(Progress::Failed(f)) => failures.push(f),
             Ok(Progress::Done(summary)) => {
                 eprintln!("fuzz: {summary}");
