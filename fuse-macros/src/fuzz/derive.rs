@@ -11,7 +11,7 @@
 //! happened on a mutation with `#[vjp]` whose part's gradient is a sum itself, on which the
 //! planner looped forever.
 
-use super::{Failure, Progress};
+use super::Progress;
 use crate::ir::{plain_name, Kernel};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
@@ -329,12 +329,7 @@ fn mutations(seed: u64, cases: u64, progress: mpsc::Sender<Progress>) {
                 format!("panic: {}", message.unwrap_or_default())
             }
         };
-        let failure = Failure {
-            case,
-            what,
-            input: text,
-        };
-        let _ = progress.send(Progress::Failed(failure));
+        super::failed(&progress, case, what, text);
     }
     let summary = format!(
         "{cases} cases from seed {seed:#x}: {derived} kernels differentiated, {refused} refused"

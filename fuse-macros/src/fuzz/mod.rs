@@ -227,6 +227,11 @@ enum Progress {
     Done(String),
 }
 
+/// Reports that case `case`, of input `input`, failed with `what`.
+fn failed(progress: &mpsc::Sender<Progress>, case: u64, what: String, input: String) {
+    let _ = progress.send(Progress::Failed(Failure { case, what, input }));
+}
+
 fn fuzz_thread(plan: Plan, progress: mpsc::Sender<Progress>) {
     let seeds = Seeds::new();
     assert!(
@@ -259,12 +264,7 @@ fn fuzz_thread(plan: Plan, progress: mpsc::Sender<Progress>) {
             Ok(_) => format!("slow: {took:?}"),
             Err(what) => what,
         };
-        let failure = Failure {
-            case,
-            what,
-            input: text,
-        };
-        let _ = progress.send(Progress::Failed(failure));
+        failed(&progress, case, what, text);
     }
     let summary = format!(
         "{} cases from seed {:#x} over {} seeds ({} valid): {code} generated code, {errors} \
