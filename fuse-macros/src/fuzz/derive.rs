@@ -302,6 +302,7 @@ fn mutations(seed: u64, cases: u64, progress: mpsc::Sender<Progress>) {
     let (mut derived, mut refused) = (0, 0);
     for case in 0..cases {
         let input = super::input(case, seed, &seeds, &pool);
+        let _ = progress.send(Progress::Started(input.to_string()));
         let Ok(kernels) = crate::testing::kernels(input.clone()) else {
             continue;
         };
