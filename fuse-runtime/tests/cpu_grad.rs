@@ -68,6 +68,15 @@ fuse! {
         (v * (index(d0) as f64)).min(y).min(sum(y - v, (d1, d2)))
     }
 
+    /// A bf16 sum over the leading dim (of a gather) in an output `value_and_vjp` returns,
+    /// which the launch writing the other output, over the same rows, takes as partial sums:
+    /// random program p2981 stored them as bf16 (its CPU body did not compile), where they add
+    /// in f32 and round once.
+    #[vjp(x, b, w)]
+    pub fn column_sums_scaled(x: [bf16; r, c], pick: [u8; c], b: [bf16; r], w: [bf16; r], k: [i64; r]) -> ([bf16; r, c], [bf16; r, c]) {
+        (sum(-x[pick, ..] - b, r) * w, (k % 7) as bf16 + index(c) as bf16)
+    }
+
     #[vjp(x)]
     #[jvp(x)]
     pub fn softmax(x: [f64; rows, cols]) -> [f64; rows, cols] {
@@ -1929,5 +1938,57 @@ fn totals_are_written_before_they_are_read() {
             (left - right).abs() <= 1e-6 * (1.0 + left.abs()),
             "{what}: {left} against {right}"
         );
+    }
+}
+
+/// `column_sums_scaled`'s values from `value_and_vjp` against the forward's (the sum's within
+/// a bf16 rounding: its order differs), and its gradients against `vjp`'s.
+#[test]
+fn sixteen_bit_partial_sums_add_in_f32() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (r, c) in [(1, 1), (7, 3), (33, 5)] {
+        let x: Vec<bf16> = rng.floats(r * c, -2.0, 2.0);
+        let w: Vec<bf16> = rng.floats(r, -2.0, 2.0);
+        let b = common::put(&dev, &rng.floats::<bf16>(r, -2.0, 2.0), &[r]);
+        let k: Vec<i64> = (0..r).map(|_| rng.below(100) as i64 - 50).collect();
+        let k = common::put(&dev, &k, &[r]);
+        let dy: Vec<bf16> = rng.floats(r * c, -1.0, 1.0);
+        let pick: Vec<u8> = (0..c).map(|_| rng.below(r as u64 + 1) as u8).collect();
+        let (x, pick, w, dy) = (
+            common::put(&dev, &x, &[r, c]),
+            common::put(&dev, &pick, &[c]),
+            common::put(&dev, &w, &[r]),
+            common::put(&dev, &dy, &[r, c]),
+        );
+        let (want, other) = column_sums_scaled(&dev, &x, &pick, &b, &w, &k).unwrap();
+        let want = want.to_vec().unwrap();
+        let (got, got_other, both) =
+            column_sums_scaled::value_and_vjp(&dev, &x, &pick, &b, &w, &k, &dy, &dy).unwrap();
+        let grads = column_sums_scaled::vjp(&dev, &x, &pick, &b, &w, &k, &dy, &dy).unwrap();
+        assert_eq!(
+            got_other.to_vec().unwrap(),
+            other.to_vec().unwrap(),
+            "{r}x{c}"
+        );
+        for (g, w) in got.to_vec().unwrap().iter().zip(&want) {
+            let (g, w) = (g.to_f32(), w.to_f32());
+            assert!(
+                (g - w).abs() <= 0.02 * w.abs().max(1.0),
+                "{r}x{c}: {g} against {w}"
+            );
+        }
+        assert_eq!(
+            both.x.to_vec().unwrap(),
+            grads.x.to_vec().unwrap(),
+            "{r}x{c}: dx"
+        );
+        let (bw, gw) = (both.w.to_vec().unwrap(), grads.w.to_vec().unwrap());
+        for (a, b) in bw.iter().zip(&gw) {
+            let (a, b) = (a.to_f32(), b.to_f32());
+            assert!(
+                (a - b).abs() <= 0.02 * b.abs().max(1.0),
+                "{r}x{c}: dw {a} against {b}"
+            );
+        }
     }
 }

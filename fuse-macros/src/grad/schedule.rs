@@ -1005,7 +1005,9 @@ fn with_partials(
     let mut totals = vec![];
     for root in &mut with.roots {
         if let Some(e) = summed(g, root, None, &[rows, len]) {
-            let elem = g.elem(e);
+            // Sums of 16-bit floats add in f32 and round once, at the end (random program
+            // p2981's `value_and_vjp` stored a bf16 sum's partials as bf16).
+            let elem = g.elem(e).compute();
             let placeholder = PARTIAL - 1 - totals.len();
             totals.push((root.clone(), placeholder));
             let node = g.push(Op::Reduce(Reduce::Sum, e, Some(len)), elem, vec![rows]);
@@ -1021,7 +1023,7 @@ fn with_partials(
     }
     with.roots.extend(values.iter().map(|&e| Root {
         node: e,
-        elem: g.elem(e),
+        elem: g.elem(e).compute(),
         shape: vec![rows, len],
         dest: Dest::Temp(PARTIAL),
         partial: true,
