@@ -3401,6 +3401,11 @@ fn gathers_run_on_an_emulated_gpu() {
     }
 }
 
+/// A bf16 buffer's bits, to compare exactly (as `u16`), NaN payloads included.
+fn bf16_bits(b: &fuse_runtime::Buffer<fuse_runtime::bf16>) -> Vec<u16> {
+    b.to_vec().unwrap().iter().map(|v| v.to_bits()).collect()
+}
+
 /// `cache_rows` of `key` at `slot` into a cache holding `before`, emulated against the CPU
 /// backend: the cache's values, or with `bits` its bits (as `u16`, NaN payloads included).
 fn cache_rows_emulated(
@@ -3433,15 +3438,7 @@ fn cache_rows_emulated(
         )
     };
     match bits {
-        true => {
-            let b: Vec<u16> = cache
-                .to_vec()
-                .unwrap()
-                .iter()
-                .map(|v| v.to_bits())
-                .collect();
-            run(&put(&dev, &b, &[slots, h, d]), "u16");
-        }
+        true => run(&put(&dev, &bf16_bits(&cache), &[slots, h, d]), "u16"),
         false => run(&cache, "bf16"),
     }
 }
@@ -3457,10 +3454,6 @@ fn bf16_copies_keep_their_bits_on_an_emulated_gpu() {
     use fuse_runtime::bf16;
     use kernels::writes as w;
     let (dev, mut rng) = (Device::cpu(), Rng::new());
-    // A bf16 buffer's bits, compared exactly (as `u16`), NaN payloads included.
-    let bits = |b: &fuse_runtime::Buffer<bf16>| -> Vec<u16> {
-        b.to_vec().unwrap().iter().map(|v| v.to_bits()).collect()
-    };
     // Signalling and quiet NaNs of both signs with payloads, infinities, zeros, subnormals.
     let specials = [
         0x7f81u16, 0xff81, 0x7fc0, 0xffc3, 0x7fbf, 0x7f80, 0xff80, 0x8000, 0x0001, 0x807f,
@@ -3478,7 +3471,7 @@ fn bf16_copies_keep_their_bits_on_an_emulated_gpu() {
         let x = mixed(&mut rng, n * c);
         let want = w::copy_bf16(&dev, &put(&dev, &x, &[n, c])).unwrap();
         // The CPU's own bits: NaNs quieted, everything else as it was.
-        let got = bits(&want);
+        let got = bf16_bits(&want);
         for (a, b) in x.iter().zip(&got) {
             let q = if a.is_nan() {
                 a.to_bits() | 0x40
