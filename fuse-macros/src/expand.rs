@@ -633,6 +633,10 @@ fn program_items(
                 blocks_per_sm,
                 parts,
             } => quote!(#p::Grid::Parts { blocks_per_sm: #blocks_per_sm, parts: #parts }),
+            Grid::Chunks {
+                blocks_per_sm,
+                parts,
+            } => quote!(#p::Grid::Chunks { blocks_per_sm: #blocks_per_sm, parts: #parts }),
             Grid::LongRows { cache_bytes, parts } => {
                 quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes, parts: #parts })
             }

@@ -127,6 +127,11 @@ pub enum Grid {
     /// over rows, a row of them a block (the rest zeroed), launched even for no rows.
     #[allow(missing_docs)]
     Parts { blocks_per_sm: u32, parts: u32 },
+    /// As `Parts`, a block a chunk of up to `CACHE * BLOCK` columns of a row (the row split
+    /// into as few such chunks as evenly as it goes), each block's chunk the same in every row
+    /// it takes: at most `parts` blocks a chunk.
+    #[allow(missing_docs)]
+    Chunks { blocks_per_sm: u32, parts: u32 },
     /// A cluster a row in dynamic shared memory, `cache_bytes` a row element; with `parts`
     /// (not 0), a kernel that writes partial sums over rows, a row of them a cluster (the rest
     /// zeroed): at most `parts` clusters, and no more than the device runs at once.
@@ -316,6 +321,22 @@ impl Program {
                 blocks_per_sm,
                 direct_blocks_per_sm: 0,
             },
+            // A group a chunk of a row, as the kernel splits it.
+            Grid::Chunks {
+                blocks_per_sm,
+                parts,
+            } => {
+                let chunks = len.div_ceil(crate::grid::REGISTER_ROW).max(1);
+                Geometry::Rows {
+                    groups: groups
+                        .saturating_mul(chunks)
+                        .clamp(1, u64::from(parts.max(1)) * chunks),
+                    row_len: len,
+                    cache_bytes: 0,
+                    blocks_per_sm,
+                    direct_blocks_per_sm: 0,
+                }
+            }
             Grid::Columns {
                 slots,
                 split,
@@ -418,4 +439,71 @@ pub(crate) fn launch_program_with(
             program.name()
         ),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grid::{grid, REGISTER_ROW};
+
+    static SIGNATURE: Signature = Signature {
+        kernel: "chunks",
+        dims: &["t", "h"],
+        tensors: &[],
+    };
+    static PROGRAM: Program = Program {
+        signature: &SIGNATURE,
+        params: &[],
+        work: Work::Rows {
+            rows: &[DimRef::Named(0)],
+            len: DimRef::Named(1),
+        },
+        entries: &[],
+    };
+    static KERNEL: KernelInfo = KernelInfo {
+        name: "chunks",
+        symbol: "fuse_chunks_chunked_rows",
+        source: "",
+        cubins: &[],
+    };
+
+    /// The chunked entry's grid: a group a chunk of each row, the rows' chunks up to `parts`
+    /// blocks a chunk, and a launch even for no rows (to zero the partial sums).
+    #[test]
+    fn chunked_rows_take_a_block_a_chunk() {
+        let entry = Entry {
+            kernel: &KERNEL,
+            path: "chunked_rows",
+            when: When {
+                min_len: REGISTER_ROW + 1,
+                max_len: 64 * REGISTER_ROW,
+                multiple_of: 4,
+                min_arch: 90,
+                long_rows: false,
+                inner_multiple_of: 1,
+            },
+            grid: Grid::Chunks {
+                blocks_per_sm: 2,
+                parts: 512,
+            },
+        };
+        let groups = |t: usize, h: usize| match PROGRAM.geometry(&entry, &[t, h]) {
+            Geometry::Rows { groups, .. } => groups,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(groups(7, 4100), 14);
+        assert_eq!(groups(7, 16384), 28);
+        assert_eq!(groups(3, 16388), 15);
+        assert_eq!(
+            groups(100_000, 8192),
+            1024,
+            "at most `parts` blocks a chunk"
+        );
+        assert_eq!(groups(0, 8192), 1);
+        let blocks = |t, h| grid(PROGRAM.geometry(&entry, &[t, h]), 132, 9);
+        if std::env::var_os("FUSE_ROW_BLOCKS_PER_SM").is_none() {
+            assert_eq!(blocks(16384, 16384), Some(264));
+            assert_eq!(blocks(7, 16384), Some(28));
+        }
+    }
 }

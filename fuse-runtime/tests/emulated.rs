@@ -306,7 +306,7 @@ impl Emulation {
         // Partial sums over rows (a derived launch's `[parts, len]`): each block's rows in its
         // own row of parts, all of them in the CPU's first; their sums over parts must agree.
         let parts = match entry.grid {
-            Grid::Parts { parts, .. } => Some(parts as usize),
+            Grid::Parts { parts, .. } | Grid::Chunks { parts, .. } => Some(parts as usize),
             Grid::LongRows { parts, .. } if parts > 0 => Some(parts as usize),
             _ => None,
         };
@@ -2666,7 +2666,38 @@ fn partial_sums_over_rows_run_on_an_emulated_gpu() {
         (2, 64),
     ];
     for (rows, cols) in shapes {
-        partial_sums(rows, cols, None);
+        partial_sums(rows, cols, None, None);
+    }
+}
+
+/// The same on rows longer than a block's registers, which kernels without a reduction along
+/// them (G8's) take in chunks, a block a chunk of each row (`chunked_rows`): grids of fewer
+/// blocks than chunks (each taking several in turn), of a whole number of blocks a chunk, and
+/// of blocks left over; chunks of 2048 to 4096 columns, the rows' lengths multiples of four
+/// and of 4096; more rows than blocks, fewer, and none.
+#[test]
+fn partial_sums_over_chunked_rows_run_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    for (rows, cols, grid) in [
+        (7, 4100, None),
+        (5, 8192, Some(4)),
+        (9, 16384, Some(9)),
+        (3, 16384, Some(2)),
+        (4, 11012, Some(7)),
+        (6, 14336, Some(12)),
+        (0, 12288, Some(6)),
+        (2, 20484, Some(5)),
+    ] {
+        let program =
+            &bench_kernels::g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0::__fuse::PROGRAM;
+        let entry = program.pick(&[rows, cols], 90, false).expect("an entry");
+        assert_eq!(
+            entry.path, "chunked_rows",
+            "G8's backward at {rows} x {cols}"
+        );
+        partial_sums(rows, cols, None, grid);
     }
 }
 
@@ -2686,13 +2717,14 @@ fn partial_sums_over_long_rows_run_on_an_emulated_cluster() {
         (4, 1000, 1),
         (0, 300, 2),
     ] {
-        partial_sums(rows, cols, Some(cluster));
+        partial_sums(rows, cols, Some(cluster), None);
     }
 }
 
 /// G1, G2, G7 and G8's backwards at `rows` x `cols` against the CPU, on the entry the runtime
-/// picks, or on the long-row entry in clusters of `cluster` blocks.
-fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
+/// picks (on a grid of `grid` blocks, else the emulator's), or on the long-row entry in
+/// clusters of `cluster` blocks.
+fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>, grid: Option<u32>) {
     use bench_kernels::{g1_rmsnorm, g2_layernorm, g7_dyt, g8_bias_gelu_dropout};
     use fuse_runtime::bf16;
     let (dev, mut rng) = (Device::cpu(), Rng::new());
@@ -2713,7 +2745,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
     let sum = || Tol::close(1e-4, 1e-3);
     let cpu = g1_rmsnorm::__g1_rmsnorm_d0(&dev, &px, &pw, &pdy).unwrap();
     emulate_partials(
-        (cluster, cols),
+        (cluster, cols, grid),
         &format!("rmsnorm backward {rows}x{cols}"),
         &g1_rmsnorm::__g1_rmsnorm_d0::__fuse::PROGRAM,
         vec![hex(&x), hex(&w), hex(&dy)],
@@ -2725,7 +2757,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
     );
     let cpu = g2_layernorm::__g2_layernorm_d0(&dev, &px, &pw, &pb, &pdy).unwrap();
     emulate_partials(
-        (cluster, cols),
+        (cluster, cols, grid),
         &format!("layernorm backward {rows}x{cols}"),
         &g2_layernorm::__g2_layernorm_d0::__fuse::PROGRAM,
         vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
@@ -2738,7 +2770,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
     let alpha = 0.7f32;
     let cpu = g7_dyt::__g7_dyt_d0(&dev, &px, alpha, &pw, &pb, &pdy).unwrap();
     emulate_partials(
-        (cluster, cols),
+        (cluster, cols, grid),
         &format!("dyt backward {rows}x{cols}"),
         &g7_dyt::__g7_dyt_d0::__fuse::PROGRAM,
         vec![hex(&x), hex(&w), hex(&b), hex(&dy)],
@@ -2751,7 +2783,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
     let seed = 0x5eed_u64 + rows as u64;
     let cpu = g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0(&dev, &px, &pb, seed, &pdy).unwrap();
     emulate_partials(
-        (cluster, cols),
+        (cluster, cols, grid),
         &format!("bias gelu dropout backward {rows}x{cols}"),
         &g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0::__fuse::PROGRAM,
         vec![hex(&x), hex(&b), hex(&dy)],
@@ -2767,7 +2799,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>) {
 /// each with its part of the row and of the partial sums in shared memory.
 #[allow(clippy::too_many_arguments)]
 fn emulate_partials<R: Outputs>(
-    (cluster, cols): (Option<u32>, usize),
+    (cluster, cols, grid): (Option<u32>, usize, Option<u32>),
     what: &str,
     program: &'static Program,
     tensors: Vec<String>,
@@ -2789,9 +2821,12 @@ fn emulate_partials<R: Outputs>(
         Some(c) => format!("{what} in clusters of {c}"),
         None => what.to_string(),
     };
-    emulate_launch(
-        &what, program, tensors, scalars, dims, cpu, types, tols, shared,
-    );
+    let how = Emulation {
+        shared,
+        grid,
+        ..Emulation::default()
+    };
+    how.run(&what, program, tensors, scalars, dims, cpu, types, tols);
 }
 
 /// The training pair's launches: G1's forward, which also writes each row's rstd in f32, and

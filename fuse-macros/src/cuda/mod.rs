@@ -245,6 +245,10 @@ fn path_comment(entry: &Entry) -> String {
             "rows of {} to {} elements{multiple}, on sm_{} and later: a block a row, held in registers in 16-byte vectors of 2-byte elements, 32 a thread.",
             w.min_len, w.max_len, w.min_arch
         ),
+        Path::RowChunks => format!(
+            "rows of {} to {} elements{multiple}, on sm_{} and later: a block a chunk of up to {} columns of each row it takes, held in registers, the same chunk in every row.",
+            w.min_len, w.max_len, w.min_arch, crate::abi::CACHE * crate::abi::BLOCK
+        ),
         Path::ShortRows => format!(
             "rows of 1 to {} elements: tiles of whole rows through shared memory, 16-byte loads and stores.",
             w.max_len

@@ -20,7 +20,7 @@ impl Cuda<'_> {
         let cached = cached_params(self.k, self.plan);
         let block = matches!(
             self.path,
-            Path::RowBlock | Path::RowBlockExact | Path::RowBlockWide
+            Path::RowBlock | Path::RowBlockExact | Path::RowBlockWide | Path::RowChunks
         );
         if block {
             // A cached row a block (rows of `CACHE * BLOCK / 2` to `CACHE * BLOCK` elements,
@@ -113,6 +113,13 @@ impl Cuda<'_> {
         // it takes: its partial sums add up in registers. Added in memory, a block's row of
         // partials read back before each add, G1 ran at 73% of copy speed on an H100.
         self.partials_in_registers = self.k.has_partials() && !cached.is_empty();
+        let chunked = self.chunked();
+        if chunked {
+            // The chunks' loop opens before the partial sums' registers, which start at zero
+            // in each chunk.
+            self.line("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900");
+            self.open_chunks();
+        }
         if self.partials_in_registers {
             let l = self.cache_lanes;
             for (o, out) in self.k.outputs.iter().enumerate() {
@@ -131,7 +138,9 @@ impl Cuda<'_> {
             // Compiled for sm_90 and later (and the emulator), which the host picks it for:
             // ptxas for sm_80 spilled this loop of `w7_layernorm_quantize` around the
             // division's slow-path calls at 64 registers.
-            self.line("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900");
+            if !chunked {
+                self.line("#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900");
+            }
             if prefetch {
                 self.first_row_copy(&cached);
                 // The transaction barriers of the two buffers' bulk copies, and their phases.
@@ -149,6 +158,9 @@ impl Cuda<'_> {
             self.full_rows = false;
             self.whole_rows = false;
             self.write_parts(false, None);
+            if chunked {
+                self.close();
+            }
             self.line("#endif");
         } else {
             if prefetch {
@@ -173,6 +185,35 @@ impl Cuda<'_> {
         }
         self.direct_rows = false;
         self.partials_in_registers = false;
+    }
+
+    /// Whether the entry being written is the chunked one (`Path::RowChunks`).
+    fn chunked(&self) -> bool {
+        self.path == Path::RowChunks
+    }
+
+    /// The chunked entry's loop over its chunks (`Path::RowChunks`). A row of `len` splits
+    /// into the fewest chunks of at most `CACHE * BLOCK` columns, `fz_cn`, chunk `k` from
+    /// column `k * len / fz_cn` rounded down to a multiple of four: each a multiple of four
+    /// over `len / fz_cn - 4` long, so at least 2048 (`len` is over `CACHE * BLOCK * (fz_cn -
+    /// 1)`), as a row a block's is. Block `b` takes chunk `b % fz_cn` of rows `b / fz_cn` on,
+    /// `fz_cs` apart, its partial sums in row `fz_cp` of theirs (the blocks past a whole
+    /// number of chunks take none); a grid of fewer blocks than chunks takes them in turn,
+    /// each a block's in every row, in row 0 of the partial sums. Inside, `len` is the
+    /// chunk's, `fz_co` its first column, and `fz_len` the row's.
+    fn open_chunks(&mut self) {
+        let width = CACHE * BLOCK;
+        self.line("const long long fz_len = len;");
+        self.line(format!(
+            "const long long fz_cn = (len + {}) / {width};",
+            width - 1
+        ));
+        self.line("const bool fz_all = gridDim.x >= fz_cn;");
+        self.line("const long long fz_cs = fz_all ? gridDim.x / fz_cn : 1;");
+        self.line("const long long fz_cp = fz_all ? blockIdx.x / fz_cn : 0;");
+        self.open("for (long long fz_ck = fz_all ? blockIdx.x % fz_cn : blockIdx.x; fz_cp < fz_cs && fz_ck < fz_cn; fz_ck += fz_all ? fz_cn : gridDim.x)");
+        self.line("const long long fz_co = (fz_ck * fz_len / fz_cn) & ~3ll;");
+        self.line("const long long len = ((fz_ck + 1) * fz_len / fz_cn & ~3ll) - fz_co;");
     }
 
     /// After the row loop, each partial sum's rows (`OutputInfo::partial`): the block's own,
@@ -241,11 +282,16 @@ impl Cuda<'_> {
                 true if segments => "blockIdx.x + gridDim.x",
                 true => {
                     let (t, l) = (out.elem.c_name(), self.cache_lanes);
+                    // A chunk's sums go to its columns of the block's row of partial sums.
+                    let row = match self.chunked() {
+                        true => "fz_cp * fz_len + fz_co",
+                        false => "(long long)blockIdx.x * len",
+                    };
                     self.line("#pragma unroll");
                     self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
                     self.line("const int c = lane + q * width;");
                     self.line(format!(
-                        "if (c * {l} < (int)len) *(reinterpret_cast<fz_vec<{t}, {l}>*>(out{o} + (long long)blockIdx.x * len) + c) = pa{o}[q];"
+                        "if (c * {l} < (int)len) *(reinterpret_cast<fz_vec<{t}, {l}>*>(out{o} + {row}) + c) = pa{o}[q];"
                     ));
                     self.close();
                     "blockIdx.x + gridDim.x"
@@ -253,6 +299,17 @@ impl Cuda<'_> {
                 false => "blockIdx.x < groups ? blockIdx.x + gridDim.x : blockIdx.x",
             };
             let parts = self.layout.size(parts);
+            if self.chunked() {
+                // The chunk's columns of the rows of partial sums no block of it takes.
+                self.open(format!(
+                    "for (long long p = fz_cp + fz_cs; p < {parts}; p += fz_cs)"
+                ));
+                self.line(format!(
+                    "for (long long r = threadIdx.x; r < len; r += {BLOCK}) out{o}[p * fz_len + fz_co + r] = 0;"
+                ));
+                self.close();
+                continue;
+            }
             self.open(format!(
                 "for (long long p = {first}; p < {parts}; p += gridDim.x)"
             ));
@@ -294,7 +351,11 @@ impl Cuda<'_> {
         if self.hoisted_positions {
             self.hoist_positions();
         }
-        if self.whole_rows {
+        if self.chunked() {
+            self.open("for (long long g0 = fz_cp; g0 < groups; g0 += fz_cs)");
+            self.line("const bool live = true;");
+            self.line("const long long g = g0;");
+        } else if self.whole_rows {
             self.open("for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x)");
             self.line("const bool live = true;");
             self.line("const long long g = g0;");
@@ -368,9 +429,15 @@ impl Cuda<'_> {
         for l in self.layout.split("g", rows, &SYNTAX) {
             self.line(l);
         }
+        // A chunk's elements start `fz_co` on in each shape along the row, which is its last
+        // dim there (`plan::rows::chunks_rows`).
         for (s, shape) in self.layout.shapes().iter().enumerate() {
+            let chunk = match self.chunked() && shape.contains(&axis) {
+                true => " + fz_co",
+                false => "",
+            };
             self.line(format!(
-                "const long long b{s} = {};",
+                "const long long b{s} = {}{chunk};",
                 self.layout.offset(shape, Some(axis))
             ));
         }
@@ -400,8 +467,12 @@ impl Cuda<'_> {
         self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
         self.line("#pragma unroll");
         self.open(format!("for (int j = 0; j < {l}; ++j)"));
+        let chunk = match self.chunked() {
+            true => "fz_co + ",
+            false => "",
+        };
         self.line(format!(
-            "fz_pos[q * {l} + j] = (unsigned int)((lane + q * width) * {l} + j);"
+            "fz_pos[q * {l} + j] = (unsigned int)({chunk}(lane + q * width) * {l} + j);"
         ));
         self.line(format!("asm volatile(\"\" : \"+r\"(fz_pos[q * {l} + j]));"));
         self.close();
@@ -417,12 +488,17 @@ impl Cuda<'_> {
     /// their next row into shared memory ahead, `prefetches`, have it on its way already.)
     fn ask_l2_for_next_row(&mut self, cached: &[usize]) {
         self.helpers.insert("fz_l2_prefetch");
-        self.open("if (g0 + gridDim.x < groups)");
+        // A chunk's next is the same chunk `fz_cs` rows on.
+        let (next, step, stride) = match self.chunked() {
+            true => ("fz_cs", "fz_cs", "fz_len"),
+            false => ("gridDim.x", "(long long)gridDim.x", "len"),
+        };
+        self.open(format!("if (g0 + {next} < groups)"));
         for &p in cached {
             let (t, name) = self.param_text(p);
             let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
             self.line(format!(
-                "fz_prefetch_l2(p_{name} + b{s} + (long long)gridDim.x * len, len * (long long)sizeof({t}));"
+                "fz_prefetch_l2(p_{name} + b{s} + {step} * {stride}, len * (long long)sizeof({t}));"
             ));
         }
         self.close();
@@ -698,6 +774,7 @@ impl Cuda<'_> {
             Path::RowBlock
                 | Path::RowBlockExact
                 | Path::RowBlockWide
+                | Path::RowChunks
                 | Path::RowsCached
                 | Path::RowsCachedWide
         ) {
@@ -1228,7 +1305,11 @@ impl Cuda<'_> {
             self.line(format!("fz_u4 rq{id}[{}];", l / 4));
             for b in 0..l / 4 {
                 self.open("");
-                self.line(format!("const long long r = c * {l} + {};", 4 * b));
+                let chunk = match self.chunked() {
+                    true => "fz_co + ",
+                    false => "",
+                };
+                self.line(format!("const long long r = {chunk}c * {l} + {};", 4 * b));
                 let at = self.position(id, Scope::Element);
                 self.line(format!(
                     "rq{id}[{b}] = fz_philox(rk{seed}, ({at}) >> 2, {site}u);"

@@ -1183,6 +1183,54 @@ mod tests {
         assert!(long.contains("fz_copy_async<8 * sizeof(unsigned short)>"));
     }
 
+    /// A bias's gradient beside an elementwise one (G8's), whose rows need no value of the
+    /// whole row: rows past a block's registers in chunks of them, a block a chunk of every
+    /// row it takes, before the long rows in shared memory; RMSNorm's, which reduce their
+    /// rows, have no such entry.
+    #[test]
+    fn rows_without_row_values_take_chunks() {
+        use crate::plan::program::{program, Grid, Path};
+        let k = kernel(quote! {
+            #[vjp(x, bias)]
+            fn g(x: [bf16; t, h], bias: [bf16; h], seed: u64) -> [bf16; t, h] {
+                dropout(gelu(x + bias), 0.1, seed)
+            }
+        });
+        let d = vjp(&k, false, "d").unwrap();
+        let rows = &d.steps[0].kernel;
+        assert!(rows.has_partials());
+        let entries = program(rows).entries;
+        let at = |path| entries.iter().position(|e| e.path == path);
+        let chunks = &entries[at(Path::RowChunks).expect("a chunked entry")];
+        assert!(at(Path::RowChunks) < at(Path::LongRows));
+        let w = chunks.when;
+        let register_row = u64::from(crate::abi::CACHE * crate::abi::BLOCK);
+        assert_eq!(
+            (w.min_len, w.max_len),
+            (register_row + 1, 64 * register_row)
+        );
+        assert_eq!((w.multiple_of, w.min_arch), (4, 90));
+        let parts = crate::plan::tuning::PARTS as u32;
+        assert!(matches!(chunks.grid, Grid::Chunks { parts: p, .. } if p == parts));
+        let text = crate::cuda::text(rows);
+        let chunked = &text[text.find("_chunked_rows(").expect("the chunked entry")..];
+        assert!(chunked.contains("const long long b0 = c0 * d_h + fz_co;"));
+        assert!(chunked.contains("out1 + fz_cp * fz_len + fz_co"));
+        let rms = kernel(quote! {
+            #[vjp(x, g)]
+            fn rmsnorm(x: [bf16; rows, cols], g: [bf16; cols]) -> [bf16; rows, cols] {
+                (x as f32 * rsqrt(mean(x as f32 * x as f32, cols) + 1e-6) * (g as f32)) as bf16
+            }
+        });
+        let d = vjp(&rms, false, "d").unwrap();
+        let paths: Vec<Path> = program(&d.steps[0].kernel)
+            .entries
+            .iter()
+            .map(|e| e.path)
+            .collect();
+        assert!(paths.contains(&Path::LongRows) && !paths.contains(&Path::RowChunks));
+    }
+
     /// LayerNorm's gradients: `dx` in one launch over rows, which also sums `dg` and `db`'s
     /// values over the rows each block takes (partials, temporaries 7 and 8, over dims 0 and
     /// 1); a launch over those partials' columns (dim 2, `PARTS`) sums them. The row's mean and

@@ -6,8 +6,9 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, direct_row_cost, needs_divisors, peeled_cache, seed_params,
-    slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead, SEGMENT_WIDTHS, SHORT,
+    cached_bytes, cached_params, chunks_rows, direct_row_cost, needs_divisors, peeled_cache,
+    seed_params, slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead, MAX_CHUNKS,
+    SEGMENT_WIDTHS, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -88,6 +89,11 @@ pub enum Path {
     /// `CACHE * BLOCK + 1` to `2 * CACHE * BLOCK` elements, a multiple of eight, in 16-byte
     /// vectors of eight, `2 * CACHE` a thread.
     RowBlockWide,
+    /// Rows of `CACHE * BLOCK + 1` to `MAX_CHUNKS * CACHE * BLOCK` elements, a multiple of four,
+    /// of a kernel whose rows need no value of the whole row and that writes partial sums over
+    /// rows (`plan::rows::chunks_rows`): each block a chunk of up to `CACHE * BLOCK` columns of
+    /// every row it takes, held in registers as `RowBlock` holds a row (sm_90 and later).
+    RowChunks,
     /// Rows of 1 to `SHORT` elements, tiles of whole rows through shared memory.
     ShortRows,
     /// Rows longer than the register cache, in the dynamic shared memory of a block or a
@@ -116,6 +122,7 @@ impl Path {
             Path::RowBlock => "_block_rows",
             Path::RowBlockExact => "_exact_rows",
             Path::RowBlockWide => "_wide_block_rows",
+            Path::RowChunks => "_chunked_rows",
             Path::ShortRows => "_short_rows",
             Path::LongRows => "_long_rows",
             Path::ColumnPairs => "_column_pairs",
@@ -134,6 +141,7 @@ impl Path {
             Path::RowBlock => "block_rows",
             Path::RowBlockExact => "exact_rows",
             Path::RowBlockWide => "wide_block_rows",
+            Path::RowChunks => "chunked_rows",
             Path::ShortRows => "short_rows",
             Path::LongRows => "long_rows",
             Path::Columns => "columns",
@@ -153,6 +161,9 @@ pub enum Grid {
     /// As `Rows`, a block a row, for a kernel that writes partial sums over rows
     /// (`OutputInfo::partial`): at most `parts` blocks, the partials' rows.
     Parts { blocks_per_sm: u32, parts: u32 },
+    /// As `Parts`, for `Path::RowChunks`: a block a chunk of `CACHE * BLOCK` columns of a row,
+    /// each block's chunk the same in every row it takes, and at most `parts` blocks a chunk.
+    Chunks { blocks_per_sm: u32, parts: u32 },
     /// A cluster a row, each block caching its part in dynamic shared memory: `cache_bytes`
     /// a row element. With partial sums over rows (`parts` > 0, the partials' rows), at most
     /// `parts` clusters, each staying for the whole launch.
@@ -544,6 +555,22 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     }
                 }
             }
+            // Longer rows of a kernel that needs no value of a whole row, with partial sums
+            // over rows: a block a chunk of each (`plan::rows::chunks_rows`), before the
+            // long-row entry, which would keep them in shared memory.
+            if chunks_rows(k, plan) && fit {
+                entries.push(entry(
+                    Path::RowChunks,
+                    Some(tuning::register_min_blocks(k, plan)),
+                    rows,
+                    rows_of(
+                        register_row + 1,
+                        u64::from(MAX_CHUNKS) * register_row,
+                        4,
+                        90,
+                    ),
+                ));
+            }
             let cache_bytes = cached_bytes(k, plan);
             if cache_bytes > 0 {
                 let when = When {
@@ -576,6 +603,12 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 entries.retain(|e| e.path != Path::ShortRows);
                 for e in &mut entries {
                     match e.grid {
+                        Grid::Rows { blocks_per_sm } if e.path == Path::RowChunks => {
+                            e.grid = Grid::Chunks {
+                                blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),
+                                parts,
+                            };
+                        }
                         Grid::Rows { blocks_per_sm } => {
                             e.grid = Grid::Parts {
                                 blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),

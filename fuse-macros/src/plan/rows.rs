@@ -110,6 +110,41 @@ pub(crate) fn cached_params(k: &Kernel, plan: &Plan) -> Vec<usize> {
         .collect()
 }
 
+/// The most chunks a row of the chunked entry (`Path::RowChunks`) is split into: rows of up to
+/// 64 times a block's registers' worth of elements (262,144), whose chunks a grid of a few
+/// blocks an SM takes all at once; longer rows take the long-row or the streamed entry.
+pub(crate) const MAX_CHUNKS: u32 = 64;
+
+/// Whether a kernel's rows longer than a block's registers hold (`CACHE * BLOCK` elements)
+/// have the chunked entry (`Path::RowChunks`): each block a chunk of up to `CACHE * BLOCK`
+/// columns of every row it takes, in registers as a row a block's are, its partial sums
+/// over rows in registers. For a kernel whose rows need no value of the whole row (one pass,
+/// no reduction along it) and that writes partial sums over rows: a bias's gradient beside an
+/// elementwise one, as G8's. Every tensor along the row has it last, so that a chunk is the
+/// same offset away in each, and none is read through a view along it. The long-row entry
+/// took such rows before: each element copied into shared memory and read back, the partial
+/// sums added up there, G8 at 16384 columns ran at 25% of copy speed on an H200 against 49%
+/// at 4096 in registers (benches/NOTES.md item 121).
+pub(crate) fn chunks_rows(k: &Kernel, plan: &Plan) -> bool {
+    let Launch::Rows { axis, .. } = &k.launch else {
+        return false;
+    };
+    let last = |shape: &[DimId]| !shape.contains(axis) || shape.last() == Some(axis);
+    let live = crate::fusion::live_nodes(&k.body());
+    let views = k
+        .nodes
+        .iter()
+        .enumerate()
+        .any(|(i, n)| live[i] && matches!(n.op, Op::View(..)) && n.shape.contains(axis));
+    k.has_partials()
+        && plan.passes.len() == 1
+        && plan.reducing_passes() == 0
+        && !cached_params(k, plan).is_empty()
+        && k.tensor_params().all(|(_, _, s)| last(s))
+        && k.outputs.iter().all(|o| last(&o.shape))
+        && !views
+}
+
 /// Whether a kernel's rows a block in registers (`Path::RowBlock`, 2049 to 4096 elements) also
 /// have an entry for lengths that are no multiple of four (`When::multiple_of` 1, its symbol
 /// ending in `_peeled`): each row's vectors from the first whole one in memory, the elements
