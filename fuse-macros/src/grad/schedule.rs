@@ -1201,21 +1201,50 @@ mod tests {
         assert!(rows.has_partials());
         let entries = program(rows).entries;
         let at = |path| entries.iter().position(|e| e.path == path);
-        let chunks = &entries[at(Path::RowChunks).expect("a chunked entry")];
+        let chunks: Vec<_> = entries
+            .iter()
+            .filter(|e| e.path == Path::RowChunks)
+            .collect();
         assert!(at(Path::RowChunks) < at(Path::LongRows));
-        let w = chunks.when;
         let register_row = u64::from(crate::abi::CACHE * crate::abi::BLOCK);
+        let whens: Vec<_> = chunks
+            .iter()
+            .map(|e| {
+                (
+                    e.label(),
+                    e.when.min_len,
+                    e.when.max_len,
+                    e.when.multiple_of,
+                )
+            })
+            .collect();
+        let longest = 64 * register_row;
         assert_eq!(
-            (w.min_len, w.max_len),
-            (register_row + 1, 64 * register_row)
+            whens,
+            [
+                (
+                    "chunked_rows_exact".into(),
+                    2 * register_row,
+                    longest,
+                    register_row
+                ),
+                ("chunked_rows".into(), register_row + 1, longest, 4),
+            ]
         );
-        assert_eq!((w.multiple_of, w.min_arch), (4, 90));
         let parts = crate::plan::tuning::PARTS as u32;
-        assert!(matches!(chunks.grid, Grid::Chunks { parts: p, .. } if p == parts));
+        for e in &chunks {
+            assert_eq!(e.when.min_arch, 90);
+            assert!(matches!(e.grid, Grid::Chunks { parts: p, .. } if p == parts));
+        }
         let text = crate::cuda::text(rows);
         let chunked = &text[text.find("_chunked_rows(").expect("the chunked entry")..];
         assert!(chunked.contains("const long long b0 = c0 * d_h + fz_co;"));
         assert!(chunked.contains("out1 + fz_cp * fz_len + fz_co"));
+        assert!(chunked.contains("if ((q < 2 || c * 4 < (int)len))"));
+        let exact = &text[text.find("_chunked_rows_exact(").expect("the exact entry")..];
+        let exact = &exact[..exact.find("_chunked_rows(").unwrap_or(exact.len())];
+        assert!(exact.contains("const long long len = 4096;"));
+        assert!(!exact.contains("q < 2 ||"));
         let rms = kernel(quote! {
             #[vjp(x, g)]
             fn rmsnorm(x: [bf16; rows, cols], g: [bf16; cols]) -> [bf16; rows, cols] {

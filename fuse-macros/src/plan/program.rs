@@ -235,12 +235,19 @@ impl Entry {
             Path::RowBlock if peels_cache(self.path, &self.when) => {
                 format!("{}_peeled", self.path.name())
             }
+            Path::RowChunks if exact_chunks(&self.when) => format!("{}_exact", self.path.name()),
             path if peels_cache(path, &self.when) => {
                 format!("{}_peeled_{}", path.name(), self.when.max_len)
             }
             path => path.name().to_string(),
         }
     }
+}
+
+/// Whether a chunked entry (`Path::RowChunks`) taken `when` is the one for rows a multiple of
+/// `CACHE * BLOCK` long, whose chunks all are that long: no bounds tests.
+pub fn exact_chunks(when: &When) -> bool {
+    when.multiple_of == u64::from(CACHE * BLOCK)
 }
 
 /// Whether an entry of `path` taken `when` holds rows in registers at lengths that are no
@@ -558,17 +565,24 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             // Longer rows of a kernel that needs no value of a whole row, with partial sums
             // over rows: a block a chunk of each (`plan::rows::chunks_rows`), before the
             // long-row entry, which would keep them in shared memory.
+            // Rows a multiple of `CACHE * BLOCK` long have an entry of their own, whose chunks
+            // are all that long, without bounds tests (as `RowBlockExact`'s rows).
             if chunks_rows(k, plan) && fit {
+                let bound = Some(tuning::register_min_blocks(k, plan));
+                let max_len = u64::from(MAX_CHUNKS) * register_row;
+                let mut exact = entry(
+                    Path::RowChunks,
+                    bound,
+                    rows,
+                    rows_of(2 * register_row, max_len, register_row, 90),
+                );
+                exact.symbol = format!("{}_exact", exact.symbol);
+                entries.push(exact);
                 entries.push(entry(
                     Path::RowChunks,
-                    Some(tuning::register_min_blocks(k, plan)),
+                    bound,
                     rows,
-                    rows_of(
-                        register_row + 1,
-                        u64::from(MAX_CHUNKS) * register_row,
-                        4,
-                        90,
-                    ),
+                    rows_of(register_row + 1, max_len, 4, 90),
                 ));
             }
             let cache_bytes = cached_bytes(k, plan);
