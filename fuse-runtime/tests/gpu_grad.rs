@@ -15,8 +15,9 @@ use grad_kernels::*;
 /// grid), and rows of exactly 4096 (the row-a-block entry without bounds tests), more of them
 /// than a few blocks an SM take, so that blocks copy their next rows ahead
 /// (`plan::rows::block_copies_ahead`) on GPUs of up to 200 SMs (the backward of softmax has 12
-/// blocks an SM).
-const SHAPES: [(usize, usize); 9] = [
+/// blocks an SM). Long rows of kernels that need no value of a whole row (the bias, GELU and
+/// dropout's) take chunks of them (`chunked_rows`; `chunked_rows_exact` at 8192).
+const SHAPES: [(usize, usize); 10] = [
     (9, 8),
     (7, 33),
     (5, 1000),
@@ -26,6 +27,7 @@ const SHAPES: [(usize, usize); 9] = [
     (1500, 24),
     (3001, 1000),
     (2403, 4096),
+    (257, 8192),
 ];
 
 fn halves<T: Element>(v: &[f32], from: fn(f32) -> T) -> Vec<T> {
