@@ -2702,6 +2702,37 @@ fn partial_sums_over_chunked_rows_run_on_an_emulated_gpu() {
         };
         assert_eq!(entry.path, path, "G8's backward at {rows} x {cols}");
         partial_sums(rows, cols, None, grid);
+        // An f32 kernel's chunks: 16-byte vectors of four.
+        let program = &grad_kernels::bias_silu::__bias_silu_d0::__fuse::PROGRAM;
+        let entry = program.pick(&[rows, cols], 90, false).expect("an entry");
+        assert_eq!(
+            entry.path, path,
+            "f32 bias and SiLU's backward at {rows} x {cols}"
+        );
+        let (dev, mut rng) = (Device::cpu(), Rng::new());
+        let (x, dy) = (
+            rng.floats::<f32>(rows * cols, -3.0, 3.0),
+            rng.floats::<f32>(rows * cols, -1.0, 1.0),
+        );
+        let b = rng.floats::<f32>(cols, -1.0, 1.0);
+        let shape = [rows, cols];
+        let (px, pdy, pb) = (
+            put(&dev, &x, &shape),
+            put(&dev, &dy, &shape),
+            put(&dev, &b, &[cols]),
+        );
+        let cpu = grad_kernels::bias_silu::__bias_silu_d0(&dev, &px, &pb, &pdy).unwrap();
+        emulate_partials(
+            (None, cols, grid),
+            &format!("f32 bias silu backward {rows}x{cols}"),
+            program,
+            vec![hex(&x), hex(&b), hex(&dy)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32", "f32"],
+            &[Tol::close(1e-5, 1e-6), Tol::close(1e-4, 1e-3)],
+        );
     }
 }
 

@@ -44,6 +44,13 @@ fuse! {
         ((alpha * (x as f32)).tanh() as bf16) * g + b
     }
 
+    /// A bias's gradient beside an elementwise one in f32: long rows take chunks of them
+    /// (`chunked_rows`), 16-byte vectors of four.
+    #[vjp(x, bias)]
+    pub fn bias_silu(x: [f32; rows, cols], bias: [f32; cols]) -> [f32; rows, cols] {
+        silu(x + bias)
+    }
+
     #[vjp(x, bias)]
     pub fn bias_gelu_dropout(x: [bf16; rows, cols], bias: [bf16; cols], seed: u64) -> [bf16; rows, cols] {
         dropout(gelu(x + bias), 0.1, seed)
