@@ -30,6 +30,17 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+#if __CUDA_ARCH__ >= 900
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+#else
+    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
+#endif
+}
+#endif
+#ifdef __CUDA_ARCH__
 static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile("bar.sync %0, %1;" :: "r"(s + 1u), "r"(n) : "memory"); }
 #endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
@@ -86,6 +97,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_wide_cache
         }
         unsigned short rx_x = 0;
         if (lane < fz_nx) rx_x = p_x[b0 + fz_rx];
+        const long long fz_next = g0 + (long long)gridDim.x * per_block;
+        if (fz_next < groups) {
+            const long long fz_rows = groups - fz_next < per_block ? groups - fz_next : per_block;
+            fz_prefetch_l2(p_x + fz_next * len, fz_rows * len * (long long)sizeof(unsigned short));
+        }
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll
         for (int q = 0; q < 4; ++q) {

@@ -427,7 +427,9 @@ impl Cuda<'_> {
                 self.load_cached_rows(cached, false);
                 if whole && next_row_to_l2(self.k, cached) {
                     self.ask_l2_for_next_row(cached);
-                } else if self.partials_in_registers && segments_ask_l2(self.k, plan, cached) {
+                } else if (self.partials_in_registers && segments_ask_l2(self.k, plan, cached))
+                    || (self.peels_cache() && next_row_to_l2(self.k, cached))
+                {
                     self.ask_l2_for_next_rows(cached);
                 }
                 self.row_passes(plan, axis, cached, false);
@@ -519,9 +521,12 @@ impl Cuda<'_> {
     }
 
     /// In a segmented loop with partial sums over rows, whose blocks each go through many steps
-    /// of `per_block` rows, asks L2 for the block's next step's rows of each `cached` tensor
-    /// (contiguous: row `n` starts at `n * len`, as in `ask_l2_for_next_row`) once this
-    /// step's loads are issued.
+    /// of `per_block` rows, or of peeled rows (`peels_cache`) where [`next_row_to_l2`] allows,
+    /// asks L2 for the block's next step's rows of each `cached` tensor (contiguous: row `n`
+    /// starts at `n * len`, as in `ask_l2_for_next_row`) once this step's loads are issued.
+    /// The peeled segments load their rows straight into registers and waited for them row
+    /// after row: asked ahead, SO's bf16 softmax at 1027 columns went from 57 to 61% of copy
+    /// speed on an H200, its bf16 RMSNorm from 92 to 96% (benches/NOTES.md item 133).
     fn ask_l2_for_next_rows(&mut self, cached: &[usize]) {
         self.helpers.insert("fz_l2_prefetch");
         self.line("const long long fz_next = g0 + (long long)gridDim.x * per_block;");
