@@ -128,11 +128,14 @@ pub fn v2(runner: &mut Runner) {
     let close = |g: f32, w: f32, rel: f32| (g - w).abs() <= rel * w.abs() || g == w;
     match checked {
         Ok(((q, s), (want_q, want_s))) => {
-            // A value on a rounding boundary may round either way: one e4m3 step (1/8).
+            // A value on a rounding boundary may round either way (the backends' `y / s` differ
+            // in their last bits): one e4m3 step, 1/8 of a normal value, 2^-9 among the
+            // subnormals (3 against 4 steps failed one run in several on an H200).
+            let step = |g: f32, w: f32| close(g, w, 0.125) || (g - w).abs() <= 2f32.powi(-9);
             let bad_q = q
                 .iter()
                 .zip(&want_q)
-                .position(|(g, w)| !close(g.to_f32(), w.to_f32(), 0.125));
+                .position(|(g, w)| !step(g.to_f32(), w.to_f32()));
             let bad_s = s
                 .iter()
                 .zip(&want_s)
