@@ -564,9 +564,9 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             }
             // Longer rows of a kernel that needs no value of a whole row, with partial sums
             // over rows: a block a chunk of each (`plan::rows::chunks_rows`), before the
-            // long-row entry, which would keep them in shared memory.
-            // Rows a multiple of `CACHE * BLOCK` long have an entry of their own, whose chunks
-            // are all that long, without bounds tests (as `RowBlockExact`'s rows).
+            // long-row entry, which would keep them in shared memory. Rows a multiple of
+            // `CACHE * BLOCK` long have an entry of their own, whose chunks are all that long,
+            // without bounds tests (as `RowBlockExact`'s rows).
             if chunks_rows(k, plan) && fit {
                 let bound = Some(tuning::register_min_blocks(k, plan));
                 let max_len = u64::from(MAX_CHUNKS) * register_row;

@@ -124,7 +124,7 @@ pub(crate) const MAX_CHUNKS: u32 = 64;
 /// same offset away in each, and none is read through a view along it. The long-row entry
 /// took such rows before: each element copied into shared memory and read back, the partial
 /// sums added up there, G8 at 16384 columns ran at 25% of copy speed on an H200 against 49%
-/// at 4096 in registers (benches/NOTES.md item 121).
+/// at 4096 in registers; in chunks, 47% (benches/NOTES.md items 121 and 133).
 pub(crate) fn chunks_rows(k: &Kernel, plan: &Plan) -> bool {
     let Launch::Rows { axis, .. } = &k.launch else {
         return false;
