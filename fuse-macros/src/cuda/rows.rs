@@ -193,6 +193,15 @@ impl Cuda<'_> {
         self.path == Path::RowChunks
     }
 
+    /// The first term of a position along the row: its chunk's first column in the chunked
+    /// entry (`fz_co + `), nothing elsewhere.
+    fn chunk_start(&self) -> &'static str {
+        match self.chunked() {
+            true => "fz_co + ",
+            false => "",
+        }
+    }
+
     /// The chunked entry's loop over its chunks (`Path::RowChunks`). A row of `len` splits
     /// into the fewest chunks of at most `CACHE * BLOCK` columns, `fz_cn`, chunk `k` from
     /// column `k * len / fz_cn` rounded down to a multiple of four: each a multiple of four
@@ -483,10 +492,7 @@ impl Cuda<'_> {
         self.open(format!("for (int q = 0; q < {}; ++q)", CACHE / 4));
         self.line("#pragma unroll");
         self.open(format!("for (int j = 0; j < {l}; ++j)"));
-        let chunk = match self.chunked() {
-            true => "fz_co + ",
-            false => "",
-        };
+        let chunk = self.chunk_start();
         self.line(format!(
             "fz_pos[q * {l} + j] = (unsigned int)({chunk}(lane + q * width) * {l} + j);"
         ));
@@ -1324,10 +1330,7 @@ impl Cuda<'_> {
             self.line(format!("fz_u4 rq{id}[{}];", l / 4));
             for b in 0..l / 4 {
                 self.open("");
-                let chunk = match self.chunked() {
-                    true => "fz_co + ",
-                    false => "",
-                };
+                let chunk = self.chunk_start();
                 self.line(format!("const long long r = {chunk}c * {l} + {};", 4 * b));
                 let at = self.position(id, Scope::Element);
                 self.line(format!(
