@@ -27,17 +27,6 @@ static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider
     const float q = __fmul_rn(a, d.r);
     return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
 }
-#ifdef __CUDA_ARCH__
-static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
-    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
-#if __CUDA_ARCH__ >= 900
-    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
-    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
-#else
-    if (bytes > 0) for (unsigned long long line = (start & ~127ull) + 128ull * threadIdx.x; line < start + bytes; line += 128ull * blockDim.x) asm volatile("prefetch.global.L2 [%0];" :: "l"(line));
-#endif
-}
-#endif
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 template <int width, bool fours, bool full, int exact, int lanes = 4>
 static __device__ __forceinline__ void fz_short_rows(
@@ -79,13 +68,6 @@ static __device__ __forceinline__ void fz_short_rows(
         #pragma unroll 1
         for (int e = fz_nv0 * 4 + threadIdx.x; e < fz_n; e += 256) {
             ts_p_x[e] = p_x[fz_e0 + e];
-        }
-        {
-            const long long fz_next = fz_t0 + (long long)gridDim.x * fz_tile_rows;
-            const long long fz_next_rows = groups - fz_next < fz_tile_rows ? groups - fz_next : fz_tile_rows;
-            if (fz_next_rows > 0) {
-                fz_prefetch_l2(p_x + fz_next * len, fz_next_rows * len * (long long)sizeof(float));
-            }
         }
         __syncthreads();
         #pragma unroll 1

@@ -363,10 +363,16 @@ impl Cuda<'_> {
     /// copy speed), at 32 2-3%, but the row sums at 32 columns, which only read, 5% slower
     /// (benches/NOTES.md item 111). And only for a tile of two tensors, an input and an output,
     /// as those measured: in kernels of more the prefetch's registers made ptxas spill 16 to 36
-    /// bytes (random programs p26736 and p27384, short rows of 24, sm_80 and sm_90).
+    /// bytes (random programs p26736 and p27384, short rows of 24, sm_80 and sm_90). And only
+    /// for inputs narrower than 32 bits (16-bit ones measured): on an H100, S1's f32 softmax at
+    /// 2 and 32 columns ran 3.2% and 0.7% slower with it (96 and 98% of copy speed against 99
+    /// and 99%; item 134).
     fn prefetch_next(&mut self, tiled: &[Tiled]) {
         let inputs = tiled.iter().filter(|t| t.input()).count();
         if tiled.len() > 2 || inputs == 0 || inputs == tiled.len() {
+            return;
+        }
+        if tiled.iter().any(|t| t.input() && t.size > 2) {
             return;
         }
         self.helpers.insert("fz_l2_prefetch");
@@ -566,18 +572,20 @@ mod tests {
         // A row reduction's tile holds 16 KB of input, what a block loads at once.
         let text = source(quote! { fn f(x: [f32; r, c]) -> [f32; r] { sum(x, c) } });
         assert_eq!(tile_vectors(&text), Some(1024), "{text}");
-        // A tile with an output asks L2 for the block's next tile of each input; one that only
-        // reads does not.
+        // A tile of 16-bit rows with an output asks L2 for the block's next tile of each input;
+        // one that only reads does not, nor one of 32-bit rows.
         assert!(!tiled(&text).contains("fz_next"), "{text}");
-        let text = source(quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { x / sum(x, c) } });
+        let text = source(quote! { fn f(x: [bf16; r, c]) -> [bf16; r, c] { x / sum(x, c) } });
         assert!(
-            text.contains("fz_prefetch_l2(p_x + fz_next * len, fz_next_rows * len * (long long)sizeof(float));"),
+            text.contains("fz_prefetch_l2(p_x + fz_next * len, fz_next_rows * len * (long long)sizeof(unsigned short));"),
             "{text}"
         );
+        let text = source(quote! { fn f(x: [f32; r, c]) -> [f32; r, c] { x / sum(x, c) } });
+        assert!(!tiled(&text).contains("fz_next"), "{text}");
         // Nor does one of more than two tensors, whose registers are scarcer (the peeled
         // segments' entries of the same kernel ask for their next rows: `rows::peels_cache`).
         let text = source(
-            quote! { fn f(x: [f32; r, c], y: [f32; r, c]) -> [f32; r, c] { x / sum(y, c) } },
+            quote! { fn f(x: [bf16; r, c], y: [bf16; r, c]) -> [bf16; r, c] { x / sum(y, c) } },
         );
         assert!(!tiled(&text).contains("fz_next"), "{text}");
     }
