@@ -22,6 +22,22 @@ template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, co
 template <typename V> static __device__ __forceinline__ V fz_ld_keep(const V* p) { return *p; }
 template <typename V> static __device__ __forceinline__ void fz_st_keep(V* p, const V& v) { *p = v; }
 #endif
+static __device__ __forceinline__ float fz_log_normal(float y) {
+    const int e = (__float_as_int(y) - 0x3f2aaaab) & (int)0xff800000u;
+    const float f = __int_as_float(__float_as_int(y) - e) - 1.0f;
+    float p = fmaf(f, -0x1.0aa04ep-3f, 0x1.2073ecp-3f);
+    p = fmaf(f, p, -0x1.f19b98p-4f);
+    p = fmaf(f, p, 0x1.1e52aap-3f);
+    p = fmaf(f, p, -0x1.55b172p-3f);
+    p = fmaf(f, p, 0x1.99da16p-3f);
+    p = fmaf(f, p, -0x1.fffe44p-3f);
+    p = fmaf(f, p, 0x1.5554f0p-2f);
+    p = fmaf(f, p, -0.5f);
+    p = fmaf(f, f * p, f);
+    const float r = fmaf((float)e * 0x1p-23f, 0x1.62e430p-1f, p);
+    const float inf = __int_as_float(0x7f800000);
+    return (unsigned int)__float_as_int(y) >= 0x7f800000u ? fmaf(y, inf, inf) : r;
+}
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
     const float* __restrict__ p_x,
@@ -40,7 +56,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
             const float v0 = l_x.v[l];
             const float v1 = expf(v0);
             const float v3 = (v1 + v2);
-            const float v4 = logf(v3);
+            const float v4 = fz_log_normal(v3);
             s0.v[l] = v4;
         }
         {
@@ -48,7 +64,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
             const float v0 = l_x.v[l];
             const float v1 = expf(v0);
             const float v3 = (v1 + v2);
-            const float v4 = logf(v3);
+            const float v4 = fz_log_normal(v3);
             s0.v[l] = v4;
         }
         {
@@ -56,7 +72,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
             const float v0 = l_x.v[l];
             const float v1 = expf(v0);
             const float v3 = (v1 + v2);
-            const float v4 = logf(v3);
+            const float v4 = fz_log_normal(v3);
             s0.v[l] = v4;
         }
         {
@@ -64,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
             const float v0 = l_x.v[l];
             const float v1 = expf(v0);
             const float v3 = (v1 + v2);
-            const float v4 = logf(v3);
+            const float v4 = fz_log_normal(v3);
             s0.v[l] = v4;
         }
         reinterpret_cast<fz_vec<float, 4>*>(out0)[j] = s0;
@@ -75,7 +91,7 @@ extern "C" __global__ void __launch_bounds__(256) fuse_softplus(
         const float v0 = p_x[o0];
         const float v1 = expf(v0);
         const float v3 = (v1 + v2);
-        const float v4 = logf(v3);
+        const float v4 = fz_log_normal(v3);
         out0[o0] = v4;
     }
 }

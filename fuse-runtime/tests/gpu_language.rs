@@ -1934,6 +1934,40 @@ fn any_f32s(rng: &mut Rng, n: usize) -> Vec<f32> {
         .collect()
 }
 
+/// The log of an argument known to be a normal number or more (`fz_log_normal`) is CUDA's
+/// `logf`, bit for bit: every 97th f32 from the least normal one to the largest (from a random
+/// start), every f32 in [1/2, 2) by a stride of 3, and +inf.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn logs_of_normal_numbers_are_logf() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    let (least, half, two) = (
+        f32::MIN_POSITIVE.to_bits(),
+        0.5f32.to_bits(),
+        2.0f32.to_bits(),
+    );
+    let start = least + rng.below(97) as u32;
+    let mut x: Vec<f32> = (start..f32::INFINITY.to_bits())
+        .step_by(97)
+        .chain((half..two).step_by(3))
+        .map(f32::from_bits)
+        .collect();
+    x.push(f32::INFINITY);
+    let n = x.len();
+    let xb = put(&gpu, &x, &[n]);
+    let any = kernels::ln_any(&gpu, &xb).unwrap().to_vec().unwrap();
+    let normal = kernels::ln_of_normal(&gpu, &xb).unwrap().to_vec().unwrap();
+    for ((x, a), m) in x.iter().zip(&any).zip(&normal) {
+        assert_eq!(
+            a.to_bits(),
+            m.to_bits(),
+            "ln({x:e}): logf {a:e}, fz_log_normal {m:e}"
+        );
+    }
+}
+
 /// Division by a value computed once per row (the GPU divides through its reciprocal) is
 /// correctly rounded like the CPU's, bit for bit: elements and row maxima of every magnitude,
 /// subnormal results, overflow, zeros, infinities and NaN. Rows whose maxima lie in the fast

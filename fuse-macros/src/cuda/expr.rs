@@ -193,6 +193,11 @@ impl Cuda<'_> {
                         return text;
                     }
                 }
+                if *f == Func::Ln && arg_elem == Elem::F32 && !self.k.fast_math {
+                    if let Some(text) = self.ln_of_normal(node.op.operands()[0], &args[0]) {
+                        return text;
+                    }
+                }
                 self.call(*f, arg_elem, &args)
             }
             Op::Reduce(..) => unreachable!("reductions are finished outside the element loops"),
@@ -304,6 +309,51 @@ impl Cuda<'_> {
             Op::Float(digits) => digits.parse().ok(),
             Op::Int(value) => Some(*value as f32),
             Op::Unary(UnOp::Neg, a) => self.const_f32(*a).map(|v| -v),
+            _ => None,
+        }
+    }
+
+    /// `ln(x)` for an f32 `x` that is never below `f32::MIN_POSITIVE` (but NaN): `logf` without
+    /// its cases for subnormal and zero arguments (`fz_log_normal`), which `logf` tests at every
+    /// call, five of its 24 instructions. Softplus written as `(x.exp() + 1.0).ln()` takes the
+    /// log of at least 1: in 16-bit types it is bound by its instructions, not its bytes.
+    fn ln_of_normal(&mut self, x: NodeId, text: &str) -> Option<String> {
+        let least = self.least(x)?;
+        (least >= f64::from(f32::MIN_POSITIVE)).then(|| {
+            self.helpers.insert("fz_log_normal");
+            format!("fz_log_normal({text})")
+        })
+    }
+
+    /// A number that f32 node `n` is never below but where it is NaN, from its operations
+    /// alone; `None` where none is known. A sum or product of values at least `a` and `b` is at
+    /// least `a + b` (`a * b`, for `a, b >= 0`) rounded to f32, as rounding is monotone, and so
+    /// at least the f64 sum less a margin wider than both roundings (`round_down`).
+    fn least(&self, n: NodeId) -> Option<f64> {
+        let node = &self.k.nodes[n];
+        if node.elem() != Elem::F32 {
+            return None;
+        }
+        let positive = |m: NodeId| self.least(m).filter(|&b| b >= 0.0);
+        match &node.op {
+            Op::Float(_) | Op::Int(_) | Op::Unary(UnOp::Neg, _) => {
+                self.const_f32(n).map(f64::from).filter(|b| !b.is_nan())
+            }
+            // exp's, exp2's and abs's results are never negative (exp(-inf) is +0).
+            Op::Call(Func::Exp | Func::Exp2 | Func::Abs, _) => Some(0.0),
+            // `max` returns the other operand where one is NaN, so it is at least the
+            // smaller of the two bounds, and at least a constant operand's value always.
+            Op::Call(Func::Max, args) => {
+                let (a, b) = (self.least(args[0]), self.least(args[1]));
+                let constant = |m: NodeId| self.constant(m).then(|| self.least(m)).flatten();
+                let both = a.zip(b).map(|(a, b)| a.min(b));
+                [both, constant(args[0]), constant(args[1])]
+                    .into_iter()
+                    .flatten()
+                    .reduce(f64::max)
+            }
+            Op::Binary(BinOp::Add, a, b) => Some(round_down(self.least(*a)? + self.least(*b)?)),
+            Op::Binary(BinOp::Mul, a, b) => Some(round_down(positive(*a)? * positive(*b)?)),
             _ => None,
         }
     }
@@ -561,6 +611,12 @@ impl Cuda<'_> {
             Softplus => helper(self, "fz_softplus"),
         }
     }
+}
+
+/// A number below both `x` rounded to f32 and `x` as an f64 sum or product of two f32 values
+/// rounded (each at most half an ulp away: 2^-24 of `x`, or 2^-150 among the subnormals).
+fn round_down(x: f64) -> f64 {
+    x - x.abs() * f64::powi(2.0, -22) - f64::powi(2.0, -148)
 }
 
 /// `#[fast_math]`: the f32 functions CUDA's `--use_fast_math` replaces by intrinsics, and the

@@ -1265,6 +1265,48 @@ mod tests {
     }
 
     #[test]
+    fn logs_of_normal_numbers_skip_the_subnormal_and_zero_cases() {
+        let ln_of = |arg: proc_macro2::TokenStream| {
+            source(quote! { fn f(x: [f32; n], y: [bf16; n]) -> [f32; n] { (#arg).ln() } })
+        };
+        for arg in [
+            quote! { x.exp() + 1.0 },
+            quote! { 1.0 + (y as f32).exp2() },
+            quote! { x.abs() * 2.0 + 1.0e-30 + x.exp() },
+            quote! { x.max(1.0e-37) },
+            quote! { x.exp().max(x.abs() + 0.5) + 0.5 },
+        ] {
+            let text = ln_of(arg.clone());
+            assert!(
+                text.contains("fz_log_normal(") && !text.contains("logf("),
+                "{arg}: {text}"
+            );
+        }
+        // Subnormal, zero or negative arguments possible, or a bound the rounding of the
+        // sum could cross: CUDA's own.
+        for arg in [
+            quote! { x },
+            quote! { x.exp() - 1.0 },
+            quote! { x.exp() + -1.0 },
+            quote! { x.exp() + 1.0e-38 },
+            quote! { x.abs() * 1.0e-20 },
+            quote! { x.max(x.exp() + 1.0) },
+            quote! { y as f32 + 2.0 },
+        ] {
+            let text = ln_of(arg.clone());
+            assert!(
+                text.contains("logf(") && !text.contains("fz_log_normal"),
+                "{arg}: {text}"
+            );
+        }
+        let fast = source(quote! {
+            #[fast_math]
+            fn f(x: [f32; n]) -> [f32; n] { (x.exp() + 1.0).ln() }
+        });
+        assert!(fast.contains("__logf(") && !fast.contains("fz_log_normal"));
+    }
+
+    #[test]
     fn narrow_integers_wrap_at_their_width_and_load_eight_lanes() {
         let text = source(
             quote! { fn f(a: [u16; n], b: [u16; n]) -> ([u16; n], [u16; n]) { (a * b, a << 9) } },

@@ -497,6 +497,17 @@ fuse! {
         sum(x.exp())
     }
 
+    /// `ln` as CUDA's `logf` takes it, of any argument.
+    pub fn ln_any(x: [f32; n]) -> [f32; n] {
+        x.ln()
+    }
+
+    /// `ln` of an argument never below the least normal f32: `logf` without its subnormal and
+    /// zero cases (`fz_log_normal`), the same bits for the same argument.
+    pub fn ln_of_normal(x: [f32; n]) -> [f32; n] {
+        x.max(1.17549435e-38).ln()
+    }
+
     pub fn softmax(x: [f32; rows, cols]) -> [f32; rows, cols] {
         let e = (x - max(x, cols)).exp();
         e / sum(e, cols)
