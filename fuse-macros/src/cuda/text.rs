@@ -675,7 +675,7 @@ pub(super) fn helper(name: &str) -> &'static str {
         // same steps and constants, the same result bit for bit, without the tests and the
         // rescaling of subnormal arguments and of zero, five of its 24 instructions. `m` is the
         // argument scaled by a power of two `e` into [2/3, 4/3); `ln(m)` is `f + f^2 p(f)`
-        // for `f = m - 1`. Negative arguments are not passed (NaN from `logf` too).
+        // for `f = m - 1`. A negative argument would give NaN, as from `logf` (the last test).
         "fz_log_normal" => concat!(
             "static __device__ __forceinline__ float fz_log_normal(float y) {\n",
             "    const int e = (__float_as_int(y) - 0x3f2aaaab) & (int)0xff800000u;\n",
