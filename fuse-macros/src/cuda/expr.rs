@@ -345,9 +345,9 @@ impl Cuda<'_> {
             // smaller of the two bounds, and at least a constant operand's value always.
             Op::Call(Func::Max, args) => {
                 let (a, b) = (self.least(args[0]), self.least(args[1]));
-                let constant = |m: NodeId| self.constant(m).then(|| self.least(m)).flatten();
+                let constant = |m: NodeId, least: Option<f64>| least.filter(|_| self.constant(m));
                 let both = a.zip(b).map(|(a, b)| a.min(b));
-                [both, constant(args[0]), constant(args[1])]
+                [both, constant(args[0], a), constant(args[1], b)]
                     .into_iter()
                     .flatten()
                     .reduce(f64::max)
