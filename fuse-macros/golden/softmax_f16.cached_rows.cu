@@ -21,6 +21,12 @@ static __device__ __forceinline__ float fz_div_by(float a, float b, fz_divider d
     }
     return a / b;
 }
+static __device__ __forceinline__ float fz_div_fast(float a, float b, fz_divider d, bool &bad) {
+    const float m = fabsf(a);
+    bad |= !(m >= 0x1p-60f && m <= d.hi);
+    const float q = __fmul_rn(a, d.r);
+    return __fmaf_rn(d.r, __fmaf_rn(q, -b, a), q);
+}
 static __device__ __forceinline__ float fz_f16_to_f32(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
 static __device__ __forceinline__ unsigned short fz_f32_to_f16(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
 #ifdef __CUDA_ARCH__
@@ -75,6 +81,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
             const int c = lane + q * width;
             if (c * 4 < (int)len) rc_x[q] = reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + b0)[c];
         }
+        fz_vec<float, 4> rs_x[4];
         float acc1 = (-__int_as_float(0x7f800000));
         #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -109,6 +116,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             if (c * 4 < (int)len) {
+                fz_vec<float, 4> fz_st;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
@@ -116,6 +124,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 1;
@@ -124,6 +133,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 2;
@@ -132,6 +142,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
                 {
                     const int j = 3;
@@ -140,7 +151,9 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
                     const float v2 = (v0 - v1);
                     const float v3 = expf(v2);
                     acc4 = acc4 + v3;
+                    fz_st.v[j] = v3;
                 }
+                rs_x[q] = fz_st;
             }
         }
         #pragma unroll
@@ -170,41 +183,64 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_cached_row
             const int c = lane + q * width;
             if (live && c * 4 < (int)len) {
                 fz_vec<unsigned short, 4> s0;
+                bool fz_bad = false;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 1;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 2;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
                 }
                 {
                     const int j = 3;
                     const long long r = c * 4 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    const float v5 = fz_div_by(v3, v4, dv_4);
+                    const float v3 = rs_x[q].v[j];
+                    const float v5 = fz_div_fast(v3, v4, dv_4, fz_bad);
                     s0.v[j] = fz_f32_to_f16(v5);
+                }
+                if (fz_bad) {
+                    {
+                        const int j = 0;
+                        const long long r = c * 4 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 1;
+                        const long long r = c * 4 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 2;
+                        const long long r = c * 4 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
+                    {
+                        const int j = 3;
+                        const long long r = c * 4 + j;
+                        const float v3 = rs_x[q].v[j];
+                        const float v5 = fz_div_by(v3, v4, dv_4);
+                        s0.v[j] = fz_f32_to_f16(v5);
+                    }
                 }
                 *(reinterpret_cast<fz_vec<unsigned short, 4>*>(out0 + b0) + lane + q * width) = s0;
             }

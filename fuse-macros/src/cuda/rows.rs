@@ -168,8 +168,10 @@ impl Cuda<'_> {
                 self.first_row_copy(&cached);
             }
             // The wide entry's rows defer their divisions by a row's value, as a row a
-            // block's do (`vector_row_step`).
-            self.defers_division = wide && !self.k.draws_random();
+            // block's do (`vector_row_step`), and so do the general entry's rows that keep
+            // f32 slots (`narrow_slots`).
+            self.defers_division =
+                (wide || self.narrow_slots(plan, &cached)) && !self.k.draws_random();
             self.row_loop(domain, axis, plan, &rows, &cached, prefetch);
             self.defers_division = false;
             // The segments' partial sums meet in shared memory: in the buffers the rows were
@@ -186,6 +188,22 @@ impl Cuda<'_> {
         }
         self.direct_rows = false;
         self.partials_in_registers = false;
+    }
+
+    /// Whether the general cached entry's segmented loop (`Path::RowsCached`, peeled or not)
+    /// keeps the values its passes store for later ones in f32 slots beside its rows: rows of
+    /// one tensor of 16-bit floats whose passes store something (`f32_slots`). Other segmented
+    /// loops store nothing (`treats_rows_whole`), and so SO's bf16 softmax at 100 columns,
+    /// which takes this entry, computed `exp(x - max)` again in its write pass: 62% of copy
+    /// speed on an H100 (NOTES item 135). Not fp8 rows: an e4m3 softmax spilled 12 bytes on
+    /// sm_80 at its 64 registers with them; not f32 or several tensors: their slots would be
+    /// the row's own registers, which spilled `w7_layernorm_quantize` (`row_passes`).
+    fn narrow_slots(&self, plan: &Plan, cached: &[usize]) -> bool {
+        self.path == Path::RowsCached
+            && !self.treats_rows_whole()
+            && matches!(cached, [p] if self.k.params[*p].elem.is_narrow_float()
+                && self.k.params[*p].elem.bits() == 16)
+            && f32_slots(self.k, plan, cached)
     }
 
     /// Whether the entry being written is the chunked one (`Path::RowChunks`).
@@ -837,7 +855,8 @@ impl Cuda<'_> {
         // entry's peeled copies: with their f32 slots, 16-bit softmaxes spilled 4-20 bytes at
         // their 80 registers.
         let wide_slots = self.path == Path::RowsCachedWide && !self.peels_cache();
-        let stashing = if self.treats_rows_whole() || wide_slots {
+        let stashing = if self.treats_rows_whole() || wide_slots || self.narrow_slots(plan, cached)
+        {
             cached
         } else {
             &[]
@@ -1651,6 +1670,51 @@ mod tests {
         // The maximum's pass peels; the pass that draws does not.
         assert_eq!(dropout.matches("fz_to = ").count(), 1, "{dropout}");
         assert!(dropout.contains("for (long long r = lane; live && r < len; r += width)"));
+    }
+
+    /// The general cached entry's segmented loop keeps a bf16 or f16 softmax's `exp(x - max)`
+    /// in f32 slots for its write pass (`narrow_slots`), which divides four lanes by the fast
+    /// path and checks them after; not an f32 row's (its slots would be the row's registers),
+    /// an fp8 row's, or rows of two tensors.
+    #[test]
+    fn cached_rows_of_narrow_floats_keep_values_in_f32_slots() {
+        let cached = |tokens| entry_source(tokens, Path::RowsCached);
+        for elem in [quote!(bf16), quote!(f16)] {
+            let softmax = cached(quote! {
+                fn s(x: [#elem; r, c]) -> [#elem; r, c] {
+                    let e = (x - max(x, c)).exp();
+                    e / sum(e, c)
+                }
+            });
+            assert!(softmax.contains("fz_vec<float, 4> rs_x[4];"), "{softmax}");
+            assert!(softmax.contains("rs_x[q] = fz_st;"), "{softmax}");
+            assert_eq!(softmax.matches("expf(").count(), 4, "{softmax}");
+            assert!(
+                softmax.contains("fz_div_fast(v3, v4, dv_4, fz_bad)"),
+                "{softmax}"
+            );
+            assert!(softmax.contains("if (fz_bad) {"), "{softmax}");
+        }
+        for tokens in [
+            quote! {
+                fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+            },
+            quote! {
+                fn s(x: [f8e4m3; r, c]) -> [f8e4m3; r, c] {
+                    let e = (x - max(x, c)).exp();
+                    e / sum(e, c)
+                }
+            },
+            quote! {
+                fn d(y: [bf16; r, c], dy: [bf16; r, c]) -> [bf16; r, c] {
+                    let p = y * dy;
+                    p - y * sum(p, c)
+                }
+            },
+        ] {
+            let text = cached(tokens);
+            assert!(!text.contains("rs_"), "{text}");
+        }
     }
 
     /// A row a block that loads its rows straight into registers asks L2 for the block's next
