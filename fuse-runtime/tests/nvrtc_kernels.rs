@@ -97,7 +97,8 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
     );
     // `FUSE_DUMP_DIR=DIR` also writes each entry's CUDA C to `DIR/<symbol>.cu`, and its sm_90
     // CUBIN and ptxas report to `<symbol>.sm_90.cubin` and `.log`, to read its SASS (`cuobjdump
-    // -sass` where a toolkit is) or to time variants of it by hand.
+    // -sass` where a toolkit is) or to time variants of it by hand; with `FUSE_DUMP_ONLY=1`,
+    // the CUDA C alone.
     let dump = std::env::var_os("FUSE_DUMP_DIR").map(std::path::PathBuf::from);
     if let Some(dir) = &dump {
         std::fs::create_dir_all(dir).expect("FUSE_DUMP_DIR is a writable folder");
@@ -120,6 +121,11 @@ fn every_kernel_compiles_for_sm80_and_sm90_without_spills() {
         for (k, file) in kernels.iter().zip(&files) {
             let path = dir.join(format!("{file}.cu"));
             std::fs::write(&path, k.source).expect("FUSE_DUMP_DIR is a writable folder");
+        }
+        // `FUSE_DUMP_ONLY=1`: the CUDA C alone, to compare every entry's text before and after
+        // a change in seconds.
+        if std::env::var("FUSE_DUMP_ONLY").as_deref() == Ok("1") {
+            return;
         }
     }
     let mut failures = vec![];
