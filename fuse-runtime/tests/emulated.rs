@@ -1915,6 +1915,52 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
     }
 }
 
+/// Rows of 65 to 256 elements, a multiple of four, take segments of a constant eight or sixteen
+/// threads (`cached_rows_128`, `cached_rows_256`): 16-bit softmaxes at lengths no multiple of
+/// eight (which the wide entry takes), with their f32 slots, and bf16 layernorm, over more rows
+/// than a block's segments hold, the last round partial.
+#[test]
+fn short_cached_rows_run_at_a_constant_width_on_an_emulated_gpu() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (rows, cols, path) in [
+        (37, 68, "cached_rows_128"),
+        (70, 100, "cached_rows_128"),
+        (9, 132, "cached_rows_256"),
+        (33, 252, "cached_rows_256"),
+    ] {
+        let program = &kernels::bf16s::layernorm::__fuse::PROGRAM;
+        let entry = program.pick(&[rows, cols], 90, false).expect("an entry");
+        assert_eq!(entry.path, path, "bf16 layernorm at {cols}");
+        let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
+        emulate_16_bit_softmax("softmax", &x, rows, cols);
+        let shape = [rows, cols];
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let g: Vec<fuse_runtime::bf16> = rng
+            .floats::<f32>(cols, 0.5, 1.5)
+            .iter()
+            .map(|&v| fuse_runtime::bf16::from_f32(v))
+            .collect();
+        let eps = fuse_runtime::bf16::from_f32(1e-3);
+        let cpu =
+            kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
+                .unwrap();
+        emulate(
+            &format!("bf16 layernorm {rows}x{cols}"),
+            program,
+            vec![hex(&b), hex(&g)],
+            vec![Element::to_bits(eps)],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["bf16", "f32"],
+            &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
+        );
+    }
+}
+
 /// The fp8 types' conversions in the generated C (`fz_f8e4m3`, `fz_f8e5m2`): every code, every
 /// midpoint and the values beside it, saturation, NaN; arithmetic; and row kernels that cache
 /// rows of 1-byte floats or quantize to them.
