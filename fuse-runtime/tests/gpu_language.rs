@@ -921,7 +921,7 @@ fn logsumexp_tol() -> Tol {
 /// Long rows, short rows, and many of both: the row launch's paths; then every row width of the
 /// register-cached path (a length that is a multiple of 4 up to 16 per thread of 256: from one
 /// thread per row to a whole block, whose rows are full at 4096 or not; segments of eight and
-/// sixteen threads at a constant width at 100 and 196), and lengths just past it.
+/// sixteen threads at 100 and 196), and lengths just past it.
 const SOFTMAX_SHAPES: [(usize, usize); 17] = [
     (4099, 1031),
     (3, 100_003),

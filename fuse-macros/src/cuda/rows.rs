@@ -1672,45 +1672,6 @@ mod tests {
         assert!(dropout.contains("for (long long r = lane; live && r < len; r += width)"));
     }
 
-    /// Rows of 65 to 128 and 129 to 256 elements take segments of a constant eight and sixteen
-    /// threads (`plan::rows::SHORT_SEGMENT_WIDTHS`), whose reductions lose their tests of the
-    /// width; the general entry, after them, sets its width when it runs.
-    #[test]
-    fn short_cached_rows_take_segments_of_a_constant_width() {
-        let k = kernel(quote! {
-            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
-        });
-        let program = crate::plan::program(&k);
-        let sources = crate::cuda::sources(&k, &program);
-        let text = |label: &str| {
-            let at = program.entries.iter().position(|e| e.label() == label);
-            let at = at.unwrap_or_else(|| panic!("no {label} entry"));
-            let e = &program.entries[at];
-            (e.when.min_len, e.when.max_len, sources[at].clone())
-        };
-        for (label, width, lens) in [
-            ("cached_rows_128", 8, (65, 128)),
-            ("cached_rows_256", 16, (129, 256)),
-        ] {
-            let (min_len, max_len, text) = text(label);
-            assert_eq!((min_len, max_len), lens, "{label}");
-            assert!(
-                text.contains(&format!("const int width = {width};")),
-                "{text}"
-            );
-            assert!(!text.contains("while (width"), "{text}");
-        }
-        let (min_len, _, general) = text("cached_rows");
-        assert_eq!(min_len, 1);
-        assert!(
-            general.contains("while (width * 16 < len) width <<= 1;"),
-            "{general}"
-        );
-        let labels: Vec<_> = program.entries.iter().map(|e| e.label()).collect();
-        let at = |l: &str| labels.iter().position(|x| x == l).unwrap();
-        assert!(at("cached_rows_256") < at("cached_rows"), "{labels:?}");
-    }
-
     /// The general cached entry's segmented loop keeps a bf16 or f16 softmax's `exp(x - max)`
     /// in f32 slots for its write pass (`narrow_slots`), which divides four lanes by the fast
     /// path and checks them after; not an f32 row's (its slots would be the row's registers),

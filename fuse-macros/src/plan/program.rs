@@ -6,9 +6,9 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, chunks_rows, direct_row_cost, fixed_widths, needs_divisors,
-    peeled_cache, seed_params, slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead,
-    MAX_CHUNKS, SHORT,
+    cached_bytes, cached_params, chunks_rows, direct_row_cost, needs_divisors, peeled_cache,
+    seed_params, slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead, MAX_CHUNKS,
+    SEGMENT_WIDTHS, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -238,10 +238,6 @@ impl Entry {
             Path::RowChunks if exact_chunks(&self.when) => format!("{}_exact", self.path.name()),
             path if peels_cache(path, &self.when) => {
                 format!("{}_peeled_{}", path.name(), self.when.max_len)
-            }
-            // The segments of a constant width (`plan::rows::segment_width`), as their symbols.
-            Path::RowsCached if self.when.min_len > 1 => {
-                format!("{}_{}", self.path.name(), self.when.max_len)
             }
             path => path.name().to_string(),
         }
@@ -507,19 +503,20 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                         rows_of(register_row + 1, 2 * register_row, 8, 90),
                     ));
                 }
-                // Segments of a constant width where the length fixes it
-                // (`plan::rows::segment_width`): a kernel with partial sums over rows at
-                // every width, others in short rows.
-                for &width in fixed_widths(k) {
-                    let max_len = u64::from(width * CACHE);
-                    let mut fixed = entry(
-                        Path::RowsCached,
-                        bound,
-                        rows,
-                        rows_of(max_len / 2 + 1, max_len, 4, 0),
-                    );
-                    fixed.symbol = format!("{}_{max_len}", fixed.symbol);
-                    entries.push(fixed);
+                // Kernels with partial sums over rows take their segments at a constant width
+                // where the length fixes it (`plan::rows::segment_width`).
+                if k.has_partials() {
+                    for width in SEGMENT_WIDTHS {
+                        let max_len = u64::from(width * CACHE);
+                        let mut fixed = entry(
+                            Path::RowsCached,
+                            bound,
+                            rows,
+                            rows_of(max_len / 2 + 1, max_len, 4, 0),
+                        );
+                        fixed.symbol = format!("{}_{max_len}", fixed.symbol);
+                        entries.push(fixed);
+                    }
                 }
                 entries.push(entry(
                     Path::RowsCached,
@@ -709,8 +706,6 @@ mod tests {
                 ShortRows,
                 RowBlockExact,
                 RowBlock,
-                RowsCached,
-                RowsCached,
                 RowsCached,
                 RowBlock,
                 RowsCached,

@@ -75,13 +75,6 @@ pub(crate) fn segments_ask_l2(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool
 /// 55 of the row-a-block entry (benches/NOTES.md item 120).
 pub(crate) const SEGMENT_WIDTHS: [u32; 4] = [16, 32, 64, 128];
 
-/// The constant widths of the general cached entry's segments in a kernel without partial sums
-/// over rows: rows of 65 to 128 and 129 to 256 elements (eight and sixteen threads of four
-/// vectors). At a width set when the kernel ran, each of a row's reductions tested the width
-/// before each of five shuffles, and SO's bf16 softmax at 100 columns ran at 63% of copy speed
-/// on an H200 (benches/NOTES.md item 136).
-pub(crate) const SHORT_SEGMENT_WIDTHS: [u32; 2] = [8, 16];
-
 /// The constant width of a segments' entry (threads a row) of `path` that `when` takes: for a
 /// kernel with partial sums over rows ([`SEGMENT_WIDTHS`]), and for the peeled entries
 /// (`plan::peels_cache`, rows of `width * elems / 2 + 1` to `width * elems`, `elems` a thread's
@@ -96,19 +89,8 @@ pub(crate) fn segment_width(k: &Kernel, path: Path, when: &crate::plan::When) ->
     };
     let width = u32::try_from(when.max_len / u64::from(elems)).ok()?;
     let fixed = when.max_len == u64::from(width * elems) && when.min_len == when.max_len / 2 + 1;
-    let listed = path == Path::RowsCached && fixed_widths(k).contains(&width);
-    (fixed && (listed || crate::plan::peels_cache(path, when))).then_some(width)
-}
-
-/// The widths of the general cached entry's segments that have entries of their own, each for
-/// the rows whose length fixes it (`segment_width`): a kernel with partial sums over rows, at
-/// [`SEGMENT_WIDTHS`]; others, whose rows are at most a block's (longer ones a block a row),
-/// at [`SHORT_SEGMENT_WIDTHS`].
-pub(crate) fn fixed_widths(k: &Kernel) -> &'static [u32] {
-    match k.has_partials() {
-        true => &SEGMENT_WIDTHS,
-        false => &SHORT_SEGMENT_WIDTHS,
-    }
+    let partials = path == Path::RowsCached && k.has_partials() && SEGMENT_WIDTHS.contains(&width);
+    (fixed && (partials || crate::plan::peels_cache(path, when))).then_some(width)
 }
 
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain
