@@ -1877,7 +1877,7 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
     if !available() {
         return;
     }
-    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut rng = Rng::new();
     for (rows, cols) in [
         (9, 40),
         (7, 256),
@@ -1888,31 +1888,33 @@ fn wide_cached_rows_run_on_an_emulated_gpu() {
     ] {
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
         emulate_16_bit_softmax("softmax", &x, rows, cols);
-        let shape = [rows, cols];
-        let b: Vec<fuse_runtime::bf16> =
-            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
-        // Another tensor along the rows (gamma, in 16-byte vectors too) and a per-row f32
-        // output (`rstd`, written once a row).
-        let g: Vec<fuse_runtime::bf16> = rng
-            .floats::<f32>(cols, 0.5, 1.5)
-            .iter()
-            .map(|&v| fuse_runtime::bf16::from_f32(v))
-            .collect();
-        let eps = fuse_runtime::bf16::from_f32(1e-3);
-        let cpu =
-            kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
-                .unwrap();
-        emulate(
-            &format!("bf16 layernorm {rows}x{cols}"),
-            &kernels::bf16s::layernorm::__fuse::PROGRAM,
-            vec![hex(&b), hex(&g)],
-            vec![Element::to_bits(eps)],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["bf16", "f32"],
-            &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
-        );
+        emulate_bf16_layernorm(&mut rng, &x, rows, cols);
     }
+}
+
+/// A bf16 layernorm of `x` (`rows` x `cols`) against the CPU: another tensor along the rows
+/// (gamma, random) and a per-row f32 output (`rstd`, written once a row).
+fn emulate_bf16_layernorm(rng: &mut Rng, x: &[f32], rows: usize, cols: usize) {
+    let (dev, shape) = (Device::cpu(), [rows, cols]);
+    let b: Vec<fuse_runtime::bf16> = x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+    let g: Vec<fuse_runtime::bf16> = rng
+        .floats::<f32>(cols, 0.5, 1.5)
+        .iter()
+        .map(|&v| fuse_runtime::bf16::from_f32(v))
+        .collect();
+    let eps = fuse_runtime::bf16::from_f32(1e-3);
+    let cpu = kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
+        .unwrap();
+    emulate(
+        &format!("bf16 layernorm {rows}x{cols}"),
+        &kernels::bf16s::layernorm::__fuse::PROGRAM,
+        vec![hex(&b), hex(&g)],
+        vec![Element::to_bits(eps)],
+        &[("rows", rows), ("cols", cols)],
+        &cpu,
+        &["bf16", "f32"],
+        &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
+    );
 }
 
 /// Rows of 65 to 256 elements, a multiple of four, on the general cached entry's segments of
@@ -1924,35 +1926,14 @@ fn short_cached_rows_run_on_an_emulated_gpu() {
     if !available() {
         return;
     }
-    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut rng = Rng::new();
     for (rows, cols) in [(37, 68), (70, 100), (9, 132), (33, 252)] {
         let program = &kernels::bf16s::layernorm::__fuse::PROGRAM;
         let entry = program.pick(&[rows, cols], 90, false).expect("an entry");
         assert_eq!(entry.path, "cached_rows", "bf16 layernorm at {cols}");
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
         emulate_16_bit_softmax("softmax", &x, rows, cols);
-        let shape = [rows, cols];
-        let b: Vec<fuse_runtime::bf16> =
-            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
-        let g: Vec<fuse_runtime::bf16> = rng
-            .floats::<f32>(cols, 0.5, 1.5)
-            .iter()
-            .map(|&v| fuse_runtime::bf16::from_f32(v))
-            .collect();
-        let eps = fuse_runtime::bf16::from_f32(1e-3);
-        let cpu =
-            kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
-                .unwrap();
-        emulate(
-            &format!("bf16 layernorm {rows}x{cols}"),
-            program,
-            vec![hex(&b), hex(&g)],
-            vec![Element::to_bits(eps)],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["bf16", "f32"],
-            &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
-        );
+        emulate_bf16_layernorm(&mut rng, &x, rows, cols);
     }
 }
 
@@ -2150,7 +2131,7 @@ fn wide_block_rows_run_on_an_emulated_gpu() {
     if !available() {
         return;
     }
-    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let mut rng = Rng::new();
     for (rows, cols) in [(4, 4104), (2, 5120), (5, 8192)] {
         for program in [
             &kernels::bf16s::softmax::__fuse::PROGRAM,
@@ -2164,28 +2145,7 @@ fn wide_block_rows_run_on_an_emulated_gpu() {
         assert_eq!(taken, "rows");
         let x = rng.floats::<f32>(rows * cols, -8.0, 8.0);
         emulate_16_bit_softmax("wide block", &x, rows, cols);
-        let b: Vec<fuse_runtime::bf16> =
-            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
-        let g: Vec<fuse_runtime::bf16> = rng
-            .floats::<f32>(cols, 0.5, 1.5)
-            .iter()
-            .map(|&v| fuse_runtime::bf16::from_f32(v))
-            .collect();
-        let eps = fuse_runtime::bf16::from_f32(1e-3);
-        let shape = [rows, cols];
-        let cpu =
-            kernels::bf16s::layernorm(&dev, &put(&dev, &b, &shape), &put(&dev, &g, &[cols]), eps)
-                .unwrap();
-        emulate(
-            &format!("bf16 layernorm {rows}x{cols}"),
-            &kernels::bf16s::layernorm::__fuse::PROGRAM,
-            vec![hex(&b), hex(&g)],
-            vec![Element::to_bits(eps)],
-            &[("rows", rows), ("cols", cols)],
-            &cpu,
-            &["bf16", "f32"],
-            &[Tol::close(2e-2, 2e-2), Tol::close(1e-2, 1e-4)],
-        );
+        emulate_bf16_layernorm(&mut rng, &x, rows, cols);
     }
 }
 
