@@ -201,8 +201,7 @@ impl Cuda<'_> {
     fn narrow_slots(&self, plan: &Plan, cached: &[usize]) -> bool {
         self.path == Path::RowsCached
             && !self.treats_rows_whole()
-            && matches!(cached, [p] if self.k.params[*p].elem.is_narrow_float()
-                && self.k.params[*p].elem.bits() == 16)
+            && matches!(cached, [p] if matches!(self.k.params[*p].elem, Elem::F16 | Elem::BF16))
             && f32_slots(self.k, plan, cached)
     }
 
