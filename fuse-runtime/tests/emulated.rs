@@ -1686,6 +1686,57 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
 /// dim): the launch of `x`'s gradient, the one that sums the weight's and the bias's over `b`,
 /// the one that sums those over `s` (reading them through views over the parts of `(c, s)`),
 /// and the tangent along every input, each against the same launch on the CPU.
+/// One-hot picks (`index(cols) as i64 == label`), which a vector step settles where the label
+/// is none of its positions (`rows::Cuda::four_lanes`), in a bf16 cross-entropy's value and
+/// gradient: labels at a row's ends, on either side of a vector's edge and out of range (below
+/// zero, past the row, and in its range plus 2^32), on the register, streamed and long-row
+/// paths.
+#[test]
+fn one_hot_picks_run_on_an_emulated_gpu() {
+    use fuse_runtime::bf16;
+    use grad_kernels::cross_entropy::__cross_entropy_v0 as both;
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    for (cols, cluster) in [
+        (33, None),
+        (1000, None),
+        (5001, None),
+        (4104, Some(3)),
+        (4099, Some(2)),
+    ] {
+        let c = cols as i64;
+        let label: Vec<i64> = vec![0, 1, 3, 4, 7, 8, 9, c - 8, c - 1, -100, c, (1 << 32) + 5];
+        let rows = label.len();
+        let s = [rows, cols];
+        let z: Vec<bf16> = rng
+            .floats::<f32>(rows * cols, -3.0, 3.0)
+            .into_iter()
+            .map(bf16::from_f32)
+            .collect();
+        let dl = rng.floats::<f32>(rows, -1.0, 1.0);
+        let cpu = both(
+            &dev,
+            &put(&dev, &z, &s),
+            &put(&dev, &label, &[rows]),
+            &put(&dev, &dl, &[rows]),
+        )
+        .unwrap();
+        emulate_launch(
+            &format!("cross_entropy value_and_vjp {rows}x{cols}"),
+            &both::__fuse::PROGRAM,
+            vec![hex(&z), hex(&label), hex(&dl)],
+            vec![],
+            &[("rows", rows), ("cols", cols)],
+            &cpu,
+            &["f32", "bf16"],
+            &[Tol::close(1e-5, 1e-5), Tol::close(2f64.powi(-7), 1e-6)],
+            cluster.and_then(|c| long_rows(cols, c, 2)),
+        );
+    }
+}
+
 #[test]
 fn group_norm_derivatives_run_on_an_emulated_gpu() {
     use grad_kernels::group_norm_affine::{

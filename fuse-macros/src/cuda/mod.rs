@@ -137,6 +137,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         lanes: crate::plan::rows::lanes(k),
         uniform_divisors: BTreeSet::new(),
         lane_invariant: vec![],
+        settled_tests: vec![],
         exact_products: exact_products(k, plan),
         in_shared: false,
         whole_rows: false,
@@ -381,6 +382,9 @@ struct Cuda<'a> {
     /// The values of a row's vector step computed once before its lanes, which the lanes'
     /// steps leave out (see `rows::Cuda::lane_invariants`).
     lane_invariant: Vec<NodeId>,
+    /// Tests of an element's position whose value is known in the lanes being written, with
+    /// that value (see `rows::Cuda::four_lanes`).
+    settled_tests: Vec<(NodeId, bool)>,
     /// Float products rounded on their own (`__fmul_rn`), never contracted into a fused
     /// multiply-add: see [`exact_products`].
     exact_products: BTreeSet<NodeId>,

@@ -1363,7 +1363,92 @@ impl Cuda<'_> {
     /// The lanes of a vector step, written out: a `#pragma unroll`ed lane loop made ptxas
     /// spill. `vectors` are the step's `lv_<name>`. Values the lanes share where their row's
     /// divisors allow (`lane_invariants`) come first, once, on a path of their own.
+    ///
+    /// A test of an element's position against a row's value (`index(v) as i64 == label`, a
+    /// one-hot pick) holds in at most one lane: where the value is outside the vector's
+    /// positions, which is nearly every step, the lanes take it as settled (`settled_tests`),
+    /// on a path of their own, and the selects it makes fold away. In a bf16 cross-entropy's
+    /// forward and backward that test and its select were three instructions an element in
+    /// the passes that take the label (benches/NOTES.md item 131).
     fn four_lanes(
+        &mut self,
+        pass: &Pass,
+        axis: DimId,
+        in_registers: &[usize],
+        shapes: &[Vec<DimId>],
+        vectors: &[usize],
+    ) {
+        // Not in the wide cached rows' steps, whose twice-written lanes spilled (the derived
+        // cross-entropies' gradients, 4 bytes on sm_80 and sm_90).
+        let tests = match self.path {
+            Path::RowsCachedWide => vec![],
+            _ => self.position_tests(pass, axis),
+        };
+        if tests.is_empty() {
+            return self.vector_lanes(pass, axis, in_registers, shapes, vectors);
+        }
+        let (v, first) = (self.step_lanes, self.lane_position("0"));
+        let outside: Vec<String> = tests
+            .iter()
+            .map(|&(_, value, _)| {
+                format!(
+                    "((unsigned long long)v{value} >> 32 != 0ull || (unsigned int)v{value} - (unsigned int)({first}) >= {v}u)"
+                )
+            })
+            .collect();
+        self.open(format!("if ({})", outside.join(" && ")));
+        self.settled_tests = tests
+            .iter()
+            .map(|&(test, _, missed)| (test, missed))
+            .collect();
+        self.vector_lanes(pass, axis, in_registers, shapes, vectors);
+        self.settled_tests.clear();
+        self.close();
+        self.open("else");
+        self.vector_lanes(pass, axis, in_registers, shapes, vectors);
+        self.close();
+    }
+
+    /// The tests of `pass` that compare an element's position along `axis` (`index(axis)`,
+    /// through casts that keep its value) with a row's integer value, each with that value and
+    /// what the test gives where the value is none of the vector's positions: `==` false, `!=`
+    /// true. The value is one of the row's (`Scope::Row`), in scope before the step.
+    fn position_tests(&self, pass: &Pass, axis: DimId) -> Vec<(NodeId, NodeId, bool)> {
+        let k = self.k;
+        let plan = self.plan;
+        // Positions are `u32`s: any cast among these keeps them.
+        let keeps = |e: Elem| matches!(e, Elem::U32 | Elem::U64 | Elem::I64);
+        let position = |mut n: NodeId| loop {
+            if !keeps(k.nodes[n].elem()) {
+                return false;
+            }
+            match k.nodes[n].op {
+                Op::Index(d) => return d == axis,
+                Op::Cast(a) => n = a,
+                _ => return false,
+            }
+        };
+        let of_row = |n: NodeId| {
+            keeps(k.nodes[n].elem())
+                && (plan.prologue.contains(&n) || plan.passes.iter().any(|p| p.after.contains(&n)))
+        };
+        let mut found = vec![];
+        for id in self.pass_elems(pass) {
+            let Op::Binary(op @ (BinOp::Eq | BinOp::Ne), a, b) = k.nodes[id].op else {
+                continue;
+            };
+            let value = match (position(a), position(b)) {
+                (true, false) if of_row(b) => b,
+                (false, true) if of_row(a) => a,
+                _ => continue,
+            };
+            found.push((id, value, op == BinOp::Ne));
+        }
+        found
+    }
+
+    /// `four_lanes` for the values of the step not settled by their position.
+    fn vector_lanes(
         &mut self,
         pass: &Pass,
         axis: DimId,
@@ -1457,6 +1542,16 @@ impl Cuda<'_> {
         (invariant, quotients)
     }
 
+    /// The position along the row of lane `j` of the current vector step, `r` in its block.
+    fn lane_position(&self, j: &str) -> String {
+        let v = self.step_lanes;
+        match (self.hoisted_positions, self.peeled) {
+            (true, _) => format!("fz_pos[q * {v} + {j}]"),
+            (false, true) => format!("fz_h + c * {v} + {j}"),
+            (false, false) => format!("c * {v} + {j}"),
+        }
+    }
+
     /// A vector step's lanes, one block each.
     fn lanes(
         &mut self,
@@ -1470,11 +1565,7 @@ impl Cuda<'_> {
         for j in 0..v {
             self.open("");
             self.line(format!("const int j = {j};"));
-            self.line(match (self.hoisted_positions, self.peeled) {
-                (true, _) => format!("const long long r = fz_pos[q * {v} + j];"),
-                (false, true) => format!("const long long r = fz_h + c * {v} + j;"),
-                (false, false) => format!("const long long r = c * {v} + j;"),
-            });
+            self.line(format!("const long long r = {};", self.lane_position("j")));
             self.row_vectors_now = vectors.to_vec();
             self.row_step(pass, axis, in_registers, shapes, true);
             self.row_vectors_now.clear();
@@ -1675,6 +1766,69 @@ mod tests {
     /// in f32 slots for its write pass (`narrow_slots`), which divides four lanes by the fast
     /// path and checks them after; not an f32 row's (its slots would be the row's registers),
     /// an fp8 row's, or rows of two tensors.
+    /// A one-hot pick's test of a position against a row's label is settled where the label is
+    /// none of the vector's positions, in every row path's vector step; tests that can hold in
+    /// more than one lane, or of a position cast to fewer bits, are not.
+    #[test]
+    fn position_tests_settle_outside_the_vector() {
+        let settled = |text: &str, value: &str| {
+            text.lines()
+                .map(str::trim)
+                .any(|l| l.starts_with("const bool v") && l.ends_with(&format!(" = {value};")))
+        };
+        for path in [
+            Path::RowsCached,
+            Path::RowBlockExact,
+            Path::RowBlock,
+            Path::Rows,
+            Path::LongRows,
+        ] {
+            let text = entry_source(
+                quote! {
+                    fn ce(x: [bf16; r, c], label: [i64; r]) -> [f32; r] {
+                        let x = x as f32;
+                        logsumexp(x, c) - sum(if index(c) as i64 == label { x } else { 0.0 }, c)
+                    }
+                },
+                path,
+            );
+            assert!(
+                text.contains("(unsigned long long)v1 >> 32 != 0ull ||"),
+                "{text}"
+            );
+            assert!(settled(&text, "false"), "{text}");
+            let text = entry_source(
+                quote! {
+                    fn ne(x: [f32; r, c], label: [u32; r]) -> [f32; r, c] {
+                        (if index(c) != label { x } else { 0.0 }) / sum(x, c)
+                    }
+                },
+                path,
+            );
+            assert!(settled(&text, "true"), "{path:?}: {text}");
+        }
+        for unsettled in [
+            quote! {
+                fn lt(x: [f32; r, c], label: [i64; r]) -> [f32; r, c] {
+                    x / sum(if (index(c) as i64) < label { x } else { 0.0 }, c)
+                }
+            },
+            quote! {
+                fn narrow(x: [f32; r, c], label: [i32; r]) -> [f32; r, c] {
+                    x / sum(if index(c) as i32 == label { x } else { 0.0 }, c)
+                }
+            },
+            quote! {
+                fn each(x: [f32; r, c], label: [i64; r, c]) -> [f32; r, c] {
+                    x / sum(if index(c) as i64 == label { x } else { 0.0 }, c)
+                }
+            },
+        ] {
+            let text = entry_source(unsettled, Path::RowsCached);
+            assert!(!settled(&text, "false"), "{text}");
+        }
+    }
+
     #[test]
     fn cached_rows_of_narrow_floats_keep_values_in_f32_slots() {
         let cached = |tokens| entry_source(tokens, Path::RowsCached);
