@@ -1361,8 +1361,7 @@ impl Cuda<'_> {
     }
 
     /// The lanes of a vector step, written out: a `#pragma unroll`ed lane loop made ptxas
-    /// spill. `vectors` are the step's `lv_<name>`. Values the lanes share where their row's
-    /// divisors allow (`lane_invariants`) come first, once, on a path of their own.
+    /// spill. `vectors` are the step's `lv_<name>`.
     ///
     /// A test of an element's position against a row's value (`index(v) as i64 == label`, a
     /// one-hot pick) holds in at most one lane: where the value is outside the vector's
@@ -1447,7 +1446,9 @@ impl Cuda<'_> {
         found
     }
 
-    /// `four_lanes` for the values of the step not settled by their position.
+    /// The lanes of a vector step (`four_lanes`), with the tests settled there if any. Values
+    /// the lanes share where their row's divisors allow (`lane_invariants`) come first, once,
+    /// on a path of their own.
     fn vector_lanes(
         &mut self,
         pass: &Pass,
