@@ -1682,10 +1682,6 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
     }
 }
 
-/// GroupNorm with its affine weight and bias (read at each element's place in the merged
-/// dim): the launch of `x`'s gradient, the one that sums the weight's and the bias's over `b`,
-/// the one that sums those over `s` (reading them through views over the parts of `(c, s)`),
-/// and the tangent along every input, each against the same launch on the CPU.
 /// One-hot picks (`index(cols) as i64 == label`), which a vector step settles where the label
 /// is none of its positions (`rows::Cuda::four_lanes`), in a bf16 cross-entropy's value and
 /// gradient: labels at a row's ends, on either side of a vector's edge and out of range (below
@@ -1737,6 +1733,10 @@ fn one_hot_picks_run_on_an_emulated_gpu() {
     }
 }
 
+/// GroupNorm with its affine weight and bias (read at each element's place in the merged
+/// dim): the launch of `x`'s gradient, the one that sums the weight's and the bias's over `b`,
+/// the one that sums those over `s` (reading them through views over the parts of `(c, s)`),
+/// and the tangent along every input, each against the same launch on the CPU.
 #[test]
 fn group_norm_derivatives_run_on_an_emulated_gpu() {
     use grad_kernels::group_norm_affine::{

@@ -1763,10 +1763,6 @@ mod tests {
         assert!(dropout.contains("for (long long r = lane; live && r < len; r += width)"));
     }
 
-    /// The general cached entry's segmented loop keeps a bf16 or f16 softmax's `exp(x - max)`
-    /// in f32 slots for its write pass (`narrow_slots`), which divides four lanes by the fast
-    /// path and checks them after; not an f32 row's (its slots would be the row's registers),
-    /// an fp8 row's, or rows of two tensors.
     /// A one-hot pick's test of a position against a row's label is settled where the label is
     /// none of the vector's positions, in every row path's vector step; tests that can hold in
     /// more than one lane, or of a position cast to fewer bits, are not.
@@ -1830,6 +1826,10 @@ mod tests {
         }
     }
 
+    /// The general cached entry's segmented loop keeps a bf16 or f16 softmax's `exp(x - max)`
+    /// in f32 slots for its write pass (`narrow_slots`), which divides four lanes by the fast
+    /// path and checks them after; not an f32 row's (its slots would be the row's registers),
+    /// an fp8 row's, or rows of two tensors.
     #[test]
     fn cached_rows_of_narrow_floats_keep_values_in_f32_slots() {
         let cached = |tokens| entry_source(tokens, Path::RowsCached);
