@@ -1686,7 +1686,9 @@ fn gradients_through_views_run_on_an_emulated_gpu() {
 /// is none of its positions (`rows::Cuda::four_lanes`), in a bf16 cross-entropy's value and
 /// gradient: labels at a row's ends, on either side of a vector's edge and out of range (below
 /// zero, past the row, and in its range plus 2^32), on the register, streamed and long-row
-/// paths.
+/// paths. Every other row spreads its logits over [-100, 100], where a shift other than the
+/// row's max (taken two elements at once where the label is settled: `packed_in_lanes`)
+/// overflows `exp`.
 #[test]
 fn one_hot_picks_run_on_an_emulated_gpu() {
     use fuse_runtime::bf16;
@@ -1706,9 +1708,11 @@ fn one_hot_picks_run_on_an_emulated_gpu() {
         let label: Vec<i64> = vec![0, 1, 3, 4, 7, 8, 9, c - 8, c - 1, -100, c, (1 << 32) + 5];
         let rows = label.len();
         let s = [rows, cols];
-        let z: Vec<bf16> = rng
-            .floats::<f32>(rows * cols, -3.0, 3.0)
-            .into_iter()
+        let z: Vec<bf16> = (0..rows)
+            .flat_map(|r| {
+                let spread = if r % 2 == 0 { 3.0 } else { 100.0 };
+                rng.floats::<f32>(cols, -spread, spread)
+            })
             .map(bf16::from_f32)
             .collect();
         let dl = rng.floats::<f32>(rows, -1.0, 1.0);

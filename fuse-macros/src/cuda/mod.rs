@@ -138,6 +138,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         uniform_divisors: BTreeSet::new(),
         lane_invariant: vec![],
         settled_tests: vec![],
+        packed_reductions: vec![],
         exact_products: exact_products(k, plan),
         in_shared: false,
         whole_rows: false,
@@ -385,6 +386,9 @@ struct Cuda<'a> {
     /// Tests of an element's position whose value is known in the lanes being written, with
     /// that value (see `rows::Cuda::four_lanes`).
     settled_tests: Vec<(NodeId, bool)>,
+    /// Reductions the lanes being written leave out, accumulated over the vector at once
+    /// before them (see `rows::Cuda::four_lanes`).
+    packed_reductions: Vec<NodeId>,
     /// Float products rounded on their own (`__fmul_rn`), never contracted into a fused
     /// multiply-add: see [`exact_products`].
     exact_products: BTreeSet<NodeId>,

@@ -1265,14 +1265,18 @@ impl Cuda<'_> {
             self.draw_lane_randoms(pass, axis);
         }
         self.fast_division = deferred;
-        match self.packed_reduction(pass, cached, (at_q || self.rows_at_q) && vectors.is_empty()) {
+        let packable = (at_q || self.rows_at_q) && vectors.is_empty();
+        match self.packed_reduction(pass, cached, packable) {
             Some(line) => self.line(line),
-            None => self.four_lanes(pass, axis, &in_registers, shapes, &vectors),
+            None => {
+                let packed = packable.then_some(cached);
+                self.four_lanes(pass, axis, &in_registers, shapes, &vectors, packed);
+            }
         }
         self.fast_division = false;
         if deferred {
             self.open("if (fz_bad)");
-            self.four_lanes(pass, axis, &in_registers, shapes, &vectors);
+            self.four_lanes(pass, axis, &in_registers, shapes, &vectors, None);
             self.close();
         }
         self.lane_randoms.clear();
@@ -1368,7 +1372,10 @@ impl Cuda<'_> {
     /// positions, which is nearly every step, the lanes take it as settled (`settled_tests`),
     /// on a path of their own, and the selects it makes fold away. In a bf16 cross-entropy's
     /// forward and backward that test and its select were three instructions an element in
-    /// the passes that take the label (benches/NOTES.md item 131).
+    /// the passes that take the label (benches/NOTES.md item 131). There, with `packed` (the
+    /// cached tensors, in registers), the reductions `packed_in_lanes` finds take their vector
+    /// at once, before the lanes: the settled select left a bf16 cross-entropy's first pass
+    /// converting each element for its max alone.
     fn four_lanes(
         &mut self,
         pass: &Pass,
@@ -1376,6 +1383,7 @@ impl Cuda<'_> {
         in_registers: &[usize],
         shapes: &[Vec<DimId>],
         vectors: &[usize],
+        packed: Option<&[usize]>,
     ) {
         // Not in the wide cached rows' steps, whose twice-written lanes spilled (the derived
         // cross-entropies' gradients, 4 bytes on sm_80 and sm_90).
@@ -1400,7 +1408,12 @@ impl Cuda<'_> {
             .iter()
             .map(|&(test, _, missed)| (test, missed))
             .collect();
+        for (r, line) in packed.map_or(vec![], |cached| self.packed_in_lanes(pass, cached)) {
+            self.line(line);
+            self.packed_reductions.push(r);
+        }
         self.vector_lanes(pass, axis, in_registers, shapes, vectors);
+        self.packed_reductions.clear();
         self.settled_tests.clear();
         self.close();
         self.open("else");
@@ -1592,6 +1605,36 @@ impl Cuda<'_> {
         let &[r] = pass.reduces.as_slice() else {
             return None;
         };
+        let (load, operand, line) = self.packed_line(r, cached, in_registers)?;
+        let elems = self.pass_elems(pass);
+        let alone = elems.contains(&operand)
+            && elems.iter().all(|n| [load, operand].contains(n))
+            && pass.writes.is_empty();
+        alone.then_some(line)
+    }
+
+    /// The reductions of `pass` (of several) that `packed_line` can take a vector at once,
+    /// with their lines, for the lanes of `four_lanes` whose position tests are settled.
+    fn packed_in_lanes(&mut self, pass: &Pass, cached: &[usize]) -> Vec<(NodeId, String)> {
+        if pass.reduces.len() < 2 {
+            return vec![];
+        }
+        let reduces = pass.reduces.clone();
+        reduces
+            .into_iter()
+            .filter_map(|r| Some((r, self.packed_line(r, cached, true)?.2)))
+            .collect()
+    }
+
+    /// Reduction `r` over vector `rc_<name>[q]` at once where it takes the largest (smallest)
+    /// element of a cached 16-bit row, or of its exact conversion to f32, into an f32
+    /// accumulator: the row's load, the operand, and the line; `None` otherwise.
+    fn packed_line(
+        &mut self,
+        r: NodeId,
+        cached: &[usize],
+        in_registers: bool,
+    ) -> Option<(NodeId, NodeId, String)> {
         let (op, e) = self.reduction(r);
         let Op::Reduce(_, operand, _) = self.k.nodes[r].op else {
             return None;
@@ -1615,12 +1658,8 @@ impl Cuda<'_> {
             Reduce::Min => "min",
             _ => return None,
         };
-        let elems = self.pass_elems(pass);
-        let alone = elems.contains(&operand)
-            && elems.iter().all(|n| [load, operand].contains(n))
-            && pass.writes.is_empty();
         let plain = self.stash.is_none() && self.reuse.is_none() && !self.in_shared;
-        if !(in_registers && alone && plain && e == Elem::F32 && cached.contains(&p)) {
+        if !(in_registers && plain && e == Elem::F32 && cached.contains(&p)) {
             return None;
         }
         if !self.step_lanes.is_multiple_of(2) || self.k.draws_random() {
@@ -1629,7 +1668,8 @@ impl Cuda<'_> {
         self.helpers.insert(narrow_helpers(elem).0);
         self.helpers.insert(packed);
         let (_, param) = self.param_text(p);
-        Some(format!("acc{r} = fz_{name}_{ty}(acc{r}, rc_{param}[q]);"))
+        let line = format!("acc{r} = fz_{name}_{ty}(acc{r}, rc_{param}[q]);");
+        Some((load, operand, line))
     }
 
     /// The tensors of `pass` besides the `cached` ones that are contiguous along the row (the
@@ -1686,7 +1726,13 @@ impl Cuda<'_> {
             .collect();
         self.values(&lanes, Scope::Element);
         self.cached.clear();
-        self.accumulate(&pass.reduces);
+        let reduces: Vec<NodeId> = pass
+            .reduces
+            .iter()
+            .copied()
+            .filter(|r| !self.packed_reductions.contains(r))
+            .collect();
+        self.accumulate(&reduces);
         if !gather {
             self.writes(&pass.writes, Scope::Element);
         } else {
@@ -1823,6 +1869,50 @@ mod tests {
         ] {
             let text = entry_source(unsettled, Path::RowsCached);
             assert!(!settled(&text, "false"), "{text}");
+        }
+    }
+
+    /// Where a one-hot pick's test is settled, a 16-bit cross-entropy's first pass takes its
+    /// row's max two elements an instruction before the lanes (`packed_in_lanes`), which no
+    /// longer take it; where the label may be in the vector, the lanes take it as before.
+    #[test]
+    fn settled_lanes_take_the_max_packed() {
+        for (ty, f) in [(quote!(bf16), "fz_max_bf16"), (quote!(f16), "fz_max_f16")] {
+            for path in [
+                Path::RowsCached,
+                Path::RowBlockExact,
+                Path::RowBlock,
+                Path::LongRows,
+            ] {
+                let text = entry_source(
+                    quote! {
+                        fn ce(x: [#ty; r, c], label: [i64; r]) -> [f32; r] {
+                            let x = x as f32;
+                            logsumexp(x, c) - sum(if index(c) as i64 == label { x } else { 0.0 }, c)
+                        }
+                    },
+                    path,
+                );
+                let lines: Vec<&str> = text.lines().map(str::trim).collect();
+                let packed = lines
+                    .iter()
+                    .position(|l| l.starts_with(&format!("acc3 = {f}(acc3, rc_x[q]);")))
+                    .unwrap_or_else(|| panic!("{path:?}: {text}"));
+                assert!(lines[packed - 1].contains(">> 32 != 0ull ||"), "{text}");
+                // The settled lanes leave the max out; the others keep it, each lane.
+                let settled = &lines[packed..];
+                let settled = &settled[..settled.iter().position(|l| *l == "else {").unwrap()];
+                let unpacked = |l: &[&str]| {
+                    l.iter()
+                        .filter(|l| l.starts_with("acc3 = fmaxf(acc3, v"))
+                        .count()
+                };
+                assert_eq!(unpacked(settled), 0, "{path:?}: {text}");
+                assert!(
+                    unpacked(&lines[packed + settled.len()..]) >= 4,
+                    "{path:?}: {text}"
+                );
+            }
         }
     }
 
