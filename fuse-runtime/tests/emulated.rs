@@ -1974,8 +1974,8 @@ fn emulate_bf16_layernorm(rng: &mut Rng, x: &[f32], rows: usize, cols: usize) {
 
 /// Rows of 65 to 256 elements, a multiple of four, on the general cached entry's segments of
 /// eight and sixteen threads: 16-bit softmaxes at lengths no multiple of eight (which the wide
-/// entry takes), with their f32 slots, and bf16 layernorm, over more rows than a block's
-/// segments hold, the last round partial.
+/// entry takes), with their f32 slots, on the entries of a constant width, and bf16 layernorm
+/// on the general one, over more rows than a block's segments hold, the last round partial.
 #[test]
 fn short_cached_rows_run_on_an_emulated_gpu() {
     if !available() {
@@ -1986,6 +1986,27 @@ fn short_cached_rows_run_on_an_emulated_gpu() {
         let program = &kernels::bf16s::layernorm::__fuse::PROGRAM;
         let entry = program.pick(&[rows, cols], 90, false).expect("an entry");
         assert_eq!(entry.path, "cached_rows", "bf16 layernorm at {cols}");
+        assert!(
+            entry.kernel.symbol.ends_with("cached_rows"),
+            "{}",
+            entry.kernel.symbol
+        );
+        let fixed = if cols <= 128 {
+            "cached_rows_128"
+        } else {
+            "cached_rows_256"
+        };
+        for program in [
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            &kernels::f16s::softmax::__fuse::PROGRAM,
+        ] {
+            let entry = program.pick(&[rows, cols], 90, false).expect("an entry");
+            assert!(
+                entry.kernel.symbol.ends_with(fixed),
+                "{}",
+                entry.kernel.symbol
+            );
+        }
         let x = rng.floats::<f32>(rows * cols, -4.0, 4.0);
         emulate_16_bit_softmax("softmax", &x, rows, cols);
         emulate_bf16_layernorm(&mut rng, &x, rows, cols);

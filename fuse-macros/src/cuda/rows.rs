@@ -6,8 +6,8 @@ use super::{Cuda, Scope, BLOCK, CACHE, SYNTAX};
 use crate::ir::{DimId, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
-    block_copies_ahead, cached_params, direct_row_cost, f32_slots, needed, next_row_to_l2,
-    pass_stashes, prefetches, segment_width, segments_ask_l2, wide_copies_ahead,
+    block_copies_ahead, cached_params, direct_row_cost, f32_slots, narrow_slots, needed,
+    next_row_to_l2, pass_stashes, prefetches, segment_width, segments_ask_l2, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -191,18 +191,14 @@ impl Cuda<'_> {
     }
 
     /// Whether the general cached entry's segmented loop (`Path::RowsCached`, peeled or not)
-    /// keeps the values its passes store for later ones in f32 slots beside its rows: rows of
-    /// one tensor of 16-bit floats whose passes store something (`f32_slots`). Other segmented
-    /// loops store nothing (`treats_rows_whole`), and so SO's bf16 softmax at 100 columns,
-    /// which takes this entry, computed `exp(x - max)` again in its write pass: 62% of copy
-    /// speed on an H100 (NOTES item 135). Not fp8 rows: an e4m3 softmax spilled 12 bytes on
-    /// sm_80 at its 64 registers with them; not f32 or several tensors: their slots would be
-    /// the row's own registers, which spilled `w7_layernorm_quantize` (`row_passes`).
+    /// keeps the values its passes store for later ones in f32 slots beside its rows
+    /// (`plan::rows::narrow_slots`). Other segmented loops store nothing (`treats_rows_whole`),
+    /// and so SO's bf16 softmax at 100 columns, which takes this entry, computed `exp(x - max)`
+    /// again in its write pass: 62% of copy speed on an H100 (NOTES item 135).
     fn narrow_slots(&self, plan: &Plan, cached: &[usize]) -> bool {
         self.path == Path::RowsCached
             && !self.treats_rows_whole()
-            && matches!(cached, [p] if matches!(self.k.params[*p].elem, Elem::F16 | Elem::BF16))
-            && f32_slots(self.k, plan, cached)
+            && narrow_slots(self.k, plan, cached)
     }
 
     /// Whether the entry being written is the chunked one (`Path::RowChunks`).
@@ -769,7 +765,7 @@ impl Cuda<'_> {
     /// The constant width of the segments being written (`plan::rows::segment_width`), whose
     /// rows are longer than half of what they hold; `None` where it is set at run time.
     fn fixed_width(&self) -> Option<u32> {
-        segment_width(self.k, self.path, &self.when)
+        segment_width(self.k, self.plan, self.path, &self.when)
     }
 
     /// The elements of a cached row a thread holds: `CACHE / 4` vectors of `cache_lanes`.
@@ -1913,6 +1909,67 @@ mod tests {
                     "{path:?}: {text}"
                 );
             }
+        }
+    }
+
+    /// Rows of 65 to 128 and 129 to 256 elements that keep f32 slots (a 16-bit softmax's) take
+    /// segments of a constant eight and sixteen threads (`plan::rows::SHORT_SEGMENT_WIDTHS`),
+    /// whose reductions lose their tests of the width; the general entry, after them, sets its
+    /// width when it runs. An f32 softmax's rows and a bf16 RMSNorm's, which keep no slots,
+    /// have no such entries.
+    #[test]
+    fn short_cached_rows_with_slots_take_segments_of_a_constant_width() {
+        let labels = |tokens| {
+            let k = kernel(tokens);
+            let program = crate::plan::program(&k);
+            let sources = crate::cuda::sources(&k, &program);
+            let entries = program.entries.into_iter().zip(sources);
+            entries
+                .map(|(e, text)| (e.label(), e.when, text))
+                .collect::<Vec<_>>()
+        };
+        let bf16 = labels(quote! {
+            fn s(x: [bf16; r, c]) -> [bf16; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+        });
+        let at = |label: &str| bf16.iter().position(|(l, _, _)| l == label);
+        for (label, width, lens) in [
+            ("cached_rows_128", 8, (65, 128)),
+            ("cached_rows_256", 16, (129, 256)),
+        ] {
+            let (_, when, text) = &bf16[at(label).unwrap_or_else(|| panic!("no {label}"))];
+            assert_eq!((when.min_len, when.max_len), lens, "{label}");
+            assert!(
+                text.contains(&format!("const int width = {width};")),
+                "{text}"
+            );
+            assert!(text.contains("rs_x[q] = fz_st;"), "{text}");
+            assert!(!text.contains("while (width"), "{text}");
+            assert!(at(label) < at("cached_rows"), "{label}");
+        }
+        let (_, when, general) = &bf16[at("cached_rows").unwrap()];
+        assert_eq!(when.min_len, 1);
+        assert!(
+            general.contains("while (width * 16 < len) width <<= 1;"),
+            "{general}"
+        );
+        for other in [
+            quote! {
+                fn s(x: [f32; r, c]) -> [f32; r, c] { let e = (x - max(x, c)).exp(); e / sum(e, c) }
+            },
+            quote! {
+                fn n(x: [bf16; r, c], w: [bf16; c]) -> [bf16; r, c] {
+                    x * rsqrt(mean(x * x, c) + 1e-6) * w
+                }
+            },
+        ] {
+            let labels: Vec<String> = labels(other).into_iter().map(|(l, _, _)| l).collect();
+            assert!(labels.contains(&"cached_rows".to_string()), "{labels:?}");
+            assert!(
+                !labels
+                    .iter()
+                    .any(|l| ["cached_rows_128", "cached_rows_256"].contains(&&**l)),
+                "{labels:?}"
+            );
         }
     }
 

@@ -6,9 +6,9 @@
 use crate::abi::{BLOCK, CACHE, ROUNDS};
 use crate::ir::{plain_name, DimId, Kernel, Launch, NodeId, Op};
 use crate::plan::rows::{
-    cached_bytes, cached_params, chunks_rows, direct_row_cost, needs_divisors, peeled_cache,
-    seed_params, slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead, MAX_CHUNKS,
-    SEGMENT_WIDTHS, SHORT,
+    cached_bytes, cached_params, chunks_rows, direct_row_cost, fixed_widths, needs_divisors,
+    peeled_cache, seed_params, slot_count, tile_eights, tiling, wide_cache, wide_copies_ahead,
+    MAX_CHUNKS, SHORT,
 };
 use crate::plan::{tuning, Plan};
 use crate::ty::Elem;
@@ -238,6 +238,10 @@ impl Entry {
             Path::RowChunks if exact_chunks(&self.when) => format!("{}_exact", self.path.name()),
             path if peels_cache(path, &self.when) => {
                 format!("{}_peeled_{}", path.name(), self.when.max_len)
+            }
+            // The segments of a constant width (`plan::rows::segment_width`), as their symbols.
+            Path::RowsCached if self.when.min_len > 1 => {
+                format!("{}_{}", self.path.name(), self.when.max_len)
             }
             path => path.name().to_string(),
         }
@@ -503,20 +507,19 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                         rows_of(register_row + 1, 2 * register_row, 8, 90),
                     ));
                 }
-                // Kernels with partial sums over rows take their segments at a constant width
-                // where the length fixes it (`plan::rows::segment_width`).
-                if k.has_partials() {
-                    for width in SEGMENT_WIDTHS {
-                        let max_len = u64::from(width * CACHE);
-                        let mut fixed = entry(
-                            Path::RowsCached,
-                            bound,
-                            rows,
-                            rows_of(max_len / 2 + 1, max_len, 4, 0),
-                        );
-                        fixed.symbol = format!("{}_{max_len}", fixed.symbol);
-                        entries.push(fixed);
-                    }
+                // Segments of a constant width where the length fixes it
+                // (`plan::rows::segment_width`): a kernel with partial sums over rows at every
+                // width, one whose rows keep f32 slots in short rows.
+                for &width in fixed_widths(k, plan) {
+                    let max_len = u64::from(width * CACHE);
+                    let mut fixed = entry(
+                        Path::RowsCached,
+                        bound,
+                        rows,
+                        rows_of(max_len / 2 + 1, max_len, 4, 0),
+                    );
+                    fixed.symbol = format!("{}_{max_len}", fixed.symbol);
+                    entries.push(fixed);
                 }
                 entries.push(entry(
                     Path::RowsCached,
@@ -800,7 +803,12 @@ mod tests {
             .collect();
         assert_eq!(lens, [(257, 512, 1), (513, 1024, 1), (1025, 2048, 1)]);
         assert_eq!(peeled[1].label(), "wide_cached_rows_peeled_1024");
-        let width = crate::plan::rows::segment_width(&k, Path::RowsCachedWide, &peeled[1].when);
+        let width = crate::plan::rows::segment_width(
+            &k,
+            &crate::plan::plan(&k),
+            Path::RowsCachedWide,
+            &peeled[1].when,
+        );
         assert_eq!(width, Some(32));
         let at = |p: Path| bf16.entries.iter().position(|e| e.path == p).unwrap();
         assert!(at(Path::RowsCachedWide) < at(Path::RowBlockExact));

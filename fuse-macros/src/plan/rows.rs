@@ -75,13 +75,27 @@ pub(crate) fn segments_ask_l2(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool
 /// 55 of the row-a-block entry (benches/NOTES.md item 120).
 pub(crate) const SEGMENT_WIDTHS: [u32; 4] = [16, 32, 64, 128];
 
-/// The constant width of a segments' entry (threads a row) of `path` that `when` takes: for a
-/// kernel with partial sums over rows ([`SEGMENT_WIDTHS`]), and for the peeled entries
+/// The constant widths of the general cached entry's segments in a kernel without partial sums
+/// over rows whose rows keep f32 slots ([`narrow_slots`]): rows of 65 to 128 and 129 to 256
+/// elements (eight and sixteen threads of four vectors). At a width set when the kernel ran,
+/// each of a row's reductions tested the width before each of five shuffles: SO's bf16 softmax
+/// at 100 columns, eight threads a row, took 60 registers and ran at 82% of copy speed on an
+/// H100, at 90% with a constant width (benches/NOTES.md item 136). Other rows' kernels ran
+/// slower with them there: the f32 softmax by 1.6%, the bf16 RMSNorm's by 6.5%.
+pub(crate) const SHORT_SEGMENT_WIDTHS: [u32; 2] = [8, 16];
+
+/// The constant width of a segments' entry (threads a row) of `path` that `when` takes: for the
+/// widths [`fixed_widths`] lists, and for the peeled entries
 /// (`plan::peels_cache`, rows of `width * elems / 2 + 1` to `width * elems`, `elems` a thread's
 /// `CACHE` elements, twice as many on the wide entry); `None` where it is set when the kernel
 /// runs. At a width set when it ran, the wide peeled entry of an f16 softmax spilled 20 bytes
 /// at its 80 registers, none at a constant one (a bf16 softmax's, until its f32 slots went too).
-pub(crate) fn segment_width(k: &Kernel, path: Path, when: &crate::plan::When) -> Option<u32> {
+pub(crate) fn segment_width(
+    k: &Kernel,
+    plan: &Plan,
+    path: Path,
+    when: &crate::plan::When,
+) -> Option<u32> {
     let elems = match path {
         Path::RowsCached => CACHE,
         Path::RowsCachedWide => 2 * CACHE,
@@ -89,8 +103,32 @@ pub(crate) fn segment_width(k: &Kernel, path: Path, when: &crate::plan::When) ->
     };
     let width = u32::try_from(when.max_len / u64::from(elems)).ok()?;
     let fixed = when.max_len == u64::from(width * elems) && when.min_len == when.max_len / 2 + 1;
-    let partials = path == Path::RowsCached && k.has_partials() && SEGMENT_WIDTHS.contains(&width);
-    (fixed && (partials || crate::plan::peels_cache(path, when))).then_some(width)
+    let listed = path == Path::RowsCached && fixed_widths(k, plan).contains(&width);
+    (fixed && (listed || crate::plan::peels_cache(path, when))).then_some(width)
+}
+
+/// The widths of the general cached entry's segments that have entries of their own, each for
+/// the rows whose length fixes it (`segment_width`): a kernel with partial sums over rows at
+/// [`SEGMENT_WIDTHS`], one whose rows keep f32 slots ([`narrow_slots`]) at
+/// [`SHORT_SEGMENT_WIDTHS`], others at none.
+pub(crate) fn fixed_widths(k: &Kernel, plan: &Plan) -> &'static [u32] {
+    if k.has_partials() {
+        &SEGMENT_WIDTHS
+    } else if narrow_slots(k, plan, &cached_params(k, plan)) && !k.draws_random() {
+        &SHORT_SEGMENT_WIDTHS
+    } else {
+        &[]
+    }
+}
+
+/// Whether the general cached entry's rows of the `cached` tensors keep the values their passes
+/// store for later ones in f32 slots (`rs_<name>`): rows of one tensor of 16-bit floats whose
+/// passes store something ([`f32_slots`]). Not fp8 rows: an e4m3 softmax spilled 12 bytes on
+/// sm_80 at its 64 registers with them; not f32 or several tensors: their slots would be the
+/// row's own registers, which spilled `w7_layernorm_quantize` (`row_passes`).
+pub(crate) fn narrow_slots(k: &Kernel, plan: &Plan, cached: &[usize]) -> bool {
+    matches!(cached, [p] if matches!(k.params[*p].elem, Elem::F16 | Elem::BF16))
+        && f32_slots(k, plan, cached)
 }
 
 /// The tensors worth keeping in registers across a row's passes: those over the whole domain
