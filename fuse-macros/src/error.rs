@@ -105,6 +105,11 @@ pub fn group_depth(limit: usize) -> String {
     )
 }
 
+/// An attribute of more tokens than [`crate::limits::MAX_ATTR_TOKENS`].
+pub fn attr_tokens(limit: usize) -> String {
+    format!("this attribute holds more than {limit} tokens, the most `fuse!` takes in one")
+}
+
 /// Punctuation in a row past [`crate::limits::MAX_PUNCT_RUN`].
 pub fn punct_run(limit: usize) -> String {
     format!(

@@ -335,6 +335,33 @@ fn assert_outcomes(cases: &[(&str, Outcome)]) {
     }
 }
 
+/// Found by the fuzzer (seed 56, case 13915): a doc attribute whose value was a chain of 2000
+/// `x +` terms, which syn parsed as an expression 2000 levels deep, overflowed the stack where
+/// `check` copied the kernel's attributes. An attribute's tokens are now limited
+/// ([`crate::limits::MAX_ATTR_TOKENS`]), an error naming the limit.
+#[test]
+fn long_attributes_are_an_error_naming_the_limit() {
+    let kernel = |terms: usize| {
+        format!(
+            "#[doc = x{}] fn f(x: [f32; n]) -> [f32; n] {{ x }}",
+            " + x".repeat(terms - 1)
+        )
+    };
+    // Within the limit the macro passes the attribute on (rustc judges a doc's value).
+    assert_outcomes(&[
+        (&kernel(200), Outcome::Code),
+        (&kernel(2000), Outcome::Errors),
+    ]);
+    let errors = crate::testing::errors(kernel(2000).parse().expect("tokens"));
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(errors[0].contains("512"), "{errors:?}");
+    let doc = format!(
+        "#[doc = \"{}\"] fn f(x: [f32; n]) -> [f32; n] {{ x }}",
+        "x".repeat(5000)
+    );
+    assert_outcomes(&[(&doc, Outcome::Code)]);
+}
+
 /// An expression `depth` levels deep of the given shape, as the body of a kernel.
 fn deep_kernel(shape: &str, depth: usize) -> String {
     let body = match shape {
