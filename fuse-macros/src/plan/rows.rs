@@ -80,8 +80,8 @@ pub(crate) const SEGMENT_WIDTHS: [u32; 4] = [16, 32, 64, 128];
 /// elements (eight and sixteen threads of four vectors). At a width set when the kernel ran,
 /// each of a row's reductions tested the width before each of five shuffles: SO's bf16 softmax
 /// at 100 columns, eight threads a row, took 60 registers and ran at 82% of copy speed on an
-/// H100, at 90% with a constant width (benches/NOTES.md item 136). Other rows' kernels ran
-/// slower with them there: the f32 softmax by 1.6%, the bf16 RMSNorm's by 6.5%.
+/// H100, at 90% with a constant width (benches/NOTES.md items 136 and 138). Other rows' kernels
+/// ran slower with them there: the f32 softmax by 1.6%, the bf16 RMSNorm's by 6.5%.
 pub(crate) const SHORT_SEGMENT_WIDTHS: [u32; 2] = [8, 16];
 
 /// The constant width of a segments' entry (threads a row) of `path` that `when` takes: for the
@@ -109,8 +109,9 @@ pub(crate) fn segment_width(
 
 /// The widths of the general cached entry's segments that have entries of their own, each for
 /// the rows whose length fixes it (`segment_width`): a kernel with partial sums over rows at
-/// [`SEGMENT_WIDTHS`], one whose rows keep f32 slots ([`narrow_slots`]) at
-/// [`SHORT_SEGMENT_WIDTHS`], others at none.
+/// [`SEGMENT_WIDTHS`], one whose rows keep f32 slots ([`narrow_slots`]) and draws no random
+/// value (whose rows defer no division: untried there) at [`SHORT_SEGMENT_WIDTHS`], others at
+/// none.
 pub(crate) fn fixed_widths(k: &Kernel, plan: &Plan) -> &'static [u32] {
     if k.has_partials() {
         &SEGMENT_WIDTHS
