@@ -128,6 +128,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         program,
         path: entry.path,
         when: entry.when,
+        segment_width: crate::plan::rows::segment_width(k, plan, entry.path, &entry.when),
         layout: Layout { k },
         out: String::new(),
         indent: 1,
@@ -315,6 +316,9 @@ struct Cuda<'a> {
     path: Path,
     /// When the host takes it.
     when: crate::plan::When,
+    /// The constant width of its segments, where the path and `when` fix one
+    /// (`plan::rows::segment_width`), asked once rather than at every cached vector's test.
+    segment_width: Option<u32>,
     layout: Layout<'a>,
     out: String,
     indent: usize,

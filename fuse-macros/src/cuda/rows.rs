@@ -7,7 +7,7 @@ use crate::ir::{DimId, Launch, NodeId, Op, Reduce};
 use crate::parse::BinOp;
 use crate::plan::rows::{
     block_copies_ahead, cached_params, direct_row_cost, f32_slots, narrow_slots, needed,
-    next_row_to_l2, pass_stashes, prefetches, segment_width, segments_ask_l2, wide_copies_ahead,
+    next_row_to_l2, pass_stashes, prefetches, segments_ask_l2, wide_copies_ahead,
 };
 use crate::plan::{Pass, Path, Plan};
 use crate::ty::Elem;
@@ -765,7 +765,7 @@ impl Cuda<'_> {
     /// The constant width of the segments being written (`plan::rows::segment_width`), whose
     /// rows are longer than half of what they hold; `None` where it is set at run time.
     fn fixed_width(&self) -> Option<u32> {
-        segment_width(self.k, self.plan, self.path, &self.when)
+        self.segment_width
     }
 
     /// The elements of a cached row a thread holds: `CACHE / 4` vectors of `cache_lanes`.
@@ -1615,10 +1615,9 @@ impl Cuda<'_> {
         if pass.reduces.len() < 2 {
             return vec![];
         }
-        let reduces = pass.reduces.clone();
-        reduces
-            .into_iter()
-            .filter_map(|r| Some((r, self.packed_line(r, cached, true)?.2)))
+        pass.reduces
+            .iter()
+            .filter_map(|&r| Some((r, self.packed_line(r, cached, true)?.2)))
             .collect()
     }
 
