@@ -109,15 +109,14 @@ impl Cpu<'_> {
             self.layout.product(&rows)
         ));
         self.line(format!("let len: usize = {};", self.layout.size(axis)));
-        // Partial sums over rows: every row into the first of `parts`, the others zero.
-        for (o, _) in self
-            .k
-            .outputs
-            .iter()
-            .enumerate()
-            .filter(|(_, o)| o.partial.is_some())
-        {
-            self.line(format!("out{o}.fill(0.0);"));
+        // Sums over rows: every row in order, in the type of their values, then stored.
+        let sums: Vec<usize> = (0..self.k.outputs.len())
+            .filter(|&o| self.k.outputs[o].partial.is_some())
+            .collect();
+        for &o in &sums {
+            let t = self.k.outputs[o].elem.name();
+            let n = if self.k.outputs[o].total { "1" } else { "len" };
+            self.line(format!("let mut fz_sum{o}: Vec<{t}> = vec![0.0; {n}];"));
         }
         self.line("for g in 0..groups {");
         for l in self.layout.split("g", &rows, &SYNTAX) {
@@ -147,6 +146,17 @@ impl Cpu<'_> {
         }
         self.writes(&plan.group_writes, Scope::Row);
         self.line("}");
+        for &o in &sums {
+            let out = &self.k.outputs[o];
+            let (elem, sums) = (out.elem, out.stored_elem());
+            let value = match (elem == sums, sums.is_narrow_float()) {
+                (true, _) => format!("fz_sum{o}[r]"),
+                (false, true) => stored(sums, &format!("(fz_sum{o}[r] as f32)")),
+                (false, false) => format!("fz_sum{o}[r] as {}", sums.name()),
+            };
+            let n = if out.total { "1" } else { "len" };
+            self.line(format!("for r in 0..{n} {{ out{o}[r] = {value}; }}"));
+        }
     }
 
     fn full(&mut self, domain: &[DimId], plan: &Plan) {
@@ -242,7 +252,8 @@ impl Cpu<'_> {
         for &o in outputs {
             let out = &self.k.outputs[o];
             if out.partial.is_some() {
-                self.line(format!("out{o}[r] += v{};", out.node));
+                let at = if out.total { "0" } else { "r" };
+                self.line(format!("fz_sum{o}[{at}] += v{};", out.node));
                 continue;
             }
             let v = stored(out.elem, &format!("v{}", out.node));

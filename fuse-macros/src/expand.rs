@@ -409,7 +409,7 @@ fn fn_doc(k: &Kernel) -> String {
         .filter(|o| o.place.is_none())
         .map(|o| match o.packed {
             true => format!("`{}`", words_text(k, &o.shape)),
-            false => format!("`{}`", type_text(k, o.elem, &o.stored_shape())),
+            false => format!("`{}`", type_text(k, o.stored_elem(), &o.stored_shape())),
         })
         .collect();
     format!(
@@ -631,14 +631,14 @@ fn program_items(
             }
             Grid::Parts {
                 blocks_per_sm,
-                parts,
-            } => quote!(#p::Grid::Parts { blocks_per_sm: #blocks_per_sm, parts: #parts }),
+                sums,
+            } => quote!(#p::Grid::Parts { blocks_per_sm: #blocks_per_sm, sums: #sums }),
             Grid::Chunks {
                 blocks_per_sm,
-                parts,
-            } => quote!(#p::Grid::Chunks { blocks_per_sm: #blocks_per_sm, parts: #parts }),
-            Grid::LongRows { cache_bytes, parts } => {
-                quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes, parts: #parts })
+                sums,
+            } => quote!(#p::Grid::Chunks { blocks_per_sm: #blocks_per_sm, sums: #sums }),
+            Grid::LongRows { cache_bytes, sums } => {
+                quote!(#p::Grid::LongRows { cache_bytes: #cache_bytes, sums: #sums })
             }
             Grid::Full { slots } => quote!(#p::Grid::Full { slots: #slots }),
             Grid::Columns {

@@ -406,12 +406,17 @@ pub struct OutputInfo {
     pub node: NodeId,
     /// The output's expression in the body, where errors about this output point.
     pub tokens: TokenStream,
-    /// Only in a derived launch over rows: the value over the domain (`shape`) is not stored
-    /// but summed over rows, into `[parts, len]` in memory, the row's length its last dim
-    /// (`stored_shape`). Each block of the GPU sums the rows it takes into its own row of
-    /// `parts` and zeroes the rows no block takes; the CPU sums every row into the first. The
-    /// sum over `parts` is then the column sum, left to a later launch.
-    pub partial: Option<DimId>,
+    /// Only in a derived launch over rows: the value over the domain (`shape`, `[rows, len]`)
+    /// is not stored but summed over rows in `elem`, and the sums stored as `[len]` of this
+    /// type (`stored_shape`, `stored_elem`). Each block of the GPU sums the rows it takes into its own row
+    /// of partial sums (in the launch's scratch memory); after a barrier of the grid, the
+    /// blocks sum those rows, a share of the columns each, in the blocks' order. The CPU sums
+    /// the rows in order.
+    pub partial: Option<Elem>,
+    /// With `partial`: the value is over the rows (a row's sum, `shape` the domain's rows),
+    /// summed over them into one value (`stored_shape` `[]`): each block sums its rows' into
+    /// its own slot of the scratch, which the grid then sums in the blocks' order.
+    pub total: bool,
     /// Only for a write through a `&mut` parameter (`cache[slot, ..] = k;`): the value over
     /// the domain (`shape`, the slice's shape) is stored where the slice of the parameter puts
     /// each element, and nowhere else.
@@ -440,22 +445,25 @@ impl OutputInfo {
             .collect()
     }
 
-    /// The element type in memory: `u32` words for packed bits, else `elem`.
+    /// The element type in memory: `u32` words for packed bits, the sums' type for sums over
+    /// rows (`partial`), else `elem`.
     pub fn stored_elem(&self) -> Elem {
-        match self.packed {
-            true => Elem::U32,
-            false => self.elem,
+        match (self.packed, self.partial) {
+            (true, _) => Elem::U32,
+            (false, Some(sums)) => sums,
+            (false, None) => self.elem,
         }
     }
 
-    /// The output's shape in memory: `shape`, `[parts, len]` for partial sums, or the `&mut`
+    /// The output's shape in memory: `shape`, `[len]` for sums over rows (`partial`), or the `&mut`
     /// parameter's shape for a write through one.
     pub fn stored_shape(&self) -> Vec<DimId> {
         if let Some(place) = &self.place {
             return place.shape.clone();
         }
         match (self.partial, self.shape.last()) {
-            (Some(parts), Some(&len)) => vec![parts, len],
+            (Some(_), _) if self.total => vec![],
+            (Some(_), Some(&len)) => vec![len],
             _ => self.shape.clone(),
         }
     }

@@ -97,11 +97,11 @@ pub(crate) fn launch_with(
     let buffers = buffers.as_slice();
     if let Some(long_rows) = long_rows {
         let unused = |_: &Queue, _, _, _: &mut [u64]| Ok(());
-        if launch_entry(queue, long_rows, geometry, slots, buffers, true, unused)? {
+        if launch_entry(queue, long_rows, geometry, slots, buffers, true, 0, unused)? {
             return Ok(());
         }
     }
-    launch_entry(queue, kernel, geometry, slots, buffers, false, submit).map(|_| ())
+    launch_entry(queue, kernel, geometry, slots, buffers, false, 0, submit).map(|_| ())
 }
 
 /// A slot that holds a buffer's address: its bytes, and whether the kernel writes it.
@@ -126,7 +126,10 @@ impl BufferSlot {
 /// entry (`long_rows`) launches only where the device can run it: otherwise nothing is queued
 /// and `Ok(false)` says to take the next entry; every other launch calls `submit` with the
 /// stream, function, shape and slots (or launches nothing when the work is empty) and gives
-/// `Ok(true)`.
+/// `Ok(true)`. An entry that sums over rows (`sums`, its `Grid::sums`, not 0) is a cooperative
+/// launch of at most the blocks the device holds at once, given its rows of partial sums and
+/// its barrier's two counters in the scratch; `submit` does not see it.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn launch_entry(
     queue: &Queue,
     kernel: &'static KernelInfo,
@@ -134,9 +137,10 @@ pub(crate) fn launch_entry(
     slots: &mut [u64],
     buffers: &[BufferSlot],
     long_rows: bool,
+    sums: u32,
     submit: impl FnOnce(&Queue, sys::CUfunction, LaunchConfig, &mut [u64]) -> Result<(), Error>,
 ) -> Result<bool, Error> {
-    let Some(grid) = grid(geometry, queue.cuda.sm_count, queue.cuda.capability.0) else {
+    let Some(mut grid) = grid(geometry, queue.cuda.sm_count, queue.cuda.capability.0) else {
         return Ok(!long_rows || !crate::long_rows::taken(geometry));
     };
     let long = match long_rows {
@@ -170,6 +174,23 @@ pub(crate) fn launch_entry(
                 }
             }
         }
+        // Sums over rows: a row of partial sums a block (or a cluster), `sums` bytes a column,
+        // and the two counters of the barrier before the blocks sum them. Every block is
+        // resident: as many as the device holds at once, at most.
+        Geometry::Rows { row_len, .. } if sums > 0 => {
+            grid = match &long {
+                Some((_, launch)) => launch.blocks(),
+                None => {
+                    let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
+                    grid.min(resident_blocks(queue, function)?)
+                }
+            };
+            let bytes = u64::from(grid)
+                .saturating_mul(row_len.max(1))
+                .saturating_mul(u64::from(sums));
+            let needed = usize::try_from(bytes.div_ceil(8)).unwrap_or(usize::MAX);
+            Some((needed, 2))
+        }
         Geometry::Map { .. } | Geometry::Rows { .. } => None,
     };
     if let Some((needed, counters)) = scratch {
@@ -189,8 +210,16 @@ pub(crate) fn launch_entry(
         false => None,
     };
     match long {
-        Some((function, launch)) => {
-            launch.enqueue(queue.cuda.long_rows(), queue.cu_stream(), &function, slots)?
+        Some((function, launch)) => launch.enqueue(
+            queue.cuda.long_rows(),
+            queue.cu_stream(),
+            &function,
+            slots,
+            sums > 0,
+        )?,
+        None if sums > 0 => {
+            let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
+            enqueue_cooperative(queue, function, grid, slots)?;
         }
         None => {
             let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
@@ -298,6 +327,62 @@ fn arg_slots(
         };
     }
     Ok(())
+}
+
+/// The blocks of `function` the device holds at once: the most a cooperative launch may have.
+fn resident_blocks(queue: &Queue, function: sys::CUfunction) -> Result<u32, Error> {
+    let mut per_sm: std::ffi::c_int = 0;
+    queue.cuda.bind()?;
+    // SAFETY: `function` is a loaded kernel of this device's context, bound above.
+    let asked = unsafe {
+        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, function, BLOCK as i32, 0)
+    };
+    asked
+        .result()
+        .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+    let per_sm = u32::try_from(per_sm).unwrap_or(0).max(1);
+    Ok(per_sm.saturating_mul(queue.cuda.sm_count))
+}
+
+/// Queues `function` on `grid` blocks as a cooperative launch (`cuLaunchKernelEx`), which
+/// keeps every block resident at once, as a barrier of the grid needs: the kernels that sum
+/// over rows (`Grid::Parts`, `Grid::Chunks`). The benchmark's host-only hooks do not see it.
+fn enqueue_cooperative(
+    queue: &Queue,
+    function: sys::CUfunction,
+    grid: u32,
+    slots: &mut [u64],
+) -> Result<(), Error> {
+    let mut params = param_array(slots);
+    let mut attribute = crate::long_rows::cooperative_attribute();
+    let config = sys::CUlaunchConfig {
+        gridDimX: grid,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: BLOCK,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: queue.cu_stream(),
+        attrs: &mut attribute,
+        numAttrs: 1,
+    };
+    queue.cuda.bind()?;
+    // SAFETY: as for `enqueue`: the arguments are the kernel's own parameters in order, each
+    // read by the driver from its 8-byte slot during this call, `params` pointing into `slots`,
+    // which outlives it; `config` and the attribute it points at live until it returns. The
+    // grid is at most the blocks the device holds at once (`resident_blocks`).
+    let launched = unsafe {
+        sys::cuLaunchKernelEx(
+            &config,
+            function,
+            params.as_mut_slice().as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    launched
+        .result()
+        .map_err(|e| driver_error("cuLaunchKernelEx", e))
 }
 
 /// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,

@@ -237,15 +237,30 @@ pub(crate) fn prepare(gpu: Gpu, function: &CudaFunction, geometry: Geometry) -> 
 }
 
 impl LongLaunch {
-    /// Queues the launch on `stream` with the argument `slots`.
+    /// The blocks of the launch.
+    pub(crate) fn blocks(&self) -> u32 {
+        self.grid
+    }
+
+    /// Queues the launch on `stream` with the argument `slots`; `cooperative` for a kernel
+    /// with a barrier of the grid (sums over rows), whose clusters are then all resident.
     pub(crate) fn enqueue(
         self,
         gpu: Gpu,
         stream: sys::CUstream,
         function: &CudaFunction,
         slots: &mut [u64],
+        cooperative: bool,
     ) -> Result<(), Error> {
-        enqueue(gpu, stream, function, slots, self.grid, self.shape)
+        enqueue(
+            gpu,
+            stream,
+            function,
+            slots,
+            self.grid,
+            self.shape,
+            cooperative,
+        )
     }
 }
 
@@ -382,6 +397,17 @@ fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
     }
 }
 
+/// The launch attribute of a cooperative launch: every block resident at once.
+pub(crate) fn cooperative_attribute() -> sys::CUlaunchAttribute {
+    let mut value = sys::CUlaunchAttributeValue { pad: [0; 64] };
+    value.cooperative = 1;
+    sys::CUlaunchAttribute {
+        id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_COOPERATIVE,
+        pad: [0; 4],
+        value,
+    }
+}
+
 /// The launch configuration of `grid` blocks in clusters of `shape.cluster`, pointing at
 /// `attribute` (the cluster dimension, or nothing for clusters of one).
 fn config(
@@ -431,7 +457,8 @@ fn resident_clusters(gpu: Gpu, function: &CudaFunction, shape: Shape) -> u32 {
     }
 }
 
-/// Queues `function` on `grid` blocks of `shape` with the argument `slots`.
+/// Queues `function` on `grid` blocks of `shape` with the argument `slots`, a cooperative
+/// launch where `cooperative`.
 fn enqueue(
     gpu: Gpu,
     stream: sys::CUstream,
@@ -439,10 +466,17 @@ fn enqueue(
     slots: &mut [u64],
     grid: u32,
     shape: Shape,
+    cooperative: bool,
 ) -> Result<(), Error> {
     let mut params = param_array(slots);
-    let mut attribute = cluster_attribute(shape.cluster);
-    let config = config(stream, grid, shape, &mut attribute);
+    let mut attributes = [cluster_attribute(shape.cluster), cooperative_attribute()];
+    let mut config = config(stream, grid, shape, &mut attributes[0]);
+    if cooperative {
+        // The cooperative attribute after the cluster's, or alone for clusters of one.
+        let first = usize::from(shape.cluster == 1);
+        config.attrs = &mut attributes[first];
+        config.numAttrs = 2 - first as u32;
+    }
     gpu.bind()?;
     // SAFETY: as for `launch::enqueue`, the arguments are the kernel's own parameters in order
     // (the macro wrote both from one signature), each read by the driver from its 8-byte slot

@@ -123,20 +123,21 @@ pub enum Grid {
     /// At most `blocks_per_sm` blocks an SM (0: a block a row).
     #[allow(missing_docs)]
     Rows { blocks_per_sm: u32 },
-    /// As `Rows`, a block a row, and at most `parts` blocks: a kernel that writes partial sums
-    /// over rows, a row of them a block (the rest zeroed), launched even for no rows.
+    /// As `Rows`, a block a row: a kernel that sums over rows, a row of partial sums a block
+    /// in the scratch, `sums` bytes a column, then a barrier of the grid (a cooperative
+    /// launch, every block resident) and the column sums; launched even for no rows.
     #[allow(missing_docs)]
-    Parts { blocks_per_sm: u32, parts: u32 },
+    Parts { blocks_per_sm: u32, sums: u32 },
     /// As `Parts`, a block a chunk of up to `CACHE * BLOCK` columns of a row (the row split
     /// into as few such chunks as evenly as it goes), each block's chunk the same in every row
-    /// it takes: at most `parts` blocks a chunk.
+    /// it takes.
     #[allow(missing_docs)]
-    Chunks { blocks_per_sm: u32, parts: u32 },
-    /// A cluster a row in dynamic shared memory, `cache_bytes` a row element; with `parts`
-    /// (not 0), a kernel that writes partial sums over rows, a row of them a cluster (the rest
-    /// zeroed): at most `parts` clusters, and no more than the device runs at once.
+    Chunks { blocks_per_sm: u32, sums: u32 },
+    /// A cluster a row in dynamic shared memory, `cache_bytes` a row element; with `sums`
+    /// (not 0), a kernel that sums over rows as for `Parts`, a row of partial sums a cluster:
+    /// as many clusters as the device runs at once.
     #[allow(missing_docs)]
-    LongRows { cache_bytes: u32, parts: u32 },
+    LongRows { cache_bytes: u32, sums: u32 },
     /// `slots` scratch slots a block.
     #[allow(missing_docs)]
     Full { slots: u32 },
@@ -150,6 +151,19 @@ pub enum Grid {
         blocks_per_sm: u32,
         width: u32,
     },
+}
+
+impl Grid {
+    /// The bytes a column of a row of partial sums takes in the launch's scratch, for a kernel
+    /// that sums over rows; 0 for any other.
+    pub fn sums(&self) -> u32 {
+        match *self {
+            Grid::Parts { sums, .. } | Grid::Chunks { sums, .. } | Grid::LongRows { sums, .. } => {
+                sums
+            }
+            _ => 0,
+        }
+    }
 }
 
 impl When {
@@ -310,27 +324,19 @@ impl Program {
                 blocks_per_sm,
                 direct_blocks_per_sm: 0,
             },
-            // The grid, not the kernel's loop, sees the groups clamped.
-            Grid::Parts {
-                blocks_per_sm,
-                parts,
-            } => Geometry::Rows {
-                groups: groups.clamp(1, u64::from(parts.max(1))),
+            // A launch even for no rows, whose sums are then zeros.
+            Grid::Parts { blocks_per_sm, .. } => Geometry::Rows {
+                groups: groups.max(1),
                 row_len: len,
                 cache_bytes: 0,
                 blocks_per_sm,
                 direct_blocks_per_sm: 0,
             },
             // A group a chunk of a row, as the kernel splits it.
-            Grid::Chunks {
-                blocks_per_sm,
-                parts,
-            } => {
+            Grid::Chunks { blocks_per_sm, .. } => {
                 let chunks = len.div_ceil(crate::grid::REGISTER_ROW).max(1);
                 Geometry::Rows {
-                    groups: groups
-                        .saturating_mul(chunks)
-                        .clamp(1, u64::from(parts.max(1)) * chunks),
+                    groups: groups.saturating_mul(chunks).max(1),
                     row_len: len,
                     cache_bytes: 0,
                     blocks_per_sm,
@@ -350,15 +356,15 @@ impl Program {
                 blocks_per_sm,
                 width,
             },
-            // The grid sees the groups clamped, as for `Parts`; its clusters stay resident.
-            Grid::LongRows { cache_bytes, parts } => Geometry::Rows {
-                groups: match parts {
+            // With sums over rows, launched even for no rows, its clusters resident.
+            Grid::LongRows { cache_bytes, sums } => Geometry::Rows {
+                groups: match sums {
                     0 => groups,
-                    parts => groups.clamp(1, u64::from(parts)),
+                    _ => groups.max(1),
                 },
                 row_len: len,
                 cache_bytes,
-                blocks_per_sm: u32::from(parts > 0),
+                blocks_per_sm: u32::from(sums > 0),
                 direct_blocks_per_sm: 0,
             },
         }
@@ -425,6 +431,7 @@ pub(crate) fn launch_program_with(
             slots.as_mut_slice(),
             buffers.as_slice(),
             entry.when.long_rows,
+            entry.grid.sums(),
             |queue, function, config, slots| match submit.take() {
                 Some(submit) => submit(queue, function, config, slots),
                 None => Ok(()),
@@ -467,8 +474,8 @@ mod tests {
         cubins: &[],
     };
 
-    /// The chunked entry's grid: a group a chunk of each row, the rows' chunks up to `parts`
-    /// blocks a chunk, and a launch even for no rows (to zero the partial sums).
+    /// The chunked entry's grid: a group a chunk of each row, as many blocks as the SMs hold
+    /// (`blocks_per_sm` each), and a launch even for no rows (whose sums are zeros).
     #[test]
     fn chunked_rows_take_a_block_a_chunk() {
         let entry = Entry {
@@ -484,7 +491,7 @@ mod tests {
             },
             grid: Grid::Chunks {
                 blocks_per_sm: 2,
-                parts: 512,
+                sums: 4,
             },
         };
         let groups = |t: usize, h: usize| match PROGRAM.geometry(&entry, &[t, h]) {
@@ -494,11 +501,7 @@ mod tests {
         assert_eq!(groups(7, 4100), 14);
         assert_eq!(groups(7, 16384), 28);
         assert_eq!(groups(3, 16388), 15);
-        assert_eq!(
-            groups(100_000, 8192),
-            1024,
-            "at most `parts` blocks a chunk"
-        );
+        assert_eq!(groups(100_000, 8192), 200_000);
         assert_eq!(groups(0, 8192), 1);
         let blocks = |t, h| grid(PROGRAM.geometry(&entry, &[t, h]), 132, 9);
         if std::env::var_os("FUSE_ROW_BLOCKS_PER_SM").is_none() {

@@ -272,13 +272,16 @@ impl Emulation {
         let launch = self.shared.map_or(String::new(), |s| {
             format!(", \"cluster\": {}, \"smem\": {}", s.cluster, s.bytes)
         });
+        // A kernel that sums over rows has a barrier of the grid: its blocks run at once, as
+        // the runtime's cooperative launch keeps them.
         let spec = format!(
-            "{{\"source\": {}, \"entry\": \"{}\", \"slots\": [{}], \"misalign\": {}, \"wide\": {}{grid}{launch}}}",
+            "{{\"source\": {}, \"entry\": \"{}\", \"slots\": [{}], \"misalign\": {}, \"wide\": {}, \"together\": {}{grid}{launch}}}",
             json_str(entry.kernel.source),
             entry.kernel.symbol,
             slots.join(", "),
             self.misalign,
             self.wide,
+            entry.grid.sums() > 0,
         );
         let build = concat!(env!("CARGO_TARGET_TMPDIR"), "/emulated");
         std::fs::create_dir_all(build).unwrap();
@@ -303,32 +306,12 @@ impl Emulation {
             self.shared.is_some(),
             "{what}: whether rows were cached in shared memory"
         );
-        // Partial sums over rows (a derived launch's `[parts, len]`): each block's rows in its
-        // own row of parts, all of them in the CPU's first; their sums over parts must agree.
-        let parts = match entry.grid {
-            Grid::Parts { parts, .. } | Grid::Chunks { parts, .. } => Some(parts as usize),
-            Grid::LongRows { parts, .. } if parts > 0 => Some(parts as usize),
-            _ => None,
-        };
         let mut at = 0;
         for (k, (w, t)) in want.iter().zip(types).enumerate() {
             let n = outs[k];
             let got = values(t, &r.stdout[at..at + n]);
             at += n;
             let name = format!("{what} output {k}");
-            if let (Some(parts), [p, len], Values::Float(g), Values::Float(w)) =
-                (parts, &w.shape[..], &got, &w.values)
-            {
-                if *p == parts {
-                    let sums = |v: &[f64]| -> Vec<f64> {
-                        (0..*len)
-                            .map(|c| (0..parts).map(|r| v[r * len + c]).sum())
-                            .collect()
-                    };
-                    assert_close(&name, &sums(g), &sums(w), &tols[k]);
-                    continue;
-                }
-            }
             match (&got, &w.values) {
                 (Values::Float(g), Values::Float(w)) => assert_close(&name, g, w, &tols[k]),
                 (Values::Exact(g), Values::Exact(w)) => assert_exact(&name, g, w),
@@ -2717,14 +2700,14 @@ fn short_rows_run_on_an_emulated_gpu() {
     }
 }
 
-/// The derived backwards' partial sums over rows (`sum(dy * x * rstd, rows)` of RMSNorm's
-/// weight, `dbias` of bias + GELU + dropout, LayerNorm's and DyT's pairs), each block adding its
-/// rows into its own row of partials and zeroing those no block takes: on the exact row
+/// The derived backwards' sums over rows (`sum(dy * x * rstd, rows)` of RMSNorm's weight,
+/// `dbias` of bias + GELU + dropout, LayerNorm's and DyT's pairs), each block adding its rows
+/// into its own row of partials and the grid's three blocks, all at once, summing those after
+/// a barrier of the grid: on the exact row
 /// (4096), a block a row (3000), cached rows (1000, and in segments of a block over several
 /// steps of the grid, the last one partial: 29 rows of 1000, 101 of 256; segments of a
 /// constant width whose rows only just pass half of what they hold: 132, 516; and none),
-/// streamed rows (999), and fewer rows than the grid's three blocks (2), compared by their sums
-/// over the blocks.
+/// streamed rows (999), and fewer rows than the grid's three blocks (2).
 #[test]
 fn partial_sums_over_rows_run_on_an_emulated_gpu() {
     if !available() {
@@ -2814,8 +2797,8 @@ fn partial_sums_over_chunked_rows_run_on_an_emulated_gpu() {
 }
 
 /// The same on long rows' launches (`cluster` blocks a row, three clusters, each summing the
-/// rows it takes in shared memory into its row of partials): more rows than clusters, fewer (a
-/// cluster without rows writes zeros) and none, parts that are partial or empty, lengths that
+/// rows it takes in shared memory into its row of partials, all at once): more rows than
+/// clusters, fewer (a cluster without rows writes zeros) and none, parts that are partial or empty, lengths that
 /// are not a multiple of four.
 #[test]
 fn partial_sums_over_long_rows_run_on_an_emulated_cluster() {
@@ -2854,7 +2837,9 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>, grid: Option<u32
     let (px, pdy) = (put(&dev, &x, &shape), put(&dev, &dy, &shape));
     let (pw, pb) = (put(&dev, &w, &[cols]), put(&dev, &b, &[cols]));
     let dims = [("t", rows), ("h", cols)];
-    let sum = || Tol::close(1e-4, 1e-3);
+    // The sums of bf16 weights in bf16: the GPU's order of the rows (a block's, then the
+    // blocks') may round to the neighbouring value.
+    let sum = || Tol::close(1e-2, 1e-2);
     let cpu = g1_rmsnorm::__g1_rmsnorm_d0(&dev, &px, &pw, &pdy).unwrap();
     emulate_partials(
         (cluster, cols, grid),
@@ -2864,7 +2849,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>, grid: Option<u32
         vec![],
         &dims,
         &cpu,
-        &["bf16", "f32"],
+        &["bf16", "bf16"],
         &[Tol::close(2e-2, 1e-2), sum()],
     );
     let cpu = g2_layernorm::__g2_layernorm_d0(&dev, &px, &pw, &pb, &pdy).unwrap();
@@ -2876,7 +2861,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>, grid: Option<u32
         vec![],
         &dims,
         &cpu,
-        &["bf16", "f32", "f32"],
+        &["bf16", "bf16", "bf16"],
         &[Tol::close(2e-2, 2e-2), sum(), sum()],
     );
     let alpha = 0.7f32;
@@ -2889,8 +2874,8 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>, grid: Option<u32
         vec![Element::to_bits(alpha)],
         &dims,
         &cpu,
-        &["bf16", "f32", "f32", "f32"],
-        &[Tol::close(2e-2, 1e-2), Tol::close(1e-4, 1e-3), sum(), sum()],
+        &["bf16", "f32", "bf16", "bf16"],
+        &[Tol::close(2e-2, 1e-2), Tol::close(1e-3, 1e-2), sum(), sum()],
     );
     let seed = 0x5eed_u64 + rows as u64;
     let cpu = g8_bias_gelu_dropout::__g8_bias_gelu_dropout_d0(&dev, &px, &pb, seed, &pdy).unwrap();
@@ -2902,7 +2887,7 @@ fn partial_sums(rows: usize, cols: usize, cluster: Option<u32>, grid: Option<u32
         vec![seed],
         &dims,
         &cpu,
-        &["bf16", "f32"],
+        &["bf16", "bf16"],
         &[Tol::close(2e-2, 1e-2), sum()],
     );
 }
@@ -2923,10 +2908,10 @@ fn emulate_partials<R: Outputs>(
 ) {
     let shared = cluster.map(|cluster| {
         let entry = program.entries.iter().find(|e| e.path == "long_rows");
-        let Some(Grid::LongRows { cache_bytes, parts }) = entry.map(|e| e.grid) else {
+        let Some(Grid::LongRows { cache_bytes, sums }) = entry.map(|e| e.grid) else {
             panic!("{what}: no long-row entry");
         };
-        assert!(parts > 0, "{what}: the long-row entry writes partial sums");
+        assert!(sums > 0, "{what}: the long-row entry sums over rows");
         long_rows(cols, cluster, cache_bytes).expect("a launch")
     });
     let what = match cluster {

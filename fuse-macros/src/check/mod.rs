@@ -598,6 +598,7 @@ impl<'a> Checker<'a> {
                 node: id,
                 tokens: e.tokens.clone(),
                 partial: None,
+                total: false,
                 place: None,
                 packed: false,
             });

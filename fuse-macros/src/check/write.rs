@@ -54,6 +54,7 @@ impl Checker<'_> {
             node: value,
             tokens: w.tokens.clone(),
             partial: None,
+            total: false,
             place: Some(Place {
                 param: p,
                 shape: stored,

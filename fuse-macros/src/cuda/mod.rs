@@ -603,7 +603,12 @@ impl Cuda<'_> {
                 }
                 Param::Output(j) => {
                     let t = k.outputs[j].stored_elem().c_storage();
-                    (format!("{t}* __restrict__"), format!("out{j}"))
+                    // Sums over rows store their column sums there, their rows of partial
+                    // sums going to the scratch (`out<j>`, `global`).
+                    match k.outputs[j].partial {
+                        Some(_) => (format!("{t}* __restrict__"), format!("fz_sum{j}")),
+                        None => (format!("{t}* __restrict__"), format!("out{j}")),
+                    }
                 }
                 Param::Scalar(i) => {
                     let (t, name) = self.param_text(i);
@@ -643,6 +648,7 @@ impl Cuda<'_> {
             let (t, name) = self.param_text(p);
             reads += &format!("    const {t}* const p_{name} = out{o};\n");
         }
+        reads += &self.partial_rows();
         format!(
             "extern \"C\" __global__ void __launch_bounds__({BLOCK}{bound}) {}(\n{}) {{\n{reads}{body}}}\n",
             entry.symbol,
@@ -718,6 +724,11 @@ impl Cuda<'_> {
                     "0".into()
                 }
             };
+            if out.total {
+                // A row's sum that the block adds up over its rows (`OutputInfo::total`).
+                self.line(format!("fz_tot{o} += v{};", out.node));
+                continue;
+            }
             let v = self.output_bits(o);
             if let Some(place) = &out.place {
                 // Nowhere where it scatters from outside the gathered dim.

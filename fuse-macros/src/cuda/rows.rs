@@ -123,7 +123,7 @@ impl Cuda<'_> {
         if self.partials_in_registers {
             let l = self.cache_lanes;
             for (o, out) in self.k.outputs.iter().enumerate() {
-                if out.partial.is_some() {
+                if out.partial.is_some() && !out.total {
                     let t = out.elem.c_name();
                     self.line(format!("fz_vec<{t}, {l}> pa{o}[{}];", CACHE / 4));
                     self.line("#pragma unroll");
@@ -162,6 +162,9 @@ impl Cuda<'_> {
             if chunked {
                 self.close();
             }
+            if self.k.has_partials() {
+                self.finish_parts(if chunked { "fz_cs" } else { "gridDim.x" });
+            }
             self.line("#endif");
         } else {
             if prefetch {
@@ -181,6 +184,9 @@ impl Cuda<'_> {
                 false => None,
             };
             self.write_parts(true, parts);
+            if self.k.has_partials() {
+                self.finish_parts("gridDim.x");
+            }
         }
         if prefetch {
             // No copy may land in shared memory after the block has exited.
@@ -253,7 +259,7 @@ impl Cuda<'_> {
     }
 
     /// After the row loop, each partial sum's rows (`OutputInfo::partial`): the block's own,
-    /// from its registers where they add up there, and zeros in those no block took. With
+    /// from its registers where they add up there (`finish_parts` then sums them). With
     /// `segments` (a loop of `per_block` rows a step), each segment's sums go to shared memory
     /// (`fz_parts`, at `buffer`, else an array of its own), and the block's row is their sum
     /// in the segments' order.
@@ -261,7 +267,11 @@ impl Cuda<'_> {
         let segments = segments && self.partials_in_registers;
         if segments {
             let (ce, l) = (self.cache_elems(), self.cache_lanes);
-            let bytes = self.k.outputs.iter().filter(|o| o.partial.is_some());
+            let bytes = self
+                .k
+                .outputs
+                .iter()
+                .filter(|o| o.partial.is_some() && !o.total);
             let bytes = bytes.map(|o| o.elem.bits() / 8).max().unwrap_or(4);
             match buffer {
                 Some(buffer) => {
@@ -277,7 +287,7 @@ impl Cuda<'_> {
                 )),
             }
             for (o, out) in self.k.outputs.iter().enumerate() {
-                if out.partial.is_none() {
+                if out.partial.is_none() || out.total {
                     continue;
                 }
                 let t = out.elem.c_name();
@@ -311,11 +321,11 @@ impl Cuda<'_> {
             }
         }
         for (o, out) in self.k.outputs.iter().enumerate() {
-            let Some(parts) = out.partial else {
+            if out.partial.is_none() || out.total {
                 continue;
-            };
-            let first = match self.partials_in_registers {
-                true if segments => "blockIdx.x + gridDim.x",
+            }
+            match self.partials_in_registers {
+                true if segments => {}
                 true => {
                     let (t, l) = (out.elem.c_name(), self.cache_lanes);
                     // A chunk's sums go to its columns of the block's row of partial sums.
@@ -330,30 +340,165 @@ impl Cuda<'_> {
                         "if (c * {l} < (int)len) *(reinterpret_cast<fz_vec<{t}, {l}>*>(out{o} + {row}) + c) = pa{o}[q];"
                     ));
                     self.close();
-                    "blockIdx.x + gridDim.x"
                 }
-                false => "blockIdx.x < groups ? blockIdx.x + gridDim.x : blockIdx.x",
-            };
-            let parts = self.layout.size(parts);
-            if self.chunked() {
-                // The chunk's columns of the rows of partial sums no block of it takes.
-                self.open(format!(
-                    "for (long long p = fz_cp + fz_cs; p < {parts}; p += fz_cs)"
-                ));
-                self.line(format!(
-                    "for (long long r = threadIdx.x; r < len; r += {BLOCK}) out{o}[p * fz_len + fz_co + r] = 0;"
-                ));
-                self.close();
-                continue;
+                // Streamed rows add to the block's row in memory as they go: a block that took
+                // no row (a launch over none) zeroes its own.
+                false => self.line(format!(
+                    "if (blockIdx.x >= groups) for (long long r = threadIdx.x; r < len; r += {BLOCK}) out{o}[(long long)blockIdx.x * len + r] = 0;"
+                )),
             }
-            self.open(format!(
-                "for (long long p = {first}; p < {parts}; p += gridDim.x)"
-            ));
+        }
+    }
+
+    /// The scratch rows of partial sums (`OutputInfo::partial`), `out<o>` as the row loops
+    /// write them: a row a block (or a cluster) of the row's length, each output's rows after
+    /// the previous one's at the stride `plan::program::sum_bytes` gives the runtime.
+    pub(super) fn partial_rows(&self) -> String {
+        let Launch::Rows { axis, .. } = &self.k.launch else {
+            return String::new();
+        };
+        let sums: Vec<usize> = (0..self.k.outputs.len())
+            .filter(|&o| self.k.outputs[o].partial.is_some())
+            .collect();
+        if sums.is_empty() {
+            return String::new();
+        }
+        let widest = crate::plan::program::sum_bytes(self.k) / sums.len() as u32;
+        let len = self.layout.size(*axis);
+        let mut text = String::new();
+        for (i, &o) in sums.iter().enumerate() {
+            let t = self.k.outputs[o].elem.c_name();
+            // A total's region holds a slot a block, at least a row's length of them apart.
+            text += &format!(
+                "    {t}* const out{o} = reinterpret_cast<{t}*>(reinterpret_cast<unsigned char*>(fz_scratch) + {i}ll * gridDim.x * ({len} > 0 ? {len} : 1) * {widest});\n"
+            );
+            if self.k.outputs[o].total {
+                text += &format!("    {t} fz_tot{o} = 0;\n");
+            }
+        }
+        text
+    }
+
+    /// After every block's row of partial sums (`write_parts`): a barrier of the grid, then
+    /// each block sums a share of the columns over the `rows` rows of partials, in their order
+    /// (the same for every launch of a grid: deterministic), and stores the sums. A tile of 8
+    /// adjacent columns (a 32-byte sector of f32) a block at a time, 32 threads down its rows:
+    /// four in a warp, added by shuffles, and the eight warps' sums in shared memory. A total
+    /// (`OutputInfo::total`): each block's sum of its threads' in its slot before the barrier,
+    /// then the first warp of the first block sums the blocks'.
+    pub(super) fn finish_parts(&mut self, rows: &str) {
+        let totals: Vec<usize> = (0..self.k.outputs.len())
+            .filter(|&o| self.k.outputs[o].total)
+            .collect();
+        for &o in &totals {
+            let t = self.k.outputs[o].elem.c_name();
+            self.open("");
+            self.line(format!("__shared__ {t} fz_wt{o}[{}];", BLOCK / 32));
+            for step in [16, 8, 4, 2, 1] {
+                self.line(format!(
+                    "fz_tot{o} += __shfl_xor_sync(0xffffffffu, fz_tot{o}, {step});"
+                ));
+            }
             self.line(format!(
-                "for (long long r = threadIdx.x; r < len; r += {BLOCK}) out{o}[p * len + r] = 0;"
+                "if ((threadIdx.x & 31) == 0) fz_wt{o}[threadIdx.x >> 5] = fz_tot{o};"
             ));
+            self.line("__syncthreads();");
+            self.open("if (threadIdx.x == 0)");
+            self.line(format!("{t} fz_b = fz_wt{o}[0];"));
+            self.line(format!(
+                "for (int w = 1; w < {}; ++w) fz_b += fz_wt{o}[w];",
+                BLOCK / 32
+            ));
+            self.line(format!("out{o}[blockIdx.x] = fz_b;"));
+            self.close();
             self.close();
         }
+        self.helpers.insert("fz_grid_sync");
+        self.line("fz_grid_sync(fz_counter);");
+        for &o in &totals {
+            let out = &self.k.outputs[o];
+            let (t, stored) = (out.elem.c_name(), out.stored_elem());
+            self.open("if (blockIdx.x == 0 && threadIdx.x < 32)");
+            self.line(format!("{t} fz_b = 0;"));
+            self.line(format!(
+                "for (unsigned int p = threadIdx.x; p < gridDim.x; p += 32) fz_b += __ldcg(out{o} + p);"
+            ));
+            for step in [16, 8, 4, 2, 1] {
+                self.line(format!(
+                    "fz_b += __shfl_xor_sync(0xffffffffu, fz_b, {step});"
+                ));
+            }
+            let value = match (out.elem, stored.is_narrow_float()) {
+                (Elem::F64, true) => "(float)fz_b",
+                _ => "fz_b",
+            };
+            let value = self.stored(stored, value);
+            self.line(format!("if (threadIdx.x == 0) fz_sum{o}[0] = {value};"));
+            self.close();
+        }
+        let sums: Vec<usize> = (0..self.k.outputs.len())
+            .filter(|&o| self.k.outputs[o].partial.is_some() && !self.k.outputs[o].total)
+            .collect();
+        if sums.is_empty() {
+            return;
+        }
+        self.open("");
+        self.line(format!("const long long fz_rows = {rows};"));
+        for &o in &sums {
+            let t = self.k.outputs[o].elem.c_name();
+            self.line(format!("__shared__ {t} fz_ws{o}[8][8];"));
+        }
+        self.line("const int fz_fc = threadIdx.x & 7;");
+        self.line("const int fz_fr = threadIdx.x >> 3;");
+        self.open("for (long long fz_c0 = (long long)blockIdx.x * 8; fz_c0 < len; fz_c0 += (long long)gridDim.x * 8)");
+        self.line("const long long c = fz_c0 + fz_fc;");
+        for &o in &sums {
+            let t = self.k.outputs[o].elem.c_name();
+            self.line(format!("{t} fz_s{o} = 0;"));
+        }
+        self.open("if (c < len)");
+        self.line("#pragma unroll 4");
+        self.open(format!(
+            "for (long long p = fz_fr; p < fz_rows; p += {})",
+            BLOCK / 8
+        ));
+        for &o in &sums {
+            self.line(format!("fz_s{o} += __ldcg(out{o} + p * len + c);"));
+        }
+        self.close();
+        self.close();
+        for &o in &sums {
+            self.line(format!(
+                "fz_s{o} += __shfl_xor_sync(0xffffffffu, fz_s{o}, 8);"
+            ));
+            self.line(format!(
+                "fz_s{o} += __shfl_xor_sync(0xffffffffu, fz_s{o}, 16);"
+            ));
+            self.line(format!(
+                "if ((threadIdx.x & 31) < 8) fz_ws{o}[threadIdx.x >> 5][fz_fc] = fz_s{o};"
+            ));
+        }
+        self.line("__syncthreads();");
+        self.open("if (threadIdx.x < 8 && c < len)");
+        for &o in &sums {
+            let out = &self.k.outputs[o];
+            let (t, stored) = (out.elem.c_name(), out.stored_elem());
+            self.line(format!("{t} fz_t{o} = fz_ws{o}[0][threadIdx.x];"));
+            self.line(format!(
+                "for (int w = 1; w < {}; ++w) fz_t{o} += fz_ws{o}[w][threadIdx.x];",
+                BLOCK / 32
+            ));
+            let value = match (out.elem, stored.is_narrow_float()) {
+                (Elem::F64, true) => format!("(float)fz_t{o}"),
+                _ => format!("fz_t{o}"),
+            };
+            let value = self.stored(stored, &value);
+            self.line(format!("fz_sum{o}[c] = {value};"));
+        }
+        self.close();
+        self.line("__syncthreads();");
+        self.close();
+        self.close();
     }
 
     /// Whether the row loop being written treats its cached row as a row a block's loop does:

@@ -847,6 +847,29 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ void fz_row_sync(unsigned int s, int n) { asm volatile(\"bar.sync %0, %1;\" :: \"r\"(s + 1u), \"r\"(n) : \"memory\"); }\n",
             "#endif\n",
         ),
+        // A barrier of the whole grid, which a cooperative launch keeps resident: every
+        // block's writes before it are seen by every block after it. Counter 0 counts the
+        // blocks that arrived, counter 1 those past it, the last of which puts both back to
+        // zero for the next launch (the runtime gives them zeroed). The emulator has its own.
+        "fz_grid_sync" => concat!(
+            "#ifdef __CUDA_ARCH__\n",
+            "static __device__ __forceinline__ void fz_grid_sync(unsigned int* counter) {\n",
+            "    __syncthreads();\n",
+            "    if (threadIdx.x == 0) {\n",
+            "        __threadfence();\n",
+            "        atomicAdd(counter, 1u);\n",
+            "#if __CUDA_ARCH__ >= 700\n",
+            "        while (*(volatile unsigned int*)counter < gridDim.x) __nanosleep(32);\n",
+            "#else\n",
+            "        while (*(volatile unsigned int*)counter < gridDim.x) {}\n",
+            "#endif\n",
+            "        __threadfence();\n",
+            "        if (atomicAdd(counter + 1, 1u) == gridDim.x - 1u) { counter[0] = 0u; counter[1] = 0u; }\n",
+            "    }\n",
+            "    __syncthreads();\n",
+            "}\n",
+            "#endif\n",
+        ),
         "fz_l2_prefetch" => super::rows::long_rows::L2_PREFETCH,
         "fz_long_rows" => super::rows::long_rows::HELPERS,
         "fz_row_copy" => super::rows::long_rows::ROW_COPY_HELPERS,

@@ -43,9 +43,6 @@ pub struct Graph {
     pub ct: Elem,
     /// Reductions computed in an earlier launch, and the temporary parameter holding each.
     temps: Vec<(NodeId, usize)>,
-    /// The dim of the rows' partial sums (`schedule::partial_sums`), the last of `dims`, once
-    /// a launch writes them.
-    pub parts: Option<DimId>,
     /// The temporaries written before the derived function runs: the values the training
     /// pair's forward saves.
     saved: Vec<usize>,
@@ -104,7 +101,6 @@ impl Graph {
             order,
             ct: if wide { Elem::F64 } else { Elem::F32 },
             temps: vec![],
-            parts: None,
             saved: vec![],
             early: vec![],
         }

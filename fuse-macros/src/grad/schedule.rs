@@ -3,7 +3,7 @@
 
 use super::{Grad, Graph};
 use crate::ir::{
-    Dim, DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamInfo, Place, Reduce, View,
+    DimId, Kernel, Launch, Node, NodeId, Op, OutputInfo, ParamInfo, Place, Reduce, View,
 };
 use crate::ty::Elem;
 use proc_macro2::{Ident, Span, TokenStream};
@@ -47,8 +47,9 @@ struct Root {
     elem: Elem,
     shape: Vec<DimId>,
     dest: Dest,
-    /// Written as partial sums over rows (`OutputInfo::partial`), into `[parts, len]`.
-    partial: bool,
+    /// Summed over rows in the launch that computes it (`OutputInfo::partial`): its value is
+    /// over `[rows, len]`, summed in `elem`, and stored as `[len]` of this type.
+    partial: Option<Elem>,
     /// Stored through a view of its result's buffer, which has the shape of a parameter:
     /// one part of a gradient ([`Grad::Parts`]).
     place: Option<(Written, View)>,
@@ -180,7 +181,7 @@ fn finish(
             elem: g.params[t].elem,
             shape: g.nodes[node].shape.clone(),
             dest: Dest::Temp(t),
-            partial: false,
+            partial: None,
             place: None,
         })
         .collect();
@@ -198,7 +199,7 @@ fn finish(
                 elem,
                 shape,
                 dest: Dest::Result(j),
-                partial: false,
+                partial: None,
                 place,
             }
         }))
@@ -497,7 +498,7 @@ fn plan(
                         elem,
                         shape,
                         dest: Dest::Temp(t),
-                        partial: false,
+                        partial: None,
                         place: None,
                     });
                     t
@@ -552,7 +553,7 @@ fn transpose(
     let permuted = shape != root.shape
         && shape.len() == root.shape.len()
         && shape.iter().all(|d| root.shape.contains(d));
-    if !permuted || root.place.is_some() || root.partial {
+    if !permuted || root.place.is_some() || root.partial.is_some() {
         return Ok(false);
     }
     let elem = g.elem(node);
@@ -563,7 +564,7 @@ fn transpose(
         elem,
         shape: shape.clone(),
         dest: Dest::Temp(t),
-        partial: false,
+        partial: None,
         place: None,
     };
     plan(k, g, inputs, vec![temp], using, planned)?;
@@ -630,9 +631,8 @@ fn build(
             shape: r.shape.clone(),
             node: id,
             tokens: TokenStream::new(),
-            partial: r
-                .partial
-                .then(|| g.parts.expect("partial sums have their dim")),
+            partial: r.partial,
+            total: r.partial.is_some() && r.shape.len() < 2,
             place: None,
             packed: false,
         });
@@ -669,20 +669,8 @@ fn build(
             }
         }
     }
-    // The partial sums' dim, added last, only where a launch uses it.
-    let dims = match g.parts {
-        Some(parts)
-            if !outputs.iter().any(|o| o.partial.is_some())
-                && !params
-                    .iter()
-                    .any(|p| p.shape.as_ref().is_some_and(|s| s.contains(&parts))) =>
-        {
-            g.dims[..parts].to_vec()
-        }
-        _ => g.dims.clone(),
-    };
     let body = crate::ir::Body {
-        dims: &dims,
+        dims: &g.dims,
         nodes: &nodes,
         outputs: &outputs,
     };
@@ -700,9 +688,11 @@ fn build(
     if outputs.iter().any(|o| o.place.is_some()) && !matches!(launch, Launch::Map { .. }) {
         return None;
     }
-    // Partial sums are a block's rows' sums: a launch over their value's rows, not one that
-    // sums everything (random program p1381's `value_and_vjp` merged them into one).
+    // Partial sums are a block's rows' sums: a launch over their value's rows (or, for a
+    // total, over the rows whose sums it sums), not one that sums everything (random program
+    // p1381's `value_and_vjp` merged them into one).
     let over_rows = |o: &OutputInfo| match &launch {
+        Launch::Rows { domain, axis } if o.total => domain[..domain.len() - 1] == o.shape[..],
         Launch::Rows { domain, axis } => *domain == o.shape && o.shape.last() == Some(axis),
         _ => false,
     };
@@ -721,7 +711,7 @@ fn build(
         jvp: None,
         vis: syn::parse_quote!(pub),
         name: Ident::new(name, Span::call_site()),
-        dims,
+        dims: g.dims.clone(),
         params,
         outputs,
         tuple,
@@ -831,13 +821,14 @@ fn merge_later(
 }
 
 /// Moves the sums over rows of a launch over columns (a weight's gradient, `sum(dy * x *
-/// rstd, rows)`) into the launch over those rows before it, as partial sums a block
-/// (`OutputInfo::partial`), where that launch can compute the summed value: the launch over
-/// columns then sums `plan::tuning::PARTS` rows of partials instead of reading the rows
-/// again. RMSNorm's backward moved 10 bytes an element so (`x` and `dy` read twice), against
-/// 6 with the partial sums. An elementwise launch becomes one over rows for them; one that
-/// sums everything (DyT's `dalpha`) sums each row instead, into a temporary that a launch of
-/// its own then sums.
+/// rstd, rows)`) into the launch over those rows before it, where that launch can compute
+/// the summed value (`OutputInfo::partial`): each block sums the rows it takes, and after a
+/// barrier of the grid the blocks sum those rows of partials, column by column. RMSNorm's
+/// backward moved 10 bytes an element with a launch over columns (`x` and `dy` read twice),
+/// against 6 with the partial sums; a second launch that summed the partials took 7 to 9% of
+/// G1, G2 and G7's time on an H100 (NOTES item 139). An elementwise launch becomes one over
+/// rows for them; one that sums everything (DyT's `dalpha`) sums each row instead, into a
+/// temporary that a launch of its own then sums.
 fn partial_sums(
     k: &Kernel,
     g: &mut Graph,
@@ -869,9 +860,9 @@ fn partial_sums(
         }
         let (mut moved, mut values, mut kept) = (vec![], vec![], vec![]);
         for r in &planned[c].roots {
-            if let Some(e) = summed(g, r, Some(rows), &[rows, len]) {
+            if let Some(e) = summed(g, r, Some(rows), &[rows, len]).filter(|_| r.place.is_none()) {
                 moved.push(r.clone());
-                values.push(e);
+                values.push((e, r.elem));
             } else {
                 kept.push(r.clone());
             }
@@ -879,83 +870,25 @@ fn partial_sums(
         if moved.is_empty() {
             continue;
         }
-        let parts = *g.parts.get_or_insert_with(|| {
-            g.dims.push(Dim::Fixed(crate::plan::tuning::PARTS));
-            g.dims.len() - 1
-        });
-        let Some((at, with, totals)) =
+        let Some((at, with)) =
             (0..c).find_map(|at| with_partials(k, g, inputs, &planned, at, &values, [rows, len]))
         else {
             continue;
         };
         planned[at] = with;
-        // The temporaries: partials, and a row's sums of what a launch sums everything of.
-        let mut sums = vec![];
-        let mut using = vec![];
-        let mut ends = vec![];
+        // The partial sums store their sums' results.
+        let mut dests = moved.iter().map(|r| r.dest);
         for root in &mut planned[at].roots {
-            let Dest::Temp(placeholder) = root.dest else {
-                continue;
-            };
-            let elem = root.elem;
-            if root.partial && placeholder == PARTIAL {
-                let t = g.param(
-                    &format!("__p{}", g.params.len()),
-                    elem,
-                    Some(vec![parts, len]),
-                );
-                root.dest = Dest::Temp(t);
-                // A stand-in the launch over columns reads from the temporary (`Planned::using`).
-                let partials = g.push(Op::Load(t), elem, vec![parts, len]);
-                using.push((partials, t));
-                sums.push(g.push(
-                    Op::Reduce(Reduce::Sum, partials, Some(parts)),
-                    elem,
-                    vec![len],
-                ));
-            } else if let Some((total, _)) = totals.iter().find(|(_, p)| *p == placeholder) {
-                let t = g.param(&format!("__s{}", g.params.len()), elem, Some(vec![rows]));
-                root.dest = Dest::Temp(t);
-                let row_sums = g.push(Op::Load(t), elem, vec![rows]);
-                let node = g.push(Op::Reduce(Reduce::Sum, row_sums, None), elem, vec![]);
-                ends.push(Planned {
-                    roots: vec![Root {
-                        node,
-                        ..total.clone()
-                    }],
-                    using: vec![(row_sums, t)],
-                });
+            if root.partial.is_some() && root.dest == Dest::Temp(PARTIAL) {
+                root.dest = dests.next().expect("a moved sum for each partial");
             }
         }
-        let roots = moved
-            .iter()
-            .zip(sums)
-            .map(|(r, node)| Root { node, ..r.clone() });
-        let sums = Planned {
-            roots: roots.collect(),
-            using,
-        };
         match kept.is_empty() {
-            true => planned[c] = sums,
-            false => {
-                planned[c].roots = kept;
-                planned.insert(c + 1, sums);
-                next += 1;
+            true => {
+                planned.remove(c);
+                next -= 1;
             }
-        }
-        // Each total's launch before the first that reads its temporary, which launch `at`
-        // wrote before (random program p1381's `vjp` read it before the total was summed).
-        for end in ends {
-            let i = match end.roots[0].dest {
-                Dest::Temp(total) => (at + 1..planned.len())
-                    .find(|&i| planned[i].temps_read(g).contains(&total))
-                    .unwrap_or(planned.len()),
-                Dest::Result(_) => planned.len(),
-            };
-            if i < next {
-                next += 1;
-            }
-            planned.insert(i, end);
+            false => planned[c].roots = kept,
         }
     }
     // The temporaries that only the moved sums read (a row's rstd) are no longer written.
@@ -968,12 +901,8 @@ fn partial_sums(
     planned
 }
 
-/// The destination of a partial sum's root until its temporary exists.
+/// The destination of a partial sum's root until it takes its sum's.
 const PARTIAL: usize = usize::MAX;
-
-/// The sums over everything a launch now sums a row at a time: each root, and the placeholder
-/// destination of its rows' sums.
-type Totals = Vec<(Root, usize)>;
 
 /// The value `r` sums over `dim` (`None`: over everything), perhaps cast to its parameter's
 /// type afterwards, where that value is over `shape`.
@@ -988,45 +917,46 @@ fn summed(g: &Graph, r: &Root, dim: Option<DimId>, shape: &[DimId]) -> Option<No
     }
 }
 
-/// Launch `at` with the partial sums of `values` (over `[rows, len]`) added, if it then runs
+/// Launch `at` with the partial sums of `values` (over `[rows, len]`, each stored as its
+/// type's column sums) added, if it then runs
 /// over those rows and reads only what launches before it write; its sums over everything
-/// become sums of each row (a temporary each), returned with their roots and the placeholders
-/// of their destinations.
+/// become sums over rows of each row's sum (`OutputInfo::total`).
 fn with_partials(
     k: &Kernel,
     g: &mut Graph,
     inputs: usize,
     planned: &[Planned],
     at: usize,
-    values: &[NodeId],
+    values: &[(NodeId, Elem)],
     [rows, len]: [DimId; 2],
-) -> Option<(usize, Planned, Totals)> {
+) -> Option<(usize, Planned)> {
     let mut with = planned[at].clone();
-    let mut totals = vec![];
     for root in &mut with.roots {
-        if let Some(e) = summed(g, root, None, &[rows, len]) {
-            // Sums of 16-bit floats add in f32 and round once, at the end (random program
-            // p2981's `value_and_vjp` stored a bf16 sum's partials as bf16).
-            let elem = g.elem(e).compute();
-            let placeholder = PARTIAL - 1 - totals.len();
-            totals.push((root.clone(), placeholder));
-            let node = g.push(Op::Reduce(Reduce::Sum, e, Some(len)), elem, vec![rows]);
-            *root = Root {
-                node,
-                elem,
-                shape: vec![rows],
-                dest: Dest::Temp(placeholder),
-                partial: false,
-                place: None,
-            };
+        let Some(e) = summed(g, root, None, &[rows, len]) else {
+            continue;
+        };
+        if root.place.is_some() {
+            continue;
         }
+        // Sums of 16-bit floats add in f32 and round once, at the end (random program p2981's
+        // `value_and_vjp` stored a bf16 sum's partials as bf16).
+        let elem = g.elem(e).compute();
+        let node = g.push(Op::Reduce(Reduce::Sum, e, Some(len)), elem, vec![rows]);
+        *root = Root {
+            node,
+            elem,
+            shape: vec![rows],
+            dest: root.dest,
+            partial: Some(root.elem),
+            place: None,
+        };
     }
-    with.roots.extend(values.iter().map(|&e| Root {
+    with.roots.extend(values.iter().map(|&(e, stored)| Root {
         node: e,
         elem: g.elem(e).compute(),
         shape: vec![rows, len],
         dest: Dest::Temp(PARTIAL),
-        partial: true,
+        partial: Some(stored),
         place: None,
     }));
     let before: Vec<usize> = planned[..at]
@@ -1044,7 +974,7 @@ fn with_partials(
         .iter()
         .all(|t| before.contains(t) && !writes.contains(t))
         && build(k, g, inputs, &with, &reads, "__derived").is_some_and(|b| b.launch == over_rows);
-    fits.then_some((at, with, totals))
+    fits.then_some((at, with))
 }
 
 /// Merges each launch into the earliest one before it after which everything it reads is
@@ -1096,7 +1026,7 @@ mod tests {
     use crate::testing::kernel;
     use quote::quote;
 
-    fn describe(d: &Derived) -> Vec<String> {
+    pub(super) fn describe(d: &Derived) -> Vec<String> {
         d.steps
             .iter()
             .map(|s| {
@@ -1133,7 +1063,6 @@ mod tests {
         let entries = program(rows).entries;
         let paths: Vec<Path> = entries.iter().map(|e| e.path).collect();
         assert!(paths.contains(&Path::RowsCached) && !paths.contains(&Path::ShortRows));
-        let parts = crate::plan::tuning::PARTS as u32;
         let long = entries
             .iter()
             .find(|e| e.path == Path::LongRows)
@@ -1142,13 +1071,11 @@ mod tests {
             long,
             Some(Grid::LongRows {
                 cache_bytes: 4 + 4 + 4,
-                parts
+                sums: 4
             })
         );
         for e in &entries {
-            if let Grid::Parts { parts: p, .. } = e.grid {
-                assert_eq!(p, parts);
-            }
+            assert_eq!(e.grid.sums(), 4, "{e:?}: a row of f32 partial sums");
         }
         // Segments of a constant width where the length fixes it, 16 threads a row of 129 to
         // 256 ... 128 of 1025 to 2048; the run-time width for the rest.
@@ -1231,10 +1158,9 @@ mod tests {
                 ("chunked_rows".into(), register_row + 1, longest, 4),
             ]
         );
-        let parts = crate::plan::tuning::PARTS as u32;
         for e in &chunks {
             assert_eq!(e.when.min_arch, 90);
-            assert!(matches!(e.grid, Grid::Chunks { parts: p, .. } if p == parts));
+            assert!(matches!(e.grid, Grid::Chunks { sums: 4, .. }));
         }
         let text = crate::cuda::text(rows);
         let chunked = &text[text.find("_chunked_rows(").expect("the chunked entry")..];
@@ -1260,39 +1186,85 @@ mod tests {
         assert!(paths.contains(&Path::LongRows) && !paths.contains(&Path::RowChunks));
     }
 
-    /// LayerNorm's gradients: `dx` in one launch over rows, which also sums `dg` and `db`'s
-    /// values over the rows each block takes (partials, temporaries 7 and 8, over dims 0 and
-    /// 1); a launch over those partials' columns (dim 2, `PARTS`) sums them. The row's mean and
-    /// rstd, which a launch over the rows' columns read before, are no longer written.
-    /// `value_and_vjp` adds the outputs to the first.
+    /// LayerNorm's gradients in one launch over rows: `dx`, and `dg` and `db`, which each
+    /// block sums over the rows it takes and the grid then over its blocks (sums over rows,
+    /// stored as `[cols]` of the parameters' type). The row's mean and rstd, which a launch over
+    /// the rows' columns read before, are no longer written. `value_and_vjp` adds the outputs
+    /// to the first.
     #[test]
-    fn layernorm_backward_is_two_launches() {
+    fn layernorm_backward_is_one_launch() {
         let k = kernel(quote! {
             #[vjp(x, g, b)]
-            fn layernorm(x: [f64; rows, cols], g: [f64; cols], b: [f64; cols]) -> ([f64; rows, cols], [f64; rows]) {
+            fn layernorm(x: [f64; rows, cols], g: [bf16; cols], b: [f32; cols]) -> ([f64; rows, cols], [f64; rows]) {
                 let d = x - mean(x, cols);
                 let rstd = rsqrt(mean(d * d, cols) + 1e-5);
-                (d * rstd * g + b, rstd)
+                (d * rstd * g as f64 + b as f64, rstd)
             }
         });
         let rows = "Rows { domain: [0, 1], axis: 1 }";
-        let cols = "Rows { domain: [2, 1], axis: 2 }";
         let d = vjp(&k, false, "d").unwrap();
         assert_eq!(
             describe(&d),
-            [
-                format!("{rows} -> [Result(0), Temp(7), Temp(8)] partial [false, true, true] (temps [])"),
-                format!("{cols} -> [Result(1), Result(2)] partial [false, false] (temps [7, 8])"),
-            ]
+            [format!("{rows} -> [Result(0), Result(1), Result(2)] partial [false, true, true] (temps [])")]
         );
-        assert_eq!(d.steps[0].kernel.dims.len(), 3, "the partials' dim");
-        assert_eq!(d.steps[1].kernel.params[d.inputs].shape, Some(vec![2, 1]));
+        let launch = &d.steps[0].kernel;
+        assert_eq!(launch.dims.len(), 2, "no dim of partials");
+        let sums: Vec<_> = launch.outputs[1..]
+            .iter()
+            .map(|o| (o.elem, o.stored_elem(), o.stored_shape()))
+            .collect();
+        assert_eq!(
+            sums,
+            [
+                (Elem::F64, Elem::BF16, vec![1]),
+                (Elem::F64, Elem::F32, vec![1])
+            ],
+            "summed in f64, stored as the parameters' types"
+        );
+        assert_eq!(crate::plan::program::sum_bytes(launch), 2 * 8);
         assert_eq!(
             describe(&vjp(&k, true, "v").unwrap()),
+            [format!("{rows} -> [Result(0), Result(1), Result(2), Result(3), Result(4)] partial [false, false, false, true, true] (temps [])")]
+        );
+    }
+
+    /// DyT's gradients in one launch too: its scalar `alpha`'s, a sum over everything, is a
+    /// total (`OutputInfo::total`): each row's sum, added up by the blocks over their rows and
+    /// then by the grid, stored as one value.
+    #[test]
+    fn a_scalar_gradient_is_a_total_of_the_launch_over_rows() {
+        let k = kernel(quote! {
+            #[vjp(x, alpha, g, b)]
+            fn dyt(x: [bf16; t, h], alpha: f32, g: [bf16; h], b: [bf16; h]) -> [bf16; t, h] {
+                ((alpha * (x as f32)).tanh() as bf16) * g + b
+            }
+        });
+        let d = vjp(&k, false, "d").unwrap();
+        assert_eq!(
+            describe(&d),
+            ["Rows { domain: [0, 1], axis: 1 } -> [Result(0), Result(1), Result(2), Result(3)] partial [false, true, true, true] (temps [])"]
+        );
+        let launch = &d.steps[0].kernel;
+        let outputs: Vec<_> = launch
+            .outputs
+            .iter()
+            .map(|o| (o.total, o.stored_elem(), o.stored_shape()))
+            .collect();
+        assert_eq!(
+            outputs,
             [
-                format!("{rows} -> [Result(0), Result(1), Result(2), Temp(7), Temp(8)] partial [false, false, false, true, true] (temps [])"),
-                format!("{cols} -> [Result(3), Result(4)] partial [false, false] (temps [7, 8])"),
+                (false, Elem::BF16, vec![0, 1]),
+                (true, Elem::F32, vec![]),
+                (false, Elem::BF16, vec![1]),
+                (false, Elem::BF16, vec![1]),
             ]
         );
+        let text = crate::cuda::text(launch);
+        assert!(
+            text.contains("fz_tot1 += v"),
+            "a row's sum added by its block"
+        );
+        assert!(text.contains("if (threadIdx.x == 0) fz_sum1[0] = fz_b;"));
+        assert!(text.contains("fz_sum2[c] = fz_f32_to_bf16(fz_t2);"));
     }
 }

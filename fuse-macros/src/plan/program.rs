@@ -158,16 +158,17 @@ pub enum Grid {
     Map { vectors: u32 },
     /// A block (or a segment) a row, at most `blocks_per_sm` blocks an SM (0: a block a row).
     Rows { blocks_per_sm: u32 },
-    /// As `Rows`, a block a row, for a kernel that writes partial sums over rows
-    /// (`OutputInfo::partial`): at most `parts` blocks, the partials' rows.
-    Parts { blocks_per_sm: u32, parts: u32 },
+    /// As `Rows`, a block a row, for a kernel that sums over rows (`OutputInfo::partial`):
+    /// every block resident (a cooperative launch, a barrier of the grid), its row of partial
+    /// sums in the launch's scratch, `sums` bytes a column ([`sum_bytes`]).
+    Parts { blocks_per_sm: u32, sums: u32 },
     /// As `Parts`, for `Path::RowChunks`: a block a chunk of `CACHE * BLOCK` columns of a row,
-    /// each block's chunk the same in every row it takes, and at most `parts` blocks a chunk.
-    Chunks { blocks_per_sm: u32, parts: u32 },
+    /// each block's chunk the same in every row it takes.
+    Chunks { blocks_per_sm: u32, sums: u32 },
     /// A cluster a row, each block caching its part in dynamic shared memory: `cache_bytes`
-    /// a row element. With partial sums over rows (`parts` > 0, the partials' rows), at most
-    /// `parts` clusters, each staying for the whole launch.
-    LongRows { cache_bytes: u32, parts: u32 },
+    /// a row element. With sums over rows (`sums` > 0, as for `Parts`), as many clusters as
+    /// are resident, a row of partial sums each.
+    LongRows { cache_bytes: u32, sums: u32 },
     /// Grid-stride partials, `slots` scratch slots a block.
     Full { slots: u32 },
     /// A block a tile of columns, up to `blocks_per_sm` blocks an SM; with `split`, tiles are
@@ -300,10 +301,33 @@ fn params(k: &Kernel, divisors: &[Divisor], seeds: &[usize]) -> Vec<Param> {
     for seed in 0..seeds.len() {
         ps.extend((1..ROUNDS).map(|round| Param::RoundKey { seed, round }));
     }
-    if matches!(k.launch, Launch::Full { .. }) || columns(k) {
+    if matches!(k.launch, Launch::Full { .. }) || columns(k) || k.has_partials() {
         ps.extend([Param::Scratch, Param::Counter]);
     }
     ps
+}
+
+#[cfg(test)]
+impl Grid {
+    /// The bytes a column of a row of partial sums takes in the launch's scratch
+    /// ([`sum_bytes`]); 0 for a grid without sums over rows.
+    pub fn sums(&self) -> u32 {
+        match *self {
+            Grid::Parts { sums, .. } | Grid::Chunks { sums, .. } | Grid::LongRows { sums, .. } => {
+                sums
+            }
+            _ => 0,
+        }
+    }
+}
+
+/// The bytes a column of a block's row of partial sums takes in the launch's scratch
+/// (`OutputInfo::partial`): each sum's row at the widest one's stride, so that the kernel and
+/// the runtime agree on where each starts with one number.
+pub fn sum_bytes(k: &Kernel) -> u32 {
+    let sums = k.outputs.iter().filter(|o| o.partial.is_some());
+    let widest = sums.clone().map(|o| o.elem.bits() / 8).max().unwrap_or(0);
+    sums.count() as u32 * widest
 }
 
 /// Whether `k` reduces over a dim other than its domain's last: its rows are strided, and
@@ -599,41 +623,38 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                     bound,
                     Grid::LongRows {
                         cache_bytes,
-                        parts: 0,
+                        sums: 0,
                     },
                     when,
                 ));
             }
             let stream = Some(tuning::stream_min_blocks(k, plan));
             entries.push(entry(Path::Rows, stream, rows, When::ALWAYS));
-            if let Some(parts) = k.outputs.iter().find_map(|o| o.partial) {
+            if k.has_partials() {
                 // Partial sums over rows need each block's rows to be its own: a block (or a
                 // segment of one) a row, or a cluster a long row, each block its part of the
                 // row; never tiles of short rows.
-                let parts = match k.dims[parts] {
-                    crate::ir::Dim::Fixed(n) => n as u32,
-                    _ => unreachable!("the partials' dim is fixed"),
-                };
+                let sums = sum_bytes(k);
                 // Their blocks stay for the whole launch, as many an SM as the entry's register
-                // bound guarantees room for: a grid of a block a row, as light rows have, would
-                // be clamped to `parts` and leave part of its last wave idle.
+                // bound guarantees room for, all resident at once for the barrier before the
+                // partials are summed.
                 entries.retain(|e| e.path != Path::ShortRows);
                 for e in &mut entries {
                     match e.grid {
                         Grid::Rows { blocks_per_sm } if e.path == Path::RowChunks => {
                             e.grid = Grid::Chunks {
                                 blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),
-                                parts,
+                                sums,
                             };
                         }
                         Grid::Rows { blocks_per_sm } => {
                             e.grid = Grid::Parts {
                                 blocks_per_sm: e.min_blocks.unwrap_or(blocks_per_sm),
-                                parts,
+                                sums,
                             };
                         }
                         Grid::LongRows { cache_bytes, .. } => {
-                            e.grid = Grid::LongRows { cache_bytes, parts };
+                            e.grid = Grid::LongRows { cache_bytes, sums };
                         }
                         _ => {}
                     }

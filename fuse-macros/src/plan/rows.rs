@@ -382,7 +382,7 @@ pub(crate) fn cached_bytes(k: &Kernel, plan: &Plan) -> u32 {
 /// The bytes an element of a row takes in the partial sums over rows (`OutputInfo::partial`)
 /// a long row's block adds up in shared memory beside its part of the row.
 fn partial_bytes(k: &Kernel) -> u32 {
-    let partials = k.outputs.iter().filter(|o| o.partial.is_some());
+    let partials = k.outputs.iter().filter(|o| o.partial.is_some() && !o.total);
     partials.map(|o| o.elem.bits() / 8).sum()
 }
 

@@ -143,7 +143,11 @@ fn reduces(k: &Kernel) -> usize {
 /// register), and [`CACHE`] f32 sums for each output of partial sums; `u32::MAX` for a kernel
 /// without partial sums, whose rows are its block's for one row only.
 fn held_registers(k: &Kernel, cached: &[usize]) -> u32 {
-    let sums = k.outputs.iter().filter(|o| o.partial.is_some()).count() as u32;
+    let sums = k
+        .outputs
+        .iter()
+        .filter(|o| o.partial.is_some() && !o.total)
+        .count() as u32;
     match sums {
         0 => u32::MAX,
         _ => CACHE * crate::plan::rows::bytes(k, cached) / 4 + CACHE * sums,
@@ -544,12 +548,6 @@ pub(crate) fn long_lived_blocks(k: &Kernel, plan: &Plan) -> bool {
 /// | G6T (from saved statistics: one reduction) | 87 | 94 | 95 | 86 | 94 | 95 | **100** (160) |
 /// | S2 softmax bf16 (one tensor), ms | | | | | 0.2850 | 0.2798 | **0.2682** (320) |
 pub(crate) const NEXT_ROW_BLOCKS_PER_SM: u32 = 12;
-
-/// The rows of partial sums a derived launch over rows writes for a sum over rows
-/// (`OutputInfo::partial`): its grid's most blocks, each summing the rows it takes into one
-/// (the rest zeroed), which a launch over columns then sums. Enough for three blocks an SM
-/// on GPUs of 170 SMs; an H100's row grids take 132 to 396 of them.
-pub const PARTS: u64 = 512;
 
 #[cfg(test)]
 mod tests {

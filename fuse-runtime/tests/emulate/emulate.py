@@ -1,5 +1,6 @@
 """Runs one entry point of fuse!'s generated CUDA C on the CPU: compiles it with g++ against shim.h
-(each CUDA thread a std::thread, the blocks of a cluster at once, clusters one after another),
+(each CUDA thread a std::thread, the blocks of a cluster at once, clusters one after another, or
+every block at once with "together"),
 fills its argument slots from a JSON spec ("entry", "slots") and prints the outputs' bytes. The spec's optional "cluster" (blocks per
 cluster, default 1) and "smem" (dynamic shared bytes per block, default 0) shape the launch as the
 runtime does for long rows; "grid" is the number of clusters (default 3); "wide" makes the vector
@@ -35,7 +36,7 @@ u64 = lambda v: struct.pack("<Q", v)
 for i, slot in enumerate(slots):
     kind = slot["kind"]
     if kind == "scratch":
-        decl.append("static unsigned long long scratch[1<<16];"); load.append(f"slots[{i}] = (unsigned long long)scratch;"); continue
+        decl.append("static unsigned long long scratch[1<<22];"); load.append(f"slots[{i}] = (unsigned long long)scratch;"); continue
     if kind == "counter":
         decl.append("static unsigned int counter[1 << 12];"); load.append(f"slots[{i}] = (unsigned long long)counter;"); continue
     if kind == "inout" and slot["id"] in inout:
@@ -65,7 +66,11 @@ for i, slot in enumerate(slots):
         load.append(f"slots[{i}] = rd();")
 post += [inout_post[k] for k in sorted(inout_post)]
 grid, cluster = spec.get("grid", 3), spec.get("cluster", 1)
-instances = ", ".join(f"&{name}<{r}>" for r in range(cluster))
+# With "together", every block of the grid runs at once, as a cooperative launch keeps them
+# (kernels with a barrier of the grid); else a cluster at a time.
+together = spec.get("together", False)
+waves, per = (1, grid * cluster) if together else (grid, cluster)
+instances = ", ".join(f"&{name}<{r}>" for r in range(per))
 main = "\n".join(decl) + f"""
 static FILE* f;
 static unsigned long long rd() {{ unsigned long long v; fread(&v, 8, 1, f); return v; }}
@@ -74,27 +79,33 @@ int main(int argc, char** argv) {{
   const unsigned int smem = (unsigned int)rd();
   {" ".join(load)}
   using kernel_t = decltype(&{name}<0>);
-  const kernel_t kernels[{cluster}] = {{{instances}}};
+  const kernel_t kernels[{per}] = {{{instances}}};
   gridDim.x = {grid} * {cluster};
-  for (unsigned k = 0; k < {grid}; ++k) {{
-    std::barrier<> all(256 * {cluster});
-    fz_cluster_state cl{{&all, {{}}, {cluster}}};
-    for (unsigned r = 0; r < {cluster}; ++r) {{
+  for (unsigned k = 0; k < {waves}; ++k) {{
+    std::vector<std::unique_ptr<std::barrier<>>> alls;
+    std::vector<fz_cluster_state> cls({per} / {cluster});
+    for (unsigned c = 0; c < {per} / {cluster}; ++c) {{
+      alls.push_back(std::make_unique<std::barrier<>>(256 * {cluster}));
+      cls[c] = fz_cluster_state{{alls.back().get(), {{}}, {cluster}}};
+    }}
+    std::vector<fz_block_state*> blocks;
+    for (unsigned r = 0; r < {per}; ++r) {{
       fz_block_state* b = new fz_block_state();
       for (int w = 0; w < 8; ++w) b->warp[w] = new std::barrier<>(32);
       b->smem_bytes = smem;
       b->smem = (unsigned char*)aligned_alloc(64, (smem + 64) / 64 * 64);
       memset(b->smem, 0xa5, smem);
-      cl.blocks[r] = b;
+      cls[r / {cluster}].blocks[r % {cluster}] = b;
+      blocks.push_back(b);
     }}
     std::vector<std::thread> ts;
-    for (unsigned r = 0; r < {cluster}; ++r)
+    for (unsigned r = 0; r < {per}; ++r)
       for (unsigned t = 0; t < 256; ++t)
-        ts.emplace_back([=, &cl] {{ threadIdx = {{t,0,0}}; blockIdx = {{k * {cluster} + r,0,0}}; g_blk = cl.blocks[r]; g_cl = &cl; fz_call(kernels[r], slots); }});
+        ts.emplace_back([=, &cls, &blocks] {{ threadIdx = {{t,0,0}}; blockIdx = {{k * {per} + r,0,0}}; g_blk = blocks[r]; g_cl = &cls[r / {cluster}]; fz_call(kernels[r], slots); }});
     for (auto& th : ts) th.join();
-    for (unsigned r = 0; r < {cluster}; ++r) {{
-      for (int w = 0; w < 8; ++w) delete cl.blocks[r]->warp[w];
-      free(cl.blocks[r]->smem); delete cl.blocks[r];
+    for (fz_block_state* b : blocks) {{
+      for (int w = 0; w < 8; ++w) delete b->warp[w];
+      free(b->smem); delete b;
     }}
   }}
   if (g_used_shared) fprintf(stderr, "emulate: rows cached in shared memory\\n");

@@ -92,6 +92,18 @@ static inline void fz_copy_row(void* dst, const void* src, unsigned int bytes, u
 static inline void fz_copy_bulk(void* dst, const void* src, unsigned int bytes, unsigned long long*) { std::memcpy(dst, src, bytes); }
 static inline void fz_row_wait(unsigned long long*, unsigned int& parity, unsigned int phase) { parity ^= 1u << phase; __syncthreads(); }
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+// The grid's barrier (fz_grid_sync in the CUDA text), for a grid run "together": counter 0
+// counts the blocks that arrived, counter 1 those past, the last of which zeroes both.
+static inline void fz_grid_sync(unsigned* counter) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __atomic_fetch_add(counter, 1u, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(counter, __ATOMIC_SEQ_CST) < gridDim.x) std::this_thread::yield();
+    if (__atomic_fetch_add(counter + 1, 1u, __ATOMIC_SEQ_CST) == gridDim.x - 1) {
+      __atomic_store_n(counter, 0u, __ATOMIC_SEQ_CST); __atomic_store_n(counter + 1, 0u, __ATOMIC_SEQ_CST); }
+  }
+  __syncthreads(); }
+template <typename T> static inline T __ldcg(const T* p) { return *p; }
 static inline unsigned atomicOr(unsigned* p, unsigned v) { return __atomic_fetch_or(p, v, __ATOMIC_SEQ_CST); }
 static inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }

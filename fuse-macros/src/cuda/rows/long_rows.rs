@@ -81,6 +81,7 @@ impl Cuda<'_> {
         self.close();
         if self.partials_in_shared {
             self.write_shared_parts();
+            self.finish_parts("clusters");
         }
         self.partials_in_shared = false;
         // No block may leave while another can still read its slots.
@@ -102,7 +103,7 @@ impl Cuda<'_> {
             offset += self.k.params[p].elem.bits() / 8;
         }
         for (o, out) in self.k.outputs.iter().enumerate() {
-            if out.partial.is_some() {
+            if out.partial.is_some() && !out.total {
                 let t = out.elem.c_name();
                 self.line(format!("{t}* const sp{o} = ({t}*){};", at(offset)));
                 self.line(format!(
@@ -118,24 +119,17 @@ impl Cuda<'_> {
     }
 
     /// After the row loop, this block's part of its cluster's row of each partial sum over
-    /// rows (`OutputInfo::partial`; the launch has at most that many clusters), and of the rows
-    /// no cluster took, zeros. The sums were added by the threads of each element's loop,
-    /// vector or element (the same for every row of a launch): the barrier hands them to the
-    /// threads that store them.
+    /// rows (`OutputInfo::partial`; the launch has a row of them a cluster). The sums were
+    /// added by the threads of each element's loop, vector or element (the same for every row
+    /// of a launch): the barrier hands them to the threads that store them.
     fn write_shared_parts(&mut self) {
         self.line("__syncthreads();");
         for (o, out) in self.k.outputs.iter().enumerate() {
-            let Some(parts) = out.partial else {
-                continue;
-            };
-            let parts = self.layout.size(parts);
-            self.open(format!(
-                "for (long long p = blockIdx.x / blocks; p < {parts}; p += clusters)"
-            ));
-            self.line(format!(
-                "for (int r = begin + threadIdx.x; r < end; r += {BLOCK}) out{o}[p * len + r] = p < clusters ? sp{o}[r - begin] : 0;"
-            ));
-            self.close();
+            if out.partial.is_some() && !out.total {
+                self.line(format!(
+                    "for (int r = begin + threadIdx.x; r < end; r += {BLOCK}) out{o}[(long long)(blockIdx.x / blocks) * len + r] = sp{o}[r - begin];"
+                ));
+            }
         }
     }
 

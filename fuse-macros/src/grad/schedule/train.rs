@@ -66,7 +66,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             node,
             elem,
             shape,
-            partial: false,
+            partial: None,
             place,
         })
         .collect();
@@ -146,7 +146,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             elem: o.elem,
             shape: o.shape.clone(),
             dest: super::Dest::Result(j),
-            partial: false,
+            partial: None,
             place: None,
         })
         .collect();
@@ -157,7 +157,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             elem: saved_elem(g, n),
             shape: g.nodes[n].shape.clone(),
             dest: super::Dest::Result(k.outputs.len() + i),
-            partial: false,
+            partial: None,
             place: None,
         }));
         let p = Planned {
