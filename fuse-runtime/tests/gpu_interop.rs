@@ -31,6 +31,12 @@ fuse! {
     pub fn bf16_gelu(x: [bf16; n]) -> [bf16; n] {
         gelu(x)
     }
+    /// RMSNorm, whose backward sums `w`'s gradient over the rows in its one launch: a
+    /// cooperative launch with a barrier of the grid, its partial sums in the stream's scratch.
+    #[vjp(x, w)]
+    pub fn rmsnorm(x: [f32; rows, cols], w: [f32; cols]) -> [f32; rows, cols] {
+        x * rsqrt(mean(x * x, cols) + 1e-6) * w
+    }
     /// Only ever called inside a capture, to see the error that asks to load it first.
     pub fn never_loaded(x: [f32; n]) -> [f32; n] {
         x * 3.0 - 1.0
@@ -462,6 +468,72 @@ fn captured_graphs_replay() {
         assert!(
             (got - want).abs() <= 1e-5 * want.abs().max(1.0),
             "{what}: {got} against {want}"
+        );
+    }
+}
+
+/// A derived backward that sums over rows (`rmsnorm::vjp`, one cooperative launch) captured
+/// into a CUDA graph after a call outside it (which loads the kernel and sizes the stream's
+/// scratch), its gradients copied into the caller's buffers, and replayed on new inputs: each
+/// replay gives the CPU's gradients, so the graph's barrier of the grid and the counters it
+/// zeroes work again every time.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn captured_backward_replays() {
+    let Some(own) = gpu() else { return };
+    let dev = own.new_stream().unwrap();
+    let stream = stream_of(&dev);
+    let (rows, cols) = (3001, 1000);
+    let mut rng = Rng::new();
+    let w: Vec<f32> = rng.floats(cols, -2.0, 2.0);
+    let wb = dev.upload(&w).unwrap();
+    let mut x = dev.zeros::<f32>(&[rows, cols]).unwrap();
+    let mut dy = dev.zeros::<f32>(&[rows, cols]).unwrap();
+    x.copy_from(&rng.floats(rows * cols, -2.0, 2.0)).unwrap();
+    dy.copy_from(&rng.floats(rows * cols, -1.0, 1.0)).unwrap();
+    rmsnorm::vjp(&dev, &x, &wb, &dy).unwrap();
+    let (mut dx, mut dw) = (
+        dev.zeros::<f32>(&[rows, cols]).unwrap(),
+        dev.zeros::<f32>(&[cols]).unwrap(),
+    );
+    stream
+        .begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+        .unwrap();
+    let g = rmsnorm::vjp(&dev, &x, &wb, &dy).unwrap();
+    g.x.copy_to(&mut dx).unwrap();
+    g.w.copy_to(&mut dw).unwrap();
+    drop(g);
+    let graph = stream
+        .end_capture(sys::CUgraphInstantiate_flags::CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH)
+        .unwrap()
+        .expect("a graph");
+    let cpu = Device::cpu();
+    let wc = cpu.upload(&w).unwrap();
+    for replay in 0..10 {
+        let (xs, dys): (Vec<f32>, Vec<f32>) = (
+            rng.floats(rows * cols, -2.0, 2.0),
+            rng.floats(rows * cols, -1.0, 1.0),
+        );
+        x.copy_from(&xs).unwrap();
+        dy.copy_from(&dys).unwrap();
+        graph.launch().unwrap();
+        let shape = [rows, cols];
+        let xc = cpu.upload(&xs).unwrap().reshape(&shape).unwrap();
+        let dyc = cpu.upload(&dys).unwrap().reshape(&shape).unwrap();
+        let want = rmsnorm::vjp(&cpu, &xc, &wc, &dyc).unwrap();
+        let what = format!("replay {replay}");
+        assert_close(
+            &format!("{what}: dx"),
+            &dx.to_vec().unwrap(),
+            &f64s(&want.x.to_vec().unwrap()),
+            &Tol::close(1e-4, 1e-4),
+        );
+        // Sums of 3001 terms of magnitude up to about 4, in another order.
+        assert_close(
+            &format!("{what}: dw"),
+            &dw.to_vec().unwrap(),
+            &f64s(&want.w.to_vec().unwrap()),
+            &Tol::close(1e-4, 4.0 * rows as f64 * 1e-5),
         );
     }
 }
