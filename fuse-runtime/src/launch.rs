@@ -219,7 +219,8 @@ pub(crate) fn launch_entry(
         )?,
         None if sums > 0 => {
             let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
-            enqueue_cooperative(queue, function, grid, slots)?;
+            let gpu = queue.cuda.long_rows();
+            crate::long_rows::enqueue_cooperative(gpu, queue.cu_stream(), function, slots, grid)?;
         }
         None => {
             let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
@@ -342,47 +343,6 @@ fn resident_blocks(queue: &Queue, function: sys::CUfunction) -> Result<u32, Erro
         .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
     let per_sm = u32::try_from(per_sm).unwrap_or(0).max(1);
     Ok(per_sm.saturating_mul(queue.cuda.sm_count))
-}
-
-/// Queues `function` on `grid` blocks as a cooperative launch (`cuLaunchKernelEx`), which
-/// keeps every block resident at once, as a barrier of the grid needs: the kernels that sum
-/// over rows (`Grid::Parts`, `Grid::Chunks`). The benchmark's host-only hooks do not see it.
-fn enqueue_cooperative(
-    queue: &Queue,
-    function: sys::CUfunction,
-    grid: u32,
-    slots: &mut [u64],
-) -> Result<(), Error> {
-    let mut params = param_array(slots);
-    let mut attribute = crate::long_rows::cooperative_attribute();
-    let config = sys::CUlaunchConfig {
-        gridDimX: grid,
-        gridDimY: 1,
-        gridDimZ: 1,
-        blockDimX: BLOCK,
-        blockDimY: 1,
-        blockDimZ: 1,
-        sharedMemBytes: 0,
-        hStream: queue.cu_stream(),
-        attrs: &mut attribute,
-        numAttrs: 1,
-    };
-    queue.cuda.bind()?;
-    // SAFETY: as for `enqueue`: the arguments are the kernel's own parameters in order, each
-    // read by the driver from its 8-byte slot during this call, `params` pointing into `slots`,
-    // which outlives it; `config` and the attribute it points at live until it returns. The
-    // grid is at most the blocks the device holds at once (`resident_blocks`).
-    let launched = unsafe {
-        sys::cuLaunchKernelEx(
-            &config,
-            function,
-            params.as_mut_slice().as_mut_ptr(),
-            std::ptr::null_mut(),
-        )
-    };
-    launched
-        .result()
-        .map_err(|e| driver_error("cuLaunchKernelEx", e))
 }
 
 /// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,

@@ -252,6 +252,7 @@ impl LongLaunch {
         slots: &mut [u64],
         cooperative: bool,
     ) -> Result<(), Error> {
+        let function = function.cu_function();
         enqueue(
             gpu,
             stream,
@@ -262,6 +263,23 @@ impl LongLaunch {
             cooperative,
         )
     }
+}
+
+/// Queues `function` on `grid` blocks as a cooperative launch, without clusters or dynamic
+/// shared memory: the kernels that sum over rows in registers (`Grid::Parts`, `Grid::Chunks`),
+/// whose barrier of the grid needs every block resident.
+pub(crate) fn enqueue_cooperative(
+    gpu: Gpu,
+    stream: sys::CUstream,
+    function: sys::CUfunction,
+    slots: &mut [u64],
+    grid: u32,
+) -> Result<(), Error> {
+    let shape = Shape {
+        cluster: 1,
+        shared: 0,
+    };
+    enqueue(gpu, stream, function, slots, grid, shape, true)
 }
 
 /// Whether `geometry` may take the long-row launch (rows past the register cache of a kernel
@@ -462,7 +480,7 @@ fn resident_clusters(gpu: Gpu, function: &CudaFunction, shape: Shape) -> u32 {
 fn enqueue(
     gpu: Gpu,
     stream: sys::CUstream,
-    function: &CudaFunction,
+    function: sys::CUfunction,
     slots: &mut [u64],
     grid: u32,
     shape: Shape,
@@ -482,11 +500,13 @@ fn enqueue(
     // (the macro wrote both from one signature), each read by the driver from its 8-byte slot
     // during this call; `params` points into `slots`, which outlives the call. The grid is a
     // multiple of the cluster size and the shared memory is at most the kernel's maximum, set
-    // in `prepare`; the kernel uses only the shared memory it is given (it checks the size).
+    // in `prepare` (or none); the kernel uses only the shared memory it is given (it checks the
+    // size). `function` is a loaded kernel of the bound context. A cooperative grid is at most
+    // the blocks the device holds at once (`launch::resident_blocks`, or `prepare`'s clusters).
     let launched = unsafe {
         sys::cuLaunchKernelEx(
             &config,
-            function.cu_function(),
+            function,
             params.as_mut_slice().as_mut_ptr(),
             std::ptr::null_mut(),
         )

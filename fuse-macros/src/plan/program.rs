@@ -307,20 +307,6 @@ fn params(k: &Kernel, divisors: &[Divisor], seeds: &[usize]) -> Vec<Param> {
     ps
 }
 
-#[cfg(test)]
-impl Grid {
-    /// The bytes a column of a row of partial sums takes in the launch's scratch
-    /// ([`sum_bytes`]); 0 for a grid without sums over rows.
-    pub fn sums(&self) -> u32 {
-        match *self {
-            Grid::Parts { sums, .. } | Grid::Chunks { sums, .. } | Grid::LongRows { sums, .. } => {
-                sums
-            }
-            _ => 0,
-        }
-    }
-}
-
 /// The bytes a column of a block's row of partial sums takes in the launch's scratch
 /// (`OutputInfo::partial`): each sum's row at the widest one's stride, so that the kernel and
 /// the runtime agree on where each starts with one number.
