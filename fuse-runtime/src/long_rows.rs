@@ -416,7 +416,7 @@ fn cluster_attribute(blocks: u32) -> sys::CUlaunchAttribute {
 }
 
 /// The launch attribute of a cooperative launch: every block resident at once.
-pub(crate) fn cooperative_attribute() -> sys::CUlaunchAttribute {
+fn cooperative_attribute() -> sys::CUlaunchAttribute {
     let mut value = sys::CUlaunchAttributeValue { pad: [0; 64] };
     value.cooperative = 1;
     sys::CUlaunchAttribute {

@@ -446,7 +446,7 @@ impl Cuda<'_> {
         self.line(format!("const long long fz_rows = {rows};"));
         for &o in &sums {
             let t = self.k.outputs[o].elem.c_name();
-            self.line(format!("__shared__ {t} fz_ws{o}[8][8];"));
+            self.line(format!("__shared__ {t} fz_ws{o}[{}][8];", BLOCK / 32));
         }
         self.line("const int fz_fc = threadIdx.x & 7;");
         self.line("const int fz_fr = threadIdx.x >> 3;");

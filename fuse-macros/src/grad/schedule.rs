@@ -48,7 +48,8 @@ struct Root {
     shape: Vec<DimId>,
     dest: Dest,
     /// Summed over rows in the launch that computes it (`OutputInfo::partial`): its value is
-    /// over `[rows, len]`, summed in `elem`, and stored as `[len]` of this type.
+    /// over `[rows, len]` (or, a total, over `[rows]`), summed in `elem`, and stored as `[len]`
+    /// (`[]`) of this type.
     partial: Option<Elem>,
     /// Stored through a view of its result's buffer, which has the shape of a parameter:
     /// one part of a gradient ([`Grad::Parts`]).
@@ -692,7 +693,7 @@ fn build(
     // total, over the rows whose sums it sums), not one that sums everything (random program
     // p1381's `value_and_vjp` merged them into one).
     let over_rows = |o: &OutputInfo| match &launch {
-        Launch::Rows { domain, axis } if o.total => domain[..domain.len() - 1] == o.shape[..],
+        Launch::Rows { domain, .. } if o.total => domain[..domain.len() - 1] == o.shape[..],
         Launch::Rows { domain, axis } => *domain == o.shape && o.shape.last() == Some(axis),
         _ => false,
     };
@@ -827,8 +828,8 @@ fn merge_later(
 /// backward moved 10 bytes an element with a launch over columns (`x` and `dy` read twice),
 /// against 6 with the partial sums; a second launch that summed the partials took 7 to 9% of
 /// G1, G2 and G7's time on an H100 (NOTES item 139). An elementwise launch becomes one over
-/// rows for them; one that sums everything (DyT's `dalpha`) sums each row instead, into a
-/// temporary that a launch of its own then sums.
+/// rows for them; a sum over everything in it (DyT's `dalpha`) sums each row instead, and the
+/// rows' sums the same way (`OutputInfo::total`).
 fn partial_sums(
     k: &Kernel,
     g: &mut Graph,
