@@ -1048,7 +1048,8 @@ mod tests {
     /// RMSNorm's launch over rows with `dg`'s partial sums: its rows in registers (a block's
     /// segments sum theirs once), long rows in clusters (each block's part of the sums in
     /// shared memory beside its part of the row: `x` and `dy`, then the sums, in the bytes an
-    /// element takes), at most `PARTS` blocks or clusters; never tiles of short rows.
+    /// element takes), each entry's partial rows 4 bytes a column (`sum_bytes`); never tiles
+    /// of short rows.
     #[test]
     fn partial_sums_keep_the_cached_and_long_rows() {
         use crate::plan::program::{program, Grid, Path};
