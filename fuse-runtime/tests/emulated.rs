@@ -2968,8 +2968,10 @@ fn training_pairs_run_on_an_emulated_gpu() {
             vec![],
             &dims,
             &cpu,
-            &["bf16", "f32"],
-            &[Tol::close(2e-2, 1e-2), Tol::close(1e-4, 1e-3)],
+            &["bf16", "bf16"],
+            // `dw` summed over the rows in the launch, stored as bf16: the GPU's order of the
+            // rows may round it to the neighbouring value.
+            &[Tol::close(2e-2, 1e-2), Tol::close(1e-2, 1e-2)],
         );
     }
 }
