@@ -408,10 +408,10 @@ pub struct OutputInfo {
     pub tokens: TokenStream,
     /// Only in a derived launch over rows: the value over the domain (`shape`, `[rows, len]`)
     /// is not stored but summed over rows in `elem`, and the sums stored as `[len]` of this
-    /// type (`stored_shape`, `stored_elem`). Each block of the GPU sums the rows it takes into its own row
-    /// of partial sums (in the launch's scratch memory); after a barrier of the grid, the
-    /// blocks sum those rows, a share of the columns each, in the blocks' order. The CPU sums
-    /// the rows in order.
+    /// type (`stored_shape`, `stored_elem`). Each block of the GPU sums the rows it takes into
+    /// its own row of partial sums (in the launch's scratch memory); after a barrier of the
+    /// grid, the blocks sum those rows, a share of the columns each, in the blocks' order. The
+    /// CPU sums the rows in order.
     pub partial: Option<Elem>,
     /// With `partial`: the value is over the rows (a row's sum, `shape` the domain's rows),
     /// summed over them into one value (`stored_shape` `[]`): each block sums its rows' into
@@ -455,8 +455,8 @@ impl OutputInfo {
         }
     }
 
-    /// The output's shape in memory: `shape`, `[len]` for sums over rows (`partial`), or the `&mut`
-    /// parameter's shape for a write through one.
+    /// The output's shape in memory: `shape`, `[len]` for sums over rows (`partial`; `[]` for
+    /// a total), or the `&mut` parameter's shape for a write through one.
     pub fn stored_shape(&self) -> Vec<DimId> {
         if let Some(place) = &self.place {
             return place.shape.clone();
