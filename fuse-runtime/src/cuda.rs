@@ -4,7 +4,7 @@
 //! [`crate::launch`] adds the kernel launch.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{result::DriverError, sys, CudaContext, CudaFunction, CudaModule};
@@ -201,6 +201,31 @@ impl CudaDevice {
         }
     }
 
+    /// The blocks of `kernel`'s loaded `function` the device holds at once: the most a
+    /// cooperative launch may have. Asked of the driver once, then found in the handles.
+    pub(crate) fn resident_blocks(
+        &self,
+        kernel: &'static KernelInfo,
+        function: sys::CUfunction,
+    ) -> Result<u32, Error> {
+        if let Some(blocks) = self.handles.resident(kernel) {
+            return Ok(blocks);
+        }
+        let mut per_sm: std::ffi::c_int = 0;
+        self.bind()?;
+        let block = crate::grid::BLOCK as std::ffi::c_int;
+        // SAFETY: `function` is a loaded kernel of this device's context, bound above.
+        let asked = unsafe {
+            sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, function, block, 0)
+        };
+        asked
+            .result()
+            .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+        let blocks = non_negative(per_sm).max(1).saturating_mul(self.sm_count);
+        self.handles.set_resident(kernel, blocks);
+        Ok(blocks)
+    }
+
     /// The loaded function of `kernel`, compiling and loading its module on first use. The
     /// first use fails with [`Error::Capture`] while the launching stream captures a graph
     /// (`capturing`, asked only then): loading a module there would break the capture.
@@ -368,6 +393,8 @@ struct Handle {
     /// The kernel's address, or 0 while the entry is free; written last.
     kernel: AtomicUsize,
     function: AtomicPtr<sys::CUfunc_st>,
+    /// The blocks of the function the device holds at once, or 0 until a launch asked.
+    resident: AtomicU32,
 }
 
 impl Handles {
@@ -396,6 +423,30 @@ impl Handles {
             }
         }
         None
+    }
+
+    /// The blocks of `kernel`'s function the device holds at once, once [`Handles::set_resident`]
+    /// stored them.
+    fn resident(&self, kernel: &'static KernelInfo) -> Option<u32> {
+        let kernel = kernel as *const KernelInfo as usize;
+        let entry = self
+            .probe(kernel)
+            .find(|entry| entry.kernel.load(Ordering::Acquire) == kernel);
+        entry
+            .map(|entry| entry.resident.load(Ordering::Relaxed))
+            .filter(|&blocks| blocks > 0)
+    }
+
+    /// Stores the blocks of `kernel`'s function the device holds at once, where `kernel` has an
+    /// entry. Every caller stores the same number, so racing stores agree.
+    fn set_resident(&self, kernel: &'static KernelInfo, blocks: u32) {
+        let kernel = kernel as *const KernelInfo as usize;
+        if let Some(entry) = self
+            .probe(kernel)
+            .find(|entry| entry.kernel.load(Ordering::Acquire) == kernel)
+        {
+            entry.resident.store(blocks, Ordering::Relaxed);
+        }
     }
 
     /// Adds `kernel`'s handle. Taking the `kernels` lock's guard makes the inserts one at a time.
@@ -473,6 +524,20 @@ mod tests {
         // A second insert of a kernel keeps its first handle (both are the same function).
         handles.insert(&mut locked, kernels[0], handle(999));
         assert_eq!(handles.get(kernels[0]), Some(handle(1)));
+    }
+
+    #[test]
+    fn resident_blocks_are_kept_beside_their_handle() {
+        let (handles, mut locked) = (Handles::new(), Kernels::default());
+        let (cached, uncached) = (kernel(), kernel());
+        handles.insert(&mut locked, cached, handle(7));
+        assert_eq!(handles.resident(cached), None);
+        handles.set_resident(cached, 264);
+        assert_eq!(handles.resident(cached), Some(264));
+        assert_eq!(handles.get(cached), Some(handle(7)));
+        // A kernel without an entry keeps nothing, and asks the driver each time.
+        handles.set_resident(uncached, 132);
+        assert_eq!(handles.resident(uncached), None);
     }
 
     #[test]

@@ -143,17 +143,17 @@ pub(crate) fn launch_entry(
     let Some(mut grid) = grid(geometry, queue.cuda.sm_count, queue.cuda.capability.0) else {
         return Ok(!long_rows || !crate::long_rows::taken(geometry));
     };
-    let long = match long_rows {
+    let launch = match long_rows {
         true => {
             // Long rows take their own launch (clusters, dynamic shared memory), which needs
             // the function's attributes: the locked lookup, once per such call.
             let function = queue.cuda.function(kernel, || queue.capturing())?;
             match crate::long_rows::prepare(queue.cuda.long_rows(), &function, geometry) {
-                Some(launch) => Some((function, launch)),
+                Some(launch) => Launch::Long(function, launch),
                 None => return Ok(false),
             }
         }
-        false => None,
+        false => Launch::Plain(queue.cuda.function_handle(kernel, || queue.capturing())?),
     };
     // A full reduction's partials, a slot set a block, and its counter; a column reduction's,
     // a slot set a column of each part, and a counter a tile.
@@ -178,12 +178,9 @@ pub(crate) fn launch_entry(
         // and the two counters of the barrier before the blocks sum them. Every block is
         // resident: as many as the device holds at once, at most.
         Geometry::Rows { row_len, .. } if sums > 0 => {
-            grid = match &long {
-                Some((_, launch)) => launch.blocks(),
-                None => {
-                    let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
-                    grid.min(resident_blocks(queue, function)?)
-                }
+            grid = match &launch {
+                Launch::Long(_, launch) => launch.blocks(),
+                &Launch::Plain(function) => grid.min(queue.cuda.resident_blocks(kernel, function)?),
             };
             let bytes = u64::from(grid)
                 .saturating_mul(row_len.max(1))
@@ -209,21 +206,19 @@ pub(crate) fn launch_entry(
         true => Some(Staged::new(queue, buffers, slots)?),
         false => None,
     };
-    match long {
-        Some((function, launch)) => launch.enqueue(
+    match launch {
+        Launch::Long(function, launch) => launch.enqueue(
             queue.cuda.long_rows(),
             queue.cu_stream(),
             &function,
             slots,
             sums > 0,
         )?,
-        None if sums > 0 => {
-            let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
+        Launch::Plain(function) if sums > 0 => {
             let gpu = queue.cuda.long_rows();
             crate::long_rows::enqueue_cooperative(gpu, queue.cu_stream(), function, slots, grid)?;
         }
-        None => {
-            let function = queue.cuda.function_handle(kernel, || queue.capturing())?;
+        Launch::Plain(function) => {
             let config = LaunchConfig {
                 grid_dim: (grid, 1, 1),
                 block_dim: (BLOCK, 1, 1),
@@ -234,6 +229,13 @@ pub(crate) fn launch_entry(
     }
     staged.map_or(Ok(()), |staged| staged.finish(queue))?;
     Ok(true)
+}
+
+/// How an entry launches: long rows with their clusters and dynamic shared memory, or a plain
+/// grid of the function's handle.
+enum Launch {
+    Long(cudarc::driver::CudaFunction, crate::long_rows::LongLaunch),
+    Plain(sys::CUfunction),
 }
 
 /// The alignment of every buffer address a kernel is given: its widest vector loads and stores
@@ -328,21 +330,6 @@ fn arg_slots(
         };
     }
     Ok(())
-}
-
-/// The blocks of `function` the device holds at once: the most a cooperative launch may have.
-fn resident_blocks(queue: &Queue, function: sys::CUfunction) -> Result<u32, Error> {
-    let mut per_sm: std::ffi::c_int = 0;
-    queue.cuda.bind()?;
-    // SAFETY: `function` is a loaded kernel of this device's context, bound above.
-    let asked = unsafe {
-        sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, function, BLOCK as i32, 0)
-    };
-    asked
-        .result()
-        .map_err(|e| driver_error("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
-    let per_sm = u32::try_from(per_sm).unwrap_or(0).max(1);
-    Ok(per_sm.saturating_mul(queue.cuda.sm_count))
 }
 
 /// Queues `function` with one `cuLaunchKernel`: its parameter array, the address of each slot,
