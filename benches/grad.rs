@@ -123,7 +123,15 @@ struct Case {
 /// The rows x cols beside `TH` that `GW` times the backwards with weight gradients at (G1, G2,
 /// G7, G8): the hidden sizes of other models, in the same 2^26 elements. Measured first on an
 /// H200 (NOTES item 119), G2's `vjp` ran there at 6-22% of copy speed, against 77% at 4096.
-const WIDTHS: [(usize, usize); 3] = [(262144, 256), (65536, 1024), (4096, 16384)];
+/// Past 4096 the rows are cached in shared memory, split over a cluster's blocks (the long
+/// rows): 8192, 16384 and 32768 time three of its splits.
+const WIDTHS: [(usize, usize); 5] = [
+    (262144, 256),
+    (65536, 1024),
+    (8192, 8192),
+    (4096, 16384),
+    (2048, 32768),
+];
 
 /// G1-G8, one row each, and `GW`: G1, G2, G7 and G8 at each of [`WIDTHS`].
 pub fn g(runner: &mut Runner, pool: &mut Pool, id: &str) {
