@@ -413,9 +413,10 @@ pub struct OutputInfo {
     /// grid, the blocks sum those rows, a share of the columns each, in the blocks' order. The
     /// CPU sums the rows in order.
     pub partial: Option<Elem>,
-    /// With `partial`: the value is over the rows (a row's sum, `shape` the domain's rows),
-    /// summed over them into one value (`stored_shape` `[]`): each block sums its rows' into
-    /// its own slot of the scratch, which the grid then sums in the blocks' order.
+    /// With `partial`: the value over the domain is summed over everything into one value
+    /// (`stored_shape` `[]`): each thread adds its elements as it goes (no row's sum), each
+    /// block its threads' into its own slot of the scratch, which the grid then sums in the
+    /// blocks' order.
     pub total: bool,
     /// Only for a write through a `&mut` parameter (`cache[slot, ..] = k;`): the value over
     /// the domain (`shape`, the slice's shape) is stored where the slice of the parameter puts

@@ -725,7 +725,7 @@ impl Cuda<'_> {
                 }
             };
             if out.total {
-                // A row's sum that the block adds up over its rows (`OutputInfo::total`).
+                // An element the thread adds to its sum (`OutputInfo::total`).
                 self.line(format!("fz_tot{o} += v{};", out.node));
                 continue;
             }

@@ -1336,7 +1336,11 @@ impl Cuda<'_> {
         at_q: bool,
     ) {
         self.helpers.insert("fz_vec");
-        for &o in &pass.writes {
+        // A total (`OutputInfo::total`) adds each lane to the thread's sum, in no vector.
+        let stored: Vec<usize> = (pass.writes.iter().copied())
+            .filter(|&o| !self.k.outputs[o].total)
+            .collect();
+        for &o in &stored {
             let (t, l) = (self.vector_type(o), self.step_lanes);
             self.line(format!("fz_vec<{t}, {l}> s{o};"));
         }
@@ -1421,7 +1425,7 @@ impl Cuda<'_> {
             self.close();
         }
         self.lane_randoms.clear();
-        for &o in &pass.writes {
+        for &o in &stored {
             let out = &self.k.outputs[o];
             let (t, s) = (out.elem.c_storage(), self.shape_index(&out.shape));
             let l = self.step_lanes;
@@ -1877,6 +1881,10 @@ impl Cuda<'_> {
             self.writes(&pass.writes, Scope::Element);
         } else {
             for &o in &pass.writes {
+                if self.k.outputs[o].total {
+                    self.line(format!("fz_tot{o} += v{};", self.k.outputs[o].node));
+                    continue;
+                }
                 let v = self.vector_element(o);
                 self.line(format!("s{o}.v[j] = {v};"));
             }

@@ -48,9 +48,11 @@ struct Root {
     shape: Vec<DimId>,
     dest: Dest,
     /// Summed over rows in the launch that computes it (`OutputInfo::partial`): its value is
-    /// over `[rows, len]` (or, a total, over `[rows]`), summed in `elem`, and stored as `[len]`
-    /// (`[]`) of this type.
+    /// over `[rows, len]`, summed in `elem`, and stored as `[len]` (`[]`, a `total`) of this
+    /// type.
     partial: Option<Elem>,
+    /// A partial sum over everything, rows and columns (`OutputInfo::total`).
+    total: bool,
     /// Stored through a view of its result's buffer, which has the shape of a parameter:
     /// one part of a gradient ([`Grad::Parts`]).
     place: Option<(Written, View)>,
@@ -183,6 +185,7 @@ fn finish(
             shape: g.nodes[node].shape.clone(),
             dest: Dest::Temp(t),
             partial: None,
+            total: false,
             place: None,
         })
         .collect();
@@ -201,6 +204,7 @@ fn finish(
                 shape,
                 dest: Dest::Result(j),
                 partial: None,
+                total: false,
                 place,
             }
         }))
@@ -500,6 +504,7 @@ fn plan(
                         shape,
                         dest: Dest::Temp(t),
                         partial: None,
+                        total: false,
                         place: None,
                     });
                     t
@@ -566,6 +571,7 @@ fn transpose(
         shape: shape.clone(),
         dest: Dest::Temp(t),
         partial: None,
+        total: false,
         place: None,
     };
     plan(k, g, inputs, vec![temp], using, planned)?;
@@ -633,7 +639,7 @@ fn build(
             node: id,
             tokens: TokenStream::new(),
             partial: r.partial,
-            total: r.partial.is_some() && r.shape.len() < 2,
+            total: r.total,
             place: None,
             packed: false,
         });
@@ -689,11 +695,9 @@ fn build(
     if outputs.iter().any(|o| o.place.is_some()) && !matches!(launch, Launch::Map { .. }) {
         return None;
     }
-    // Partial sums are a block's rows' sums: a launch over their value's rows (or, for a
-    // total, over the rows whose sums it sums), not one that sums everything (random program
-    // p1381's `value_and_vjp` merged them into one).
+    // Partial sums are a block's rows' sums: a launch over their value's rows, not one that
+    // sums everything (random program p1381's `value_and_vjp` merged them into one).
     let over_rows = |o: &OutputInfo| match &launch {
-        Launch::Rows { domain, .. } if o.total => domain[..domain.len() - 1] == o.shape[..],
         Launch::Rows { domain, axis } => *domain == o.shape && o.shape.last() == Some(axis),
         _ => false,
     };
@@ -828,8 +832,8 @@ fn merge_later(
 /// backward moved 10 bytes an element with a launch over columns (`x` and `dy` read twice),
 /// against 6 with the partial sums; a second launch that summed the partials took 7 to 9% of
 /// G1, G2 and G7's time on an H100 (NOTES item 139). An elementwise launch becomes one over
-/// rows for them; a sum over everything in it (DyT's `dalpha`) sums each row instead, and the
-/// rows' sums the same way (`OutputInfo::total`).
+/// rows for them; a sum over everything in it (DyT's `dalpha`) is a total of that launch
+/// (`OutputInfo::total`), added element by element.
 fn partial_sums(
     k: &Kernel,
     g: &mut Graph,
@@ -921,7 +925,7 @@ fn summed(g: &Graph, r: &Root, dim: Option<DimId>, shape: &[DimId]) -> Option<No
 /// Launch `at` with the partial sums of `values` (over `[rows, len]`, each stored as its
 /// type's column sums) added, if it then runs
 /// over those rows and reads only what launches before it write; its sums over everything
-/// become sums over rows of each row's sum (`OutputInfo::total`).
+/// become totals (`OutputInfo::total`), added element by element.
 fn with_partials(
     k: &Kernel,
     g: &mut Graph,
@@ -940,15 +944,16 @@ fn with_partials(
             continue;
         }
         // Sums of 16-bit floats add in f32 and round once, at the end (random program p2981's
-        // `value_and_vjp` stored a bf16 sum's partials as bf16).
-        let elem = g.elem(e).compute();
-        let node = g.push(Op::Reduce(Reduce::Sum, e, Some(len)), elem, vec![rows]);
+        // `value_and_vjp` stored a bf16 sum's partials as bf16). Each thread adds its elements
+        // as it goes: no row's sum, which took DyT's backward a pass over the row of its own
+        // and a reduction across the block (and cluster) a row.
         *root = Root {
-            node,
-            elem,
-            shape: vec![rows],
+            node: e,
+            elem: g.elem(e).compute(),
+            shape: vec![rows, len],
             dest: root.dest,
             partial: Some(root.elem),
+            total: true,
             place: None,
         };
     }
@@ -958,6 +963,7 @@ fn with_partials(
         shape: vec![rows, len],
         dest: Dest::Temp(PARTIAL),
         partial: Some(stored),
+        total: false,
         place: None,
     }));
     let before: Vec<usize> = planned[..at]
@@ -1235,8 +1241,9 @@ mod tests {
     }
 
     /// DyT's gradients in one launch too: its scalar `alpha`'s, a sum over everything, is a
-    /// total (`OutputInfo::total`): each row's sum, added up by the blocks over their rows and
-    /// then by the grid, stored as one value.
+    /// total (`OutputInfo::total`): each thread adds its elements as it goes, the blocks their
+    /// threads' and then the grid the blocks', stored as one value. No row's sum: the launch is
+    /// one pass over each row, without a reduction along it.
     #[test]
     fn a_scalar_gradient_is_a_total_of_the_launch_over_rows() {
         let k = kernel(quote! {
@@ -1265,10 +1272,14 @@ mod tests {
                 (false, Elem::BF16, vec![1]),
             ]
         );
+        let plan = crate::plan::plan(launch);
+        assert_eq!((plan.passes.len(), plan.reducing_passes()), (1, 0));
+        assert_eq!(plan.passes[0].writes, [0, 1, 2, 3]);
+        assert!(plan.group_writes.is_empty());
         let text = crate::cuda::text(launch);
         assert!(
-            text.contains("fz_tot1 += v"),
-            "a row's sum added by its block"
+            text.contains("fz_tot1 += v17;") && !text.contains("__shfl_xor_sync(0xffffffffu, acc"),
+            "each element added by its thread, no row's sum:\n{text}"
         );
         assert!(text.contains("if (threadIdx.x == 0) fz_sum1[0] = fz_b;"));
         assert!(text.contains("fz_sum2[c] = fz_f32_to_bf16(fz_t2);"));

@@ -256,7 +256,8 @@ pub(crate) const WIDE_DIRECT_COST: u32 = 8;
 
 /// The element types of a row kernel's tensors along its rows: the parameters whose last dim
 /// is the reduced one and the outputs over the whole domain. Per-row tensors (a label, a loss)
-/// are read and written once a row, at any vector width.
+/// are read and written once a row, at any vector width; a total (`OutputInfo::total`), a sum
+/// in each thread's register, not at all.
 pub(crate) fn row_elems(k: &Kernel) -> impl Iterator<Item = Elem> + '_ {
     row_elems_of(k, true)
 }
@@ -280,7 +281,8 @@ fn row_elems_of(k: &Kernel, partials: bool) -> impl Iterator<Item = Elem> + '_ {
     let outputs = k
         .outputs
         .iter()
-        .filter(move |o| o.shape.as_slice() == domain && (partials || o.partial.is_none()))
+        .filter(move |o| o.shape.as_slice() == domain && !o.total)
+        .filter(move |o| partials || o.partial.is_none())
         .map(|o| o.elem);
     params.chain(outputs)
 }
@@ -309,12 +311,13 @@ pub(crate) fn direct_row_cost(k: &Kernel, plan: &Plan) -> Option<u32> {
     Some(element_cost(k, plan, &cached)).filter(|&cost| cost <= DIRECT_COST)
 }
 
-/// Whether a row kernel has an output over its whole domain (it writes rows, not a value a row).
+/// Whether a row kernel has an output over its whole domain (it writes rows, not a value a row,
+/// nor a total).
 pub(crate) fn writes_rows(k: &Kernel) -> bool {
     let Launch::Rows { domain, .. } = &k.launch else {
         return false;
     };
-    k.outputs.iter().any(|o| &o.shape == domain)
+    k.outputs.iter().any(|o| &o.shape == domain && !o.total)
 }
 
 /// Roughly the instructions an element of a row takes over all the passes of the row-a-block

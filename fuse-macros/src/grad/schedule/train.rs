@@ -67,6 +67,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             elem,
             shape,
             partial: None,
+            total: false,
             place,
         })
         .collect();
@@ -147,6 +148,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             shape: o.shape.clone(),
             dest: super::Dest::Result(j),
             partial: None,
+            total: false,
             place: None,
         })
         .collect();
@@ -158,6 +160,7 @@ pub fn train(k: &Kernel, vjp: &Derived) -> Result<Train, String> {
             shape: g.nodes[n].shape.clone(),
             dest: super::Dest::Result(k.outputs.len() + i),
             partial: None,
+            total: false,
             place: None,
         }));
         let p = Planned {
