@@ -769,7 +769,22 @@ fn slice_item(e: &syn::Expr, cx: &mut Lowering) -> Option<SliceItem> {
             return None;
         }
         syn::Expr::Range(r) if r.start.is_none() && r.end.is_none() => SliceKind::Full,
-        syn::Expr::Range(r) => SliceKind::Range(r.start.clone(), r.end.clone()),
+        syn::Expr::Range(r) => {
+            // The bounds stay syn's expressions, which are copied and printed recursively: one
+            // nested past the limit is an error before either (seed 58: a bound of 1490 chained
+            // `.exp()` calls overflowed the fuzzer's stack).
+            if let Some(deep) = [&r.start, &r.end]
+                .into_iter()
+                .flatten()
+                .find(|b| nests_too_deep(b))
+            {
+                if !std::mem::replace(&mut cx.too_deep, true) {
+                    cx.at(operator_span(deep), error::expr_depth(MAX_EXPR_DEPTH));
+                }
+                return None;
+            }
+            SliceKind::Range(r.start.clone(), r.end.clone())
+        }
         syn::Expr::MethodCall(m) if m.method == "step_by" => step_by(m, cx)?,
         _ => return gather_item(e, cx),
     };
@@ -777,6 +792,38 @@ fn slice_item(e: &syn::Expr, cx: &mut Lowering) -> Option<SliceItem> {
         kind,
         tokens: tokens(e),
     })
+}
+
+/// Whether `e` nests deeper than [`MAX_EXPR_DEPTH`] (operators, calls, method chains, casts,
+/// indices and parentheses each a level, as [`lower_expr`] counts them), walked without
+/// recursion: it may nest far deeper than a stack holds.
+fn nests_too_deep(e: &syn::Expr) -> bool {
+    use syn::Expr as E;
+    let mut open = vec![(e, 1)];
+    while let Some((e, depth)) = open.pop() {
+        if depth > MAX_EXPR_DEPTH {
+            return true;
+        }
+        let mut inner: Vec<&syn::Expr> = vec![];
+        match e {
+            E::Binary(b) => inner.extend([&*b.left, &*b.right]),
+            E::Unary(u) => inner.push(&u.expr),
+            E::Paren(p) => inner.push(&p.expr),
+            E::Group(g) => inner.push(&g.expr),
+            E::Cast(c) => inner.push(&c.expr),
+            E::Field(f) => inner.push(&f.base),
+            E::Index(i) => inner.extend([&*i.expr, &*i.index]),
+            E::MethodCall(m) => inner.extend(std::iter::once(&*m.receiver).chain(&m.args)),
+            E::Call(c) => inner.extend(std::iter::once(&*c.func).chain(&c.args)),
+            E::Range(r) => inner.extend(r.start.iter().chain(&r.end).map(|b| &**b)),
+            E::Tuple(t) => inner.extend(&t.elems),
+            E::Array(a) => inner.extend(&a.elems),
+            // Blocks nest in braces, which `limits::MAX_GROUP_DEPTH` bounds.
+            _ => {}
+        }
+        open.extend(inner.into_iter().map(|x| (x, depth + 1)));
+    }
+    false
 }
 
 /// `(j..).step_by(k)`: both literals, `j` optional.

@@ -397,6 +397,36 @@ fn deep_expressions_are_an_error_naming_the_limit() {
     }
 }
 
+/// Found by the fuzzer (seed 58): a slice's bound of 1490 chained `.exp()` calls overflowed its
+/// stack, the bound kept as syn's expression and copied and printed before any stage counted
+/// its depth. A bound nested past the limit is now the same error as any expression.
+#[test]
+fn deep_slice_bounds_are_an_error_naming_the_limit() {
+    let max = crate::limits::MAX_EXPR_DEPTH;
+    for depth in [max + 1, 1_490, 6_000] {
+        let chain = format!("exp(){}", ".exp()".repeat(depth));
+        let sum = format!("n{}", " + n".repeat(depth));
+        for bound in [format!("..{chain}"), format!("({sum})..")] {
+            let text = format!("fn s(x: [f32; n]) -> [f32; n] {{ exp(x[{bound}]) }}");
+            assert_outcomes(&[(&text, Outcome::Errors)]);
+            let errors = crate::testing::errors(text.parse().expect("tokens"));
+            assert_eq!(errors.len(), 1, "{errors:?}");
+            assert!(errors[0].contains(&max.to_string()), "{errors:?}");
+        }
+    }
+    // Within the limit, such a bound is the slice's own error, not the depth's.
+    let text = format!(
+        "fn s(x: [f32; n]) -> [f32; n] {{ x[..exp(){}] }}",
+        ".exp()".repeat(8)
+    );
+    let errors = crate::testing::errors(text.parse().expect("tokens"));
+    assert!(!errors.is_empty(), "a bound of calls is no slice");
+    assert!(
+        !errors.iter().any(|e| e.contains(&max.to_string())),
+        "{errors:?}"
+    );
+}
+
 /// Found by the fuzzer: `r#in` as a dim panicked in `format_ident!` (`d_r#in`), and a stub for a
 /// kernel with errors named a parameter `r#type` as `type`, which is not Rust. `r#x` is `x`, so
 /// it is reserved or a duplicate as `x` is.
