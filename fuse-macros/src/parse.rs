@@ -616,15 +616,20 @@ impl std::ops::DerefMut for Lowering<'_> {
 /// [`MAX_EXPR_DEPTH`], with the error in `cx`.
 fn lower_expr(e: &syn::Expr, cx: &mut Lowering) -> Option<Expr> {
     if cx.depth == MAX_EXPR_DEPTH {
-        if !std::mem::replace(&mut cx.too_deep, true) {
-            cx.at(operator_span(e), crate::error::expr_depth(MAX_EXPR_DEPTH));
-        }
-        return None;
+        return too_deep(e, cx);
     }
     cx.depth += 1;
     let lowered = lower_expr_within(e, cx);
     cx.depth -= 1;
     lowered
+}
+
+/// The error for `e`, nested past [`MAX_EXPR_DEPTH`]: once a kernel, at its operator.
+fn too_deep<T>(e: &syn::Expr, cx: &mut Lowering) -> Option<T> {
+    if !std::mem::replace(&mut cx.too_deep, true) {
+        cx.at(operator_span(e), crate::error::expr_depth(MAX_EXPR_DEPTH));
+    }
+    None
 }
 
 /// The span of an expression's own operator or name, found without walking its operands: at
@@ -778,10 +783,7 @@ fn slice_item(e: &syn::Expr, cx: &mut Lowering) -> Option<SliceItem> {
                 .flatten()
                 .find(|b| nests_too_deep(b))
             {
-                if !std::mem::replace(&mut cx.too_deep, true) {
-                    cx.at(operator_span(deep), error::expr_depth(MAX_EXPR_DEPTH));
-                }
-                return None;
+                return too_deep(deep, cx);
             }
             SliceKind::Range(r.start.clone(), r.end.clone())
         }

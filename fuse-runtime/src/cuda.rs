@@ -411,13 +411,14 @@ impl Handles {
         (0..PROBES).map(move |i| &self.entries[(hash as usize + i) % HANDLES])
     }
 
-    fn get(&self, kernel: &'static KernelInfo) -> Option<sys::CUfunction> {
+    /// `kernel`'s entry, if it has one.
+    fn entry(&self, kernel: &'static KernelInfo) -> Option<&Handle> {
         let kernel = kernel as *const KernelInfo as usize;
         for entry in self.probe(kernel) {
             match entry.kernel.load(Ordering::Acquire) {
                 // The `Acquire` pairs with the `Release` in `insert`: the handle was stored
                 // before the address that names it.
-                k if k == kernel => return Some(entry.function.load(Ordering::Relaxed)),
+                k if k == kernel => return Some(entry),
                 0 => return None,
                 _ => {}
             }
@@ -425,14 +426,15 @@ impl Handles {
         None
     }
 
+    fn get(&self, kernel: &'static KernelInfo) -> Option<sys::CUfunction> {
+        self.entry(kernel)
+            .map(|entry| entry.function.load(Ordering::Relaxed))
+    }
+
     /// The blocks of `kernel`'s function the device holds at once, once [`Handles::set_resident`]
     /// stored them.
     fn resident(&self, kernel: &'static KernelInfo) -> Option<u32> {
-        let kernel = kernel as *const KernelInfo as usize;
-        let entry = self
-            .probe(kernel)
-            .find(|entry| entry.kernel.load(Ordering::Acquire) == kernel);
-        entry
+        self.entry(kernel)
             .map(|entry| entry.resident.load(Ordering::Relaxed))
             .filter(|&blocks| blocks > 0)
     }
@@ -440,11 +442,7 @@ impl Handles {
     /// Stores the blocks of `kernel`'s function the device holds at once, where `kernel` has an
     /// entry. Every caller stores the same number, so racing stores agree.
     fn set_resident(&self, kernel: &'static KernelInfo, blocks: u32) {
-        let kernel = kernel as *const KernelInfo as usize;
-        if let Some(entry) = self
-            .probe(kernel)
-            .find(|entry| entry.kernel.load(Ordering::Acquire) == kernel)
-        {
+        if let Some(entry) = self.entry(kernel) {
             entry.resident.store(blocks, Ordering::Relaxed);
         }
     }

@@ -1882,7 +1882,7 @@ impl Cuda<'_> {
         } else {
             for &o in &pass.writes {
                 if self.k.outputs[o].total {
-                    self.line(format!("fz_tot{o} += v{};", self.k.outputs[o].node));
+                    self.writes(&[o], Scope::Element);
                     continue;
                 }
                 let v = self.vector_element(o);
