@@ -10,7 +10,7 @@
 //! so is `index(c)`. Slices of the parts are not taken apart: an error.
 
 use super::Checker;
-use crate::ir::{Dim, DimId, Gather, Node, NodeId, Op, OutputInfo, View};
+use crate::ir::{Dim, DimId, Gather, Linear, Node, NodeId, Op, OutputInfo, View};
 use crate::parse::BinOp;
 use crate::ty::{Elem, Ty};
 use proc_macro2::TokenStream;
@@ -136,7 +136,7 @@ impl Checker<'_> {
 /// A view without gathers (a slice, a permuted view) of shape `old`, at the coordinates of
 /// `shape` (over the merged dim `m` in place of the parts it has): the same strides for the
 /// other dims, and each part it has gathered by its coordinate, computed from `m`'s, with the
-/// part's stride in the view.
+/// part's stride in the view; or, where the parts lie in memory as in `m`, `m` with a stride.
 fn through_coordinates(
     nodes: &mut Vec<Node>,
     coords: &mut [Option<NodeId>],
@@ -150,16 +150,24 @@ fn through_coordinates(
         let at = old.iter().position(|&x| x == d).expect("a dim of the view");
         view.strides[at].clone()
     };
+    // All the parts, one after another in memory as in `m` (a permuted view of a tensor that
+    // has them together, `y: [c, s, a]` read as `[a, c, s]`): `m`'s coordinate moves the load
+    // by the last part's stride, and no part is gathered.
+    let together = parts.iter().all(|d| old.contains(d))
+        && parts
+            .windows(2)
+            .all(|w| same(&stride(w[0]), &times(&stride(w[1]), w[1])));
     let strides = shape
         .iter()
         .map(|&d| match d == m {
+            true if together => stride(*parts.last().expect("parts")),
             true => vec![],
             false => stride(d),
         })
         .collect();
     let mut gathers = vec![];
     for (at, &d) in parts.iter().enumerate() {
-        if old.contains(&d) {
+        if old.contains(&d) && !together {
             gathers.push(Gather {
                 index: coordinate(nodes, coords, parts, at, m),
                 stride: stride(d),
@@ -172,6 +180,31 @@ fn through_coordinates(
         strides,
         gathers,
     }
+}
+
+/// `stride` times the size of `d`, as index arithmetic.
+fn times(stride: &Linear, d: DimId) -> Linear {
+    stride
+        .iter()
+        .map(|(c, dims)| (*c, [&dims[..], &[d]].concat()))
+        .collect()
+}
+
+/// Whether two sums of products of sizes are the same, whatever the order of terms and factors.
+fn same(a: &Linear, b: &Linear) -> bool {
+    let sorted = |l: &Linear| {
+        let mut terms: Vec<(u64, Vec<DimId>)> = l
+            .iter()
+            .map(|(c, dims)| {
+                let mut dims = dims.clone();
+                dims.sort_unstable();
+                (*c, dims)
+            })
+            .collect();
+        terms.sort_unstable();
+        terms
+    };
+    sorted(a) == sorted(b)
 }
 
 /// `shape` with `parts`, standing together in that order, replaced by `m`; `shape` itself where
@@ -271,6 +304,35 @@ mod tests {
         assert_eq!(view.strides, vec![vec![(1, vec![])], vec![]]);
         let strides: Vec<_> = view.gathers.iter().map(|g| g.stride.clone()).collect();
         assert_eq!(strides, [vec![(1, vec![a])], vec![(1, vec![c, a])]]);
+    }
+
+    /// A permuted view of a tensor with the parts together (`y: [c, s, a]` read as
+    /// `[a, c, s]`) reads `(c, s)` as `y`'s own dim, with the stride of `s`: no gathers, so
+    /// `#[vjp]` of `y` is a permuted view's (seed 8763 of the random programs).
+    #[test]
+    fn a_permuted_view_of_parts_kept_together_reads_the_merged_dim_by_its_stride() {
+        let k = kernel(quote! {
+            #[vjp(y)]
+            fn f(x: [f32; a, c, s], y: [f32; c, s, a]) -> [f32; a] {
+                max(x * permute(y, (a, c, s)), (c, s))
+            }
+        });
+        let a = 0;
+        let m = k.params[0].shape.as_ref().unwrap()[1];
+        assert_eq!(k.params[1].shape.as_deref(), Some(&[m, a][..]));
+        let views: Vec<_> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                crate::ir::Op::View(1, v) if n.shape == [a, m] => Some(&**v),
+                _ => None,
+            })
+            .collect();
+        let [view] = views.as_slice() else {
+            panic!("one view of `y` over `[a, (c, s)]`: {views:?}");
+        };
+        assert!(view.gathers.is_empty(), "{view:?}");
+        assert_eq!(view.strides, vec![vec![(1, vec![])], vec![(1, vec![a])]]);
     }
 
     /// `x: [b, g, c, s]` becomes `[b, g, (c, s)]`, the reduction one over that dim, and `w`
