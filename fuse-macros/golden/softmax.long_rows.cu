@@ -60,7 +60,6 @@ static __device__ __forceinline__ void fz_copy_wait() {
     asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
-static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile("" : "+r"(x)); }
 #if __CUDA_ARCH__ >= 900
 static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(r)); return r; }
 static __device__ __forceinline__ void fz_cluster_exit() { asm volatile("barrier.cluster.arrive.relaxed.aligned;\n\tbarrier.cluster.wait.aligned;" ::: "memory"); }
@@ -109,11 +108,10 @@ static __device__ __forceinline__ int fz_part(long long len, unsigned int blocks
     end = len - begin < part ? (int)len : begin + part;
     return part;
 }
-template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, long long len, unsigned int blocks, unsigned int rank) {
-    fz_opaque(blocks);
-    fz_opaque(rank);
-    int begin, end;
-    fz_part(len, blocks, rank, begin, end);
+template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, int begin, int end) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x != 0) return;
+#endif
     fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));
 }
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
@@ -165,7 +163,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_long_rows(
             fz_copy_async<sizeof(float)>(sc_x + fz_nv * 4 + k, p_x + b0 + r);
         }
         if (g + fz_ahead < groups) {
-            fz_prefetch_part_l2(p_x + (g + fz_ahead) * len, len, blocks, rank);
+            fz_prefetch_part_l2(p_x + (g + fz_ahead) * len, begin, end);
         }
         fz_copy_wait();
         float acc1 = (-__int_as_float(0x7f800000));

@@ -148,6 +148,7 @@ fn entry_source(k: &Kernel, program: &Program, entry: &Entry) -> String {
         hoisted_positions: false,
         partials_in_registers: false,
         partials_in_shared: false,
+        copies_next_row: vec![],
         lane_randoms: vec![],
         slices: vec![],
         addressed: None,
@@ -361,6 +362,10 @@ struct Cuda<'a> {
     /// Whether the partial sums over rows add up in the long rows' shared memory, `sp<o>` at
     /// the element's place in the block's part of the row (`long_rows::shared_layout`).
     partials_in_shared: bool,
+    /// In the last pass over a long row of a grid that loops over rows, the cached tensors
+    /// whose next row each step copies into the slots it has just read
+    /// (`long_rows::copy_next_row`); empty otherwise.
+    copies_next_row: Vec<usize>,
     /// Whether the row-a-block loop being written is the one for rows of exactly
     /// `CACHE * BLOCK` elements, whose vectors need no bounds tests.
     full_rows: bool,

@@ -1122,6 +1122,44 @@ mod tests {
         assert!(long.contains("fz_copy_async<8 * sizeof(unsigned short)>"));
     }
 
+    /// Its long rows (a grid that loops over rows, the partial sums keeping it resident) copy
+    /// the first row before the row loop, and each later row in the steps of the pass before:
+    /// once a step has read its slots, the cluster's next row into them (vectors of four and
+    /// single elements of f32), none between a row's start and its wait. A forward launch's
+    /// long rows (a cluster a row) copy theirs at the row's start.
+    #[test]
+    fn long_rows_with_partial_sums_copy_the_next_row_in_their_last_pass() {
+        let k = kernel(quote! {
+            #[vjp(x, g)]
+            fn rmsnorm(x: [f32; rows, cols], g: [bf16; cols]) -> [f32; rows, cols] {
+                x * rsqrt(mean(x * x, cols) + 1e-6) * (g as f32)
+            }
+        });
+        let d = vjp(&k, false, "d").unwrap();
+        let text = crate::cuda::text(&d.steps[0].kernel);
+        let long = &text[text.find("_long_rows(").expect("a long-row entry")..];
+        let at = |s: &str| long.find(s).unwrap_or_else(|| panic!("{s} in {long}"));
+        let (first, row_loop, wait) = (
+            at("p_x + fz_next + c * 4);"),
+            at("for (long long g = "),
+            at("fz_copy_wait();"),
+        );
+        assert!(first < row_loop && row_loop < wait, "{long}");
+        assert!(!long[row_loop..wait].contains("fz_copy_async"), "{long}");
+        // In the last pass: after the block reduction of the one before.
+        let copies = at("if (fz_more)");
+        assert!(long[wait..copies].contains("__shfl_xor_sync"), "{long}");
+        assert_eq!(long.matches("if (fz_more)").count(), 2, "{long}");
+        assert!(long[wait..].contains("const bool fz_more = g + clusters < groups;"));
+        assert!(
+            long.contains("fz_copy_async<sizeof(float)>(sc_x + (r - begin), p_x + fz_next + r);"),
+            "{long}"
+        );
+        let forward = crate::cuda::text(&k);
+        assert!(forward.contains("_long_rows("), "{forward}");
+        assert!(!forward.contains("fz_more"), "{forward}");
+    }
+
     /// A bias's gradient beside an elementwise one (G8's), whose rows need no value of the
     /// whole row: rows past a block's registers in chunks of them, a block a chunk of every
     /// row it takes, before the long rows in shared memory; RMSNorm's, which reduce their

@@ -73,7 +73,6 @@ static inline void fz_prefetch_l2(const void* from, long long bytes) {
   if (bytes <= 0) return; const unsigned char* p = (const unsigned char*)from;
   for (auto& [b, n] : g_buffers) if (p >= b && p + bytes <= b + n) return;
   fprintf(stderr, "emulate: prefetch of %lld bytes outside every buffer\n", bytes); std::abort(); }
-static inline void fz_opaque(unsigned int&) {}
 static inline unsigned int fz_cluster_size() { return g_cl->size; }
 static inline void fz_cluster_exit() { g_cl->all->arrive_and_wait(); }
 static inline void fz_exchange_init(unsigned long long*, unsigned long long* xs) {

@@ -63,9 +63,16 @@ impl Cuda<'_> {
         self.line("const long long clusters = (long long)(gridDim.x / blocks);");
         self.row_ahead(&cached);
         self.partials_in_shared = self.k.has_partials();
+        let peel = self.long_peel(plan, axis, &cached);
+        let ahead = self.copies_ahead(plan, &cached, peel);
+        if ahead {
+            self.open("if (blockIdx.x / blocks < groups)");
+            self.line("const long long fz_next = (long long)(blockIdx.x / blocks) * len;");
+            self.shared_load(&cached, None, "fz_next");
+            self.close();
+        }
         self.open("for (long long g = blockIdx.x / blocks; g < groups; g += clusters)");
         self.row_start(rows, axis, plan);
-        let peel = self.long_peel(plan, axis, &cached);
         if let Some(v) = peel {
             self.peel_bounds(v, &cached);
             // Where the length is no multiple of `v`, which thread takes which element of shared
@@ -74,10 +81,13 @@ impl Cuda<'_> {
             // element the next row's copy had overwritten).
             self.line(format!("if ((len & {}) != 0) __syncthreads();", v - 1));
         }
-        self.shared_load(&cached, peel);
+        if !ahead {
+            let s = self.shape_index(self.k.params[cached[0]].shape.as_ref().expect("a tensor"));
+            self.shared_load(&cached, peel, &format!("b{s}"));
+        }
         self.next_row_prefetch(&cached);
         self.line("fz_copy_wait();");
-        self.shared_passes(plan, axis, &cached, peel);
+        self.shared_passes(plan, axis, &cached, peel, ahead);
         self.close();
         if self.partials_in_shared {
             self.write_shared_parts();
@@ -167,19 +177,25 @@ impl Cuda<'_> {
     /// copies (four elements) when the length allows, else one element a copy; all in flight at
     /// once (`cp.async` on sm_80+) until `fz_copy_wait`. A `peel`ed part (`peel_bounds`) copies
     /// its vectors and then its elements before and after them, at every length.
-    fn shared_load(&mut self, cached: &[usize], peel: Option<u32>) {
+    fn shared_load(&mut self, cached: &[usize], peel: Option<u32>, row: &str) {
         if let Some(v) = peel {
             self.line("#pragma unroll 2");
             self.open(format!(
                 "for (int c = threadIdx.x; c < fz_nv; c += {BLOCK})"
             ));
-            self.copies(cached, v, &format!("c * {v}"), &format!("fz_h + c * {v}"));
+            self.copies(
+                cached,
+                v,
+                &format!("c * {v}"),
+                row,
+                &format!("fz_h + c * {v}"),
+            );
             self.close();
             self.open(format!(
                 "for (int k = threadIdx.x; k < fz_rest; k += {BLOCK})"
             ));
             self.peeled_position(v);
-            self.copies(cached, 1, &format!("fz_nv * {v} + k"), "r");
+            self.copies(cached, 1, &format!("fz_nv * {v} + k"), row, "r");
             self.close();
             return;
         }
@@ -196,6 +212,7 @@ impl Cuda<'_> {
                 cached,
                 v,
                 &format!("(c * {v} - begin)"),
+                row,
                 &format!("c * {v}"),
             );
             self.close();
@@ -206,25 +223,38 @@ impl Cuda<'_> {
         self.open(format!(
             "for (int r = begin + threadIdx.x; r < end; r += {BLOCK})"
         ));
-        self.copies(cached, 1, "(r - begin)", "r");
+        self.copies(cached, 1, "(r - begin)", row, "r");
         self.close();
         self.close();
     }
 
-    /// The copies of `v` elements of each cached tensor, from element `from` of this row to
-    /// `to` of its shared part.
-    fn copies(&mut self, cached: &[usize], v: u32, to: &str, from: &str) {
+    /// The copies of `v` elements of each cached tensor, from element `from` of the row that
+    /// starts at element `row` (every cached tensor is dense over the domain, the row's dim
+    /// last: `b<s>` of row `g` is `g * len`) to `to` of its shared part.
+    fn copies(&mut self, cached: &[usize], v: u32, to: &str, row: &str, from: &str) {
         for &p in cached {
             let (t, name) = self.param_text(p);
-            let s = self.shape_index(self.k.params[p].shape.as_ref().expect("a tensor"));
             let bytes = match v {
                 1 => format!("sizeof({t})"),
                 _ => format!("{v} * sizeof({t})"),
             };
             self.line(format!(
-                "fz_copy_async<{bytes}>(sc_{name} + {to}, p_{name} + b{s} + {from});"
+                "fz_copy_async<{bytes}>(sc_{name} + {to}, p_{name} + {row} + {from});"
             ));
         }
+    }
+
+    /// Whether each step of the last pass over a row copies this block's part of the next row
+    /// of its cluster into the slots the step has just read (`copies_next_row`), rather than
+    /// the next row being copied in after the passes: where the grid loops over rows (partial
+    /// sums over rows keep it resident), the copies are then in flight while the last pass and
+    /// its reductions run, not waited for at the next row's start. A thread copies into only
+    /// the slots it reads, as the copies before the passes do; a peeled part (no partial sums,
+    /// `long_peel`) and a last pass that stashes keep the copies before the passes.
+    fn copies_ahead(&self, plan: &Plan, cached: &[usize], peel: Option<u32>) -> bool {
+        let (_, stashes) = pass_stashes(self.k, plan, cached, false);
+        let last_stashes = stashes.last().is_none_or(|(_, stash)| stash.is_some());
+        self.partials_in_shared && peel.is_none() && !last_stashes
     }
 
     /// In a peeled part's loop over the elements around its vectors (`peel_bounds`), the row
@@ -259,7 +289,7 @@ impl Cuda<'_> {
         for &p in cached {
             let (_, name) = self.param_text(p);
             self.line(format!(
-                "fz_prefetch_part_l2(p_{name} + (g + fz_ahead) * len, len, blocks, rank);"
+                "fz_prefetch_part_l2(p_{name} + (g + fz_ahead) * len, begin, end);"
             ));
         }
         self.close();
@@ -267,19 +297,33 @@ impl Cuda<'_> {
 
     /// The passes over this block's part of the row, from shared memory: each pass's block
     /// reduction is combined across the cluster, and rank 0 writes the per-row outputs.
-    fn shared_passes(&mut self, plan: &Plan, axis: DimId, cached: &[usize], peel: Option<u32>) {
+    fn shared_passes(
+        &mut self,
+        plan: &Plan,
+        axis: DimId,
+        cached: &[usize],
+        peel: Option<u32>,
+        ahead: bool,
+    ) {
         let shapes = self.layout.shapes();
         let (_, stashes) = pass_stashes(self.k, plan, cached, false);
-        for (pass, (reuse, stash)) in plan.passes.iter().zip(stashes) {
+        let last = plan.passes.len().saturating_sub(1);
+        for (i, (pass, (reuse, stash))) in plan.passes.iter().zip(stashes).enumerate() {
             self.init_accumulators(&pass.reduces);
             (self.reuse, self.stash) = (reuse, stash);
             self.defers_division = !self.k.draws_random();
+            if ahead && i == last {
+                self.line("const bool fz_more = g + clusters < groups;");
+                self.line("const long long fz_next = (g + clusters) * len;");
+                self.copies_next_row = cached.to_vec();
+            }
             match peel {
                 Some(v) => self.peeled_vector_loop(pass, axis, cached, &shapes, v),
                 None => self.shared_vector_loop(pass, axis, cached, &shapes),
             }
             self.defers_division = false;
             self.shared_element_loop(pass, axis, cached, &shapes, peel);
+            self.copies_next_row.clear();
             (self.reuse, self.stash) = (None, None);
             self.block_reduce(&pass.reduces, false);
             self.cluster_reduce(&pass.reduces);
@@ -327,6 +371,7 @@ impl Cuda<'_> {
                 "for (int c = begin / {v} + threadIdx.x; c < end / {v}; c += {BLOCK})"
             ));
             self.shared_vector_step(pass, axis, cached, shapes, v, &format!("c - begin / {v}"));
+            self.copy_next_row(v, &format!("(c * {v} - begin)"), &format!("c * {v}"));
             self.close();
             self.close();
         }
@@ -429,8 +474,26 @@ impl Cuda<'_> {
             let (_, name) = self.param_text(cached[0]);
             self.line(format!("sc_{name}[q] = v{n};"));
         }
+        if peel.is_none() {
+            self.copy_next_row(1, "(r - begin)", "r");
+        }
         self.close();
         self.close();
+    }
+
+    /// In a step of the last pass over a row (`copies_ahead`), once the step has read its
+    /// slots: the copies of the same `v` elements of the cluster's next row into them, as
+    /// `shared_load` maps them (`to` in the part, `from` in the row, which starts at
+    /// `fz_next`).
+    fn copy_next_row(&mut self, v: u32, to: &str, from: &str) {
+        if self.copies_next_row.is_empty() {
+            return;
+        }
+        let cached = std::mem::take(&mut self.copies_next_row);
+        self.open("if (fz_more)");
+        self.copies(&cached, v, to, "fz_next", from);
+        self.close();
+        self.copies_next_row = cached;
     }
 
     /// The exchange's buffers and state, before the row loop: each block's slots for every
@@ -583,8 +646,6 @@ pub const HELPERS: &str = concat!(
     "    asm volatile(\"cp.async.wait_all;\" ::: \"memory\");\n",
     "#endif\n",
     "}\n",
-    // Hides `x`'s value from the compiler, so that what is computed from it is computed again.
-    "static __device__ __forceinline__ void fz_opaque(unsigned int& x) { asm volatile(\"\" : \"+r\"(x)); }\n",
     "#if __CUDA_ARCH__ >= 900\n",
     "static __device__ __forceinline__ unsigned int fz_cluster_size() { unsigned int r; asm(\"mov.u32 %0, %%cluster_nctarank;\" : \"=r\"(r)); return r; }\n",
     // The last barrier orders nothing (every slot read has been used): a relaxed arrival, so
@@ -650,14 +711,12 @@ pub const HELPERS: &str = concat!(
     "    end = len - begin < part ? (int)len : begin + part;\n",
     "    return part;\n",
     "}\n",
-    // An L2 prefetch of this block's part of the row at `row`. The part's bounds are computed
-    // again from values hidden from the compiler: holding the row loop's `begin` and `end`
-    // through the passes for it spilled registers (softmax_stats, cross_entropy on sm_90).
-    "template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, long long len, unsigned int blocks, unsigned int rank) {\n",
-    "    fz_opaque(blocks);\n",
-    "    fz_opaque(rank);\n",
-    "    int begin, end;\n",
-    "    fz_part(len, blocks, rank, begin, end);\n",
+    // An L2 prefetch of this block's part `[begin, end)` of the row at `row`; on sm_90 by thread
+    // 0 alone (`fz_prefetch_l2`'s bulk prefetch), so the other threads skip its arithmetic.
+    "template <typename T> static __device__ __forceinline__ void fz_prefetch_part_l2(const T* row, int begin, int end) {\n",
+    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n",
+    "    if (threadIdx.x != 0) return;\n",
+    "#endif\n",
     "    fz_prefetch_l2(row + begin, (end - begin) * (long long)sizeof(T));\n",
     "}\n",
 );
@@ -781,7 +840,7 @@ mod tests {
         // before they are waited for; `g` is along the row only, so it has no prefetch.
         let (copied, prefetched, waited) = (
             text.find("fz_copy_async<sizeof(unsigned char)>(sc_m"),
-            text.find("fz_prefetch_part_l2(p_m + (g + fz_ahead) * len, len, blocks, rank);"),
+            text.find("fz_prefetch_part_l2(p_m + (g + fz_ahead) * len, begin, end);"),
             text.find("fz_copy_wait();"),
         );
         assert!(
