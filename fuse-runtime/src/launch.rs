@@ -148,7 +148,7 @@ pub(crate) fn launch_entry(
             // Long rows take their own launch (clusters, dynamic shared memory), which needs
             // the function's attributes: the locked lookup, once per such call.
             let function = queue.cuda.function(kernel, || queue.capturing())?;
-            match crate::long_rows::prepare(queue.cuda.long_rows(), &function, geometry) {
+            match crate::long_rows::prepare(queue.cuda.long_rows(), &function, geometry, sums) {
                 Some(launch) => Launch::Long(function, launch),
                 None => return Ok(false),
             }

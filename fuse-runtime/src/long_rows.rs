@@ -141,15 +141,52 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
 /// (six blocks an SM) 88.7% of copy bandwidth, of 3 (five) 89.5%, of 2 (three) 87.8%; rows of
 /// 262144 in clusters of 16 (three an SM, 384 blocks) 75.0%, of 14 (three an SM, but a GPC's
 /// last SMs idle: 336 blocks) 76.7%, of 10 (two) 73.9%.
-fn choose(candidates: &[Shape], mut resident: impl FnMut(Shape) -> u32) -> Option<(Shape, u32)> {
+///
+/// A grid that loops over rows (`looping`: its clusters resident, summing their rows into
+/// partial sums) is chosen otherwise, by what its clusters keep in L2 and by fewer, larger
+/// parts. Each cluster holds its row and has asked L2 for its next one, so the rows its
+/// clusters hold (resident clusters times a row's bytes of the tensors it copies) are kept
+/// within two ninths of L2 where a split allows it; of those, the first that keeps two thirds
+/// of the most blocks. On an H100 (benches/NOTES.md items 140 and 141, GW's RMSNorm and
+/// LayerNorm backwards at 8192-32768 bf16 columns), RMSNorm's rows in clusters of 1 / 2 / 4
+/// at three blocks an SM (13 MB held) read 22% more from memory than the rows' bytes (at 8192
+/// columns), and ran 4-12% slower than in clusters of 2 / 3 / 5 (6.5-9.7 MB); LayerNorm's,
+/// whose three passes and two exchanges a row bound it by instructions, ran 3-8% faster in
+/// clusters of 1 / 2 / 4 at two blocks an SM (8.7 MB) than of 2 / 3 / 6 at three.
+fn choose(
+    candidates: &[Shape],
+    mut resident: impl FnMut(Shape) -> u32,
+    looping: Option<Looping>,
+) -> Option<(Shape, u32)> {
     let blocks = |(s, c): (Shape, u32)| u64::from(c) * u64::from(s.cluster);
     let running: Vec<(Shape, u32)> = candidates
         .iter()
         .map(|&shape| (shape, resident(shape)))
         .filter(|&(_, clusters)| clusters > 0)
         .collect();
-    let most = running.iter().map(|&r| blocks(r)).max()?;
-    running.into_iter().find(|&r| blocks(r) * 4 >= most * 3)
+    let Some(looping) = looping else {
+        let most = running.iter().map(|&r| blocks(r)).max()?;
+        return running.into_iter().find(|&r| blocks(r) * 4 >= most * 3);
+    };
+    let held = |(_, c): (Shape, u32)| u64::from(c).saturating_mul(looping.row_bytes);
+    let fits = |r: &(Shape, u32)| held(*r).saturating_mul(9) <= looping.l2.saturating_mul(2);
+    let within: Vec<(Shape, u32)> = running.iter().copied().filter(fits).collect();
+    let pool = match within.is_empty() || looping.l2 == 0 {
+        true => running,
+        false => within,
+    };
+    let most = pool.iter().map(|&r| blocks(r)).max()?;
+    pool.into_iter().find(|&r| blocks(r) * 3 >= most * 2)
+}
+
+/// What [`choose`] weighs for a grid that loops over rows.
+#[derive(Clone, Copy, Debug)]
+struct Looping {
+    /// A row's bytes of the tensors each cluster copies (its length times their bytes an
+    /// element: the shared memory an element takes, less its partial sums').
+    row_bytes: u64,
+    /// The device's L2 in bytes; 0 when the driver will not say.
+    l2: u64,
 }
 
 /// The shared memory of one device, read once.
@@ -159,6 +196,8 @@ struct DeviceLimits {
     per_block_optin: u64,
     reserved_per_block: u64,
     clusters: bool,
+    /// L2's bytes; 0 when the driver will not say.
+    l2: u64,
 }
 
 /// One kernel's settings on one device.
@@ -207,7 +246,12 @@ impl Gpu<'_> {
 
 /// The launch of `function`, a row kernel's long-row entry, for `geometry`, when the rows, the
 /// kernel and the device allow it; `None` where the rows should take the next entry.
-pub(crate) fn prepare(gpu: Gpu, function: &CudaFunction, geometry: Geometry) -> Option<LongLaunch> {
+pub(crate) fn prepare(
+    gpu: Gpu,
+    function: &CudaFunction,
+    geometry: Geometry,
+    sums: u32,
+) -> Option<LongLaunch> {
     let Geometry::Rows {
         groups,
         row_len,
@@ -221,7 +265,9 @@ pub(crate) fn prepare(gpu: Gpu, function: &CudaFunction, geometry: Geometry) -> 
     if !taken(geometry) {
         return None;
     }
-    let (shape, resident) = gpu.state.prepare(gpu, function, row_len, cache_bytes)?;
+    let (shape, resident) = gpu
+        .state
+        .prepare(gpu, function, row_len, cache_bytes, sums)?;
     // Clusters that each sum their rows into a row of partial sums stay resident, as many as
     // run at once: a wave more would write as many rows of partials again.
     let waves = match blocks_per_sm {
@@ -292,12 +338,15 @@ pub(crate) fn taken(geometry: Geometry) -> bool {
 impl LongRows {
     /// The shape for rows of `row_len`, with the kernel's attributes set for it, and how many
     /// clusters of it the device runs at once; `None` when the rows should stream instead.
+    /// A kernel with partial sums over rows (`sums` bytes an element, of the `cache_bytes` an
+    /// element takes in shared memory) loops over rows in resident clusters (`Looping`).
     fn prepare(
         &self,
         gpu: Gpu,
         function: &CudaFunction,
         row_len: u64,
         cache_bytes: u32,
+        sums: u32,
     ) -> Option<(Shape, u32)> {
         gpu.bind().ok()?;
         let device = (*self.device.get_or_init(|| DeviceLimits::read(gpu.ctx)))?;
@@ -310,7 +359,12 @@ impl LongRows {
             return split;
         }
         let candidates = candidates(row_len, cache_bytes, entry.limits);
-        let split = choose(&candidates, |shape| entry.resident(gpu, function, shape));
+        let looping = (sums > 0).then(|| Looping {
+            row_bytes: row_len.saturating_mul(u64::from(cache_bytes.saturating_sub(sums))),
+            l2: device.l2,
+        });
+        let resident = |shape| entry.resident(gpu, function, shape);
+        let split = choose(&candidates, resident, looping);
         entry.splits.insert((row_len, cache_bytes), split);
         split
     }
@@ -336,6 +390,7 @@ impl DeviceLimits {
             reserved_per_block: get(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)
                 .unwrap_or(0),
             clusters: get(CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH).unwrap_or(0) != 0,
+            l2: get(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE).unwrap_or(0),
         })
     }
 }
@@ -530,6 +585,7 @@ mod tests {
             per_block_optin: 232_448,
             reserved_per_block: 1024,
             clusters: true,
+            l2: H100_L2,
         };
         Limits {
             per_block: 232_448 - 352,
@@ -554,7 +610,53 @@ mod tests {
 
     /// The cluster size chosen for rows of `len` floats.
     fn cluster(len: u64, limits: Limits, resident: impl Fn(Shape) -> u32) -> Option<u32> {
-        choose(&candidates(len, 4, limits), resident).map(|(shape, _)| shape.cluster)
+        choose(&candidates(len, 4, limits), resident, None).map(|(shape, _)| shape.cluster)
+    }
+
+    /// An H100's (and an H200's) L2: 50 MiB.
+    const H100_L2: u64 = 50 << 20;
+
+    /// The cluster size and resident blocks chosen for rows of `len` elements of a kernel with
+    /// partial sums over rows (a grid that loops over rows), `cache_bytes` an element of which
+    /// `sums` are the sums', registers allowing `most` blocks an SM.
+    fn looping(len: u64, cache_bytes: u32, sums: u32, most: u32) -> Option<(u32, u32)> {
+        let looping = Looping {
+            row_bytes: len * u64::from(cache_bytes - sums),
+            l2: H100_L2,
+        };
+        let resident = h200(most);
+        choose(
+            &candidates(len, cache_bytes, hopper(None)),
+            &resident,
+            Some(looping),
+        )
+        .map(|(shape, clusters)| (shape.cluster, clusters * shape.cluster))
+    }
+
+    #[test]
+    fn a_looping_grid_keeps_its_rows_within_l2_and_takes_fewer_larger_parts() {
+        // RMSNorm's backward in bf16 (x and dy, one f32 sum: 8 bytes an element; 72
+        // registers, three blocks an SM): clusters of 1 / 2 / 4 at three an SM would hold
+        // 13 MB of rows, so 2 / 3 / 5 (the fastest measured, benches/NOTES.md item 141), at
+        // three an SM (clusters of 5: 370 blocks, a GPC's last SMs short of a cluster).
+        assert_eq!(looping(8192, 8, 4, 3), Some((2, 396)));
+        assert_eq!(looping(16384, 8, 4, 3), Some((3, 396)));
+        assert_eq!(looping(32768, 8, 4, 3), Some((5, 370)));
+        // LayerNorm's (two f32 sums: 12 bytes; 80 registers): clusters of 1 / 2 / 4 at two
+        // blocks an SM, two thirds of the most, not 2 / 3 / 6 at three.
+        assert_eq!(looping(8192, 12, 8, 3), Some((1, 264)));
+        assert_eq!(looping(16384, 12, 8, 3), Some((2, 264)));
+        assert_eq!(looping(32768, 12, 8, 3), Some((4, 264)));
+        // Where no split keeps the rows within L2 (rows of 400000: 8 clusters of 14 to 16
+        // hold 12.8 MB), the same rule over every split: the fewer blocks a row.
+        let whole = Looping {
+            row_bytes: 400_000 * 4,
+            l2: H100_L2,
+        };
+        let candidates = candidates(400_000, 8, hopper(None));
+        let chosen = choose(&candidates, h200(3), Some(whole)).map(|(s, _)| s.cluster);
+        assert_eq!(chosen, Some(14));
+        assert_eq!(choose(&candidates, |_| 0, Some(whole)), None);
     }
 
     #[test]

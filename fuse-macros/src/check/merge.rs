@@ -278,6 +278,22 @@ mod tests {
     use crate::testing::{errors, kernel};
     use quote::quote;
 
+    /// The one view of parameter 1 (`y`) over `shape`.
+    fn view_of_y<'k>(k: &'k crate::ir::Kernel, shape: &[usize]) -> &'k crate::ir::View {
+        let views: Vec<_> = k
+            .nodes
+            .iter()
+            .filter_map(|n| match &n.op {
+                crate::ir::Op::View(1, v) if n.shape == shape => Some(&**v),
+                _ => None,
+            })
+            .collect();
+        let [view] = views.as_slice() else {
+            panic!("one view of `y` over {shape:?}: {views:?}");
+        };
+        view
+    }
+
     /// A permuted view over the parts (`y: [s, c, a]` read as `[a, c, s]`) reads each part
     /// through its coordinate, with the part's stride in `y`'s own layout.
     #[test]
@@ -290,17 +306,7 @@ mod tests {
         let (a, c) = (0, 1);
         let m = k.params[0].shape.as_ref().unwrap()[1];
         // The view read (`[a, (c, s)]`); `y`'s own load, unused, is another.
-        let views: Vec<_> = k
-            .nodes
-            .iter()
-            .filter_map(|n| match &n.op {
-                crate::ir::Op::View(1, v) if n.shape == [a, m] => Some(&**v),
-                _ => None,
-            })
-            .collect();
-        let [view] = views.as_slice() else {
-            panic!("one view of `y` over `[a, (c, s)]`: {views:?}");
-        };
+        let view = view_of_y(&k, &[a, m]);
         assert_eq!(view.strides, vec![vec![(1, vec![])], vec![]]);
         let strides: Vec<_> = view.gathers.iter().map(|g| g.stride.clone()).collect();
         assert_eq!(strides, [vec![(1, vec![a])], vec![(1, vec![c, a])]]);
@@ -320,17 +326,7 @@ mod tests {
         let a = 0;
         let m = k.params[0].shape.as_ref().unwrap()[1];
         assert_eq!(k.params[1].shape.as_deref(), Some(&[m, a][..]));
-        let views: Vec<_> = k
-            .nodes
-            .iter()
-            .filter_map(|n| match &n.op {
-                crate::ir::Op::View(1, v) if n.shape == [a, m] => Some(&**v),
-                _ => None,
-            })
-            .collect();
-        let [view] = views.as_slice() else {
-            panic!("one view of `y` over `[a, (c, s)]`: {views:?}");
-        };
+        let view = view_of_y(&k, &[a, m]);
         assert!(view.gathers.is_empty(), "{view:?}");
         assert_eq!(view.strides, vec![vec![(1, vec![])], vec![(1, vec![a])]]);
     }
