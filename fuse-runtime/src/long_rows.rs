@@ -8,6 +8,8 @@
 //!
 //! Rows are split over the fewest blocks a row that keep at least three quarters of the most
 //! blocks resident, as the driver counts them ([`choose`]), and the grid holds a cluster per row.
+//! A kernel with sums over rows keeps as many clusters as run at once, each looping over rows,
+//! and splits them by the rows those clusters hold in L2, then fewer, larger parts.
 //! `FUSE_LONG_ROWS_WAVES` can make it hold only as many clusters as the device runs at once,
 //! each taking every so many rows and asking L2 for its next row while it works on this one
 //! ([`waves`]); that lost on an H200 once the blocks were lean.
