@@ -1051,6 +1051,19 @@ mod tests {
             .collect()
     }
 
+    /// RMSNorm in f32 with a bf16 weight, and its `vjp` (its first step is the launch over
+    /// rows with `dg`'s partial sums).
+    fn rmsnorm_vjp() -> (Kernel, Derived) {
+        let k = kernel(quote! {
+            #[vjp(x, g)]
+            fn rmsnorm(x: [f32; rows, cols], g: [bf16; cols]) -> [f32; rows, cols] {
+                x * rsqrt(mean(x * x, cols) + 1e-6) * (g as f32)
+            }
+        });
+        let d = vjp(&k, false, "d").unwrap();
+        (k, d)
+    }
+
     /// RMSNorm's launch over rows with `dg`'s partial sums: its rows in registers (a block's
     /// segments sum theirs once), long rows in clusters (each block's part of the sums in
     /// shared memory beside its part of the row: `x` and `dy`, then the sums, in the bytes an
@@ -1059,13 +1072,7 @@ mod tests {
     #[test]
     fn partial_sums_keep_the_cached_and_long_rows() {
         use crate::plan::program::{program, Grid, Path};
-        let k = kernel(quote! {
-            #[vjp(x, g)]
-            fn rmsnorm(x: [f32; rows, cols], g: [bf16; cols]) -> [f32; rows, cols] {
-                x * rsqrt(mean(x * x, cols) + 1e-6) * (g as f32)
-            }
-        });
-        let d = vjp(&k, false, "d").unwrap();
+        let (_, d) = rmsnorm_vjp();
         let rows = &d.steps[0].kernel;
         assert!(rows.has_partials());
         let entries = program(rows).entries;
@@ -1129,13 +1136,7 @@ mod tests {
     /// long rows (a cluster a row) copy theirs at the row's start.
     #[test]
     fn long_rows_with_partial_sums_copy_the_next_row_in_their_last_pass() {
-        let k = kernel(quote! {
-            #[vjp(x, g)]
-            fn rmsnorm(x: [f32; rows, cols], g: [bf16; cols]) -> [f32; rows, cols] {
-                x * rsqrt(mean(x * x, cols) + 1e-6) * (g as f32)
-            }
-        });
-        let d = vjp(&k, false, "d").unwrap();
+        let (k, d) = rmsnorm_vjp();
         let text = crate::cuda::text(&d.steps[0].kernel);
         let long = &text[text.find("_long_rows(").expect("a long-row entry")..];
         let at = |s: &str| long.find(s).unwrap_or_else(|| panic!("{s} in {long}"));
