@@ -1129,14 +1129,23 @@ mod tests {
         assert!(long.contains("fz_copy_async<8 * sizeof(unsigned short)>"));
     }
 
-    /// Its long rows (a grid that loops over rows, the partial sums keeping it resident) copy
-    /// the first row before the row loop, and each later row in the steps of the pass before:
-    /// once a step has read its slots, the cluster's next row into them (vectors of four and
-    /// single elements of f32), none between a row's start and its wait. A forward launch's
-    /// long rows (a cluster a row) copy theirs at the row's start.
+    /// LayerNorm's long rows (a grid that loops over rows, the partial sums keeping it
+    /// resident; three passes a row) copy the first row before the row loop, and each later row
+    /// in the steps of the last pass: once a step has read its slots, the cluster's next row
+    /// into them (vectors of four and single elements of f32), none between a row's start and
+    /// its wait. RMSNorm's (two passes: the prefetch of the next row, asked at the row's start,
+    /// would have one pass to arrive) and a forward launch's long rows (a cluster a row) copy
+    /// theirs at the row's start.
     #[test]
     fn long_rows_with_partial_sums_copy_the_next_row_in_their_last_pass() {
-        let (k, d) = rmsnorm_vjp();
+        let k = kernel(quote! {
+            #[vjp(x, g, b)]
+            fn layernorm(x: [f32; rows, cols], g: [bf16; cols], b: [f32; cols]) -> [f32; rows, cols] {
+                let d = x - mean(x, cols);
+                d * rsqrt(mean(d * d, cols) + 1e-5) * (g as f32) + b
+            }
+        });
+        let d = vjp(&k, false, "d").unwrap();
         let text = crate::cuda::text(&d.steps[0].kernel);
         let long = &text[text.find("_long_rows(").expect("a long-row entry")..];
         let at = |s: &str| long.find(s).unwrap_or_else(|| panic!("{s} in {long}"));
@@ -1147,9 +1156,12 @@ mod tests {
         );
         assert!(first < row_loop && row_loop < wait, "{long}");
         assert!(!long[row_loop..wait].contains("fz_copy_async"), "{long}");
-        // In the last pass: after the block reduction of the one before.
+        // In the last pass: after the block reductions of the two before.
         let copies = at("if (fz_more)");
-        assert!(long[wait..copies].contains("__shfl_xor_sync"), "{long}");
+        assert!(
+            long[wait..copies].matches("__syncthreads()").count() >= 2,
+            "{long}"
+        );
         assert_eq!(long.matches("if (fz_more)").count(), 2, "{long}");
         assert!(long[wait..].contains("const bool fz_more = g + clusters < groups;"));
         assert!(
@@ -1159,6 +1171,16 @@ mod tests {
         let forward = crate::cuda::text(&k);
         assert!(forward.contains("_long_rows("), "{forward}");
         assert!(!forward.contains("fz_more"), "{forward}");
+        let (_, d) = rmsnorm_vjp();
+        let text = crate::cuda::text(&d.steps[0].kernel);
+        let long = &text[text.find("_long_rows(").expect("a long-row entry")..];
+        assert!(!long.contains("fz_more"), "{long}");
+        let (row_loop, copy, wait) = (
+            long.find("for (long long g = ").expect("the row loop"),
+            long.find("fz_copy_async").expect("a copy"),
+            long.find("fz_copy_wait();").expect("a wait"),
+        );
+        assert!(row_loop < copy && copy < wait, "{long}");
     }
 
     /// A bias's gradient beside an elementwise one (G8's), whose rows need no value of the

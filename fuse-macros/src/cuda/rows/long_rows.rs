@@ -251,10 +251,17 @@ impl Cuda<'_> {
     /// its reductions run, not waited for at the next row's start. A thread copies into only
     /// the slots it reads, as the copies before the passes do; a peeled part (no partial sums,
     /// `long_peel`) and a last pass that stashes keep the copies before the passes.
+    ///
+    /// Only where two passes or more come before the last: the next row's L2 prefetch, asked
+    /// at this row's start (`next_row_prefetch`), then has them to arrive before its copies
+    /// read it. After one pass, the copies mostly wait on memory beside the last pass's
+    /// writes: on an H100, RMSNorm's backward (two passes) at 16384 and 32768 columns ran 3
+    /// and 7% slower with the copies in its last pass, LayerNorm's (three) 4-9% faster; both
+    /// 3-20% slower without the prefetch (benches/NOTES.md item 142).
     fn copies_ahead(&self, plan: &Plan, cached: &[usize], peel: Option<u32>) -> bool {
         let (_, stashes) = pass_stashes(self.k, plan, cached, false);
         let last_stashes = stashes.last().is_none_or(|(_, stash)| stash.is_some());
-        self.partials_in_shared && peel.is_none() && !last_stashes
+        self.partials_in_shared && peel.is_none() && !last_stashes && plan.passes.len() >= 3
     }
 
     /// In a peeled part's loop over the elements around its vectors (`peel_bounds`), the row
