@@ -94,11 +94,11 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
         _ => (&[][..], None),
     };
-    let whole = whole_params(k);
-    let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
-    if narrow && light_partials(k, plan, &whole) {
+    if light_partials(k, plan) {
         return MIN_BLOCKS + 1;
     }
+    let whole = whole_params(k);
+    let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
     let cached = axis.is_some() && domain.last() == axis.as_ref() && plan.passes.len() >= 2;
     if !(cached && narrow && reduces <= 3) {
         return MIN_BLOCKS;
@@ -133,19 +133,21 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 }
 
 /// Whether a row kernel's rows need no value of a whole row (one pass, no reduction along
-/// it) beside partial sums over rows, and what a thread holds across its rows
-/// ([`held_registers`]: its step's elements of the `whole` tensors and its sums) is at most
-/// 2 x [`CACHE`] registers: an elementwise gradient beside a bias's (G8's `dx` and `dbias`).
+/// it) beside partial sums over rows, its tensors over the whole domain of at most 32 bits,
+/// and what a thread holds across its rows ([`held_registers`]: its step's elements of those
+/// tensors and its sums) is at most 2 x [`CACHE`] registers: an elementwise gradient beside a bias's (G8's `dx` and `dbias`).
 /// Such a kernel takes three blocks an SM (85 registers), Philox's rounds and a math
 /// routine's slow path included: at two, ptxas gave G8's row-a-block loop 119 registers for
 /// 16 warps an SM, its 68 instructions an element issued at 0.73 a cycle a scheduler (Nsight
 /// Compute, benches/NOTES.md item 138); at three, 80 and no spill, the same instructions.
 /// Not its chunks of rows nor its long rows ([`split_min_blocks`]).
-fn light_partials(k: &Kernel, plan: &Plan, whole: &[usize]) -> bool {
+fn light_partials(k: &Kernel, plan: &Plan) -> bool {
+    let whole = whole_params(k);
     plan.passes.len() == 1
         && plan.reducing_passes() == 0
         && k.has_partials()
-        && held_registers(k, whole) <= CACHE * 2
+        && whole.iter().all(|&p| k.params[p].elem.bits() <= 32)
+        && held_registers(k, &whole) <= CACHE * 2
 }
 
 /// The `__launch_bounds__` minimum of blocks per SM of the entries that split a row over
@@ -155,7 +157,7 @@ fn light_partials(k: &Kernel, plan: &Plan, whole: &[usize]) -> bool {
 /// next part's position beside the step: on sm_90 at three, G8's chunks spilled 4 bytes, and
 /// the long rows of its `value_and_vjp` (`y` beside `dx`) 8.
 pub(crate) fn split_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
-    match light_partials(k, plan, &whole_params(k)) {
+    match light_partials(k, plan) {
         true => blocks.min(MIN_BLOCKS),
         false => blocks,
     }
