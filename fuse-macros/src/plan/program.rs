@@ -581,8 +581,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
             // `CACHE * BLOCK` long have an entry of their own, whose chunks are all that long,
             // without bounds tests (as `RowBlockExact`'s rows).
             if chunks_rows(k, plan) && fit {
-                let blocks = tuning::register_min_blocks(k, plan);
-                let bound = Some(tuning::split_min_blocks(k, plan, blocks));
+                let bound = Some(tuning::register_min_blocks(k, plan));
                 let max_len = u64::from(MAX_CHUNKS) * register_row;
                 let mut exact = entry(
                     Path::RowChunks,
@@ -607,7 +606,7 @@ fn entries(k: &Kernel, plan: &Plan) -> Vec<Entry> {
                 };
                 entries.push(entry(
                     Path::LongRows,
-                    bound.map(|b| tuning::split_min_blocks(k, plan, b)),
+                    bound,
                     Grid::LongRows {
                         cache_bytes,
                         sums: 0,

@@ -66,9 +66,6 @@ pub(crate) fn stream_min_blocks(k: &Kernel, plan: &Plan) -> u32 {
 ///   60-80 bytes at three on sm_90, and G2's pair from saved statistics ran 78 -> 66%; G1's
 ///   `value_and_vjp` (`y` beside `dx`) spilled 32 bytes.
 ///
-/// Rows that need no value of a whole row, with partial sums over rows and little held across
-/// rows ([`light_partials`]): three (85), random draws or not.
-///
 /// Other row kernels, and those that draw random numbers: [`MIN_BLOCKS`]; one (255) for a
 /// kernel of [`WIDE_SLOTS`] `f64` reduction slots or more beside [`WIDE_ROUTINES`] `f64` math
 /// routines or more, whose accumulators stay live through the routines' slow paths: random
@@ -94,10 +91,11 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         Launch::Rows { domain, axis } => (domain.as_slice(), Some(*axis)),
         _ => (&[][..], None),
     };
-    if light_partials(k, plan) {
-        return MIN_BLOCKS + 1;
-    }
-    let whole = whole_params(k);
+    let whole: Vec<usize> = k
+        .tensor_params()
+        .filter(|(_, _, s)| s.as_slice() == domain)
+        .map(|(i, _, _)| i)
+        .collect();
     let narrow = whole.iter().all(|&p| k.params[p].elem.bits() <= 32);
     let cached = axis.is_some() && domain.last() == axis.as_ref() && plan.passes.len() >= 2;
     if !(cached && narrow && reduces <= 3) {
@@ -130,50 +128,6 @@ pub(crate) fn min_blocks(k: &Kernel, plan: &Plan) -> u32 {
         }
         (false, _, _) => MIN_BLOCKS,
     }
-}
-
-/// Whether a row kernel's rows need no value of a whole row (one pass, no reduction along
-/// it) beside partial sums over rows, its tensors over the whole domain of at most 32 bits,
-/// and what a thread holds across its rows ([`held_registers`]: its step's elements of those
-/// tensors and its sums) is at most 2 x [`CACHE`] registers: an elementwise gradient beside a bias's (G8's `dx` and `dbias`).
-/// Such a kernel takes three blocks an SM (85 registers), Philox's rounds and a math
-/// routine's slow path included: at two, ptxas gave G8's row-a-block loop 119 registers for
-/// 16 warps an SM, its 68 instructions an element issued at 0.73 a cycle a scheduler (Nsight
-/// Compute, benches/NOTES.md item 138); at three, 80 and no spill, the same instructions.
-/// Not its chunks of rows nor its long rows ([`split_min_blocks`]).
-fn light_partials(k: &Kernel, plan: &Plan) -> bool {
-    let whole = whole_params(k);
-    plan.passes.len() == 1
-        && plan.reducing_passes() == 0
-        && k.has_partials()
-        && whole.iter().all(|&p| k.params[p].elem.bits() <= 32)
-        && held_registers(k, &whole) <= CACHE * 2
-}
-
-/// The `__launch_bounds__` minimum of blocks per SM of the entries that split a row over
-/// blocks, its chunks (`plan::rows::chunks_rows`) or its long rows over a cluster: `blocks`
-/// (the entry's bound by [`register_min_blocks`] or [`min_blocks`]), but at most
-/// [`MIN_BLOCKS`] for a kernel of [`light_partials`], whose loops keep a part's bounds and the
-/// next part's position beside the step: on sm_90 at three, G8's chunks spilled 4 bytes, and
-/// the long rows of its `value_and_vjp` (`y` beside `dx`) 8.
-pub(crate) fn split_min_blocks(k: &Kernel, plan: &Plan, blocks: u32) -> u32 {
-    match light_partials(k, plan) {
-        true => blocks.min(MIN_BLOCKS),
-        false => blocks,
-    }
-}
-
-/// A row kernel's tensor parameters over its whole domain (the rows it keeps on chip); none
-/// for other launches.
-fn whole_params(k: &Kernel) -> Vec<usize> {
-    let domain = match &k.launch {
-        Launch::Rows { domain, .. } => domain.as_slice(),
-        _ => &[],
-    };
-    k.tensor_params()
-        .filter(|(_, _, s)| s.as_slice() == domain)
-        .map(|(i, _, _)| i)
-        .collect()
 }
 
 /// The kernel's reductions.
@@ -795,50 +749,6 @@ mod tests {
             bound(f32_rmsnorm, false),
         );
         assert_eq!(found, (3, 2, 2, 2));
-    }
-
-    /// G8's backward (bias, GELU and dropout in bf16: one pass, `dbias`'s partial sums, 32
-    /// registers held across its rows) takes three blocks an SM on its rows in registers,
-    /// Philox's draws and `erff` notwithstanding, and two on its chunks and long rows; DyT's
-    /// (two outputs' sums beside `alpha`'s total, 48 held) keeps two everywhere.
-    #[test]
-    fn one_pass_rows_with_few_partial_sums_take_three_blocks() {
-        use crate::plan::program::{program, Path};
-        let bounds = |tokens| {
-            let k = kernel(tokens);
-            let d = crate::grad::vjp(&k, false, "d").unwrap();
-            let entries = program(&d.steps[0].kernel).entries;
-            let of = |path| {
-                let mut b: Vec<_> = entries
-                    .iter()
-                    .filter(|e| e.path == path)
-                    .map(|e| e.min_blocks)
-                    .collect();
-                b.dedup();
-                b
-            };
-            (
-                of(Path::RowBlockExact),
-                of(Path::RowsCached),
-                of(Path::LongRows),
-                of(Path::RowChunks),
-            )
-        };
-        let g8 = bounds(quote! {
-            #[vjp(x, bias)]
-            fn g(x: [bf16; t, h], bias: [bf16; h], seed: u64) -> [bf16; t, h] {
-                dropout(gelu(x + bias), 0.1, seed)
-            }
-        });
-        let (three, two) = (vec![Some(3)], vec![Some(2)]);
-        assert_eq!(g8, (three.clone(), three, two.clone(), two.clone()));
-        let dyt = bounds(quote! {
-            #[vjp(x, alpha, g, b)]
-            fn d(x: [bf16; t, h], alpha: f32, g: [bf16; h], b: [bf16; h]) -> [bf16; t, h] {
-                ((alpha * (x as f32)).tanh() as bf16) * g + b
-            }
-        });
-        assert_eq!(dyt, (two.clone(), two.clone(), two.clone(), two));
     }
 
     /// An elementwise kernel is bounded only where it has `f64` values and routines on narrower
