@@ -1,0 +1,105 @@
+"""NOTES.md item 143: `python3 benches/micro/g8_rows.py DUMP` on the GPU machine times G8's
+backward (`d0_exact_rows` of `g8_bias_gelu_dropout`: dx of bias + GELU + dropout, the mask drawn
+again, beside dbias's partial sums; DUMP is that entry's CUDA C as `FUSE_DUMP_DIR` writes it,
+see `v2_rows.py`) and variants made from its text, with CuPy and CUDA events, on the
+benchmark's 16384 x 4096 bf16 rows, at the grid of resident blocks the runtime gives it
+(`Grid::Parts`: its blocks an SM times the SMs):
+- `base2`, `base3`: `__launch_bounds__(256, 2)` (fuse's) and `(256, 3)` (reverted in item 143);
+- `pf2`, `pf3`: each block asks L2 for its next row of `x` and `dy` (`fz_prefetch_l2`);
+- `ldg2`: `x` and `dy` loaded by `ld.global` where ptxas made them `ld.global.nc`.
+Every variant computes the same values (the outputs are compared with `base2`'s)."""
+import re
+import sys
+
+import cupy as cp
+import numpy as np
+
+T, H = 16384, 4096
+dump = open(sys.argv[1]).read()
+name = re.search(r"__launch_bounds__\(256, (\d)\) (\w+)\(", dump)
+entry = name.group(2)
+prefetch = r'''#ifdef __CUDA_ARCH__
+static __device__ __forceinline__ void fz_prefetch_l2(const void* from, long long bytes) {
+    const unsigned long long start = (unsigned long long)__cvta_generic_to_global(from);
+    const unsigned long long first = (start + 15) & ~15ull, last = (start + bytes) & ~15ull;
+    if (threadIdx.x == 0 && last > first) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(first), "r"((unsigned int)(last - first)));
+}
+#endif
+static __device__ __forceinline__ fz_vec<unsigned short, 4> ld_plain4(const fz_vec<unsigned short, 4>* p) {
+    union { fz_vec<unsigned short, 4> v; unsigned int w[2]; } u;
+    asm("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "l"(p));
+    return u.v;
+}
+'''
+anchor = '''        #pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int c = lane + q * width;
+            {
+                fz_vec<float, 4> s0;'''
+ask = '''        if (g0 + gridDim.x < groups) {
+            fz_prefetch_l2(p_x + b0 + (long long)gridDim.x * len, len * (long long)sizeof(unsigned short));
+            fz_prefetch_l2(p_d_out + b0 + (long long)gridDim.x * len, len * (long long)sizeof(unsigned short));
+        }
+'''
+
+
+def variant(tag, blocks, ask_l2=False, plain=False):
+    s = dump.replace(name.group(0), f"__launch_bounds__(256, {blocks}) g8_{tag}(")
+    k = s.index('extern "C"')
+    s = s[:k] + prefetch + s[k:]
+    if ask_l2:
+        assert s.count(anchor) == 1
+        s = s.replace(anchor, ask + anchor)
+    if plain:
+        for t in ["p_x", "p_d_out"]:
+            load = f"fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>({t} + b0) + c)"
+            assert s.count(load) == 1, t
+            s = s.replace(load, load.replace("fz_ld_keep", "ld_plain4"))
+    return s
+
+
+rng = cp.random.default_rng(8)
+
+
+def bf16(a):
+    return (a.astype(cp.float32).view(cp.uint32) >> 16).astype(cp.uint16)
+
+
+x = bf16(rng.standard_normal((T, H), dtype=cp.float32))
+bias = bf16(0.1 * rng.standard_normal(H, dtype=cp.float32))
+dy = bf16(rng.standard_normal((T, H), dtype=cp.float32))
+sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+keys = [np.uint64(0x9E3779B97F4A7C15 * i % (1 << 64)) for i in range(1, 10)]
+nbytes = 6 * T * H
+
+
+def timed(f, grid, reps=50):
+    dx, db = cp.empty((T, H), cp.uint16), cp.empty(H, cp.uint16)
+    scratch = cp.zeros(grid * H // 2 + 8, cp.uint64)
+    counter = cp.zeros(2, cp.uint32)
+    args = (x, bias, dy, dx, db, np.uint64(0x5EED), np.int64(T), np.int64(H), *keys, scratch,
+            counter)
+    for _ in range(5):
+        f((grid,), (256,), args)
+    runs = []
+    for _ in range(5):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record()
+        for _ in range(reps):
+            f((grid,), (256,), args)
+        b.record()
+        b.synchronize()
+        runs.append(cp.cuda.get_elapsed_time(a, b) / reps * 1000)
+    return min(runs), sorted(runs)[2], dx, db
+
+
+ref = None
+cases = [("base2", 2, False, False), ("base3", 3, False, False), ("pf2", 2, True, False),
+         ("pf3", 3, True, False), ("ldg2", 2, False, True)]
+for tag, blocks, ask_l2, plain in cases:
+    mod = cp.RawModule(code=variant(tag, blocks, ask_l2, plain), options=("--std=c++17",))
+    t = timed(mod.get_function(f"g8_{tag}"), blocks * sms)
+    ref = ref or t
+    unlike = int((t[2] != ref[2]).sum()) + int((t[3] != ref[3]).sum())
+    print(f"{tag:6s} grid {blocks * sms:4d}: {t[0]:.1f} us (median {t[1]:.1f}), "
+          f"{nbytes / t[0] / 1e3:.0f} GB/s, outputs unlike base2's: {unlike}")
