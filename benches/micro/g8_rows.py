@@ -13,6 +13,7 @@ import sys
 
 import cupy as cp
 import numpy as np
+from event_times import event_times
 
 T, H = 16384, 4096
 dump = open(sys.argv[1]).read()
@@ -73,24 +74,14 @@ keys = [np.uint64(0x9E3779B97F4A7C15 * i % (1 << 64)) for i in range(1, 10)]
 nbytes = 6 * T * H
 
 
-def timed(f, grid, reps=50):
+def timed(f, grid):
     dx, db = cp.empty((T, H), cp.uint16), cp.empty(H, cp.uint16)
     scratch = cp.zeros(grid * H // 2 + 8, cp.uint64)
     counter = cp.zeros(2, cp.uint32)
     args = (x, bias, dy, dx, db, np.uint64(0x5EED), np.int64(T), np.int64(H), *keys, scratch,
             counter)
-    for _ in range(5):
-        f((grid,), (256,), args)
-    runs = []
-    for _ in range(5):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(reps):
-            f((grid,), (256,), args)
-        b.record()
-        b.synchronize()
-        runs.append(cp.cuda.get_elapsed_time(a, b) / reps * 1000)
-    return min(runs), sorted(runs)[2], dx, db
+    best, median = event_times(lambda: f((grid,), (256,), args), 50, warmup=5)
+    return best, median, dx, db
 
 
 ref = None

@@ -10,6 +10,7 @@ import sys
 
 import cupy as cp
 import numpy as np
+from event_times import event_times
 
 T, H = 8192, 4096
 here = os.path.dirname(os.path.abspath(__file__))
@@ -28,31 +29,21 @@ w = bf16(1.0 + 0.1 * rng.standard_normal(H, dtype=cp.float32))
 nbytes = 3 * T * H + 4 * T
 
 
-def timed(f, grid, reps=200):
+def timed(f, grid):
     q, s = cp.empty((T, H), cp.uint8), cp.empty(T, cp.float32)
     args = (x, w, q, s, np.int64(T), np.int64(H))
-    for _ in range(20):
-        f((grid,), (256,), args)
-    runs = []
-    for _ in range(5):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record()
-        for _ in range(reps):
-            f((grid,), (256,), args)
-        b.record()
-        b.synchronize()
-        runs.append(cp.cuda.get_elapsed_time(a, b) / reps * 1000)
-    return min(runs), sorted(runs)[2], q, s
+    best, median = event_times(lambda: f((grid,), (256,), args), 200, warmup=20)
+    return best, median, q, s
 
 
 y = cp.empty_like(x)
-a, b = cp.cuda.Event(), cp.cuda.Event()
-a.record()
-for _ in range(200):
+
+
+def copy():
     y[...] = x
-b.record()
-b.synchronize()
-us = cp.cuda.get_elapsed_time(a, b) / 200 * 1000
+
+
+us, _ = event_times(copy, 200, rounds=1)
 print(f"copy of x, {2 * T * H} bytes: {us:.2f} us, {2 * T * H / us / 1e3:.0f} GB/s")
 fuse = cp.RawModule(code=dump, options=("--std=c++17",))
 ref = timed(fuse.get_function("fuse_v2_rmsnorm_fp8_exact_rows"), T)
