@@ -1,9 +1,11 @@
-"""NOTES.md item 144: `python3 benches/micro/f8nan.py` on the GPU machine prints what the pair
-conversions `cvt.rn.satfinite.e4m3x2.f32` and `.e5m2x2.f32` make of NaNs (the canonical
+"""NOTES.md items 144-145: `python3 benches/micro/f8nan.py` on the GPU machine prints what the
+pair conversions `cvt.rn.satfinite.e4m3x2.f32` and `.e5m2x2.f32` make of NaNs (the canonical
 0x7fffffff, others, negative ones), infinities, the largest values and a signed zero, beside the
-NaN that the GPU's own arithmetic makes (0 / 0). `f8_pairs.patch` rounds two values an
-instruction without a NaN test where the values' NaNs are canonical: it holds only if the
-canonical NaN comes out as `0x7f`, the byte the CPU backend makes of every NaN."""
+NaN that the GPU's own arithmetic makes (0 / 0). `fz_pack_f8e4m3` and `fz_pack_f8e5m2` round two
+values an instruction without a NaN test where the values' NaNs are canonical: that holds only
+if the canonical NaN comes out as `0x7f`, the byte the CPU backend makes of every NaN. On an
+H100 (item 145) every NaN came out `0x7f` from both, the infinities the largest finite values
+(`0x7e`, `0x7b`), and 0 / 0 was the canonical NaN."""
 import cupy as cp
 import numpy as np
 

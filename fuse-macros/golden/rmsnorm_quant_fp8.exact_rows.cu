@@ -89,6 +89,35 @@ template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec
         return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
     }
 }
+template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_round_f8e4m3(const fz_vec<float, N>& f) {
+    union { fz_vec<unsigned char, N> s; unsigned short h[(N + 1) / 2]; } u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (N % 2 == 0) {
+        bool nan = false;
+        #pragma unroll
+        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
+        if (!nan) {
+            #pragma unroll
+            for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+            return u.s;
+        }
+    }
+#endif
+    #pragma unroll
+    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_f8e4m3(f.v[j]);
+    return u.s;
+}
+template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_pack_f8e4m3(const fz_vec<float, N>& f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (N % 2 == 0) {
+        union { fz_vec<unsigned char, N> s; unsigned short h[N / 2]; } u;
+        #pragma unroll
+        for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+        return u.s;
+    }
+#endif
+    return fz_round_f8e4m3(f);
+}
 extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exact_rows(
     const unsigned short* __restrict__ p_x,
     const unsigned short* __restrict__ p_w,
@@ -267,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
         for (int q = 0; q < 4; ++q) {
             const int c = lane + q * width;
             {
-                fz_vec<unsigned char, 4> s0;
+                fz_vec<float, 4> s0;
                 {
                     const int j = 0;
                     const long long r = c * 4 + j;
@@ -275,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 1;
@@ -284,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 2;
@@ -293,7 +322,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 3;
@@ -302,9 +331,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_exac
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
-                *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + lane + q * width) = s0;
+                *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + lane + q * width) = fz_pack_f8e4m3(s0);
             }
         }
         if (live && lane == 0) {

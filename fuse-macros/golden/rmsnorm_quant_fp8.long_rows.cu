@@ -144,6 +144,35 @@ template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec
         return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
     }
 }
+template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_round_f8e4m3(const fz_vec<float, N>& f) {
+    union { fz_vec<unsigned char, N> s; unsigned short h[(N + 1) / 2]; } u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (N % 2 == 0) {
+        bool nan = false;
+        #pragma unroll
+        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
+        if (!nan) {
+            #pragma unroll
+            for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+            return u.s;
+        }
+    }
+#endif
+    #pragma unroll
+    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_f8e4m3(f.v[j]);
+    return u.s;
+}
+template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_pack_f8e4m3(const fz_vec<float, N>& f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (N % 2 == 0) {
+        union { fz_vec<unsigned char, N> s; unsigned short h[N / 2]; } u;
+        #pragma unroll
+        for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+        return u.s;
+    }
+#endif
+    return fz_round_f8e4m3(f);
+}
 extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long_rows(
     const unsigned short* __restrict__ p_x,
     const unsigned short* __restrict__ p_w,
@@ -578,7 +607,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
             for (int c = begin / 8 + threadIdx.x; c < end / 8; c += 256) {
                 const int q = 0;
                 const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c - begin / 8]};
-                fz_vec<unsigned char, 8> s0;
+                fz_vec<float, 8> s0;
                 const fz_vec<unsigned short, 8> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 8>*>(p_w + b1) + c);
                 {
                     const int j = 0;
@@ -592,7 +621,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 1;
@@ -606,7 +635,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 2;
@@ -620,7 +649,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 3;
@@ -634,7 +663,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 4;
@@ -648,7 +677,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 5;
@@ -662,7 +691,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 6;
@@ -676,7 +705,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 7;
@@ -690,9 +719,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
-                *(reinterpret_cast<fz_vec<unsigned char, 8>*>(out0 + b0) + c) = s0;
+                *(reinterpret_cast<fz_vec<unsigned char, 8>*>(out0 + b0) + c) = fz_round_f8e4m3(s0);
             }
         }
         else if ((len & 3) == 0) {
@@ -700,7 +729,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
             for (int c = begin / 4 + threadIdx.x; c < end / 4; c += 256) {
                 const int q = 0;
                 const fz_vec<unsigned short, 4> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 4>*>(sc_x)[c - begin / 4]};
-                fz_vec<unsigned char, 4> s0;
+                fz_vec<float, 4> s0;
                 const fz_vec<unsigned short, 4> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_w + b1) + c);
                 {
                     const int j = 0;
@@ -714,7 +743,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 1;
@@ -728,7 +757,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 2;
@@ -742,7 +771,7 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
                 {
                     const int j = 3;
@@ -756,9 +785,9 @@ extern "C" __global__ void __launch_bounds__(256, 3) fuse_rmsnorm_quant_fp8_long
                     const float v17 = (v10 * v16);
                     const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                     const float v18 = fz_f8e4m3_to_f32(h18);
-                    s0.v[j] = h18;
+                    s0.v[j] = v17;
                 }
-                *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = s0;
+                *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = fz_round_f8e4m3(s0);
             }
         }
         else {

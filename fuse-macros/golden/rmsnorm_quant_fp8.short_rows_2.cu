@@ -68,6 +68,35 @@ template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec
         return __uint_as_float(j & 1 ? w & 0xffff0000u : w << 16);
     }
 }
+template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_round_f8e4m3(const fz_vec<float, N>& f) {
+    union { fz_vec<unsigned char, N> s; unsigned short h[(N + 1) / 2]; } u;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (N % 2 == 0) {
+        bool nan = false;
+        #pragma unroll
+        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];
+        if (!nan) {
+            #pragma unroll
+            for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+            return u.s;
+        }
+    }
+#endif
+    #pragma unroll
+    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_f8e4m3(f.v[j]);
+    return u.s;
+}
+template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_pack_f8e4m3(const fz_vec<float, N>& f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (N % 2 == 0) {
+        union { fz_vec<unsigned char, N> s; unsigned short h[N / 2]; } u;
+        #pragma unroll
+        for (int i = 0; i < N / 2; ++i) asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(u.h[i]) : "f"(f.v[2 * i + 1]), "f"(f.v[2 * i]));
+        return u.s;
+    }
+#endif
+    return fz_round_f8e4m3(f);
+}
 template <int width, bool fours, bool full, int exact, int lanes = 4>
 static __device__ __forceinline__ void fz_short_rows(
     const unsigned short* __restrict__ p_x,
@@ -240,7 +269,7 @@ static __device__ __forceinline__ void fz_short_rows(
                 const float v14 = (v12 / v13);
                 const float v16 = (v15 / v14);
                 {
-                    fz_vec<unsigned char, 2> s0;
+                    fz_vec<float, 2> s0;
                     const fz_vec<unsigned short, 2> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 2>*>(p_w + b1) + c);
                     {
                         const int j = 0;
@@ -254,7 +283,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = h18;
+                        s0.v[j] = v17;
                     }
                     {
                         const int j = 1;
@@ -268,9 +297,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = h18;
+                        s0.v[j] = v17;
                     }
-                    *(reinterpret_cast<fz_vec<unsigned char, 2>*>(out0 + b0) + c) = s0;
+                    *(reinterpret_cast<fz_vec<unsigned char, 2>*>(out0 + b0) + c) = fz_round_f8e4m3(s0);
                 }
                 if (live && lane == 0) {
                     out1[b2] = v14;
@@ -422,7 +451,7 @@ static __device__ __forceinline__ void fz_short_rows(
                 const float v14 = (v12 / v13);
                 const float v16 = (v15 / v14);
                 {
-                    fz_vec<unsigned char, 4> s0;
+                    fz_vec<float, 4> s0;
                     const fz_vec<unsigned short, 4> lv_w = *(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_w + b1) + c);
                     {
                         const int j = 0;
@@ -436,7 +465,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = h18;
+                        s0.v[j] = v17;
                     }
                     {
                         const int j = 1;
@@ -450,7 +479,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = h18;
+                        s0.v[j] = v17;
                     }
                     {
                         const int j = 2;
@@ -464,7 +493,7 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = h18;
+                        s0.v[j] = v17;
                     }
                     {
                         const int j = 3;
@@ -478,9 +507,9 @@ static __device__ __forceinline__ void fz_short_rows(
                         const float v17 = (v10 * v16);
                         const unsigned char h18 = fz_f32_to_f8e4m3(v17);
                         const float v18 = fz_f8e4m3_to_f32(h18);
-                        s0.v[j] = h18;
+                        s0.v[j] = v17;
                     }
-                    *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = s0;
+                    *(reinterpret_cast<fz_vec<unsigned char, 4>*>(out0 + b0) + c) = fz_round_f8e4m3(s0);
                 }
                 if (live && lane == 0) {
                     out1[b2] = v14;

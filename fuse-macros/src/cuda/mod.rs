@@ -517,10 +517,10 @@ impl Cuda<'_> {
     }
 
     /// Whether a vector store of output `o` holds its values in f32 (`s<o>` a `fz_vec<float,
-    /// N>`) and rounds the vector whole as it stores it ([`Self::vector_bits`]): bf16, but for
-    /// the partial sums, which add to memory in their type, and copies. (f16's rounding is one
-    /// instruction an element already; S2's f16 softmax ran 2-9% slower in the call that
-    /// rounded its vectors so, beside another change: NOTES item 96.)
+    /// N>`) and rounds the vector whole as it stores it ([`Self::vector_bits`]): bf16 and the
+    /// fp8 types, but for the partial sums, which add to memory in their type, and copies.
+    /// (f16's rounding is one instruction an element already; S2's f16 softmax ran 2-9% slower
+    /// in the call that rounded its vectors so, beside another change: NOTES item 96.)
     fn rounds_vectors(&self, o: usize) -> bool {
         let out = &self.k.outputs[o];
         // A copy (V4's cache write) kept its element by element rounding: 80-82% of copy
@@ -529,7 +529,8 @@ impl Cuda<'_> {
             self.k.nodes[out.node].op,
             Op::Load(_) | Op::View(..) | Op::Element(..)
         );
-        out.elem == Elem::BF16 && out.partial.is_none() && !copy
+        let rounded = matches!(out.elem, Elem::BF16 | Elem::F8E4M3 | Elem::F8E5M2);
+        rounded && out.partial.is_none() && !copy
     }
 
     /// The element type of output `o`'s vector of values to store, `s<o>`.
@@ -562,12 +563,22 @@ impl Cuda<'_> {
         if !self.rounds_vectors(o) {
             return format!("s{o}");
         }
-        self.helpers.insert("fz_vec_bf16");
+        let elem = self.k.outputs[o].elem;
+        let (helper, ..) = narrow_helpers(elem);
+        self.helpers.insert(helper);
+        let ty = elem.name();
+        match elem {
+            Elem::BF16 => self.helpers.insert("fz_vec_bf16"),
+            Elem::F8E4M3 => self.helpers.insert("fz_vec_f8e4m3"),
+            _ => self.helpers.insert("fz_vec_f8e5m2"),
+        };
         if registers && self.canonical_nans(o) {
-            self.helpers.insert("fz_vec_bf16_pack");
-            return format!("fz_pack_bf16(s{o})");
+            if elem == Elem::BF16 {
+                self.helpers.insert("fz_vec_bf16_pack");
+            }
+            return format!("fz_pack_{ty}(s{o})");
         }
-        format!("fz_round_bf16(s{o})")
+        format!("fz_round_{ty}(s{o})")
     }
 
     /// Whether every NaN among output `o`'s f32 values is the canonical one (0x7fffffff), so
@@ -1232,7 +1243,10 @@ mod tests {
             text.contains("const unsigned char h4 = fz_f32_to_f8e4m3(v3);"),
             "{text}"
         );
-        assert!(text.contains("s0.v[l] = h4;"), "stored as rounded: {text}");
+        // Stored as a vector of the f32 values, rounded whole: two to an instruction where
+        // no value is NaN (`fz_round_f8e4m3`), the bits the cast gives.
+        assert!(text.contains("s0.v[l] = v3;"), "{text}");
+        assert!(text.contains("[j] = fz_round_f8e4m3(s0);"), "{text}");
         assert!(
             !text.contains("fz_f32_to_f8e4m3(v4)"),
             "rounded once: {text}"
