@@ -198,60 +198,59 @@ pub(super) fn combine(op: Reduce, e: Elem, a: &str, b: &str) -> String {
     }
 }
 
-/// The text of helper `fz_vec_<ty>` for an fp8 type (`f8e4m3`, `f8e5m2`): `fz_round_<ty>`, a
-/// vector of f32 values rounded as `fz_f32_to_<ty>` rounds each, and `fz_pack_<ty>`, the same
-/// for values whose NaNs are canonical (`Cuda::canonical_nans`), two to a conversion
-/// instruction on sm_89 and later (`cvt.rn.satfinite.<ty>x2.f32`, as `fz_f32_to_<ty>` converts
-/// one beside a zero). On an H100 the pair conversion made every NaN `0x7f`, the canonical one
-/// (0x7fffffff) with the rest, as `fz_f32_to_<ty>` makes every NaN (`benches/micro/f8nan.py`,
-/// NOTES item 145); PTX's manual names no NaN, so `fz_round_<ty>` still tests where a NaN may
-/// be another. Element by element, each value took a conversion, a NaN test and a select, and
-/// its byte a permute: V2 (RMSNorm + fp8 quantization) ran 4.9% faster rounded in pairs.
-macro_rules! vector_f8 {
-    ($ty:literal, $cvt:literal) => {
+/// The text of `fz_round_<ty>` (`round`), `fz_pack_<ty>` (`pack`) or both (`both`): a vector of
+/// f32 values of a vector store (`Cuda::vector_bits`) rounded to a narrow type as
+/// `fz_f32_to_<ty>` rounds each, two to a conversion instruction `$cvt` (its result a `$word`,
+/// asm constraint `$reg`, field `$field` of the union) on `__CUDA_ARCH__ >= $arch`, each
+/// vector's elements `$elem`s. `fz_round_<ty>` converts in pairs where no value is NaN (tested
+/// first), else one by one; `fz_pack_<ty>` converts in pairs with no test, for values whose NaNs
+/// are canonical (`Cuda::canonical_nans`), which the pair conversion must round as
+/// `fz_f32_to_<ty>` does. The bf16 helpers and the fp8 ones (`fz_vec_bf16`, `fz_vec_f8e4m3`, ...)
+/// are these.
+macro_rules! vector_rounding {
+    (round, $ty:literal, $elem:literal, $word:literal, $field:literal, $arch:literal, $cvt:literal, $reg:literal) => {
         concat!(
-            "template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_round_",
-            $ty,
+            "template <int N> static __device__ __forceinline__ fz_vec<", $elem, ", N> fz_round_", $ty,
             "(const fz_vec<float, N>& f) {\n",
-            "    union { fz_vec<unsigned char, N> s; unsigned short h[(N + 1) / 2]; } u;\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890\n",
+            "    union { fz_vec<", $elem, ", N> s; ", $word, " ", $field, "[(N + 1) / 2]; } u;\n",
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= ", $arch, "\n",
             "    if constexpr (N % 2 == 0) {\n",
             "        bool nan = false;\n",
             "        #pragma unroll\n",
             "        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];\n",
             "        if (!nan) {\n",
             "            #pragma unroll\n",
-            "            for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.satfinite.",
-            $cvt,
-            "x2.f32 %0, %1, %2;\" : \"=h\"(u.h[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
+            "            for (int i = 0; i < N / 2; ++i) asm(\"", $cvt, " %0, %1, %2;\" : \"", $reg, "\"(u.", $field,
+            "[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
             "            return u.s;\n",
             "        }\n",
             "    }\n",
             "#endif\n",
             "    #pragma unroll\n",
-            "    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_",
-            $ty,
-            "(f.v[j]);\n",
+            "    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_", $ty, "(f.v[j]);\n",
             "    return u.s;\n",
             "}\n",
-            "template <int N> static __device__ __forceinline__ fz_vec<unsigned char, N> fz_pack_",
-            $ty,
+        )
+    };
+    (pack, $ty:literal, $elem:literal, $word:literal, $field:literal, $arch:literal, $cvt:literal, $reg:literal) => {
+        concat!(
+            "template <int N> static __device__ __forceinline__ fz_vec<", $elem, ", N> fz_pack_", $ty,
             "(const fz_vec<float, N>& f) {\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890\n",
+            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= ", $arch, "\n",
             "    if constexpr (N % 2 == 0) {\n",
-            "        union { fz_vec<unsigned char, N> s; unsigned short h[N / 2]; } u;\n",
+            "        union { fz_vec<", $elem, ", N> s; ", $word, " ", $field, "[N / 2]; } u;\n",
             "        #pragma unroll\n",
-            "        for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.satfinite.",
-            $cvt,
-            "x2.f32 %0, %1, %2;\" : \"=h\"(u.h[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
+            "        for (int i = 0; i < N / 2; ++i) asm(\"", $cvt, " %0, %1, %2;\" : \"", $reg, "\"(u.", $field,
+            "[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
             "        return u.s;\n",
             "    }\n",
             "#endif\n",
-            "    return fz_round_",
-            $ty,
-            "(f);\n",
+            "    return fz_round_", $ty, "(f);\n",
             "}\n",
         )
+    };
+    (both, $($args:literal),*) => {
+        concat!(vector_rounding!(round, $($args),*), vector_rounding!(pack, $($args),*))
     };
 }
 
@@ -427,19 +426,7 @@ pub(super) fn helper(name: &str) -> &'static str {
         // conversion and `fz_f32_to_bf16` both round to 0x7fff; only in row steps that load
         // nothing (`Cuda::vector_bits`). The test and its fallback cost S2's bf16 softmax 4-7%
         // of copy speed on an H200 (benches/NOTES.md item 99).
-        "fz_vec_bf16_pack" => concat!(
-            "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_pack_bf16(const fz_vec<float, N>& f) {\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "    if constexpr (N % 2 == 0) {\n",
-            "        union { fz_vec<unsigned short, N> s; unsigned int w[N / 2]; } u;\n",
-            "        #pragma unroll\n",
-            "        for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u.w[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
-            "        return u.s;\n",
-            "    }\n",
-            "#endif\n",
-            "    return fz_round_bf16(f);\n",
-            "}\n",
-        ),
+        "fz_vec_bf16_pack" => vector_rounding!(pack, "bf16", "unsigned short", "unsigned int", "w", "800", "cvt.rn.bf16x2.f32", "=r"),
         // The largest (smallest) of `acc` and a vector of 16-bit floats, as `fmaxf` (`fminf`)
         // over its elements in f32 gives it (a NaN ignored, `acc` where all are NaN): on sm_80
         // and later two elements an instruction in their own type (`max.bf16x2`), then the
@@ -450,8 +437,14 @@ pub(super) fn helper(name: &str) -> &'static str {
             "__uint_as_float(m << 16)",
             "__uint_as_float(m & 0xffff0000u)"
         ),
-        "fz_vec_f8e4m3" => vector_f8!("f8e4m3", "e4m3"),
-        "fz_vec_f8e5m2" => vector_f8!("f8e5m2", "e5m2"),
+        // Vectors of fp8 (sm_89 and later), rounded as bf16's are. The pair conversion made every
+        // NaN `0x7f` on an H100, the canonical one (0x7fffffff) with the rest, as `fz_f32_to_<ty>`
+        // makes every NaN (`benches/micro/f8nan.py`, NOTES item 145), so the pack is exact
+        // there; PTX's manual names no NaN, so `fz_round_<ty>` keeps its test where a NaN may be
+        // another. Element by element, each value took a conversion, a NaN test and a select, and
+        // its byte a permute: V2 (RMSNorm + fp8 quantization) ran 4.9% faster rounded in pairs.
+        "fz_vec_f8e4m3" => vector_rounding!(both, "f8e4m3", "unsigned char", "unsigned short", "h", "890", "cvt.rn.satfinite.e4m3x2.f32", "=h"),
+        "fz_vec_f8e5m2" => vector_rounding!(both, "f8e5m2", "unsigned char", "unsigned short", "h", "890", "cvt.rn.satfinite.e5m2x2.f32", "=h"),
         "fz_vec_minmax_f16" => packed_minmax!(
             "f16",
             "fz_f16_to_f32((unsigned short)m)",
@@ -463,24 +456,7 @@ pub(super) fn helper(name: &str) -> &'static str {
         // keeping its payload. Rounded one by one, a bf16 value took six instructions, its NaN
         // test five of them (S2's bf16 softmax took 36 an element: NOTES item 96).
         "fz_vec_bf16" => concat!(
-            "template <int N> static __device__ __forceinline__ fz_vec<unsigned short, N> fz_round_bf16(const fz_vec<float, N>& f) {\n",
-            "    union { fz_vec<unsigned short, N> s; unsigned int w[(N + 1) / 2]; } u;\n",
-            "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800\n",
-            "    if constexpr (N % 2 == 0) {\n",
-            "        bool nan = false;\n",
-            "        #pragma unroll\n",
-            "        for (int j = 0; j < N; ++j) nan |= f.v[j] != f.v[j];\n",
-            "        if (!nan) {\n",
-            "            #pragma unroll\n",
-            "            for (int i = 0; i < N / 2; ++i) asm(\"cvt.rn.bf16x2.f32 %0, %1, %2;\" : \"=r\"(u.w[i]) : \"f\"(f.v[2 * i + 1]), \"f\"(f.v[2 * i]));\n",
-            "            return u.s;\n",
-            "        }\n",
-            "    }\n",
-            "#endif\n",
-            "    #pragma unroll\n",
-            "    for (int j = 0; j < N; ++j) u.s.v[j] = fz_f32_to_bf16(f.v[j]);\n",
-            "    return u.s;\n",
-            "}\n",
+            vector_rounding!(round, "bf16", "unsigned short", "unsigned int", "w", "800", "cvt.rn.bf16x2.f32", "=r"),
             // Element `j` (a constant) of a vector of bf16, from the 32-bit word that holds it
             // (`Cuda::row_element`).
             "template <int N> static __device__ __forceinline__ float fz_bf16_at(const fz_vec<unsigned short, N>& v, int j) {\n",
