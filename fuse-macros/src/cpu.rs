@@ -501,6 +501,7 @@ fn call(f: Func, e: Elem, a: &[String]) -> String {
         Sigmoid => op("sigmoid"),
         Relu => op("relu"),
         Gelu => op("gelu"),
+        GeluGrad => op("gelu_grad"),
         GeluTanh => op("gelu_tanh"),
         Silu => op("silu"),
         Softplus => op("softplus"),

@@ -61,6 +61,9 @@ pub enum Func {
     Rsqrt,
     /// `detach(x)`: `x`, through which no derivative flows (`#[vjp]`, `#[jvp]`).
     Detach,
+    /// The derivative of `gelu`, `Φ(x) + x φ(x)`: written by `#[vjp]` and `#[jvp]` (a function
+    /// of its own so that the GPU computes `Φ` and `φ` from one exponential), not callable.
+    GeluGrad,
     Pow,
     CountOnes,
     LeadingZeros,

@@ -28,6 +28,7 @@ pub trait Real: Copy + PartialOrd + core::ops::Neg<Output = Self> {
     fn silu(self) -> Self;
     fn gelu(self) -> Self;
     fn gelu_tanh(self) -> Self;
+    fn gelu_grad(self) -> Self;
     fn softplus(self) -> Self;
     fn rsqrt(self) -> Self;
     fn zero() -> Self;
@@ -74,6 +75,10 @@ macro_rules! real {
                 0.5 * self
                     * (1.0 + ($sqrt_2_over_pi * (self + 0.044715 * self * self * self)).tanh())
             }
+            /// `gelu`'s derivative, computed in f64 and rounded once.
+            fn gelu_grad(self) -> Self {
+                gelu_grad_f64(self as f64) as $t
+            }
             fn softplus(self) -> Self {
                 self.max(0.0) + (-self.abs()).exp().ln_1p()
             }
@@ -106,6 +111,15 @@ macro_rules! real {
             }
         }
     };
+}
+
+/// `gelu`'s derivative `Φ(x) + x φ(x)`, with `Φ` from `erfc`, which keeps its relative accuracy
+/// where `Φ` is small (`0.5 * (1 + erf(..))` does not), as the CUDA helper `fz_gelu_grad` in f64.
+/// Infinities give NaN (`x φ(x)` is `inf * 0`), as the derivative written out did.
+#[allow(clippy::excessive_precision)]
+fn gelu_grad_f64(x: f64) -> f64 {
+    let pdf = (-0.5 * x * x).exp() * 0.398942280401432678;
+    0.5 * libm::erfc(-x * core::f64::consts::FRAC_1_SQRT_2) + x * pdf
 }
 
 // The same decimal constants as the CUDA helpers, so both round them to the same value.
@@ -143,6 +157,9 @@ pub fn gelu<T: Real>(x: T) -> T {
 }
 pub fn gelu_tanh<T: Real>(x: T) -> T {
     x.gelu_tanh()
+}
+pub fn gelu_grad<T: Real>(x: T) -> T {
+    x.gelu_grad()
 }
 pub fn softplus<T: Real>(x: T) -> T {
     x.softplus()
@@ -237,5 +254,30 @@ mod tests {
         assert_eq!(relu(-2.0f32), 0.0);
         assert!(clamp(f32::NAN, 0.0, 1.0).is_nan());
         assert_eq!(clamp(5, 0, 3), 3);
+    }
+
+    /// `gelu`'s derivative against central differences of `gelu` in f64, its known values, and
+    /// in f32 the f64 value rounded once.
+    #[test]
+    fn gelu_grad_is_gelus_derivative() {
+        for x in [-7.3f64, -3.1, -0.75, -0.2, 0.0, 0.4, 1.0, 2.9, 9.0] {
+            let h = 1e-5;
+            let fd = (gelu(x + h) - gelu(x - h)) / (2.0 * h);
+            assert!(
+                (gelu_grad(x) - fd).abs() < 1e-9,
+                "{x}: {} {fd}",
+                gelu_grad(x)
+            );
+            assert_eq!(gelu_grad(x as f32), gelu_grad(x as f32 as f64) as f32);
+        }
+        assert_eq!(gelu_grad(0.0f64), 0.5);
+        assert!((gelu_grad(1.0f64) - 1.0833154705876864).abs() < 1e-15);
+        // -8, where `0.5 * (1 + erf(..))` would round Φ (6.2e-16) to a multiple of 2^-53:
+        // `φ(8) (R(8) - 8)`, Mills' ratio `R(8)` by its asymptotic series.
+        let pdf = (-32.0f64).exp() / (2.0 * std::f64::consts::PI).sqrt();
+        let mills = 1.0 / 8.0 - 1.0 / 512.0 + 3.0 / 32768.0 - 15.0 / 2097152.0;
+        assert!((gelu_grad(-8.0f64) / (pdf * (mills - 8.0)) - 1.0).abs() < 1e-6);
+        assert_eq!(gelu_grad(40.0f32), 1.0);
+        assert!(gelu_grad(f64::INFINITY).is_nan() && gelu_grad(f32::NAN).is_nan());
     }
 }

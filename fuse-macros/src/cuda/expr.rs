@@ -609,6 +609,7 @@ impl Cuda<'_> {
             Pow => helper(self, "fz_pow"),
             Sigmoid => helper(self, "fz_sigmoid"),
             Gelu => helper(self, "fz_gelu"),
+            GeluGrad => helper(self, "fz_gelu_grad"),
             GeluTanh => helper(self, "fz_gelu_tanh"),
             Silu => helper(self, "fz_silu"),
             Softplus => helper(self, "fz_softplus"),

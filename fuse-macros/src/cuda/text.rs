@@ -705,6 +705,45 @@ pub(super) fn helper(name: &str) -> &'static str {
             "static __device__ __forceinline__ float fz_gelu_tanh(float x) { return 0.5f * x * (1.0f + tanhf(0.797884560802865356f * (x + 0.044715f * x * x * x))); }\n",
             "static __device__ __forceinline__ double fz_gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(0.797884560802865356 * (x + 0.044715 * x * x * x))); }\n",
         ),
+        // `gelu`'s derivative `Φ(x) + x φ(x)` (`Func::GeluGrad`), in f32 without `erff` and
+        // `expf` (19 and 8 instructions, the most of G8's backward): `1 + φ(x) (x - R(|x|))`
+        // for `x > 0`, `φ(x) (x + R(|x|))` otherwise, with `R(a) = Φ(-a) / φ(a)` (Mills'
+        // ratio) as `t Q(t)`, `t = 1 / (1 + a / 4)`, `Q` of degree 9 (fitted to a relative
+        // error of 4e-8; `Q(0) = 1 / 4` makes `R(a)` tend to `1 / a`), and `φ(x) = h * h`,
+        // `h = 2^(-x^2 log2(e) / 4 - log2(2 pi) / 4)`, squared so that `φ` keeps its subnormal
+        // values (`ex2.approx.ftz` flushes them). `benches/micro/gelu_grad_fit.py` fits `Q` and
+        // models the steps against f64 on [-15, 15]: at most 2.6e-7 absolute (the rounding of
+        // `1 + a / 4` the most of it), and in ulps of the value, away from its zero near -0.75,
+        // 24 from -2 up, 30 on [-6, -2), up to 157 below (the exponent's rounding, as in
+        // `expf(-0.5f * x * x)`); the derivative written out is within 1.5e-7 but cancels in
+        // `1 + erff(..)` below -2 (5e5 ulps). About 21 instructions an element where the
+        // routines and their arithmetic took 33 (G8's backward: 71 -> 55). f64: the formula of
+        // the CPU backend (`fuse_runtime::ops`).
+        "fz_gelu_grad" => concat!(
+            "static __device__ __forceinline__ float fz_gelu_grad(float x) {\n",
+            "    const float d = fmaf(0.25f, fabsf(x), 1.0f), p = fmaf(x * x, -0x1.715476p-2f, -0x1.53643ap-1f);\n",
+            "#if defined(__CUDA_ARCH__)\n",
+            "    float t, h;\n",
+            "    asm(\"rcp.approx.ftz.f32 %0, %1;\" : \"=f\"(t) : \"f\"(d));\n",
+            "    asm(\"ex2.approx.ftz.f32 %0, %1;\" : \"=f\"(h) : \"f\"(p));\n",
+            "#else\n",
+            "    const float t = 1.0f / d, h = exp2f(p);\n",
+            "#endif\n",
+            "    float q = fmaf(0x1.94003ep-5f, t, -0x1.9d2bf8p-3f);\n",
+            "    q = fmaf(q, t, 0x1.e7e5a8p-3f);\n",
+            "    q = fmaf(q, t, -0x1.41d74ap-4f);\n",
+            "    q = fmaf(q, t, 0x1.467ca6p-3f);\n",
+            "    q = fmaf(q, t, 0x1.2eb86ap-3f);\n",
+            "    q = fmaf(q, t, 0x1.a2f5f0p-3f);\n",
+            "    q = fmaf(q, t, 0x1.dfcf42p-3f);\n",
+            "    q = fmaf(q, t, 0x1.000096p-2f);\n",
+            "    q = fmaf(q, t, 0.25f);\n",
+            "    const float r = t * q, e = h * h;\n",
+            "    const bool pos = x > 0.0f;\n",
+            "    return fmaf(e, x + (pos ? -r : r), pos ? 1.0f : 0.0f);\n",
+            "}\n",
+            "static __device__ __forceinline__ double fz_gelu_grad(double x) { return 0.5 * erfc(-x * 0.707106781186547524) + x * (exp(-0.5 * x * x) * 0.398942280401432678); }\n",
+        ),
         // CUDA's `logf` (CUDA 13's, as ptxas 13.0 writes it for sm_80 and sm_90) for an argument
         // known to be at least `f32::MIN_POSITIVE`, NaN or +inf (`Cuda::ln_of_normal`): the
         // same steps and constants, the same result bit for bit, without the tests and the

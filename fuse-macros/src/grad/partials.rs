@@ -176,18 +176,16 @@ impl Graph {
                 let e = self.call(Func::Exp, &[s]);
                 self.scale(e, FRAC_2_SQRT_PI)
             }
-            Func::Gelu => {
-                // Φ(x) + x φ(x): Φ(x) = gelu(x) / x is unsafe at 0, so from erf.
-                let h = self.scale(x, std::f64::consts::FRAC_1_SQRT_2);
-                let e = self.call(Func::Erf, &[h]);
-                let e = self.add(one, e);
-                let cdf = self.scale(e, 0.5);
+            Func::Gelu => self.call(Func::GeluGrad, &[x]),
+            Func::GeluGrad => {
+                // φ(x) (2 - x^2)
                 let s = self.mul(x, x);
-                let s = self.scale(s, -0.5);
-                let pdf = self.call(Func::Exp, &[s]);
+                let h = self.scale(s, -0.5);
+                let pdf = self.call(Func::Exp, &[h]);
                 let pdf = self.scale(pdf, 1.0 / (2.0 * PI).sqrt());
-                let t = self.mul(x, pdf);
-                self.add(cdf, t)
+                let two = self.lit(2.0);
+                let t = self.sub(two, s);
+                self.mul(pdf, t)
             }
             Func::GeluTanh => {
                 // u = c (x + 0.044715 x^3), t = tanh(u):

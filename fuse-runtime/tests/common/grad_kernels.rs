@@ -51,6 +51,14 @@ fuse! {
         silu(x + bias)
     }
 
+    /// `gelu` in f32: the GPU computes its derivative with a helper of its own
+    /// (`fz_gelu_grad`), checked over a wide range and the special values.
+    #[vjp(x)]
+    #[jvp(x)]
+    pub fn gelu_f32(x: [f32; n]) -> [f32; n] {
+        gelu(x)
+    }
+
     #[vjp(x, bias)]
     pub fn bias_gelu_dropout(x: [bf16; rows, cols], bias: [bf16; cols], seed: u64) -> [bf16; rows, cols] {
         dropout(gelu(x + bias), 0.1, seed)

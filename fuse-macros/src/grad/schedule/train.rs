@@ -428,6 +428,7 @@ fn step(g: &Graph, n: NodeId) -> String {
     match &g.nodes[n].op {
         Op::Reduce(r, ..) => format!("{r:?}").to_lowercase(),
         Op::Call(crate::func::Func::Detach, _) => "shift".to_string(),
+        Op::Call(crate::func::Func::GeluGrad, _) => "gelu's derivative".to_string(),
         Op::Call(f, _) => format!("{f:?}").to_lowercase(),
         Op::Binary(b, ..) => format!("`{}`", b.symbol()),
         Op::Select(..) => "selection".to_string(),
