@@ -4,7 +4,8 @@ again, beside dbias's partial sums; DUMP is that entry's CUDA C as `FUSE_DUMP_DI
 see `v2_rows.py`) and variants made from its text, with CuPy and CUDA events, on the
 benchmark's 16384 x 4096 bf16 rows, at the grid of resident blocks the runtime gives it
 (`Grid::Parts`: its blocks an SM times the SMs):
-- `base2`, `base3`: `__launch_bounds__(256, 2)` (fuse's) and `(256, 3)` (reverted in item 143);
+- `base2`, `base3`, `base4`: `__launch_bounds__(256, 2)` (fuse's), `(256, 3)` (reverted in item
+  143) and `(256, 4)` (item 146, after `gelu`'s derivative left G8's entry at 95 registers);
 - `pf2`, `pf3`: each block asks L2 for its next row of `x` and `dy` (`fz_prefetch_l2`);
 - `ldg2`: `x` and `dy` loaded by `ld.global` where ptxas made them `ld.global.nc`.
 Every variant computes the same values (the outputs are compared with `base2`'s)."""
@@ -85,7 +86,8 @@ def timed(f, grid):
 
 
 ref = None
-cases = [("base2", 2, False, False), ("base3", 3, False, False), ("pf2", 2, True, False),
+cases = [("base2", 2, False, False), ("base3", 3, False, False), ("base4", 4, False, False),
+         ("pf2", 2, True, False),
          ("pf3", 3, True, False), ("ldg2", 2, False, True)]
 for tag, blocks, ask_l2, plain in cases:
     mod = cp.RawModule(code=variant(tag, blocks, ask_l2, plain), options=("--std=c++17",))
