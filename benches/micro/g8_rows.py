@@ -7,7 +7,9 @@ benchmark's 16384 x 4096 bf16 rows, at the grid of resident blocks the runtime g
 - `base2`, `base3`, `base4`: `__launch_bounds__(256, 2)` (fuse's), `(256, 3)` (reverted in item
   143) and `(256, 4)` (item 146, after `gelu`'s derivative left G8's entry at 95 registers);
 - `pf2`, `pf3`: each block asks L2 for its next row of `x` and `dy` (`fz_prefetch_l2`);
-- `ldg2`: `x` and `dy` loaded by `ld.global` where ptxas made them `ld.global.nc`.
+- `ldg2`: `x` and `dy` loaded by `ld.global` where ptxas made them `ld.global.nc`;
+- `next2`, `next3` (item 146): each thread loads its vectors of the block's next row of `x` and
+  `dy` into registers before this row's arithmetic (double-buffered in registers).
 Every variant computes the same values (the outputs are compared with `base2`'s)."""
 import re
 import sys
@@ -45,13 +47,37 @@ ask = '''        if (g0 + gridDim.x < groups) {
 '''
 
 
-def variant(tag, blocks, ask_l2=False, plain=False):
+def ahead(s):
+    """The next row's `x` and `dy` loaded into registers before this row's arithmetic."""
+    for t, r in [("p_x", "rc_x"), ("p_d_out", "rc_d_out")]:
+        load = f"{r}[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>({t} + b0) + c);"
+        assert s.count(load) == 1, t
+        nxt = (f"{r}[q] = nx_{r}[q]; if (g0 + gridDim.x < groups) nx_{r}[q] = fz_ld_keep("
+               f"reinterpret_cast<const fz_vec<unsigned short, 4>*>({t} + b0 + (long long)gridDim.x * d_h) + c);")
+        s = s.replace(load, nxt)
+    loop = "    for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {"
+    assert s.count(loop) == 1
+    first = ("    fz_vec<unsigned short, 4> nx_rc_x[4], nx_rc_d_out[4];\n"
+             "    if (blockIdx.x < groups) {\n"
+             "        #pragma unroll\n"
+             "        for (int q = 0; q < 4; ++q) {\n"
+             "            const int c = lane + q * width;\n"
+             "            nx_rc_x[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_x + blockIdx.x * d_h) + c);\n"
+             "            nx_rc_d_out[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>(p_d_out + blockIdx.x * d_h) + c);\n"
+             "        }\n"
+             "    }\n")
+    return s.replace(loop, first + loop)
+
+
+def variant(tag, blocks, ask_l2=False, plain=False, next_row=False):
     s = dump.replace(name.group(0), f"__launch_bounds__(256, {blocks}) g8_{tag}(")
     k = s.index('extern "C"')
     s = s[:k] + prefetch + s[k:]
     if ask_l2:
         assert s.count(anchor) == 1
         s = s.replace(anchor, ask + anchor)
+    if next_row:
+        s = ahead(s)
     if plain:
         for t in ["p_x", "p_d_out"]:
             load = f"fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>({t} + b0) + c)"
@@ -88,9 +114,11 @@ def timed(f, grid):
 ref = None
 cases = [("base2", 2, False, False), ("base3", 3, False, False), ("base4", 4, False, False),
          ("pf2", 2, True, False),
-         ("pf3", 3, True, False), ("ldg2", 2, False, True)]
-for tag, blocks, ask_l2, plain in cases:
-    mod = cp.RawModule(code=variant(tag, blocks, ask_l2, plain), options=("--std=c++17",))
+         ("pf3", 3, True, False), ("ldg2", 2, False, True), ("next2", 2, False, False, True),
+         ("next3", 3, False, False, True)]
+for tag, blocks, ask_l2, plain, *next_row in cases:
+    code = variant(tag, blocks, ask_l2, plain, bool(next_row))
+    mod = cp.RawModule(code=code, options=("--std=c++17",))
     t = timed(mod.get_function(f"g8_{tag}"), blocks * sms)
     ref = ref or t
     unlike = int((t[2] != ref[2]).sum()) + int((t[3] != ref[3]).sum())
