@@ -112,12 +112,13 @@ def timed(f, grid):
 
 
 ref = None
-cases = [("base2", 2, False, False), ("base3", 3, False, False), ("base4", 4, False, False),
-         ("pf2", 2, True, False),
-         ("pf3", 3, True, False), ("ldg2", 2, False, True), ("next2", 2, False, False, True),
-         ("next3", 3, False, False, True)]
-for tag, blocks, ask_l2, plain, *next_row in cases:
-    code = variant(tag, blocks, ask_l2, plain, bool(next_row))
+# (tag, blocks an SM, ask L2 for the next row, plain loads, next row in registers)
+cases = [("base2", 2, False, False, False), ("base3", 3, False, False, False),
+         ("base4", 4, False, False, False), ("pf2", 2, True, False, False),
+         ("pf3", 3, True, False, False), ("ldg2", 2, False, True, False),
+         ("next2", 2, False, False, True), ("next3", 3, False, False, True)]
+for tag, blocks, ask_l2, plain, next_row in cases:
+    code = variant(tag, blocks, ask_l2, plain, next_row)
     mod = cp.RawModule(code=code, options=("--std=c++17",))
     t = timed(mod.get_function(f"g8_{tag}"), blocks * sms)
     ref = ref or t

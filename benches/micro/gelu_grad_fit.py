@@ -6,8 +6,8 @@ runs on any machine, about a minute).
                              = phi(x) (x + R(|x|))              (otherwise)
 
 with R(a) = Phi(-a) / phi(a), Mills' ratio, fitted as t Q(t), t = 1 / (1 + a / 4), Q of degree 9
-with Q(0) = 1/4 (so that R(a) -> 1/a), minimax in relative error by Lawson's iteration, then the
-coefficients rounded to f32 from the highest down, refitting the lower ones after each. The
+(its Q(0) comes out 1/4, so that R(a) -> 1/a), minimax in relative error by Lawson's iteration,
+then the coefficients rounded to f32 from the highest down, refitting the lower ones after each. The
 model rounds every step to f32 as the GPU does; `rcp.approx` and `ex2.approx` are modelled as
 correctly rounded (the GPU's are within an ulp or two of that)."""
 import numpy as np
@@ -55,7 +55,8 @@ def fma(a, b, c):
 def helper(x, C):
     x = x.astype(f32)
     d = fma(f32(0.25), np.abs(x), f32(1))
-    p = fma((x.astype(np.float64) * x).astype(f32), f32(float.fromhex("-0x1.715476p-2")), f32(float.fromhex("-0x1.53643ap-1")))
+    c1, c0 = f32(float.fromhex("-0x1.715476p-2")), f32(float.fromhex("-0x1.53643ap-1"))
+    p = fma((x.astype(np.float64) * x).astype(f32), c1, c0)
     t = (1 / d.astype(np.float64)).astype(f32)
     h = np.exp2(p.astype(np.float64)).astype(f32)
     q = np.full_like(x, C[DEG])
