@@ -36,6 +36,16 @@ fn blocks_per_sm() -> Option<u64> {
     knob(&SET, "FUSE_LONG_ROWS_PER_SM").filter(|&n| n > 0)
 }
 
+/// The cluster size `FUSE_LONG_ROWS_CLUSTER` asks every long row to be split into, in place of
+/// the split [`choose`] makes (where its parts fit a block), for the benchmark to time each
+/// split in one build.
+fn forced_cluster() -> Option<u32> {
+    static SET: OnceLock<Option<u64>> = OnceLock::new();
+    knob(&SET, "FUSE_LONG_ROWS_CLUSTER")
+        .filter(|&n| n > 0)
+        .and_then(|n| u32::try_from(n).ok())
+}
+
 /// The clusters of a long-row grid, in multiples of those the device runs at once: 0, a cluster
 /// per row (the block scheduler replaces a finished one at once), unless `FUSE_LONG_ROWS_WAVES`
 /// says otherwise, for the benchmark to compare grids in one build. With 1 every cluster stays
@@ -120,6 +130,9 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
         (u64::from(shared) <= limits.per_block).then_some(Shape { cluster, shared })
     };
     let all = (1..=limits.cluster.max(1)).filter_map(shape);
+    if let Some(cluster) = forced_cluster() {
+        return all.filter(|s| s.cluster == cluster).collect();
+    }
     match limits.target {
         None => all.collect(),
         Some(target) => {
