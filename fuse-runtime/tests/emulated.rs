@@ -928,7 +928,7 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
 
 /// The launch the runtime gives `program`'s rows of `cols` elements, split over `cluster`
 /// blocks: each block the shared memory its part takes, at the bytes an element that the
-/// long-row entry asks for (its cached tensors', and f32 slots or partial sums beside them).
+/// long-row entry asks for (its cached tensors', and its partial sums' beside them).
 fn long_rows(program: &Program, cols: usize, cluster: u32) -> Option<Shared> {
     let entry = program.entries.iter().find(|e| e.path == "long_rows");
     let Some(Grid::LongRows { cache_bytes, .. }) = entry.map(|e| e.grid) else {
