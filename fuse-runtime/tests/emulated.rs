@@ -926,19 +926,25 @@ fn generated_cuda_runs_on_an_emulated_gpu() {
     }
 }
 
-/// The launch the runtime gives `program`'s rows of `cols` elements, split over `cluster`
-/// blocks: each block the shared memory its part takes, at the bytes an element that the
-/// long-row entry asks for (its cached tensors', and its partial sums' beside them).
-fn long_rows(program: &Program, cols: usize, cluster: u32) -> Option<Shared> {
+/// The bytes an element and the partial sums' bytes an element of `program`'s long-row entry
+/// (`Grid::LongRows`): its cached tensors', and its partial sums' beside them.
+fn long_row_grid(program: &Program) -> (u32, u32) {
     let entry = program.entries.iter().find(|e| e.path == "long_rows");
-    let Some(Grid::LongRows { cache_bytes, .. }) = entry.map(|e| e.grid) else {
-        panic!("{}: no long-row entry", program.signature.kernel);
-    };
-    let need = fuse_runtime::__private::long_row_shared_bytes(cols as u64, cluster, cache_bytes);
-    Some(Shared {
+    match entry.map(|e| e.grid) {
+        Some(Grid::LongRows { cache_bytes, sums }) => (cache_bytes, sums),
+        _ => panic!("{}: no long-row entry", program.signature.kernel),
+    }
+}
+
+/// The launch the runtime gives `program`'s rows of `cols` elements, split over `cluster`
+/// blocks: each block the shared memory its part takes, at the bytes an element its long-row
+/// entry asks for.
+fn long_rows(program: &Program, cols: usize, cluster: u32) -> Shared {
+    let (bytes, _) = long_row_grid(program);
+    Shared {
         cluster,
-        bytes: need,
-    })
+        bytes: fuse_runtime::__private::long_row_shared_bytes(cols as u64, cluster, bytes),
+    }
 }
 
 /// Long rows cached in shared memory, launched as the runtime launches them (at small sizes: the
@@ -970,7 +976,7 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f32"],
             &[Tol::close(1e-5, 1e-7)],
-            long_rows(&kernels::softmax::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(&kernels::softmax::__fuse::PROGRAM, cols, cluster)),
         );
     }
     // 16-bit rows: 16-byte vectors where the length is a multiple of eight, else 8-byte ones,
@@ -989,7 +995,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["bf16"],
             &[Tol::close(1e-2, 1e-6)],
-            long_rows(&kernels::bf16s::softmax::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(
+                &kernels::bf16s::softmax::__fuse::PROGRAM,
+                cols,
+                cluster,
+            )),
         );
     }
     for (rows, cols, cluster) in [(5, 4100, 3), (4, 37, 4), (2, 41, 1)] {
@@ -1015,7 +1025,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f32", "f32"],
             &[Tol::close(1e-4, 1e-4), Tol::close(1e-4, 0.0)],
-            long_rows(&kernels::layernorm::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(
+                &kernels::layernorm::__fuse::PROGRAM,
+                cols,
+                cluster,
+            )),
         );
         let cpu = bench_kernels::w7_layernorm_quantize(
             &dev,
@@ -1033,11 +1047,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["q8", "f32"],
             &[Tol::close(0.0, 1.0), Tol::close(1e-4, 0.0)],
-            long_rows(
+            Some(long_rows(
                 &bench_kernels::w7_layernorm_quantize::__fuse::PROGRAM,
                 cols,
                 cluster,
-            ),
+            )),
         );
         let label = labels(&mut rng, rows, cols);
         let cpu = kernels::cross_entropy(
@@ -1055,7 +1069,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f32"],
             &[Tol::close(2e-5, 1e-6)],
-            long_rows(&kernels::cross_entropy::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(
+                &kernels::cross_entropy::__fuse::PROGRAM,
+                cols,
+                cluster,
+            )),
         );
         let w = rng.floats::<f64>(n, -2.0, 2.0);
         let m: Vec<u8> = rng.ints::<u8>(n);
@@ -1075,7 +1093,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f64", "f32"],
             &[Tol::close(1e-12, 1e-12), Tol::EXACT],
-            long_rows(&kernels::mixed_rows::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(
+                &kernels::mixed_rows::__fuse::PROGRAM,
+                cols,
+                cluster,
+            )),
         );
         let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
         let cpu = kernels::f16s::softmax(&dev, &put(&dev, &h, &[rows, cols])).unwrap();
@@ -1088,7 +1110,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f16"],
             &[Tol::close(2e-3, 1e-6)],
-            long_rows(&kernels::f16s::softmax::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(
+                &kernels::f16s::softmax::__fuse::PROGRAM,
+                cols,
+                cluster,
+            )),
         );
         let xd: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
         let cpu = kernels::softmax_f64(&dev, &put(&dev, &xd, &[rows, cols])).unwrap();
@@ -1101,7 +1127,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f64"],
             &[Tol::close(1e-12, 1e-15)],
-            long_rows(&kernels::softmax_f64::__fuse::PROGRAM, cols, cluster),
+            Some(long_rows(
+                &kernels::softmax_f64::__fuse::PROGRAM,
+                cols,
+                cluster,
+            )),
         );
     }
 
@@ -1118,7 +1148,11 @@ fn long_rows_run_from_shared_memory_on_an_emulated_cluster() {
             &cpu,
             &["f32", "f32"],
             &[Tol::close(1e-5, 1e-7), Tol::close(1e-5, 1e-6)],
-            long_rows(&kernels::softmax_last::__fuse::PROGRAM, c, cluster),
+            Some(long_rows(
+                &kernels::softmax_last::__fuse::PROGRAM,
+                c,
+                cluster,
+            )),
         );
     }
 }
@@ -1724,7 +1758,7 @@ fn one_hot_picks_run_on_an_emulated_gpu() {
             &cpu,
             &["f32", "bf16"],
             &[Tol::close(1e-5, 1e-5), Tol::close(2f64.powi(-7), 1e-6)],
-            cluster.and_then(|c| long_rows(&both::__fuse::PROGRAM, cols, c)),
+            cluster.map(|c| long_rows(&both::__fuse::PROGRAM, cols, c)),
         );
     }
 }
@@ -2916,12 +2950,11 @@ fn emulate_partials<R: Outputs>(
     tols: &[Tol],
 ) {
     let shared = cluster.map(|cluster| {
-        let entry = program.entries.iter().find(|e| e.path == "long_rows");
-        let Some(Grid::LongRows { sums, .. }) = entry.map(|e| e.grid) else {
-            panic!("{what}: no long-row entry");
-        };
-        assert!(sums > 0, "{what}: the long-row entry sums over rows");
-        long_rows(program, cols, cluster).expect("a launch")
+        assert!(
+            long_row_grid(program).1 > 0,
+            "{what}: the long-row entry sums over rows"
+        );
+        long_rows(program, cols, cluster)
     });
     let what = match cluster {
         Some(c) => format!("{what} in clusters of {c}"),
