@@ -6,8 +6,9 @@
 //! when the rows, the kernel and the device allow it, and the caller launches the row kernel
 //! otherwise).
 //!
-//! Rows are split over the fewest blocks a row that keep at least three quarters of the most
-//! blocks resident, as the driver counts them ([`choose`]), and the grid holds a cluster per row.
+//! Rows are split over the fewest blocks a row whose parts take at most 64 KiB, where that keeps
+//! at least half the most blocks resident, as the driver counts them ([`choose`]), and the grid
+//! holds a cluster per row.
 //! A kernel with sums over rows keeps as many clusters as run at once, each looping over rows,
 //! and splits them by the rows those clusters hold in L2, then fewer, larger parts.
 //! `FUSE_LONG_ROWS_WAVES` can make it hold only as many clusters as the device runs at once,
@@ -44,6 +45,13 @@ fn forced_cluster() -> Option<u32> {
     knob(&SET, "FUSE_LONG_ROWS_CLUSTER")
         .filter(|&n| n > 0)
         .and_then(|n| u32::try_from(n).ok())
+}
+
+/// Whether `FUSE_LONG_ROWS_TRACE` asks each kernel's split to be written to stderr, with the
+/// clusters of each size the driver runs at once, for the benchmark's sweeps of the split.
+fn traced() -> bool {
+    static SET: OnceLock<bool> = OnceLock::new();
+    *SET.get_or_init(|| std::env::var_os("FUSE_LONG_ROWS_TRACE").is_some_and(|v| v == "1"))
 }
 
 /// The clusters of a long-row grid, in multiples of those the device runs at once: 0, a cluster
@@ -143,19 +151,24 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
     }
 }
 
-/// Of `candidates` (fewest blocks a row first), the first that keeps at least three quarters of
-/// the most blocks any of them keeps resident (clusters the device runs at once, as `resident`
-/// says, times their blocks), and its resident clusters; `None` (stream the rows) when none can
-/// run.
+/// Of `candidates` (fewest blocks a row first), the first whose parts take at most
+/// [`LEAN_PART`] bytes and that keeps at least half the most blocks any of them keeps resident
+/// (clusters the device runs at once, as `resident` says, times their blocks); else the first
+/// that keeps three quarters of the most; and its resident clusters. `None` (stream the rows)
+/// when none can run.
 ///
 /// Resident blocks matter, because a long row's block alternates between copying its part in
 /// and working through the passes, and only other blocks on its SM overlap the two; but so does
 /// each block's share of a row, whose reductions and exchanges across the cluster cost the same
-/// whatever its part. On an H200 (benches/NOTES.md items 34 and 44, S1's softmax, three runs
-/// each), the most resident blocks lost to fewer, larger parts: rows of 32768 in clusters of 4
-/// (six blocks an SM) 88.7% of copy bandwidth, of 3 (five) 89.5%, of 2 (three) 87.8%; rows of
-/// 262144 in clusters of 16 (three an SM, 384 blocks) 75.0%, of 14 (three an SM, but a GPC's
-/// last SMs idle: 336 blocks) 76.7%, of 10 (two) 73.9%.
+/// whatever its part. On an H100 (benches/NOTES.md item 148, every cluster size of S1's and
+/// S2's softmax and G5's cross-entropy), the fastest split was each time the fewest blocks a
+/// row of parts of at most 64 KiB, three blocks an SM, though more blocks of smaller parts
+/// could run: S1's rows of 32768 floats in clusters of 2 (396 blocks resident) at 95% of copy
+/// bandwidth, against 92% in clusters of 3 (609, the three quarters of the rule before);
+/// 262144 floats in 16 (336) at 95%, as 14 (294, parts of 75,008 bytes); S2's bf16 rows of
+/// 32768 whole (396) at 93%, against 91% in clusters of 2 (528); of 262144 in 8 (360) at 88%,
+/// against 77% in 7 (329, parts of 74,944 bytes, three an SM too) and 78% in 16 (448); G5's
+/// rows of 128256 bf16 in 4 (368) at 90-91%, against 87-89% in 5 (470).
 ///
 /// A grid that loops over rows (`looping`: its clusters resident, summing their rows into
 /// partial sums) is chosen otherwise, by what its clusters keep in L2 and by fewer, larger
@@ -181,7 +194,9 @@ fn choose(
         .collect();
     let Some(looping) = looping else {
         let most = running.iter().map(|&r| blocks(r)).max()?;
-        return running.into_iter().find(|&r| blocks(r) * 4 >= most * 3);
+        let lean = |&r: &(Shape, u32)| u64::from(r.0.shared) <= LEAN_PART && blocks(r) * 2 >= most;
+        let lean = running.iter().copied().find(lean);
+        return lean.or_else(|| running.into_iter().find(|&r| blocks(r) * 4 >= most * 3));
     };
     let held = |(_, c): (Shape, u32)| u64::from(c).saturating_mul(looping.row_bytes);
     let fits = |r: &(Shape, u32)| held(*r).saturating_mul(9) <= looping.l2.saturating_mul(2);
@@ -193,6 +208,10 @@ fn choose(
     let most = pool.iter().map(|&r| blocks(r)).max()?;
     pool.into_iter().find(|&r| blocks(r) * 3 >= most * 2)
 }
+
+/// The most bytes of a row a block of a cluster caches by preference: the parts of the fastest
+/// splits measured ([`choose`]), three blocks an SM of sm_90's shared memory.
+const LEAN_PART: u64 = 64 << 10;
 
 /// What [`choose`] weighs for a grid that loops over rows.
 #[derive(Clone, Copy, Debug)]
@@ -378,8 +397,20 @@ impl LongRows {
             row_bytes: row_len.saturating_mul(u64::from(cache_bytes.saturating_sub(sums))),
             l2: device.l2,
         });
-        let resident = |shape| entry.resident(gpu, function, shape);
+        let mut asked = Vec::new();
+        let resident = |shape| {
+            let clusters = entry.resident(gpu, function, shape);
+            asked.push((shape.cluster, clusters));
+            clusters
+        };
         let split = choose(&candidates, resident, looping);
+        if traced() {
+            let chosen = split.map(|(shape, _)| shape.cluster);
+            eprintln!(
+                "fuse long rows: {row_len} x {cache_bytes} bytes: (cluster, resident clusters) \
+                 {asked:?}, chose {chosen:?}"
+            );
+        }
         entry.splits.insert((row_len, cache_bytes), split);
         split
     }
@@ -682,15 +713,55 @@ mod tests {
         assert_eq!(long_row_shared_bytes(262_144, 16, 4), 65536);
     }
 
+    /// The clusters an H100 ran at once of each cluster size from 1 (`FUSE_LONG_ROWS_TRACE`,
+    /// benches/NOTES.md item 148), 0 where a size is not listed.
+    fn h100(clusters: &[u32]) -> impl Fn(Shape) -> u32 + '_ {
+        move |shape: Shape| {
+            let i = shape.cluster as usize - 1;
+            clusters.get(i).copied().unwrap_or(0)
+        }
+    }
+
+    /// The cluster size chosen for rows of `len` elements of `bytes` bytes.
+    fn split(len: u64, bytes: u32, resident: impl Fn(Shape) -> u32) -> Option<u32> {
+        let candidates = candidates(len, bytes, hopper(None));
+        choose(&candidates, resident, None).map(|(shape, _)| shape.cluster)
+    }
+
     #[test]
-    fn the_split_takes_the_fewest_blocks_a_row_near_the_most_resident() {
-        // Softmax's long-row entry on the model H200: 40 registers, six blocks an SM. 32768
-        // floats: clusters of 3 (five an SM, 648 blocks, 82% of the most), not 4 (six an SM,
-        // 792) or 2 (three an SM, 396: 50%).
-        assert_eq!(cluster(32768, hopper(None), h200(6)), Some(3));
-        // 262144: clusters of 14 (three an SM, but 14 of a GPC's 48 or 54 blocks idle: 336,
-        // 88% of the 384 of clusters of 16), not 13 (two an SM, 208).
-        assert_eq!(cluster(262_144, hopper(None), h200(6)), Some(14));
+    fn the_split_takes_the_fewest_blocks_a_row_of_lean_parts() {
+        // The H100's resident clusters of S2's bf16 softmax at 262144 columns (no part of
+        // clusters of 1 or 2 fits a block): 8 (parts of 65,536 bytes, 360 blocks), not 7
+        // (74,944 bytes, 329) nor 16 (448, the most).
+        let softmax = [0, 0, 39, 30, 47, 39, 47, 45, 37, 44, 37, 37, 30, 30, 28, 28];
+        assert_eq!(split(262_144, 2, h100(&softmax)), Some(8));
+        // G5's cross-entropy, rows of 128256: 4 (64,128 bytes, 368 blocks), not 5 (470), which
+        // three quarters of the most (496) took.
+        let entropy = [
+            0, 66, 79, 92, 94, 79, 69, 62, 51, 44, 37, 37, 30, 30, 28, 28,
+        ];
+        assert_eq!(split(128_256, 2, h100(&entropy)), Some(4));
+        // S1's softmax at 32768 floats: 2 (65,536 bytes, 396 blocks of 620), not 3.
+        let floats = [
+            132, 198, 203, 154, 124, 101, 84, 77, 60, 58, 51, 44, 42, 37, 37, 35,
+        ];
+        assert_eq!(split(32768, 4, h100(&floats)), Some(2));
+        // Lean splits that keep less than half the most blocks: the fewest blocks a row that
+        // keep three quarters of the most (clusters of 7, 329 blocks).
+        let starved = [0, 0, 39, 30, 47, 39, 47, 10, 10, 10, 10, 10, 10, 10, 10, 10];
+        assert_eq!(split(262_144, 2, h100(&starved)), Some(7));
+    }
+
+    #[test]
+    fn the_split_falls_back_to_the_fewest_blocks_a_row_near_the_most_resident() {
+        // Rows of 900,000 floats have no lean split: the fewest blocks a row that keep three
+        // quarters of the most.
+        assert_eq!(cluster(900_000, hopper(None), h200(6)), Some(16));
+        // On the model H200, softmax's long-row entry (40 registers, six blocks an SM): 32768
+        // floats in clusters of 2 (three an SM, 396 blocks: half of the 792 of clusters of 4);
+        // 262144 in 16 (parts of 64 KiB).
+        assert_eq!(cluster(32768, hopper(None), h200(6)), Some(2));
+        assert_eq!(cluster(262_144, hopper(None), h200(6)), Some(16));
         // A kernel of 128 registers: two blocks an SM whatever the parts, so the fewest blocks
         // a row of those that keep two an SM.
         assert_eq!(cluster(32768, hopper(None), h200(2)), Some(2));
@@ -699,7 +770,6 @@ mod tests {
         assert!(candidates(4096, 4, hopper(None)).is_empty());
         assert!(candidates(1 << 15, 0, hopper(None)).is_empty());
         assert!(!candidates(4097, 4, hopper(None)).is_empty());
-        assert_eq!(cluster(900_000, hopper(None), h200(6)), Some(16));
         assert_eq!(cluster(1 << 20, hopper(None), h200(6)), None);
         // Nothing resident (the driver said 0, or would not say): stream.
         assert_eq!(cluster(32768, hopper(None), |_| 0), None);
