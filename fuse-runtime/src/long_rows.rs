@@ -47,7 +47,7 @@ fn forced_cluster() -> Option<u32> {
         .and_then(|n| u32::try_from(n).ok())
 }
 
-/// Whether `FUSE_LONG_ROWS_TRACE` asks each kernel's split to be written to stderr, with the
+/// Whether `FUSE_LONG_ROWS_TRACE=1` asks each kernel's split to be written to stderr, with the
 /// clusters of each size the driver runs at once, for the benchmark's sweeps of the split.
 fn traced() -> bool {
     static SET: OnceLock<bool> = OnceLock::new();
@@ -168,7 +168,9 @@ fn candidates(row_len: u64, cache_bytes: u32, limits: Limits) -> Vec<Shape> {
 /// 262144 floats in 16 (336) at 95%, as 14 (294, parts of 75,008 bytes); S2's bf16 rows of
 /// 32768 whole (396) at 93%, against 91% in clusters of 2 (528); of 262144 in 8 (360) at 88%,
 /// against 77% in 7 (329, parts of 74,944 bytes, three an SM too) and 78% in 16 (448); G5's
-/// rows of 128256 bf16 in 4 (368) at 90-91%, against 87-89% in 5 (470).
+/// rows of 128256 bf16 in 4 (368) at 90-91%, against 87-89% in 5 (470). (On an H200, with
+/// the kernels of items 34 and 44, S1's rows of 32768 in clusters of 2 ran 1.7 points behind
+/// 3; not measured there since.)
 ///
 /// A grid that loops over rows (`looping`: its clusters resident, summing their rows into
 /// partial sums) is chosen otherwise, by what its clusters keep in L2 and by fewer, larger
@@ -753,7 +755,7 @@ mod tests {
     }
 
     #[test]
-    fn the_split_falls_back_to_the_fewest_blocks_a_row_near_the_most_resident() {
+    fn the_split_on_a_model_h200() {
         // Rows of 900,000 floats have no lean split: the fewest blocks a row that keep three
         // quarters of the most.
         assert_eq!(cluster(900_000, hopper(None), h200(6)), Some(16));
