@@ -399,14 +399,14 @@ impl LongRows {
             row_bytes: row_len.saturating_mul(u64::from(cache_bytes.saturating_sub(sums))),
             l2: device.l2,
         });
-        let mut asked = Vec::new();
-        let resident = |shape| {
-            let clusters = entry.resident(gpu, function, shape);
-            asked.push((shape.cluster, clusters));
-            clusters
-        };
+        let resident = |shape| entry.resident(gpu, function, shape);
         let split = choose(&candidates, resident, looping);
         if traced() {
+            // The driver's answers, cached by `resident` as `choose` asked them.
+            let asked: Vec<(u32, u32)> = candidates
+                .iter()
+                .map(|&shape| (shape.cluster, entry.resident(gpu, function, shape)))
+                .collect();
             let chosen = split.map(|(shape, _)| shape.cluster);
             eprintln!(
                 "fuse long rows: {row_len} x {cache_bytes} bytes: (cluster, resident clusters) \
@@ -658,7 +658,12 @@ mod tests {
 
     /// The cluster size chosen for rows of `len` floats.
     fn cluster(len: u64, limits: Limits, resident: impl Fn(Shape) -> u32) -> Option<u32> {
-        choose(&candidates(len, 4, limits), resident, None).map(|(shape, _)| shape.cluster)
+        split(len, 4, limits, resident)
+    }
+
+    /// The cluster size chosen for rows of `len` elements of `bytes` bytes.
+    fn split(len: u64, bytes: u32, limits: Limits, resident: impl Fn(Shape) -> u32) -> Option<u32> {
+        choose(&candidates(len, bytes, limits), resident, None).map(|(shape, _)| shape.cluster)
     }
 
     /// An H100's (and an H200's) L2: 50 MiB.
@@ -724,34 +729,28 @@ mod tests {
         }
     }
 
-    /// The cluster size chosen for rows of `len` elements of `bytes` bytes.
-    fn split(len: u64, bytes: u32, resident: impl Fn(Shape) -> u32) -> Option<u32> {
-        let candidates = candidates(len, bytes, hopper(None));
-        choose(&candidates, resident, None).map(|(shape, _)| shape.cluster)
-    }
-
     #[test]
     fn the_split_takes_the_fewest_blocks_a_row_of_lean_parts() {
         // The H100's resident clusters of S2's bf16 softmax at 262144 columns (no part of
         // clusters of 1 or 2 fits a block): 8 (parts of 65,536 bytes, 360 blocks), not 7
         // (74,944 bytes, 329) nor 16 (448, the most).
         let softmax = [0, 0, 39, 30, 47, 39, 47, 45, 37, 44, 37, 37, 30, 30, 28, 28];
-        assert_eq!(split(262_144, 2, h100(&softmax)), Some(8));
+        assert_eq!(split(262_144, 2, hopper(None), h100(&softmax)), Some(8));
         // G5's cross-entropy, rows of 128256: 4 (64,128 bytes, 368 blocks), not 5 (470), which
         // three quarters of the most (496) took.
         let entropy = [
             0, 66, 79, 92, 94, 79, 69, 62, 51, 44, 37, 37, 30, 30, 28, 28,
         ];
-        assert_eq!(split(128_256, 2, h100(&entropy)), Some(4));
+        assert_eq!(split(128_256, 2, hopper(None), h100(&entropy)), Some(4));
         // S1's softmax at 32768 floats: 2 (65,536 bytes, 396 blocks of 620), not 3.
         let floats = [
             132, 198, 203, 154, 124, 101, 84, 77, 60, 58, 51, 44, 42, 37, 37, 35,
         ];
-        assert_eq!(split(32768, 4, h100(&floats)), Some(2));
+        assert_eq!(split(32768, 4, hopper(None), h100(&floats)), Some(2));
         // Lean splits that keep less than half the most blocks: the fewest blocks a row that
         // keep three quarters of the most (clusters of 7, 329 blocks).
         let starved = [0, 0, 39, 30, 47, 39, 47, 10, 10, 10, 10, 10, 10, 10, 10, 10];
-        assert_eq!(split(262_144, 2, h100(&starved)), Some(7));
+        assert_eq!(split(262_144, 2, hopper(None), h100(&starved)), Some(7));
     }
 
     #[test]
