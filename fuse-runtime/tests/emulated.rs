@@ -947,6 +947,55 @@ fn long_rows(program: &Program, cols: usize, cluster: u32) -> Shared {
     }
 }
 
+/// Long rows whose blocks sum `exp(x - max)` with their own maxima and rescale, and rows where
+/// they cannot and sum again: a part of only `-inf`, an infinity, a NaN, a row of only `-inf`,
+/// beside rows of fresh values, in clusters of three (softmax in bf16, cross-entropy's
+/// `logsumexp` in f32).
+#[test]
+fn long_rows_rescale_their_blocks_sums_or_sum_again() {
+    if !available() {
+        return;
+    }
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let (rows, cols, cluster) = (6, 4104, 3);
+    let mut x = rng.floats::<f32>(rows * cols, -5.0, 5.0);
+    x[cols..cols + cols * 3 / 4].fill(f32::NEG_INFINITY);
+    x[2 * cols + 1000] = f32::INFINITY;
+    x[3 * cols + 3000] = f32::NAN;
+    x[4 * cols..5 * cols].fill(f32::NEG_INFINITY);
+    let b: Vec<fuse_runtime::bf16> = x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+    let cpu = kernels::bf16s::softmax(&dev, &put(&dev, &b, &[rows, cols])).unwrap();
+    emulate_launch(
+        "long bf16 softmax with infinities",
+        &kernels::bf16s::softmax::__fuse::PROGRAM,
+        vec![hex(&b)],
+        vec![],
+        &[("rows", rows), ("cols", cols)],
+        &cpu,
+        &["bf16"],
+        &[Tol::close(1e-2, 1e-6)],
+        Some(long_rows(&kernels::bf16s::softmax::__fuse::PROGRAM, cols, cluster)),
+    );
+    let label = labels(&mut rng, rows, cols);
+    let cpu = kernels::cross_entropy(
+        &dev,
+        &put(&dev, &x, &[rows, cols]),
+        &put(&dev, &label, &[rows]),
+    )
+    .unwrap();
+    emulate_launch(
+        "long cross_entropy with infinities",
+        &kernels::cross_entropy::__fuse::PROGRAM,
+        vec![hex(&x), hex(&label)],
+        vec![],
+        &[("rows", rows), ("cols", cols)],
+        &cpu,
+        &["f32"],
+        &[Tol::close(2e-5, 1e-6)],
+        Some(long_rows(&kernels::cross_entropy::__fuse::PROGRAM, cols, cluster)),
+    );
+}
+
 /// Long rows cached in shared memory, launched as the runtime launches them (at small sizes: the
 /// kernel takes the path whenever the launch gives it the memory), on clusters of one to four
 /// blocks: parts that are partial or empty, lengths that are not a multiple of four, more and

@@ -1223,6 +1223,42 @@ fn long_rows_in_shared_memory() {
     }
 }
 
+/// Long rows whose blocks cannot sum `exp(x - max)` with their own maxima and rescale: a row
+/// whose first three quarters are `-inf` (a block's part of only `-inf`, however the row is
+/// split), a row with an infinity, one with a NaN, one of only `-inf`, beside rows of fresh
+/// values; softmax in f16 and bf16, and cross-entropy's `logsumexp`, against the CPU.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn long_rows_whose_parts_hold_infinities() {
+    let (Some(gpu), mut rng) = (gpu(), Rng::new()) else {
+        return;
+    };
+    for (rows, cols) in [(6, 40001), (6, 262_147)] {
+        let mut x = rng.floats::<f32>(rows * cols, -10.0, 10.0);
+        let at = |r: usize, c: u64| r * cols + c as usize;
+        x[cols..cols + cols * 3 / 4].fill(f32::NEG_INFINITY);
+        x[at(2, rng.below(cols as u64))] = f32::INFINITY;
+        x[at(3, rng.below(cols as u64))] = f32::NAN;
+        x[4 * cols..5 * cols].fill(f32::NEG_INFINITY);
+        let what = format!("{rows} x {cols}");
+        let h: Vec<fuse_runtime::f16> = x.iter().map(|&v| fuse_runtime::f16::from_f32(v)).collect();
+        let run = |d: &Device| kernels::f16s::softmax(d, &put(d, &h, &[rows, cols]));
+        let tol = Tol::close(2e-3, 1e-6);
+        assert_gpu_matches_cpu(&gpu, &format!("f16 softmax, {what}"), run, &[tol]);
+        let b: Vec<fuse_runtime::bf16> =
+            x.iter().map(|&v| fuse_runtime::bf16::from_f32(v)).collect();
+        let run = |d: &Device| kernels::bf16s::softmax(d, &put(d, &b, &[rows, cols]));
+        let tol = Tol::close(1e-2, 1e-6);
+        assert_gpu_matches_cpu(&gpu, &format!("bf16 softmax, {what}"), run, &[tol]);
+        let label: Vec<i64> = (0..rows).map(|_| rng.below(cols as u64) as i64).collect();
+        let run = |d: &Device| {
+            kernels::cross_entropy(d, &put(d, &x, &[rows, cols]), &put(d, &label, &[rows]))
+        };
+        let tol = Tol::close(2e-5, 2e-5);
+        assert_gpu_matches_cpu(&gpu, &format!("cross_entropy, {what}"), run, &[tol]);
+    }
+}
+
 /// Layernorm's error: the mean's (1e-5 of the mean magnitude, at most 8 here) scaled by
 /// `rstd * |gamma|` (at most about 1.2 here), for `y`; the sum of squares' for `rstd`.
 /// Layernorm's inputs: rows of values around an offset of their own, and `gamma`, `beta`.
