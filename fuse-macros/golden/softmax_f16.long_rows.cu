@@ -157,7 +157,7 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
     if (blocks > 16 || fz_smem_bytes() < (long long)part * 2) return;
     unsigned short* const sc_x = (unsigned short*)fz_shared();
     unsigned int phase = 0;
-    __shared__ unsigned long long fz_xs[2][32];
+    __shared__ unsigned long long fz_xs[2][16];
     __shared__ unsigned long long fz_mbar[2];
     unsigned int fz_parity = 0;
     if (blocks > 1) fz_exchange_init(fz_mbar, fz_xs[0]);
@@ -221,114 +221,11 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
         for (int w = 1; w < 8; ++w) {
             acc1 = fmaxf(acc1, red1[0 + w]);
         }
-        float acc4 = (float)0;
-        {
-            const float v1 = acc1;
-            #pragma unroll 1
-            for (int c = threadIdx.x; c < fz_nv; c += 256) {
-                const int q = 0;
-                const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c]};
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 4;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 5;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 6;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 7;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-            }
-            {
-                #pragma unroll 1
-                for (int k = threadIdx.x; k < fz_rest; k += 256) {
-                    const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 8 + (k - fz_hh);
-                    const int q = fz_nv * 8 + k;
-                    const int j = 0;
-                    const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-            }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
-                acc4 = acc4 + other;
-            }
-            __syncthreads();
-            if ((threadIdx.x & 31) == 0) {
-                red4[threadIdx.x >> 5] = acc4;
-            }
-            __syncthreads();
-            acc4 = red4[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc4 = acc4 + red4[0 + w];
-            }
-        }
-        bool fz_shifted = true;
         if (blocks > 1) {
             unsigned long long* const fz_x = fz_xs[phase];
-            if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 16u);
+            if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 8u);
             if (threadIdx.x < blocks) {
                 fz_send(fz_x + rank, acc1, &fz_mbar[phase], threadIdx.x);
-                fz_send(fz_x + 16 + rank, acc4, &fz_mbar[phase], threadIdx.x);
             }
             fz_wait(&fz_mbar[phase], fz_parity, phase);
             acc1 = fz_take<float>(fz_x);
@@ -336,131 +233,120 @@ extern "C" __global__ void __launch_bounds__(256, 4) fuse_softmax_f16_long_rows(
                 const float other = fz_take<float>(fz_x + b);
                 acc1 = fmaxf(acc1, other);
             }
-            for (unsigned int b = 0; b < blocks; ++b) {
-                fz_shifted = fz_shifted && isfinite(fz_take<float>(fz_x + b));
-            }
-            if (fz_shifted) {
-                acc4 = fz_take<float>(fz_x + 16) * expf(fz_take<float>(fz_x) - acc1);
-                for (unsigned int b = 1; b < blocks; ++b) {
-                    acc4 = acc4 + fz_take<float>(fz_x + 16 + b) * expf(fz_take<float>(fz_x + b) - acc1);
-                }
-            }
             phase ^= 1u;
         }
         const float v1 = acc1;
-        if (!fz_shifted) {
-            acc4 = (float)0;
-            #pragma unroll 1
-            for (int c = threadIdx.x; c < fz_nv; c += 256) {
-                const int q = 0;
-                const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c]};
-                {
-                    const int j = 0;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 1;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 2;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 3;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 4;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 5;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 6;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
-                {
-                    const int j = 7;
-                    const long long r = fz_h + c * 8 + j;
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
+        float acc4 = (float)0;
+        #pragma unroll 1
+        for (int c = threadIdx.x; c < fz_nv; c += 256) {
+            const int q = 0;
+            const fz_vec<unsigned short, 8> rc_x[1] = {reinterpret_cast<const fz_vec<unsigned short, 8>*>(sc_x)[c]};
+            {
+                const int j = 0;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
             }
             {
-                #pragma unroll 1
-                for (int k = threadIdx.x; k < fz_rest; k += 256) {
-                    const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 8 + (k - fz_hh);
-                    const int q = fz_nv * 8 + k;
-                    const int j = 0;
-                    const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
-                    const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
-                    const float v2 = (v0 - v1);
-                    const float v3 = expf(v2);
-                    acc4 = acc4 + v3;
-                }
+                const int j = 1;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
             }
-            #pragma unroll
-            for (int off = 16; off > 0; off >>= 1) {
-                const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+            {
+                const int j = 2;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            {
+                const int j = 3;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            {
+                const int j = 4;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            {
+                const int j = 5;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            {
+                const int j = 6;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+            {
+                const int j = 7;
+                const long long r = fz_h + c * 8 + j;
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+        }
+        {
+            #pragma unroll 1
+            for (int k = threadIdx.x; k < fz_rest; k += 256) {
+                const int r = k < fz_hh ? begin + k : fz_h + fz_nv * 8 + (k - fz_hh);
+                const int q = fz_nv * 8 + k;
+                const int j = 0;
+                const fz_vec<unsigned short, 1>* const rc_x = reinterpret_cast<const fz_vec<unsigned short, 1>*>(sc_x);
+                const float v0 = fz_f16_to_f32(rc_x[q].v[j]);
+                const float v2 = (v0 - v1);
+                const float v3 = expf(v2);
+                acc4 = acc4 + v3;
+            }
+        }
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            const float other = __shfl_xor_sync(0xffffffffu, acc4, off);
+            acc4 = acc4 + other;
+        }
+        __syncthreads();
+        if ((threadIdx.x & 31) == 0) {
+            red4[threadIdx.x >> 5] = acc4;
+        }
+        __syncthreads();
+        acc4 = red4[0];
+        #pragma unroll
+        for (int w = 1; w < 8; ++w) {
+            acc4 = acc4 + red4[0 + w];
+        }
+        if (blocks > 1) {
+            unsigned long long* const fz_x = fz_xs[phase];
+            if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 8u);
+            if (threadIdx.x < blocks) {
+                fz_send(fz_x + rank, acc4, &fz_mbar[phase], threadIdx.x);
+            }
+            fz_wait(&fz_mbar[phase], fz_parity, phase);
+            acc4 = fz_take<float>(fz_x);
+            for (unsigned int b = 1; b < blocks; ++b) {
+                const float other = fz_take<float>(fz_x + b);
                 acc4 = acc4 + other;
             }
-            __syncthreads();
-            if ((threadIdx.x & 31) == 0) {
-                red4[threadIdx.x >> 5] = acc4;
-            }
-            __syncthreads();
-            acc4 = red4[0];
-            #pragma unroll
-            for (int w = 1; w < 8; ++w) {
-                acc4 = acc4 + red4[0 + w];
-            }
-            if (blocks > 1) {
-                unsigned long long* const fz_x = fz_xs[phase];
-                if (threadIdx.x == 0) fz_expect(&fz_mbar[phase], blocks * 8u);
-                if (threadIdx.x < blocks) {
-                    fz_send(fz_x + rank, acc4, &fz_mbar[phase], threadIdx.x);
-                }
-                fz_wait(&fz_mbar[phase], fz_parity, phase);
-                acc4 = fz_take<float>(fz_x);
-                for (unsigned int b = 1; b < blocks; ++b) {
-                    const float other = fz_take<float>(fz_x + b);
-                    acc4 = acc4 + other;
-                }
-                phase ^= 1u;
-            }
+            phase ^= 1u;
         }
         const float v4 = acc4;
         const fz_divider dv_4 = fz_divider_of(v4);

@@ -947,12 +947,11 @@ fn long_rows(program: &Program, cols: usize, cluster: u32) -> Shared {
     }
 }
 
-/// Long rows whose blocks sum `exp(x - max)` with their own maxima and rescale, and rows where
-/// they cannot and sum again: a part of only `-inf`, an infinity, a NaN, a row of only `-inf`,
-/// beside rows of fresh values, in clusters of three (softmax in bf16, cross-entropy's
-/// `logsumexp` in f32).
+/// Long rows in clusters of three whose parts hold what a block's own statistics would get
+/// wrong: a part of only `-inf`, an infinity, a NaN, a row of only `-inf`, beside rows of fresh
+/// values (softmax in bf16, cross-entropy's `logsumexp` in f32).
 #[test]
-fn long_rows_rescale_their_blocks_sums_or_sum_again() {
+fn long_rows_with_infinite_parts_run_on_an_emulated_cluster() {
     if !available() {
         return;
     }

@@ -1223,10 +1223,11 @@ fn long_rows_in_shared_memory() {
     }
 }
 
-/// Long rows whose blocks cannot sum `exp(x - max)` with their own maxima and rescale: a row
-/// whose first three quarters are `-inf` (a block's part of only `-inf`, however the row is
-/// split), a row with an infinity, one with a NaN, one of only `-inf`, beside rows of fresh
-/// values; softmax in f16 and bf16, and cross-entropy's `logsumexp`, against the CPU.
+/// Long rows split over a cluster whose parts hold what a block's own statistics would get
+/// wrong: a row whose first three quarters are `-inf` (a part of only `-inf`, however the row
+/// is split, where `exp(x - max)` with the part's own maximum is NaN), a row with an infinity,
+/// one with a NaN, one of only `-inf`, beside rows of fresh values; softmax in f16 and bf16,
+/// and cross-entropy's `logsumexp`, against the CPU.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn long_rows_whose_parts_hold_infinities() {

@@ -516,7 +516,7 @@ impl Cuda<'_> {
         })
     }
 
-    pub(super) fn call(&mut self, f: Func, e: Elem, a: &[String]) -> String {
+    fn call(&mut self, f: Func, e: Elem, a: &[String]) -> String {
         use Func::*;
         let s = |name: &str| suffixed(name, e);
         let one = if e == Elem::F32 { "1.0f" } else { "1.0" };

@@ -164,18 +164,6 @@ impl Cuda<'_> {
         }
     }
 
-    /// Sets the accumulators of `reduces` back to their identities, as `init_accumulators`
-    /// declares them: for a tile's rows past the end, and a pass that runs again.
-    pub(super) fn reset_accumulators(&mut self, reduces: &[NodeId]) {
-        for &r in reduces {
-            let (op, e) = self.reduction(r);
-            self.line(format!("acc{r} = {};", identity(op, e)));
-            if op == Reduce::LogSumExp {
-                self.line(format!("acs{r} = 0;"));
-            }
-        }
-    }
-
     pub(super) fn accumulate(&mut self, reduces: &[NodeId]) {
         for &r in reduces {
             let (op, e) = self.reduction(r);

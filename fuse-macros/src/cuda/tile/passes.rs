@@ -1,8 +1,9 @@
 //! The row passes of the tiled short rows, over each tile's rows in shared memory: a vector of
 //! two, four or eight elements a thread where the length allows, else two elements a thread.
 
+use super::super::text::identity;
 use super::super::{Cuda, Scope, SYNTAX};
-use crate::ir::DimId;
+use crate::ir::{DimId, NodeId, Reduce};
 use crate::plan::rows::Tiled;
 use crate::plan::{Pass, Plan};
 
@@ -153,6 +154,18 @@ impl Cuda<'_> {
             self.block_reduce(&pass.reduces, true);
             self.finish_reductions(&pass.reduces, "len");
             self.values(&pass.after, Scope::Row);
+        }
+    }
+
+    /// Sets the accumulators of `reduces` back to their identities, as `init_accumulators`
+    /// declares them.
+    fn reset_accumulators(&mut self, reduces: &[NodeId]) {
+        for &r in reduces {
+            let (op, e) = self.reduction(r);
+            self.line(format!("acc{r} = {};", identity(op, e)));
+            if op == Reduce::LogSumExp {
+                self.line(format!("acs{r} = 0;"));
+            }
         }
     }
 
