@@ -34,9 +34,8 @@ static __device__ __forceinline__ float fz_log_normal(float y) {
     p = fmaf(f, p, 0x1.5554f0p-2f);
     p = fmaf(f, p, -0.5f);
     p = fmaf(f, f * p, f);
-    const float r = fmaf((float)e * 0x1p-23f, 0x1.62e430p-1f, p);
-    const float inf = __int_as_float(0x7f800000);
-    return (unsigned int)__float_as_int(y) >= 0x7f800000u ? fmaf(y, inf, inf) : r;
+    const float r = fmaf((float)e, 0x1.62e430p-24f, p);
+    return (unsigned int)__float_as_int(y) >= 0x7f800000u ? y * __int_as_float(0x7f800000) : r;
 }
 template <typename T, int N> struct alignas(sizeof(T) * N < 16 ? sizeof(T) * N : 16) fz_vec { T v[N]; };
 extern "C" __global__ void __launch_bounds__(256) fuse_softplus(

@@ -749,7 +749,11 @@ pub(super) fn helper(name: &str) -> &'static str {
         // same steps and constants, the same result bit for bit, without the tests and the
         // rescaling of subnormal arguments and of zero, five of its 24 instructions. `m` is the
         // argument scaled by a power of two `e` into [2/3, 4/3); `ln(m)` is `f + f^2 p(f)`
-        // for `f = m - 1`. A negative argument would give NaN, as from `logf` (the last test).
+        // for `f = m - 1`. Two more go: `logf` scales `e` by 2^-23 and then multiplies by
+        // `ln 2`, where the scale folds into the constant (both products exact, so the fused
+        // sum rounds the same number); and +inf and NaN take `y * inf` (+inf, the canonical
+        // NaN), which needs no register for the infinity as `logf`'s `fmaf(y, inf, inf)` does
+        // (and would give NaN for a negative argument, which `least` rules out).
         "fz_log_normal" => concat!(
             "static __device__ __forceinline__ float fz_log_normal(float y) {\n",
             "    const int e = (__float_as_int(y) - 0x3f2aaaab) & (int)0xff800000u;\n",
@@ -763,9 +767,8 @@ pub(super) fn helper(name: &str) -> &'static str {
             "    p = fmaf(f, p, 0x1.5554f0p-2f);\n",
             "    p = fmaf(f, p, -0.5f);\n",
             "    p = fmaf(f, f * p, f);\n",
-            "    const float r = fmaf((float)e * 0x1p-23f, 0x1.62e430p-1f, p);\n",
-            "    const float inf = __int_as_float(0x7f800000);\n",
-            "    return (unsigned int)__float_as_int(y) >= 0x7f800000u ? fmaf(y, inf, inf) : r;\n",
+            "    const float r = fmaf((float)e, 0x1.62e430p-24f, p);\n",
+            "    return (unsigned int)__float_as_int(y) >= 0x7f800000u ? y * __int_as_float(0x7f800000) : r;\n",
             "}\n",
         ),
         "fz_softplus" => concat!(
