@@ -973,7 +973,11 @@ fn long_rows_with_infinite_parts_run_on_an_emulated_cluster() {
         &cpu,
         &["bf16"],
         &[Tol::close(1e-2, 1e-6)],
-        Some(long_rows(&kernels::bf16s::softmax::__fuse::PROGRAM, cols, cluster)),
+        Some(long_rows(
+            &kernels::bf16s::softmax::__fuse::PROGRAM,
+            cols,
+            cluster,
+        )),
     );
     let label = labels(&mut rng, rows, cols);
     let cpu = kernels::cross_entropy(
@@ -991,7 +995,11 @@ fn long_rows_with_infinite_parts_run_on_an_emulated_cluster() {
         &cpu,
         &["f32"],
         &[Tol::close(2e-5, 1e-6)],
-        Some(long_rows(&kernels::cross_entropy::__fuse::PROGRAM, cols, cluster)),
+        Some(long_rows(
+            &kernels::cross_entropy::__fuse::PROGRAM,
+            cols,
+            cluster,
+        )),
     );
 }
 
