@@ -270,6 +270,14 @@ impl Cuda<'_> {
                 _ => None,
             })
             .collect();
+        // One vector loaded a step, nothing gathered: nothing for ptxas to sink below the
+        // first values' math, so values that arithmetic computed round without a NaN test
+        // (`vector_bits`), as from registers. S3's bf16 softplus, its NaN a canonical one.
+        let single = loaded.len() == 1
+            && pass
+                .elems
+                .iter()
+                .all(|&id| !matches!(k.nodes[id].op, Op::View(..)));
         // A loop that writes asks L2 to evict the lines it reads last (`fz_ld_keep`), so that
         // the lines it writes leave first: W1 1.5 points faster on the H200, W2 0.8. A loop that
         // only reads (a full reduction's) lost 15 points with it (NOTES item 53). A loop that
@@ -352,7 +360,7 @@ impl Cuda<'_> {
                 ));
                 continue;
             }
-            let bits = self.vector_bits(o, false);
+            let bits = self.vector_bits(o, single);
             let Some(place) = &k.outputs[o].place else {
                 self.line(format!(
                     "reinterpret_cast<fz_vec<{t}, {lanes}>*>(out{o})[j] = {bits};"

@@ -196,10 +196,9 @@ impl Cuda<'_> {
                         return text;
                     }
                 }
-                if *f == Func::Ln && arg_elem == Elem::F32 && !self.k.fast_math {
-                    if let Some(text) = self.ln_of_normal(node.op.operands()[0], &args[0]) {
-                        return text;
-                    }
+                if self.log_of_normal(id) {
+                    self.helpers.insert("fz_log_normal");
+                    return format!("fz_log_normal({})", args[0]);
                 }
                 self.call(*f, arg_elem, &args)
             }
@@ -316,16 +315,21 @@ impl Cuda<'_> {
         }
     }
 
-    /// `ln(x)` for an f32 `x` that is never below `f32::MIN_POSITIVE` (but NaN): `logf` without
-    /// its cases for subnormal and zero arguments (`fz_log_normal`), which `logf` tests at every
-    /// call, five of its 24 instructions. Softplus written as `(x.exp() + 1.0).ln()` takes the
-    /// log of at least 1: in 16-bit types it is bound by its instructions, not its bytes.
-    fn ln_of_normal(&mut self, x: NodeId, text: &str) -> Option<String> {
-        let least = self.least(x)?;
-        (least >= f64::from(f32::MIN_POSITIVE)).then(|| {
-            self.helpers.insert("fz_log_normal");
-            format!("fz_log_normal({text})")
-        })
+    /// Whether node `id` is `ln(x)` for an f32 `x` that is never below `f32::MIN_POSITIVE`
+    /// (but NaN), outside `#[fast_math]`: `logf` without its cases for subnormal and zero
+    /// arguments (`fz_log_normal`), which `logf` tests at every call, five of its 24
+    /// instructions. Softplus written as `(x.exp() + 1.0).ln()` takes the log of at least 1:
+    /// in 16-bit types it is bound by its instructions, not its bytes.
+    pub(super) fn log_of_normal(&self, id: NodeId) -> bool {
+        match &self.k.nodes[id].op {
+            Op::Call(Func::Ln, args) => {
+                let x = args[0];
+                self.k.nodes[x].elem().compute() == Elem::F32
+                    && !self.k.fast_math
+                    && self.least(x).is_some_and(|l| l >= f64::from(f32::MIN_POSITIVE))
+            }
+            _ => false,
+        }
     }
 
     /// A number that f32 node `n` is never below but where it is NaN, from its operations

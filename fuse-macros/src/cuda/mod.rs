@@ -584,8 +584,9 @@ impl Cuda<'_> {
     /// Whether every NaN among output `o`'s f32 values is the canonical one (0x7fffffff), so
     /// that its vector rounds without a NaN test (`fz_pack_bf16`): values that f32 arithmetic
     /// computes (`+ - * /`, directly or through a cast to the output's type), which on the GPU
-    /// makes no other NaN. A value that only moves bits (a load, a negation, `abs`, a select, a
-    /// min or max) can carry a NaN's payload, which `fz_round_bf16` keeps as the CPU does.
+    /// makes no other NaN, and `fz_log_normal`'s (its last step an `fmaf`, or `y * inf`). A
+    /// value that only moves bits (a load, a negation, `abs`, a select, a min or max) can carry
+    /// a NaN's payload, which `fz_round_bf16` keeps as the CPU does.
     fn canonical_nans(&self, o: usize) -> bool {
         let mut node = self.k.outputs[o].node;
         if let Op::Cast(a) = self.k.nodes[node].op {
@@ -596,7 +597,7 @@ impl Cuda<'_> {
             self.k.nodes[node].op,
             Op::Binary(BinOp::Add | BinOp::Sub | BinOp::Mul | BinOp::Div, a, b)
                 if f32(node) && f32(a) && f32(b)
-        )
+        ) || (f32(node) && self.log_of_normal(node))
     }
 
     fn params(&self) -> String {
