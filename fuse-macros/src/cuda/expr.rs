@@ -326,7 +326,9 @@ impl Cuda<'_> {
                 let x = args[0];
                 self.k.nodes[x].elem().compute() == Elem::F32
                     && !self.k.fast_math
-                    && self.least(x).is_some_and(|l| l >= f64::from(f32::MIN_POSITIVE))
+                    && self
+                        .least(x)
+                        .is_some_and(|l| l >= f64::from(f32::MIN_POSITIVE))
             }
             _ => false,
         }
