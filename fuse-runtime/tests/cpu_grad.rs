@@ -1099,6 +1099,14 @@ fuse! {
         x * rsqrt(mean(x * x, cols) + 1e-6) * w
     }
 
+    /// Operands read twice whose partials cancel: `atan2(x, x)` and `x / x` are constant
+    /// where `x > 0`, `x - x` everywhere, so the derivative is the last term's.
+    #[vjp(x)]
+    #[jvp(x)]
+    pub fn self_cancelling(x: [f32; n], k: f32) -> [f32; n] {
+        (x.atan2(x) + (x - x) + x / x) * k + x
+    }
+
     #[vjp(x, w)]
     pub fn rmsnorm_plain(x: [f64; rows, cols], w: [f64; cols]) -> [f64; rows, cols] {
         x * rsqrt(mean(x * x, cols) + 1e-6) * w
@@ -1120,6 +1128,26 @@ fn tied_maxima_share_the_gradient() {
     .unwrap();
     let third = -0.9 / 3.0;
     assert_eq!(host(&g.x), [2.0, 0.3, 0.3, 0.0, third, third, third, 4.0]);
+}
+
+/// An operand read twice has its partials summed before its adjoint multiplies them, as
+/// forward mode sums their products with its one tangent: large opposite terms (here `k / 2x`
+/// from `atan2(x, x)`) cancel exactly rather than in turn beside the adjoint's other terms,
+/// where `d` would be rounded away (random program p18665).
+#[test]
+fn operands_read_twice_sum_their_partials_first() {
+    let (dev, mut rng) = (Device::cpu(), Rng::new());
+    let n = 37;
+    let (x, d) = (
+        rng.floats::<f32>(n, 0.25, 4.0),
+        rng.floats::<f32>(n, -1.0, 1.0),
+    );
+    let p = |v: &[f32]| dev.upload(v).unwrap().reshape(&[n]).unwrap();
+    let k = 3.0e7f32;
+    let g = self_cancelling::vjp(&dev, &p(&x), k, &p(&d)).unwrap();
+    assert_eq!(g.x.to_vec().unwrap(), d);
+    let (_, t) = self_cancelling::jvp(&dev, &p(&x), k, &p(&d)).unwrap();
+    assert_eq!(t.to_vec().unwrap(), d);
 }
 
 /// `detach(e)` is `e`, and no derivative flows through it.

@@ -472,6 +472,31 @@ impl Graph {
         }
     }
 
+    /// A partial as a value in the compute type.
+    fn partial_value(&mut self, d: D) -> NodeId {
+        match d {
+            D::One => self.lit(1.0),
+            D::MinusOne => self.lit(-1.0),
+            D::Of(p) => p,
+        }
+    }
+
+    /// Whether two partials are the same value: the same node, or casts of the same value
+    /// (`p` casts a 16-bit operand anew at each use).
+    fn same_partial(&self, d: D, e: D) -> bool {
+        match (d, e) {
+            (D::One, D::One) | (D::MinusOne, D::MinusOne) => true,
+            (D::Of(p), D::Of(q)) => {
+                p == q
+                    || matches!(
+                        (&self.nodes[p].op, &self.nodes[q].op),
+                        (Op::Cast(x), Op::Cast(y)) if x == y && self.elem(p) == self.elem(q)
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// Adds `contribution`, an adjoint at a value of shape `at`, to the adjoint of `target`:
     /// summed over the dims `target` lacks, and times the size of each dim of `at` that
     /// neither has (the contribution is the same along it).
@@ -558,9 +583,34 @@ impl Graph {
                     self.give(&mut adj, x, c, &over);
                 }
                 _ => {
-                    for (target, d) in self.partials(i) {
-                        let Some(d) = d else { continue };
-                        let c = self.times(a, d);
+                    let partials: Vec<(NodeId, D)> = self
+                        .partials(i)
+                        .into_iter()
+                        .filter_map(|(target, d)| Some((target, d?)))
+                        .collect();
+                    for (k, &(target, d)) in partials.iter().enumerate() {
+                        let same: Vec<D> = partials
+                            .iter()
+                            .filter(|&&(t, _)| t == target)
+                            .map(|&(_, d)| d)
+                            .collect();
+                        let c = if same.iter().all(|&e| self.same_partial(e, d)) {
+                            self.times(a, d)
+                        } else if partials[..k].iter().any(|&(t, _)| t == target) {
+                            continue;
+                        } else {
+                            // An operand read twice with partials that differ (`x.atan2(x)`,
+                            // `x - x`, `x / x`): the partials summed first, as forward mode
+                            // sums their products with one tangent. Each product given in
+                            // turn would add the large opposite terms to the operand's
+                            // adjoint one after the other, rounding away what else it holds.
+                            let mut sum = self.partial_value(d);
+                            for &e in &same[1..] {
+                                let e = self.partial_value(e);
+                                sum = self.add(sum, e);
+                            }
+                            self.mul(a, sum)
+                        };
                         self.give(&mut adj, target, c, &at);
                     }
                 }
