@@ -9,8 +9,15 @@ benchmark's 16384 x 4096 bf16 rows, at the grid of resident blocks the runtime g
 - `pf2`, `pf3`: each block asks L2 for its next row of `x` and `dy` (`fz_prefetch_l2`);
 - `ldg2`: `x` and `dy` loaded by `ld.global` where ptxas made them `ld.global.nc`;
 - `next2`, `next3` (item 146): each thread loads its vectors of the block's next row of `x` and
-  `dy` into registers before this row's arithmetic (double-buffered in registers).
-Every variant computes the same values (the outputs are compared with `base2`'s)."""
+  `dy` into registers before this row's arithmetic (double-buffered in registers);
+- `async2`, `async3` (item 150): each thread copies its vectors of the block's next row of `x`
+  and `dy` into shared memory by `cp.async` before this row's arithmetic, two buffers a block,
+  and reads this row's back from the other (a thread reads only what it copied: no barrier);
+- `bias2`: the bias's vectors loaded once a thread before the rows, not once a row;
+  `asyncb2`, `asyncb3`: both.
+Every variant computes the same values (the outputs are compared with `base2`'s); `base2` runs
+again last, as a check of the machine's drift. `python3 g8_rows.py DUMP DIR` also writes each
+variant's CUDA C to `DIR/g8_<tag>.cu`."""
 import re
 import sys
 
@@ -34,6 +41,12 @@ static __device__ __forceinline__ fz_vec<unsigned short, 4> ld_plain4(const fz_v
     asm("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(u.w[0]), "=r"(u.w[1]) : "l"(p));
     return u.v;
 }
+static __device__ __forceinline__ void cp_async8(void* dst, const void* src) {
+    const unsigned int s = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" :: "r"(s), "l"(src) : "memory");
+}
+static __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+static __device__ __forceinline__ void cp_async_wait1() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 '''
 anchor = '''        #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -69,7 +82,70 @@ def ahead(s):
     return s.replace(loop, first + loop)
 
 
-def variant(tag, blocks, ask_l2=False, plain=False, next_row=False):
+LOOP = "    for (long long g0 = blockIdx.x; g0 < groups; g0 += gridDim.x) {"
+ROW_X = "        fz_vec<unsigned short, 4> rc_x[4];\n"
+
+
+def copied_ahead(s):
+    """The next row's `x` and `dy` copied into shared memory by `cp.async` while this row's
+    arithmetic runs; this row's read back from the other buffer."""
+    assert s.count(LOOP) == 1 and s.count(ROW_X) == 1
+
+    def copies(buf, row, indent):
+        return "".join(
+            f"{indent}cp_async8(&fz_s{n}[{buf}][c], "
+            f"reinterpret_cast<const unsigned long long*>({t} + {row}) + c);\n"
+            for n, t in [("x", "p_x"), ("d", "p_d_out")])
+    first = ("    __shared__ __align__(16) unsigned long long fz_sx[2][1024], fz_sd[2][1024];\n"
+             "    int fz_buf = 0;\n"
+             "    if (blockIdx.x < groups) {\n"
+             "        #pragma unroll\n"
+             "        for (int q = 0; q < 4; ++q) {\n"
+             "            const int c = lane + q * width;\n"
+             + copies("0", "(long long)blockIdx.x * d_h", " " * 12) +
+             "        }\n"
+             "    }\n"
+             "    cp_async_commit();\n")
+    s = s.replace(LOOP, first + LOOP)
+    ahead = ("        if (g0 + gridDim.x < groups) {\n"
+             "            #pragma unroll\n"
+             "            for (int q = 0; q < 4; ++q) {\n"
+             "                const int c = lane + q * width;\n"
+             + copies("fz_buf ^ 1", "b0 + (long long)gridDim.x * d_h", " " * 16) +
+             "            }\n"
+             "        }\n"
+             "        cp_async_commit();\n"
+             "        cp_async_wait1();\n")
+    s = s.replace(ROW_X, ahead + ROW_X)
+    for t, r, n in [("p_x", "rc_x", "x"), ("p_d_out", "rc_d_out", "d")]:
+        load = (f"{r}[q] = fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>"
+                f"({t} + b0) + c);")
+        assert s.count(load) == 1, t
+        s = s.replace(load, f"{r}[q] = *reinterpret_cast<const fz_vec<unsigned short, 4>*>"
+                            f"(&fz_s{n}[fz_buf][c]);")
+    # Flip the buffers once this row's vectors are read (after `dy`'s loop, before the math).
+    tail = ("        #pragma unroll\n        for (int q = 0; q < 4; ++q) {\n"
+            "            const int c = lane + q * width;\n            {\n"
+            "                fz_vec<float, 4> s0;")
+    assert s.count(tail) == 1
+    return s.replace(tail, "        fz_buf ^= 1;\n" + tail)
+
+
+def bias_once(s):
+    """The bias's vectors loaded once a thread, before the rows."""
+    load = ("const fz_vec<unsigned short, 4> lv_bias = fz_ld_keep(reinterpret_cast<const "
+            "fz_vec<unsigned short, 4>*>(p_bias + b1) + lane + q * width);")
+    assert s.count(load) == 1 and s.count(LOOP) == 1
+    s = s.replace(load, "const fz_vec<unsigned short, 4> lv_bias = fz_bias_r[q];")
+    first = ("    fz_vec<unsigned short, 4> fz_bias_r[4];\n"
+             "    #pragma unroll\n"
+             "    for (int q = 0; q < 4; ++q) fz_bias_r[q] = fz_ld_keep(reinterpret_cast<const "
+             "fz_vec<unsigned short, 4>*>(p_bias) + lane + q * width);\n")
+    return s.replace(LOOP, first + LOOP)
+
+
+def variant(tag, blocks, ask_l2=False, plain=False, next_row=False, async_row=False,
+            bias=False):
     s = dump.replace(name.group(0), f"__launch_bounds__(256, {blocks}) g8_{tag}(")
     k = s.index('extern "C"')
     s = s[:k] + prefetch + s[k:]
@@ -78,6 +154,10 @@ def variant(tag, blocks, ask_l2=False, plain=False, next_row=False):
         s = s.replace(anchor, ask + anchor)
     if next_row:
         s = ahead(s)
+    if async_row:
+        s = copied_ahead(s)
+    if bias:
+        s = bias_once(s)
     if plain:
         for t in ["p_x", "p_d_out"]:
             load = f"fz_ld_keep(reinterpret_cast<const fz_vec<unsigned short, 4>*>({t} + b0) + c)"
@@ -112,13 +192,27 @@ def timed(f, grid):
 
 
 ref = None
-# (tag, blocks an SM, ask L2 for the next row, plain loads, next row in registers)
-cases = [("base2", 2, False, False, False), ("base3", 3, False, False, False),
-         ("base4", 4, False, False, False), ("pf2", 2, True, False, False),
-         ("pf3", 3, True, False, False), ("ldg2", 2, False, True, False),
-         ("next2", 2, False, False, True), ("next3", 3, False, False, True)]
-for tag, blocks, ask_l2, plain, next_row in cases:
-    code = variant(tag, blocks, ask_l2, plain, next_row)
+# (tag, blocks an SM, ask L2 for the next row, plain loads, next row in registers, next row
+# copied into shared memory, bias loaded once)
+cases = [("base2", 2, False, False, False, False, False),
+         ("base3", 3, False, False, False, False, False),
+         ("base4", 4, False, False, False, False, False),
+         ("pf2", 2, True, False, False, False, False),
+         ("pf3", 3, True, False, False, False, False),
+         ("ldg2", 2, False, True, False, False, False),
+         ("next2", 2, False, False, True, False, False),
+         ("next3", 3, False, False, True, False, False),
+         ("async2", 2, False, False, False, True, False),
+         ("async3", 3, False, False, False, True, False),
+         ("bias2", 2, False, False, False, False, True),
+         ("asyncb2", 2, False, False, False, True, True),
+         ("asyncb3", 3, False, False, False, True, True),
+         ("base2", 2, False, False, False, False, False)]
+if len(sys.argv) > 2:
+    for tag, *rest in cases:
+        open(f"{sys.argv[2]}/g8_{tag}.cu", "w").write(variant(tag, *rest))
+for tag, blocks, *rest in cases:
+    code = variant(tag, blocks, *rest)
     mod = cp.RawModule(code=code, options=("--std=c++17",))
     t = timed(mod.get_function(f"g8_{tag}"), blocks * sms)
     ref = ref or t
