@@ -1556,61 +1556,86 @@ impl Gen {
         let float_outs: Vec<usize> = (0..outs.len())
             .filter(|&k| self.nodes[outs[k]].ty.is_float())
             .collect();
-        let mut cots = vec![];
+        // Each cotangent `u` and tangent `v` beside a second, `u'` and `w`, and their sums: the
+        // derivatives are linear in them, so what `jvp(v + w) - jvp(v) - jvp(w)` and the same
+        // of `vjp` leave is the rounding of the derivatives' own terms (`Adjoint::left_noise`).
+        let (mut cots, mut cots2, mut cots_sum) = (vec![], vec![], vec![]);
         for (j, &k) in float_outs.iter().enumerate() {
             let t = Self::rust_ty(self.nodes[outs[k]].ty);
+            for (v, stream) in [("u", j), ("uu", 300 + j)] {
+                writeln!(
+                    s,
+                    "    let {v}{j} = crate::harness::draw::<{t}>(dev, {}.shape(), {stream})?;",
+                    out(k)
+                )
+                .unwrap();
+            }
             writeln!(
                 s,
-                "    let u{j} = crate::harness::draw::<{t}>(dev, {}.shape(), {j})?;",
-                out(k)
+                "    let us{j} = crate::harness::add(dev, &u{j}, &uu{j})?;"
             )
             .unwrap();
             cots.push(format!("&u{j}"));
+            cots2.push(format!("&uu{j}"));
+            cots_sum.push(format!("&us{j}"));
         }
-        let mut tans = vec![];
+        let (mut tans, mut tans2, mut tans_sum) = (vec![], vec![], vec![]);
         for (j, &i) in floats.iter().enumerate() {
             let p = &self.params[i];
             let t = Self::rust_ty(p.ty);
-            let stream = 100 + j;
-            match p.shape {
-                Some(_) => {
-                    writeln!(
-                        s,
-                        "    let v{j} = crate::harness::draw::<{t}>(dev, {}.shape(), {stream})?;",
-                        p.name
-                    )
-                    .unwrap();
-                    tans.push(format!("&v{j}"));
-                }
-                None => {
-                    writeln!(
-                        s,
-                        "    let v{j} = crate::harness::draw::<{t}>(dev, &[], {stream})?;"
-                    )
-                    .unwrap();
-                    tans.push(format!("v{j}.to_vec()?[0]"));
-                }
+            let shape = match p.shape {
+                Some(_) => format!("{}.shape()", p.name),
+                None => "&[]".to_string(),
+            };
+            for (v, stream) in [("v", 100 + j), ("w", 200 + j)] {
+                writeln!(
+                    s,
+                    "    let {v}{j} = crate::harness::draw::<{t}>(dev, {shape}, {stream})?;"
+                )
+                .unwrap();
+            }
+            writeln!(
+                s,
+                "    let vw{j} = crate::harness::add(dev, &v{j}, &w{j})?;"
+            )
+            .unwrap();
+            for (list, v) in [(&mut tans, "v"), (&mut tans2, "w"), (&mut tans_sum, "vw")] {
+                list.push(match p.shape {
+                    Some(_) => format!("&{v}{j}"),
+                    None => format!("{v}{j}.to_vec()?[0]"),
+                });
             }
         }
-        writeln!(
-            s,
-            "    let g = {name}::vjp(dev, {args}, {})?;",
-            cots.join(", ")
-        )
-        .unwrap();
-        writeln!(
-            s,
-            "    let j = {name}::jvp(dev, {args}, {})?;",
-            tans.join(", ")
-        )
-        .unwrap();
+        for (g, list) in [("g", &cots), ("gu", &cots2), ("gs", &cots_sum)] {
+            writeln!(
+                s,
+                "    let {g} = {name}::vjp(dev, {args}, {})?;",
+                list.join(", ")
+            )
+            .unwrap();
+        }
+        for (j, list) in [("j", &tans), ("jw", &tans2), ("js", &tans_sum)] {
+            writeln!(
+                s,
+                "    let {j} = {name}::jvp(dev, {args}, {})?;",
+                list.join(", ")
+            )
+            .unwrap();
+        }
         writeln!(s, "    let mut adj = crate::harness::Adjoint::default();").unwrap();
         for j in 0..float_outs.len() {
-            writeln!(s, "    adj.left(&j.{}, &u{j})?;", outs.len() + j).unwrap();
+            let o = outs.len() + j;
+            writeln!(s, "    adj.left(&j.{o}, &u{j})?;").unwrap();
+            writeln!(s, "    adj.left_noise([&j.{o}, &jw.{o}, &js.{o}], &u{j})?;").unwrap();
         }
         for (j, &i) in floats.iter().enumerate() {
-            let p = &self.params[i];
-            writeln!(s, "    adj.right(&v{j}, &g.{})?;", p.name).unwrap();
+            let p = &self.params[i].name;
+            writeln!(s, "    adj.right(&v{j}, &g.{p})?;").unwrap();
+            writeln!(
+                s,
+                "    adj.right_noise(&v{j}, [&g.{p}, &gu.{p}, &gs.{p}])?;"
+            )
+            .unwrap();
         }
         writeln!(s, "    Ok(adj)\n}}").unwrap();
         s
