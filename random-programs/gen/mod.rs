@@ -1625,17 +1625,11 @@ impl Gen {
         writeln!(s, "    let mut adj = crate::harness::Adjoint::default();").unwrap();
         for j in 0..float_outs.len() {
             let o = outs.len() + j;
-            writeln!(s, "    adj.left(&j.{o}, &u{j})?;").unwrap();
-            writeln!(s, "    adj.left_noise([&j.{o}, &jw.{o}, &js.{o}], &u{j})?;").unwrap();
+            writeln!(s, "    adj.left([&j.{o}, &jw.{o}, &js.{o}], &u{j})?;").unwrap();
         }
         for (j, &i) in floats.iter().enumerate() {
             let p = &self.params[i].name;
-            writeln!(s, "    adj.right(&v{j}, &g.{p})?;").unwrap();
-            writeln!(
-                s,
-                "    adj.right_noise(&v{j}, [&g.{p}, &gu.{p}, &gs.{p}])?;"
-            )
-            .unwrap();
+            writeln!(s, "    adj.right(&v{j}, [&g.{p}, &gu.{p}, &gs.{p}])?;").unwrap();
         }
         writeln!(s, "    Ok(adj)\n}}").unwrap();
         s

@@ -209,7 +209,7 @@ pub fn draw<T: Float>(dev: &Device, shape: &[usize], stream: u64) -> Result<Buff
 }
 
 /// `a + b` elementwise, rounded once to `T`: the sum of two tangents (or cotangents) that
-/// `Adjoint::left_noise` and `right_noise` run the derivatives on beside each.
+/// `Adjoint::left` and `right` run the derivatives on beside each.
 pub fn add<T: Float>(dev: &Device, a: &Buffer<T>, b: &Buffer<T>) -> Result<Buffer<T>, Error> {
     let (x, y) = (floats(a)?, floats(b)?);
     let v: Vec<T> = x.iter().zip(&y).map(|(x, y)| T::from_f64(x + y)).collect();
@@ -260,53 +260,36 @@ impl Adjoint {
         Ok((sum, abs))
     }
 
-    /// Adds `<t, u>` of a tangent output and its cotangent.
-    pub fn left<A: Elem, B: Elem>(&mut self, t: &Buffer<A>, u: &Buffer<B>) -> Result<(), Error> {
-        let (sum, abs) = Self::dot(t, u)?;
+    /// Adds `<t, u>` of a tangent output at `v` (`t[0]`) and its cotangent, and `<jvp(v + w) -
+    /// jvp(v) - jvp(w), u>` to `left_noise` (`t`: the output at `v`, `w` and `v + w`).
+    pub fn left<A: Elem, B: Elem>(
+        &mut self,
+        t: [&Buffer<A>; 3],
+        u: &Buffer<B>,
+    ) -> Result<(), Error> {
+        let (sum, abs) = Self::dot(t[0], u)?;
+        let (w, vw) = (Self::dot(t[1], u)?.0, Self::dot(t[2], u)?.0);
         (self.left, self.left_abs) = (self.left + sum, self.left_abs + abs);
+        self.left_noise += vw - sum - w;
         self.u_sq += floats(u)?.iter().map(|x| x * x).sum::<f64>();
         self.narrow |= narrow::<A>() || narrow::<B>();
         Ok(())
     }
 
-    /// Adds `<v, g>` of a tangent and its parameter's gradient.
-    pub fn right<A: Elem, B: Elem>(&mut self, v: &Buffer<A>, g: &Buffer<B>) -> Result<(), Error> {
-        let (sum, abs) = Self::dot(v, g)?;
-        (self.right, self.right_abs) = (self.right + sum, self.right_abs + abs);
-        self.v_sq += floats(v)?.iter().map(|x| x * x).sum::<f64>();
-        self.narrow |= narrow::<A>() || narrow::<B>();
-        Ok(())
-    }
-
-    /// Adds `<jvp(v + w) - jvp(v) - jvp(w), u>` of a tangent output (`t`: at `v`, `w` and
-    /// `v + w`) and its cotangent.
-    pub fn left_noise<A: Elem, B: Elem>(
-        &mut self,
-        t: [&Buffer<A>; 3],
-        u: &Buffer<B>,
-    ) -> Result<(), Error> {
-        let [(v, _), (w, _), (vw, _)] = [
-            Self::dot(t[0], u)?,
-            Self::dot(t[1], u)?,
-            Self::dot(t[2], u)?,
-        ];
-        self.left_noise += vw - v - w;
-        Ok(())
-    }
-
-    /// Adds `<v, vjp(u + u') - vjp(u) - vjp(u')>` of a tangent and its parameter's gradients
-    /// (`g`: at `u`, `u'` and `u + u'`).
-    pub fn right_noise<A: Elem, B: Elem>(
+    /// Adds `<v, g>` of a tangent and its parameter's gradient at `u` (`g[0]`), and `<v,
+    /// vjp(u + u') - vjp(u) - vjp(u')>` to `right_noise` (`g`: the gradient at `u`, `u'` and
+    /// `u + u'`).
+    pub fn right<A: Elem, B: Elem>(
         &mut self,
         v: &Buffer<A>,
         g: [&Buffer<B>; 3],
     ) -> Result<(), Error> {
-        let [(u, _), (uu, _), (us, _)] = [
-            Self::dot(v, g[0])?,
-            Self::dot(v, g[1])?,
-            Self::dot(v, g[2])?,
-        ];
-        self.right_noise += us - u - uu;
+        let (sum, abs) = Self::dot(v, g[0])?;
+        let (uu, us) = (Self::dot(v, g[1])?.0, Self::dot(v, g[2])?.0);
+        (self.right, self.right_abs) = (self.right + sum, self.right_abs + abs);
+        self.right_noise += us - sum - uu;
+        self.v_sq += floats(v)?.iter().map(|x| x * x).sum::<f64>();
+        self.narrow |= narrow::<A>() || narrow::<B>();
         Ok(())
     }
 
